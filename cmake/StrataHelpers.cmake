@@ -1,0 +1,46 @@
+# Build helpers shared by every module, test and benchmark.
+
+# Flags for strata's own code (third-party headers are included as SYSTEM).
+set(STRATA_WARNINGS -Wall -Wextra -Wshadow -Wnon-virtual-dtor -Wpedantic -Werror)
+
+function(strata_apply_common target)
+  target_compile_options(${target} PRIVATE ${STRATA_WARNINGS})
+  if(STRATA_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer
+                                             -fno-sanitize-recover=undefined)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+# strata_module(NAME SOURCES ... DEPS ... [PRIVATE_DEPS ...])
+# Declares the static library strata_<NAME>; includes are relative to src/.
+function(strata_module name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(strata_${name} STATIC ${ARG_SOURCES})
+  target_include_directories(strata_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(strata_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  strata_apply_common(strata_${name})
+endfunction()
+
+# strata_test(NAME SOURCES ... DEPS ... [LABELS ...])
+# A GoogleTest executable registered with ctest. Tests run with the source
+# directory as working directory so that ../shared resolves next to it.
+function(strata_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} strata_testing GTest::gtest GTest::gtest_main)
+  strata_apply_common(${name})
+  if(NOT ARG_LABELS)
+    set(ARG_LABELS unit)
+  endif()
+  add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
+endfunction()
+
+# strata_bench(NAME SOURCES ... DEPS ...): a Google Benchmark executable.
+function(strata_bench name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} benchmark::benchmark)
+  strata_apply_common(${name})
+endfunction()

@@ -1,0 +1,52 @@
+// cli/commands.h — the subcommands of the `strata` binary (the composition root).
+//
+// Each Register* adds a subcommand to the CLI11 app and returns it with a
+// runner that executes it after parsing. Runners return the process exit code: 0 success,
+// 1 runtime failure (the message says what), 2 invalid command-line values.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+
+#include "util/file_system.h"
+#include "util/log.h"
+#include "util/status.h"
+
+namespace strata::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+// Everything a command may use from the outside world, built once in main().
+struct Env {
+  util::FileSystem* fs = nullptr;
+  std::string exe_dir;  // directory of the running binary
+};
+
+using Runner = std::function<int(const Env&)>;
+
+struct Command {
+  CLI::App* app;  // the subcommand, owned by the parent app
+  Runner run;
+};
+
+Command RegisterGenerate(CLI::App& app);
+Command RegisterInspect(CLI::App& app);
+
+// The model to use: `flag` if set, else $STRATA_MODEL, else
+// ../shared/models/stories260K.gguf (relative to the working directory) if
+// present, else a random-weight demo model written next to the binary (with a notice that its text is gibberish).
+util::StatusOr<std::string> ResolveModelPath(const Env& env, const std::string& flag,
+                                             util::Logger& log);
+
+// Print the message on stderr and return kExitFailure / kExitUsage.
+int ReportError(const util::Status& status);
+int UsageError(const std::string& message);
+
+// Parses --log-level; defaults to info.
+std::unique_ptr<util::Logger> MakeLogger(const std::string& level);
+
+}  // namespace strata::cli

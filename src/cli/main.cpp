@@ -1,0 +1,64 @@
+// strata — the command-line entry point and composition root: it builds the
+// real file system, clock and loggers and hands them to the subcommands.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace {
+
+std::string ExeDir() {
+  std::error_code ec;
+  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return ".";
+  return p.parent_path().string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace strata::cli;
+  CLI::App app{"strata: an LLM serving engine for GGUF models"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "strata 0.1.0");
+  const std::vector<Command> commands = {RegisterGenerate(app), RegisterInspect(app)};
+
+  // A first word that names no command gets a plain answer, not a parser message.
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const Command& c : commands) {
+      known |= c.app->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + c.app->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "strata: unknown command '%s' (commands: %s; see strata --help)\n",
+                   argv[1], names.c_str());
+      return kExitUsage;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+
+  auto fs = strata::util::NewPosixFileSystem();
+  Env env;
+  env.fs = fs.get();
+  env.exe_dir = ExeDir();
+  for (const Command& c : commands) {
+    if (c.app->parsed()) return c.run(env);
+  }
+  return kExitUsage;
+}

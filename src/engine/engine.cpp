@@ -1,0 +1,159 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace strata::engine {
+
+util::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model,
+                                                       const EngineOptions& o,
+                                                       util::Logger& log) {
+  const model::ModelConfig& c = model.config();
+  if (o.n_threads < 1 || o.n_threads > 256) {
+    return util::InvalidArgumentError(fmt::format("threads {} is outside [1, 256]", o.n_threads));
+  }
+  if (o.block_size < 1 || o.block_size > 1024) {
+    return util::InvalidArgumentError(
+        fmt::format("KV block size {} is outside [1, 1024]", o.block_size));
+  }
+  if (o.n_seq_max < 1 || o.n_seq_max > 4096) {
+    return util::InvalidArgumentError(
+        fmt::format("max sequences {} is outside [1, 4096]", o.n_seq_max));
+  }
+  if (o.n_ctx < 0 || o.n_kv_blocks < 0) {
+    return util::InvalidArgumentError("context size and KV block count must not be negative");
+  }
+  const int32_t n_ctx = o.n_ctx == 0 ? c.n_ctx_train : o.n_ctx;
+  if (n_ctx > c.n_ctx_train) {
+    log.Warn("context {} exceeds the model's training context {}; quality may suffer", n_ctx,
+             c.n_ctx_train);
+  }
+  const int64_t per_seq = (n_ctx + o.block_size - 1) / o.block_size;
+  const int64_t n_blocks = o.n_kv_blocks > 0 ? o.n_kv_blocks : per_seq * o.n_seq_max;
+  const double bytes = static_cast<double>(model::KvFloatsPerBlock(c, o.block_size)) * 4.0 *
+                       static_cast<double>(n_blocks);
+  if (n_blocks > INT32_MAX || bytes > 1024.0 * 1024 * 1024 * 1024) {
+    return util::InvalidArgumentError(
+        fmt::format("KV cache of {} blocks ({:.1f} GiB) is too large", n_blocks,
+                    bytes / (1024.0 * 1024 * 1024)));
+  }
+  const model::KernelTable& kernels = o.kernels ? *o.kernels : model::BestKernels();
+  log.Info("engine: {} threads, {} kernels, context {}, KV cache {} blocks x {} tokens ({:.1f} MiB)",
+           o.n_threads, model::IsaName(kernels.isa), n_ctx, n_blocks, o.block_size,
+           bytes / (1024.0 * 1024.0));
+  return std::unique_ptr<Engine>(new Engine(model, n_ctx,
+                                            std::make_unique<util::ThreadPool>(o.n_threads),
+                                            static_cast<int32_t>(n_blocks), o.block_size, kernels));
+}
+
+Engine::Engine(const model::Model& model, int32_t n_ctx, std::unique_ptr<util::ThreadPool> threads,
+               int32_t n_blocks, int32_t block_size, const model::KernelTable& kernels)
+    : model_(model),
+      n_ctx_(n_ctx),
+      threads_(std::move(threads)),
+      pool_(model.config(), n_blocks, block_size),
+      forward_(model, *threads_, kernels) {}
+
+SeqId Engine::NewSequence() {
+  const SeqId id = next_id_++;
+  seqs_.emplace(id, Sequence{});
+  return id;
+}
+
+void Engine::FreeSequence(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  it->second.table.Release(pool_);
+  seqs_.erase(it);
+}
+
+util::Status Engine::TruncateSequence(SeqId seq, int32_t n_tokens) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return util::NotFoundError(fmt::format("sequence {} does not exist", seq));
+  if (n_tokens < 0 || n_tokens > it->second.length) {
+    return util::InvalidArgumentError(fmt::format("cannot truncate sequence of {} tokens to {}",
+                                                  it->second.length, n_tokens));
+  }
+  it->second.length = n_tokens;
+  it->second.table.Truncate(pool_, n_tokens);
+  return util::OkStatus();
+}
+
+int32_t Engine::SequenceLength(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? 0 : it->second.length;
+}
+
+util::StatusOr<std::span<const float>> Engine::Step(std::span<const Work> work) {
+  // Validate everything first: a failed step must change nothing.
+  size_t n_entries = 0, n_logits = 0;
+  std::vector<Sequence*> seqs;
+  seqs.reserve(work.size());
+  for (const Work& w : work) {
+    auto it = seqs_.find(w.seq);
+    if (it == seqs_.end()) {
+      return util::NotFoundError(fmt::format("sequence {} does not exist", w.seq));
+    }
+    if (std::find(seqs.begin(), seqs.end(), &it->second) != seqs.end()) {
+      return util::InvalidArgumentError(fmt::format("sequence {} appears twice in one step", w.seq));
+    }
+    if (w.tokens.empty()) return util::InvalidArgumentError("a step work item has no tokens");
+    const int64_t new_len = it->second.length + static_cast<int64_t>(w.tokens.size());
+    if (new_len > n_ctx_) {
+      return util::OutOfRangeError(fmt::format(
+          "context length exceeded: {} tokens do not fit the context of {}", new_len, n_ctx_));
+    }
+    for (int32_t tok : w.tokens) {
+      if (tok < 0 || tok >= n_vocab()) {
+        return util::InvalidArgumentError(
+            fmt::format("token id {} is outside the vocabulary [0, {})", tok, n_vocab()));
+      }
+    }
+    seqs.push_back(&it->second);
+    n_entries += w.tokens.size();
+    n_logits += w.logits ? 1 : 0;
+  }
+  // Reserve KV blocks for every item, or none.
+  std::vector<int32_t> old_capacity;
+  old_capacity.reserve(work.size());
+  for (size_t i = 0; i < work.size(); ++i) {
+    Sequence& s = *seqs[i];
+    old_capacity.push_back(s.length);
+    util::Status st =
+        s.table.Reserve(pool_, s.length + static_cast<int32_t>(work[i].tokens.size()));
+    if (!st.ok()) {
+      for (size_t j = 0; j < i; ++j) seqs[j]->table.Truncate(pool_, old_capacity[j]);
+      return st;
+    }
+  }
+
+  entries_.clear();
+  entries_.reserve(n_entries);
+  tables_.clear();
+  for (size_t i = 0; i < work.size(); ++i) {
+    const Work& w = work[i];
+    const int32_t base = seqs[i]->length;
+    for (size_t k = 0; k < w.tokens.size(); ++k) {
+      model::BatchEntry e;
+      e.token = w.tokens[k];
+      e.pos = base + static_cast<int32_t>(k);
+      e.seq = static_cast<int32_t>(i);
+      e.logits = w.logits && k + 1 == w.tokens.size();
+      entries_.push_back(e);
+    }
+    tables_.push_back(seqs[i]->table.blocks());
+  }
+  logits_.resize(n_logits * static_cast<size_t>(n_vocab()));
+  util::Status st = forward_.Run({entries_, tables_}, pool_.buffer(), logits_);
+  if (!st.ok()) {
+    for (size_t i = 0; i < work.size(); ++i) seqs[i]->table.Truncate(pool_, old_capacity[i]);
+    return st;
+  }
+  for (size_t i = 0; i < work.size(); ++i) {
+    seqs[i]->length += static_cast<int32_t>(work[i].tokens.size());
+  }
+  return std::span<const float>(logits_);
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,98 @@
+// engine/engine.h — sequences, their KV blocks, and one forward pass per step.
+//
+// Promise: an Engine holds a model's running sequences. Step() appends tokens
+// to any number of sequences and evaluates them in one batched forward pass
+// (prefill chunks and single decode tokens side by side), returning logits
+// where asked. A step either fully happens or changes nothing: when the KV pool
+// cannot hold it, Step returns ResourceExhausted and every sequence is as it
+// was, so the scheduler can queue or preempt. A sequence never grows past
+// n_ctx (OutOfRange, "context length exceeded").
+//
+// Threading: owned by one thread (the scheduler thread); not thread-safe.
+//
+// Usage:
+//   STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Create(model, {.n_threads = 2}, log));
+//   SeqId s = engine->NewSequence();
+//   Engine::Work w[] = {{.seq = s, .tokens = prompt, .logits = true}};
+//   STRATA_ASSIGN_OR_RETURN(auto logits, engine->Step(w));  // [1][n_vocab]
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/kv_pool.h"
+#include "model/transformer.h"
+#include "util/log.h"
+#include "util/status.h"
+#include "util/thread_pool.h"
+
+namespace strata::engine {
+
+using SeqId = int64_t;
+
+struct EngineOptions {
+  int32_t n_threads = 2;          // [1, 256] threads of the forward pass (caller included)
+  int32_t n_ctx = 0;              // max tokens per sequence; 0 = the model's training context
+  int32_t block_size = 16;        // [1, 1024] token positions per KV block
+  int32_t n_kv_blocks = 0;        // 0 = enough for n_seq_max full sequences
+  int32_t n_seq_max = 1;          // [1, 4096] used only to size the default pool
+  const model::KernelTable* kernels = nullptr;  // nullptr = the best for this CPU
+};
+
+class Engine {
+ public:
+  static util::StatusOr<std::unique_ptr<Engine>> Create(const model::Model& model,
+                                                        const EngineOptions& options,
+                                                        util::Logger& log);
+
+  struct Work {
+    SeqId seq = 0;
+    std::span<const int32_t> tokens;  // appended at the sequence's current length
+    bool logits = false;              // logits after the last of these tokens
+  };
+
+  SeqId NewSequence();
+  // Frees the sequence's blocks. Unknown ids are ignored.
+  void FreeSequence(SeqId seq);
+  // Forgets positions >= n_tokens (e.g. to recompute a preempted tail).
+  util::Status TruncateSequence(SeqId seq, int32_t n_tokens);
+  // Tokens held for `seq` (0 for unknown ids).
+  int32_t SequenceLength(SeqId seq) const;
+  int32_t n_sequences() const { return static_cast<int32_t>(seqs_.size()); }
+
+  // One forward pass. Returns [n_works_with_logits][n_vocab] logits, valid
+  // until the next Step.
+  util::StatusOr<std::span<const float>> Step(std::span<const Work> work);
+
+  const model::Model& model() const { return model_; }
+  int32_t n_ctx() const { return n_ctx_; }
+  int32_t n_vocab() const { return model_.config().n_vocab; }
+  const KvBlockPool& kv_pool() const { return pool_; }
+  const model::KernelTable& kernels() const { return forward_.kernels(); }
+  int32_t n_threads() const { return threads_->size(); }
+
+ private:
+  struct Sequence {
+    BlockTable table;
+    int32_t length = 0;
+  };
+  Engine(const model::Model& model, int32_t n_ctx, std::unique_ptr<util::ThreadPool> threads,
+         int32_t n_blocks, int32_t block_size, const model::KernelTable& kernels);
+
+  const model::Model& model_;
+  const int32_t n_ctx_;
+  std::unique_ptr<util::ThreadPool> threads_;
+  KvBlockPool pool_;
+  model::Forward forward_;
+  std::unordered_map<SeqId, Sequence> seqs_;
+  SeqId next_id_ = 1;
+  // Step scratch.
+  std::vector<model::BatchEntry> entries_;
+  std::vector<std::span<const int32_t>> tables_;
+  std::vector<float> logits_;
+};
+
+}  // namespace strata::engine

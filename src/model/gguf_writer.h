@@ -1,0 +1,84 @@
+// model/gguf_writer.h — writes GGUF version 3 files.
+//
+// Promise: the files it writes are read back by GgufFile (and by other GGUF
+// readers such as llama.cpp): metadata in insertion order, tensors aligned,
+// data streamed row by row so a multi-gigabyte model never sits in memory.
+// Rows are supplied as floats and quantized to the tensor's type with the
+// reference codecs (kernels.h).
+//
+// Threading: thread-compatible. Fill callbacks run on the calling thread, rows
+// in order.
+//
+// Usage:
+//   GgufWriter w;
+//   w.SetString("general.architecture", "llama");
+//   w.AddTensor("output_norm.weight", {64}, TensorType::kF32,
+//               [](int64_t row, std::span<float> out) { std::ranges::fill(out, 1.0f); });
+//   STRATA_RETURN_IF_ERROR(w.Write(fs, "model.gguf"));
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/gguf.h"
+#include "util/file_system.h"
+#include "util/status.h"
+
+namespace strata::model {
+
+class GgufWriter {
+ public:
+  // Fills one row (shape[0] floats) of a tensor; rows are numbered from 0.
+  using RowFiller = std::function<void(int64_t row, std::span<float> out)>;
+
+  // alignment: a power of two; written as general.alignment when not 32.
+  explicit GgufWriter(uint32_t alignment = 32);
+
+  // Setting a key again replaces its value (keeping its position).
+  void SetString(const std::string& key, std::string_view value);
+  void SetUint32(const std::string& key, uint32_t value);
+  void SetInt32(const std::string& key, int32_t value);
+  void SetUint64(const std::string& key, uint64_t value);
+  void SetFloat32(const std::string& key, float value);
+  void SetBool(const std::string& key, bool value);
+  void SetStringArray(const std::string& key, const std::vector<std::string>& values);
+  void SetFloat32Array(const std::string& key, const std::vector<float>& values);
+  void SetInt32Array(const std::string& key, const std::vector<int32_t>& values);
+  // Copies a value read from another file, whatever its type.
+  void CopyValue(const std::string& key, const GgufValue& value);
+  void Remove(const std::string& key);
+
+  // shape[0] must be a multiple of the type's block size and the type must have
+  // a codec (HasCodec).
+  util::Status AddTensor(const std::string& name, std::vector<int64_t> shape, TensorType type,
+                         RowFiller fill);
+  // Raw, already-encoded bytes (exactly RowBytes(type, shape[0]) * rows).
+  util::Status AddTensorBytes(const std::string& name, std::vector<int64_t> shape,
+                              TensorType type, std::vector<uint8_t> bytes);
+
+  util::Status Write(util::FileSystem& fs, const std::string& path) const;
+  // The whole file in memory (small files: tests, fuzz seeds).
+  util::StatusOr<std::string> ToBytes() const;
+
+ private:
+  struct Tensor {
+    std::string name;
+    std::vector<int64_t> shape;
+    TensorType type;
+    RowFiller fill;              // either fill ...
+    std::vector<uint8_t> bytes;  // ... or bytes
+    uint64_t n_bytes = 0;
+  };
+  class Sink;
+  void Put(const std::string& key, std::string encoded);
+  util::Status WriteTo(Sink& sink) const;
+
+  uint32_t alignment_;
+  std::vector<std::pair<std::string, std::string>> kv_;  // key -> type id + encoded value
+  std::vector<Tensor> tensors_;
+};
+
+}  // namespace strata::model

@@ -1,0 +1,15 @@
+// model/internal/kernels_impl.h — the per-ISA kernel tables (private to model/).
+// Each ISA lives in its own .cpp compiled with that ISA's flags; only
+// kernels.cpp chooses between them at run time.
+#pragma once
+
+#include "model/kernels.h"
+
+namespace strata::model::internal {
+
+const KernelTable& ScalarKernels();
+// nullptr when the build lacks the ISA or the CPU does not support it.
+const KernelTable* Avx2Kernels();
+const KernelTable* Avx512Kernels();
+
+}  // namespace strata::model::internal

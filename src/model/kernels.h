@@ -1,0 +1,78 @@
+// model/kernels.h — quantized dot products and matrix products, per CPU ISA.
+//
+// Promise: for each weight type the kernels can compute (IsComputeSupported),
+// `matmul` computes out[t][r] = dot(W row r, activation row t). The scalar
+// table is the reference: every SIMD table is tested against it with per-type
+// error bounds (tests/model/kernels_test.cpp), and the scalar table itself
+// against a float64 reference. Within one table, the arithmetic that produces
+// each output element depends only on that element's weight row and activation
+// row, never on how many tokens or rows are computed together or on which
+// thread: results are bitwise identical whatever the batch (batch invariance).
+//
+// Activations are quantized once per row into the format the weight type
+// intends (ActFormatFor): F32 for float weights, Q8_0-style blocks of 32 with a
+// float scale for Q8_0/Q4_0 (docs/formats/gguf.md, "activation formats").
+//
+// Threading: pure functions; callers split rows across threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "model/tensor_type.h"
+
+namespace strata::model {
+
+enum class Isa { kScalar, kAvx2, kAvx512 };
+std::string_view IsaName(Isa isa);
+
+enum class ActFormat {
+  kF32,   // float[n]
+  kQ8,    // blocks of 32: {float d; int32 sum; int8 q[32]} (40 bytes), x ≈ d·q
+};
+
+ActFormat ActFormatFor(TensorType weight_type);
+// Elements per block of the format (1 for F32).
+int64_t ActBlockSize(ActFormat fmt);
+size_t ActRowBytes(ActFormat fmt, int64_t n);
+
+struct MatMulArgs {
+  TensorType w_type = TensorType::kF32;
+  const uint8_t* w = nullptr;        // [n_rows][w_row_bytes], row r = output feature r
+  size_t w_row_bytes = 0;
+  int64_t row_begin = 0, row_end = 0;  // rows of W to compute
+  const uint8_t* act = nullptr;      // [n_tokens][act_row_bytes], in ActFormatFor(w_type)
+  size_t act_row_bytes = 0;
+  int64_t n_tokens = 0;
+  int64_t n = 0;                     // row length (elements), a multiple of the block size
+  float* out = nullptr;              // out[t * out_stride + r] for r in [row_begin, row_end)
+  int64_t out_stride = 0;
+};
+
+struct KernelTable {
+  Isa isa = Isa::kScalar;
+  // Quantizes n floats (n a multiple of ActBlockSize(fmt)) into `out`.
+  void (*quantize_act)(ActFormat fmt, const float* x, int64_t n, void* out) = nullptr;
+  void (*matmul)(const MatMulArgs& args) = nullptr;
+};
+
+// The table for `isa`, or nullptr when this build or this CPU lacks it.
+const KernelTable* GetKernels(Isa isa);
+// The fastest table this CPU supports.
+const KernelTable& BestKernels();
+
+// Reference codecs (scalar, exact layouts of the GGUF types) for the types
+// where HasCodec is true; other types CHECK-fail.
+// DequantizeRow: n elements starting at a block boundary (n a multiple of the
+// block size). QuantizeRow: the same, the other way; for Q4_0/Q8_0 this is the
+// round-to-nearest scheme GGUF converters use (scale from the largest magnitude).
+bool HasCodec(TensorType type);
+void DequantizeRow(TensorType type, const void* src, int64_t n, float* dst);
+void QuantizeRow(TensorType type, const float* src, int64_t n, void* dst);
+
+// One dot product with the scalar reference: weight row (type) · activation row
+// (already quantized into ActFormatFor(type)).
+float ReferenceDot(TensorType type, const void* w_row, const void* act_row, int64_t n);
+
+}  // namespace strata::model

@@ -1,0 +1,128 @@
+// model/tokenizer.h — text <-> token ids, as the model's GGUF vocabulary defines.
+//
+// Promise: Encode reproduces the reference tokenizers of the supported
+// vocabularies exactly (tests compare against ../shared/golden/tokenizer/):
+// `tokenizer.ggml.model = llama` (SentencePiece: score-driven merges, byte
+// fallback, "▁" for spaces, optional space prefix). Special tokens in the text
+// are split out first: user-defined ones always, control ones only when
+// `parse_special` is set, so user text can never smuggle in a control token.
+// Decode(Encode(s)) == s for valid UTF-8 text s that does not itself contain
+// the space marker "▁" (U+2581); invalid UTF-8 is tokenized as the reference
+// does, bytes grouped by their lead byte's length. Detokenizer streams text while holding back
+// incomplete UTF-8 so partial characters never reach a client.
+//
+// Threading: a Tokenizer is immutable and thread-safe; a Detokenizer is
+// thread-compatible (one per stream).
+//
+// Usage:
+//   STRATA_ASSIGN_OR_RETURN(auto tok, Tokenizer::FromGguf(gguf));
+//   std::vector<int32_t> ids = tok->Encode("Once upon a time", {.add_special = true});
+//   std::string text = tok->Decode(ids);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "model/gguf.h"
+#include "util/status.h"
+
+namespace strata::model {
+
+// GGUF tokenizer.ggml.token_type values.
+enum class TokenType : int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
+};
+
+enum class TokenizerKind { kSpm };
+
+struct EncodeOptions {
+  bool add_special = true;     // BOS/EOS as the vocabulary asks (tokenizer.ggml.add_*_token)
+  bool parse_special = false;  // control tokens written in the text become tokens
+};
+
+struct DecodeOptions {
+  bool render_special = false;       // emit the text of control/unknown tokens
+  bool strip_leading_space = true;   // undo the space prefix Encode added
+};
+
+class Tokenizer {
+ public:
+  static util::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& gguf);
+
+  TokenizerKind kind() const { return kind_; }
+  int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
+  int32_t bos() const { return bos_; }  // -1 when the vocabulary has none
+  int32_t eos() const { return eos_; }
+  bool add_bos() const { return add_bos_; }
+  bool add_eos() const { return add_eos_; }
+  // End of generation: EOS, EOT, EOM and control tokens that end a turn.
+  bool IsEog(int32_t id) const;
+  bool IsValid(int32_t id) const { return id >= 0 && id < n_vocab(); }
+
+  std::vector<int32_t> Encode(std::string_view text, const EncodeOptions& options = {}) const;
+  std::string Decode(std::span<const int32_t> ids, const DecodeOptions& options = {}) const;
+  // The bytes one token contributes to the text (may be part of a UTF-8 character).
+  std::string_view Piece(int32_t id, bool render_special = false) const;
+
+  std::string_view TokenText(int32_t id) const { return tokens_[static_cast<size_t>(id)].text; }
+  TokenType Type(int32_t id) const { return tokens_[static_cast<size_t>(id)].type; }
+  std::optional<int32_t> Find(std::string_view text) const;
+
+ private:
+  struct Token {
+    std::string text;
+    float score = 0.0f;
+    TokenType type = TokenType::kNormal;
+    bool rstrip = false;  // swallow whitespace after this special token when splitting
+    bool lstrip = false;  // swallow whitespace before it
+  };
+  struct Fragment {
+    int32_t token = -1;          // >= 0: an already-resolved special token
+    std::string_view text;       // raw text otherwise
+  };
+
+  Tokenizer() = default;
+  std::vector<Fragment> SplitSpecial(std::string_view text, bool parse_special) const;
+  void EncodeSpm(std::string_view text, std::vector<int32_t>& out) const;
+  int32_t ByteToken(uint8_t byte) const;
+
+  TokenizerKind kind_ = TokenizerKind::kSpm;
+  std::vector<Token> tokens_;
+  std::unordered_map<std::string_view, int32_t> index_;  // views into tokens_[i].text
+  std::vector<int32_t> special_;    // ids split out of text, longest text first
+  std::vector<int32_t> byte_tokens_;  // byte -> id of "<0xXX>", -1 when absent
+  std::vector<std::string> pieces_;  // decoded bytes of every token
+  std::vector<bool> eog_;
+  int32_t bos_ = -1, eos_ = -1, unk_ = -1;
+  bool add_bos_ = true, add_eos_ = false, add_space_prefix_ = true;
+};
+
+// Streams decoded text: Push returns the text that became complete, holding
+// back an unfinished UTF-8 sequence at the end; invalid bytes become U+FFFD, so
+// everything returned is valid UTF-8. Finish flushes what is left.
+class Detokenizer {
+ public:
+  explicit Detokenizer(const Tokenizer& tokenizer, bool strip_leading_space = false)
+      : tok_(tokenizer), strip_leading_space_(strip_leading_space) {}
+  std::string Push(int32_t id);
+  std::string Finish();
+
+ private:
+  const Tokenizer& tok_;
+  bool strip_leading_space_;
+  std::string pending_;  // bytes not yet returned
+};
+
+}  // namespace strata::model

@@ -1,0 +1,173 @@
+// util/status.h — Status and StatusOr<T>: how every module reports failure.
+//
+// Promise: a Status is either OK or carries a canonical code and a message that
+// names the offending value ("gguf: tensor 'blk.3.attn_q' ends at 9123, file has
+// 8000 bytes"). Functions that can fail across a module boundary return Status
+// or StatusOr<T>; exceptions never cross a module's public API. Broken internal
+// invariants use STRATA_CHECK (always on, aborts); input is never CHECKed.
+//
+// Threading: value types; thread-compatible.
+//
+// Usage:
+//   util::StatusOr<Model> LoadModel(const std::string& path) {
+//     STRATA_ASSIGN_OR_RETURN(auto file, fs.MapReadOnly(path));
+//     STRATA_RETURN_IF_ERROR(Validate(*file));
+//     return Model(...);
+//   }
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+namespace strata::util {
+
+// Canonical codes (same numbering as gRPC/abseil). The HTTP mapping lives in
+// exactly one place: server/.
+enum class StatusCode : int {
+  kOk = 0,
+  kCancelled = 1,
+  kUnknown = 2,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kNotFound = 5,
+  kAlreadyExists = 6,
+  kPermissionDenied = 7,
+  kResourceExhausted = 8,
+  kFailedPrecondition = 9,
+  kAborted = 10,
+  kOutOfRange = 11,
+  kUnimplemented = 12,
+  kInternal = 13,
+  kUnavailable = 14,
+  kDataLoss = 15,
+  kUnauthenticated = 16,
+};
+
+std::string_view StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // OK
+  Status(StatusCode code, std::string message);
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+  // "INVALID_ARGUMENT: message" (or "OK").
+  std::string ToString() const;
+
+  // A copy whose message is "context: message"; OK stays OK.
+  Status WithContext(std::string_view context) const;
+
+  friend bool operator==(const Status& a, const Status& b) {
+    return a.code_ == b.code_ && a.message_ == b.message_;
+  }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+inline Status OkStatus() { return Status(); }
+Status CancelledError(std::string message);
+Status InvalidArgumentError(std::string message);
+Status DeadlineExceededError(std::string message);
+Status NotFoundError(std::string message);
+Status AlreadyExistsError(std::string message);
+Status PermissionDeniedError(std::string message);
+Status ResourceExhaustedError(std::string message);
+Status FailedPreconditionError(std::string message);
+Status AbortedError(std::string message);
+Status OutOfRangeError(std::string message);
+Status UnimplementedError(std::string message);
+Status InternalError(std::string message);
+Status UnavailableError(std::string message);
+Status DataLossError(std::string message);
+Status UnauthenticatedError(std::string message);
+
+[[noreturn]] void CheckFailed(const char* file, int line, const char* condition,
+                              std::string_view message);
+
+// StatusOr<T> holds either a value or a non-OK Status.
+template <typename T>
+class [[nodiscard]] StatusOr {
+  static_assert(!std::is_same_v<std::remove_cvref_t<T>, Status>, "StatusOr<Status> is meaningless");
+
+ public:
+  StatusOr(const Status& status) : v_(status) { CheckNotOk(); }  // NOLINT: implicit by design
+  StatusOr(Status&& status) : v_(std::move(status)) { CheckNotOk(); }  // NOLINT
+  template <typename U = T>
+    requires std::is_constructible_v<T, U&&> &&
+             (!std::is_same_v<std::remove_cvref_t<U>, StatusOr<T>>) &&
+             (!std::is_same_v<std::remove_cvref_t<U>, Status>)
+  StatusOr(U&& value) : v_(std::in_place_index<1>, std::forward<U>(value)) {}  // NOLINT
+
+  bool ok() const { return v_.index() == 1; }
+  const Status& status() const& {
+    static const Status kOk;
+    return ok() ? kOk : std::get<0>(v_);
+  }
+  Status status() && { return ok() ? Status() : std::move(std::get<0>(v_)); }
+
+  T& value() & { CheckOk(); return std::get<1>(v_); }
+  const T& value() const& { CheckOk(); return std::get<1>(v_); }
+  T&& value() && { CheckOk(); return std::move(std::get<1>(v_)); }
+
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+ private:
+  void CheckNotOk() const {
+    if (std::get<0>(v_).ok()) CheckFailed(__FILE__, __LINE__, "!status.ok()", "StatusOr from OK");
+  }
+  void CheckOk() const {
+    if (!ok()) CheckFailed(__FILE__, __LINE__, "ok()", std::get<0>(v_).ToString());
+  }
+  std::variant<Status, T> v_;
+};
+
+namespace internal {
+// By value: `expr` may be a temporary that dies at the end of the statement.
+inline Status AsStatus(Status s) { return s; }
+template <typename T>
+Status AsStatus(const StatusOr<T>& s) { return s.status(); }
+}  // namespace internal
+
+}  // namespace strata::util
+
+#define STRATA_CONCAT_INNER_(a, b) a##b
+#define STRATA_CONCAT_(a, b) STRATA_CONCAT_INNER_(a, b)
+
+// Returns the Status of `expr` (a Status or StatusOr) from the enclosing function if not OK.
+#define STRATA_RETURN_IF_ERROR(expr)                                               \
+  do {                                                                            \
+    ::strata::util::Status strata_status_ = ::strata::util::internal::AsStatus((expr)); \
+    if (!strata_status_.ok()) return strata_status_;                              \
+  } while (0)
+
+// `lhs = value of expr` or return its Status. `lhs` may declare a variable.
+#define STRATA_ASSIGN_OR_RETURN(lhs, expr) \
+  STRATA_ASSIGN_OR_RETURN_IMPL_(STRATA_CONCAT_(strata_statusor_, __LINE__), lhs, expr)
+#define STRATA_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                  \
+  if (!tmp.ok()) return std::move(tmp).status();      \
+  lhs = std::move(tmp).value()
+
+// Invariant check, always on. Never use on input from clients, files or config.
+#define STRATA_CHECK(cond)                                                 \
+  do {                                                                     \
+    if (!(cond)) ::strata::util::CheckFailed(__FILE__, __LINE__, #cond, ""); \
+  } while (0)
+#define STRATA_CHECK_MSG(cond, msg)                                           \
+  do {                                                                        \
+    if (!(cond)) ::strata::util::CheckFailed(__FILE__, __LINE__, #cond, (msg)); \
+  } while (0)

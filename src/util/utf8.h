@@ -1,0 +1,36 @@
+// util/utf8.h — UTF-8 validity for streamed text.
+//
+// Promise: SplitCompleteUtf8 turns arbitrary bytes into the longest prefix of
+// complete, valid UTF-8 (invalid sequences replaced by U+FFFD) and the tail
+// that may still become a valid character once more bytes arrive. Streams of
+// model output pass through it, so a client never sees a broken character and
+// JSON encoders never see invalid UTF-8.
+//
+// Threading: pure functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace strata::util {
+
+struct Utf8Split {
+  std::string complete;  // valid UTF-8
+  std::string tail;      // at most 3 bytes: the start of an unfinished character
+};
+
+Utf8Split SplitCompleteUtf8(std::string_view bytes);
+
+// Replaces every invalid sequence (including an unfinished one at the end) by U+FFFD.
+std::string SanitizeUtf8(std::string_view bytes);
+
+bool IsValidUtf8(std::string_view bytes);
+
+// Length in bytes of the UTF-8 sequence that `lead` starts, by its high bits
+// (1 for ASCII and for stray continuation bytes).
+inline size_t Utf8SequenceLength(unsigned char lead) {
+  static constexpr unsigned char kLen[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  return kLen[lead >> 4];
+}
+
+}  // namespace strata::util

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The real binary on bad input: a clear message and a non-zero exit code, never
+# a crash (exit codes >= 128 are signals). Run by ctest from the repository root.
+set -u
+STRATA="$1"
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect CODE NEEDLE -- ARGS...: runs strata, checks the exit code and that
+# stdout+stderr contain NEEDLE.
+expect() {
+  local code="$1" needle="$2"
+  shift 3
+  local out rc
+  out=$("$STRATA" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$code" ] || ! grep -qF -- "$needle" <<<"$out"; then
+    echo "FAIL: strata $* -> exit $rc (want $code), output:"
+    echo "$out" | head -n 8
+    echo "  (wanted the text: $needle)"
+    fail=1
+  else
+    echo "ok: strata $* -> $rc"
+  fi
+}
+
+expect 0 "generate" -- --help
+expect 0 "--temp" -- generate --help
+expect 0 "inspect" -- inspect --help
+expect 2 "A subcommand is required" --
+expect 2 "unknown command 'bogus'" -- bogus
+expect 1 "cannot open" -- generate -m "$tmp/missing.gguf" -n 1
+echo "this is not a model" > "$tmp/text.gguf"
+expect 1 "not a GGUF file" -- generate -m "$tmp/text.gguf" -n 1
+: > "$tmp/empty.gguf"
+expect 1 "too short" -- generate -m "$tmp/empty.gguf" -n 1
+expect 1 "is not a regular file" -- generate -m "$tmp" -n 1
+expect 2 "-n -5 must be >= 0" -- generate -n -5
+expect 2 "temperature -1 is outside" -- generate --temp -1
+expect 2 "top_p 2 is outside" -- generate --top-p 2
+expect 2 "-t 0 is outside" -- generate -t 0
+expect 2 "Could not convert: --n-predict = abc" -- generate -n abc
+expect 1 "cannot open" -- inspect "$tmp/missing.gguf"
+
+shared=../shared/models
+if [ -f "$shared/stories260K.gguf" ]; then
+  expect 0 "Once upon a time, there was a little girl named Lily" -- generate -m "$shared/stories260K.gguf" --temp 0 -n 12
+  expect 1 "context length exceeded" -- generate -m "$shared/stories260K.gguf" -c 8 -p "Once upon a time there was a little girl named Lily who loved to play" -n 4
+  expect 1 "version 1 is not supported" -- generate -m "$shared/legacy/tinyllamas-stories-260k-f32.gguf" -n 1
+  expect 1 "architecture 'bert' is not supported" -- generate -m "$shared/vocab/ggml-vocab-bert-bge.gguf" -n 1
+  expect 1 "tensor 'token_embd.weight' is missing" -- generate -m "$shared/vocab/ggml-vocab-llama-spm.gguf" -n 1
+  expect 0 "llama.block_count" -- inspect "$shared/stories260K.gguf"
+else
+  echo "skip: ../shared/models/stories260K.gguf is not present; real-model CLI checks skipped"
+fi
+
+# No model anywhere: the demo model, with its notice.
+(cd "$tmp" && STRATA_MODEL= "$STRATA" generate -n 8 --temp 0 >out.txt 2>err.txt)
+rc=$?
+if [ $rc -ne 0 ] || ! grep -q "gibberish" "$tmp/err.txt"; then
+  echo "FAIL: demo model run exited $rc"; cat "$tmp/err.txt"; fail=1
+else
+  echo "ok: demo model"
+fi
+exit $fail

@@ -1,0 +1,129 @@
+#include "model/transformer.h"
+
+#include <gtest/gtest.h>
+
+#include "model/gguf_writer.h"
+#include "testing/mem_file_system.h"
+#include "testing/tiny_model.h"
+#include "util/log.h"
+
+namespace strata::model {
+namespace {
+
+// Rewrites the tiny model's file with one change and loads it.
+util::StatusOr<std::unique_ptr<Model>> LoadModified(
+    const std::function<void(GgufWriter&, const GgufFile&)>& change) {
+  auto tiny = testing::MakeTinyModel();
+  const GgufFile& src = tiny.model->gguf();
+  GgufWriter w;
+  for (const auto& [k, v] : src.metadata()) w.CopyValue(k, v);
+  for (const auto& t : src.tensors()) {
+    EXPECT_TRUE(w.AddTensorBytes(t.name, t.shape, t.type,
+                                 std::vector<uint8_t>(t.data.begin(), t.data.end()))
+                    .ok());
+  }
+  change(w, src);
+  testing::MemFileSystem fs;
+  EXPECT_TRUE(w.Write(fs, "m.gguf").ok());
+  auto log = util::NewNullLogger();
+  return Model::Load(fs, "m.gguf", {}, *log);
+}
+
+void ExpectLoadError(const std::function<void(GgufWriter&, const GgufFile&)>& change,
+                     const std::string& needle) {
+  auto m = LoadModified(change);
+  ASSERT_FALSE(m.ok()) << "loaded; wanted: " << needle;
+  EXPECT_NE(m.status().message().find(needle), std::string::npos) << m.status().message();
+}
+
+TEST(ModelLoad, UnchangedCopyLoads) {
+  auto m = LoadModified([](GgufWriter&, const GgufFile&) {});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE((*m)->config().tied_embeddings);
+  EXPECT_EQ((*m)->config().n_layers, 2);
+}
+
+TEST(ModelLoad, BadMetadataIsNamed) {
+  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetString("general.architecture", "gpt9"); },
+                  "architecture 'gpt9' is not supported");
+  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.Remove("llama.block_count"); },
+                  "'llama.block_count' is missing");
+  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetUint32("llama.attention.head_count_kv", 3); },
+                  "not a multiple of attention.head_count_kv");
+  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetString("llama.block_count", "two"); },
+                  "'llama.block_count' is string");
+  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetUint32("llama.embedding_length", 0); },
+                  "outside [1, 65536]");
+  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetString("tokenizer.ggml.model", "gpt9"); },
+                  "tokenizer 'gpt9'");
+  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetUint32("tokenizer.ggml.bos_token_id", 1u << 30); },
+                  "outside the vocabulary");
+}
+
+TEST(ModelLoad, BadTensorsAreNamed) {
+  // The number of blocks grows: blk.2 tensors do not exist.
+  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetUint32("llama.block_count", 3); },
+                  "tensor 'blk.2.attn_norm.weight' is missing");
+  // Wrong FFN width: the shapes no longer match.
+  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetUint32("llama.feed_forward_length", 64); },
+                  "has shape [64, 128], expected [64, 64]");
+}
+
+TEST(ModelLoad, UnsupportedTensorTypeIsNamed) {
+  // Replace the whole file with one whose attn_q is Q5_1.
+  auto tiny = testing::MakeTinyModel();
+  const GgufFile& src = tiny.model->gguf();
+  GgufWriter w;
+  for (const auto& [k, v] : src.metadata()) w.CopyValue(k, v);
+  for (const auto& t : src.tensors()) {
+    if (t.name == "blk.0.attn_q.weight") {
+      const uint64_t bytes = static_cast<uint64_t>(t.n_elements() / 32) * 24;
+      ASSERT_TRUE(w.AddTensorBytes(t.name, t.shape, TensorType::kQ5_1, std::vector<uint8_t>(bytes)).ok());
+    } else {
+      ASSERT_TRUE(w.AddTensorBytes(t.name, t.shape, t.type,
+                                   std::vector<uint8_t>(t.data.begin(), t.data.end())).ok());
+    }
+  }
+  testing::MemFileSystem fs;
+  ASSERT_TRUE(w.Write(fs, "m.gguf").ok());
+  auto log = util::NewNullLogger();
+  auto m = Model::Load(fs, "m.gguf", {}, *log);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("'blk.0.attn_q.weight' has type Q5_1"), std::string::npos)
+      << m.status().message();
+}
+
+TEST(ModelLoad, FingerprintSeparatesWeights) {
+  auto a = testing::MakeTinyModel(TensorType::kF32, 1);
+  auto b = testing::MakeTinyModel(TensorType::kF32, 2);
+  auto a2 = testing::MakeTinyModel(TensorType::kF32, 1);
+  EXPECT_NE(a.model->fingerprint(), b.model->fingerprint());
+  EXPECT_EQ(a.model->fingerprint(), a2.model->fingerprint());
+}
+
+TEST(Forward, RejectsInvalidBatches) {
+  auto tiny = testing::MakeTinyModel();
+  util::ThreadPool pool(1);
+  Forward fwd(*tiny.model, pool);
+  std::vector<float> kv(KvFloatsPerBlock(tiny.model->config(), 16) * 2);
+  KvBuffer buf{kv.data(), 2, 16};
+  std::vector<int32_t> table = {0};
+  std::span<const int32_t> tables[] = {table};
+  std::vector<float> logits(static_cast<size_t>(tiny.model->config().n_vocab));
+  BatchEntry too_far{1, 16, 0, true};  // position 16 needs a second block
+  EXPECT_FALSE(fwd.Run({std::span(&too_far, 1), tables}, buf, logits).ok());
+  BatchEntry bad_token{-1, 0, 0, true};
+  EXPECT_FALSE(fwd.Run({std::span(&bad_token, 1), tables}, buf, logits).ok());
+  BatchEntry bad_seq{1, 0, 5, true};
+  EXPECT_FALSE(fwd.Run({std::span(&bad_seq, 1), tables}, buf, logits).ok());
+  std::vector<int32_t> bad_table = {7};
+  std::span<const int32_t> bad_tables[] = {bad_table};
+  BatchEntry ok{1, 0, 0, true};
+  EXPECT_FALSE(fwd.Run({std::span(&ok, 1), bad_tables}, buf, logits).ok());
+  std::vector<float> small(3);
+  EXPECT_FALSE(fwd.Run({std::span(&ok, 1), tables}, buf, small).ok());
+  EXPECT_TRUE(fwd.Run({std::span(&ok, 1), tables}, buf, logits).ok());
+}
+
+}  // namespace
+}  // namespace strata::model
