@@ -1,0 +1,148 @@
+// engine/scheduler.h — continuous batching on a dedicated thread.
+//
+// Promise: requests submitted from any thread join the running batch at the
+// next step. Each step first gives every running request its next decode
+// token, then fills the rest of the step's token budget with prompt chunks of
+// waiting requests (FIFO), so running streams keep flowing while new prompts
+// are prefilled. When the KV pool cannot hold a step, the newest running
+// request is preempted (its blocks freed, its tokens recomputed later, its
+// output unchanged); a request that fits the context never fails for lack of
+// blocks. A cancelled request (client gone) is removed and its blocks freed
+// within one step. Every request ends with exactly one OnFinish.
+//
+// Threading: the scheduler thread owns the Engine and calls every
+// RequestSink method. Submit, Cancel, Stats and Drain are thread-safe.
+//
+// Usage:
+//   auto sched = Scheduler::Start(engine, {.max_running = 16}, log);
+//   STRATA_ASSIGN_OR_RETURN(RequestId id, sched->Submit({.prompt = ids, .max_tokens = 64,
+//                                                         .sink = my_sink}));
+//   ...
+//   sched->Drain(std::chrono::seconds(30));  // SIGTERM: finish in-flight work, then stop
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "util/log.h"
+#include "util/status.h"
+
+namespace strata::engine {
+
+using RequestId = uint64_t;
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t preemptions = 0;  // times the request was evicted and recomputed
+};
+
+// What the scheduler calls back, on its own thread, for one request. The
+// implementation (the gateway) samples, streams and decides when to stop.
+class RequestSink {
+ public:
+  virtual ~RequestSink() = default;
+  // Picks the next token from this step's logits ([n_vocab]).
+  virtual util::StatusOr<int32_t> Choose(std::span<const float> logits) = 0;
+  // A token was generated. Return false to end the request (stop string found).
+  virtual bool OnToken(int32_t token) = 0;
+  // Exactly once. `status` is OK unless the request failed; `reason` says why
+  // it ended (kStop: end-of-generation token or OnToken returned false;
+  // kLength: max_tokens or the context; kCancelled: Cancel or drain timeout).
+  virtual void OnFinish(FinishReason reason, const util::Status& status, const Usage& usage) = 0;
+};
+
+struct SchedulerRequest {
+  std::vector<int32_t> prompt;           // non-empty, shorter than the context
+  int32_t max_tokens = 16;               // >= 1; capped by the context
+  bool stop_at_eog = true;
+  std::shared_ptr<RequestSink> sink;     // required
+};
+
+struct SchedulerOptions {
+  int32_t max_running = 16;        // [1, 4096] sequences decoding or prefilling at once
+  int32_t max_batch_tokens = 512;  // [1, 65536] tokens per forward pass (decode + prefill)
+  int32_t max_queue = 256;         // [0, 1e6] requests waiting beyond max_running before Submit refuses
+};
+
+struct SchedulerStats {
+  int32_t waiting = 0;
+  int32_t running = 0;
+  int32_t kv_blocks_used = 0;
+  int32_t kv_blocks_total = 0;
+  int64_t steps = 0;
+  int64_t prompt_tokens = 0;      // prompt tokens evaluated (recomputation included)
+  int64_t generated_tokens = 0;
+  int64_t preemptions = 0;
+  bool draining = false;
+};
+
+class Scheduler {
+ public:
+  // Starts the scheduler thread; `engine` (and everything it uses) must outlive
+  // the Scheduler and is used only from that thread from now on.
+  static util::StatusOr<std::unique_ptr<Scheduler>> Start(Engine& engine,
+                                                          const SchedulerOptions& options,
+                                                          util::Logger& log);
+  // Cancels what is still running and joins the thread.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // InvalidArgument for a malformed request, OutOfRange when the prompt does
+  // not fit the context, ResourceExhausted when the queue is full, Unavailable
+  // while draining.
+  util::StatusOr<RequestId> Submit(SchedulerRequest request);
+  // Ends the request with kCancelled at the next step (no-op if it is done).
+  void Cancel(RequestId id);
+  SchedulerStats Stats() const;
+  // Stops accepting requests and waits until everything submitted has finished
+  // or `grace` has passed; what is left is cancelled. Returns true if nothing
+  // had to be cancelled.
+  bool Drain(std::chrono::milliseconds grace);
+
+ private:
+  struct Active;
+  Scheduler(Engine& engine, const SchedulerOptions& options, util::Logger& log);
+  void Loop();
+  // One forward pass over decode tokens and prompt chunks; false if idle.
+  bool StepOnce();
+  void Finish(Active& a, FinishReason reason, const util::Status& status);
+  void PreemptNewest();
+
+  Engine& engine_;
+  const SchedulerOptions options_;
+  util::Logger& log_;
+
+  // Shared with submitting threads; guarded by mu_.
+  mutable std::mutex mu_;
+  std::condition_variable wake_;      // new work, cancellation or shutdown
+  std::condition_variable finished_;  // a request finished (Drain waits on it)
+  std::deque<std::pair<RequestId, SchedulerRequest>> incoming_;
+  std::vector<RequestId> cancels_;
+  RequestId next_id_ = 1;
+  int32_t in_flight_ = 0;  // submitted and not yet finished
+  bool draining_ = false;
+  bool stop_ = false;
+  SchedulerStats stats_;   // published by the scheduler thread after each step
+
+  // Owned by the scheduler thread.
+  std::deque<std::unique_ptr<Active>> waiting_;   // admitted order, preempted ones at the front
+  std::vector<std::unique_ptr<Active>> running_;  // admission order (newest last)
+  std::unordered_map<RequestId, Active*> by_id_;
+
+  std::thread thread_;  // last: started after everything above is initialised
+};
+
+}  // namespace strata::engine

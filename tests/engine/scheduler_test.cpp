@@ -1,0 +1,253 @@
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "engine/generate.h"
+#include "testing/fake_clock.h"
+#include "testing/tiny_model.h"
+#include "util/log.h"
+
+namespace strata::engine {
+namespace {
+
+// Greedy sink that records what it is told and lets a test wait for the end.
+class RecordingSink : public RequestSink {
+ public:
+  explicit RecordingSink(int stop_after = -1) : stop_after_(stop_after) {}
+  util::StatusOr<int32_t> Choose(std::span<const float> logits) override {
+    return greedy_.Choose(0, logits);
+  }
+  bool OnToken(int32_t token) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    tokens_.push_back(token);
+    return stop_after_ < 0 || static_cast<int>(tokens_.size()) < stop_after_;
+  }
+  void OnFinish(FinishReason reason, const util::Status& status, const Usage& usage) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++finishes_;
+    reason_ = reason;
+    status_ = status;
+    usage_ = usage;
+    cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return finishes_ > 0; });
+  }
+  std::vector<int32_t> tokens() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return tokens_;
+  }
+  FinishReason reason() { std::lock_guard<std::mutex> l(mu_); return reason_; }
+  Usage usage() { std::lock_guard<std::mutex> l(mu_); return usage_; }
+  int finishes() { std::lock_guard<std::mutex> l(mu_); return finishes_; }
+
+ private:
+  GreedyChooser greedy_;
+  const int stop_after_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int32_t> tokens_;
+  int finishes_ = 0;
+  FinishReason reason_ = FinishReason::kLength;
+  util::Status status_;
+  Usage usage_;
+};
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tiny_ = testing::MakeTinyModel();
+    ASSERT_NE(tiny_.model, nullptr);
+  }
+  std::unique_ptr<Engine> MakeEngine(int32_t n_ctx, int32_t n_blocks) {
+    EngineOptions o;
+    o.n_threads = 2;
+    o.n_ctx = n_ctx;
+    o.n_kv_blocks = n_blocks;
+    o.block_size = 4;
+    auto e = Engine::Create(*tiny_.model, o, *log_);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return std::move(e).value();
+  }
+  std::vector<int32_t> Prompt(int n, int salt) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < n; ++i) p.push_back(3 + (i * 7 + salt * 13) % 200);
+    return p;
+  }
+  // The reference: each request alone through GenerateAll.
+  std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int max_tokens) {
+    auto e = MakeEngine(256, 256);
+    testing::FakeClock clock;
+    GreedyChooser greedy;
+    GenerationRequest r{prompt, max_tokens, true};
+    auto res = GenerateAll(*e, std::span(&r, 1), greedy, nullptr, {}, clock);
+    EXPECT_TRUE(res.ok());
+    return (*res)[0].tokens;
+  }
+  testing::TinyModel tiny_;
+  std::unique_ptr<util::Logger> log_ = util::NewNullLogger();
+};
+
+TEST_F(SchedulerTest, ConcurrentRequestsGetTheTokensTheyWouldGetAlone) {
+  auto engine = MakeEngine(256, 256);
+  auto sched = Scheduler::Start(*engine, {.max_running = 4, .max_batch_tokens = 16}, *log_);
+  ASSERT_TRUE(sched.ok());
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 10; ++i) {
+    prompts.push_back(Prompt(3 + 5 * i, i));
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE((*sched)->Submit({prompts.back(), 12, false, sinks.back()}).ok());
+  }
+  for (size_t i = 0; i < sinks.size(); ++i) {
+    sinks[i]->Wait();
+    EXPECT_EQ(sinks[i]->tokens(), Alone(prompts[i], 12)) << "request " << i;
+    EXPECT_EQ(sinks[i]->reason(), FinishReason::kLength);
+    EXPECT_EQ(sinks[i]->usage().completion_tokens, 12);
+  }
+  EXPECT_EQ((*sched)->Stats().kv_blocks_used, 0);
+}
+
+TEST_F(SchedulerTest, PreemptionUnderKvPressureKeepsOutputsExact) {
+  // 40 blocks of 4 tokens: one full context (32 blocks) plus a little.
+  auto engine = MakeEngine(128, 40);
+  auto sched = Scheduler::Start(*engine, {.max_running = 8, .max_batch_tokens = 64}, *log_);
+  ASSERT_TRUE(sched.ok());
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(Prompt(20, i));
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE((*sched)->Submit({prompts.back(), 40, false, sinks.back()}).ok());
+  }
+  for (size_t i = 0; i < sinks.size(); ++i) {
+    sinks[i]->Wait();
+    EXPECT_EQ(sinks[i]->tokens(), Alone(prompts[i], 40)) << "request " << i;
+  }
+  const SchedulerStats st = (*sched)->Stats();
+  EXPECT_GT(st.preemptions, 0) << "the test did not exercise preemption";
+  EXPECT_EQ(st.kv_blocks_used, 0);
+}
+
+TEST_F(SchedulerTest, CancelEndsTheRequestAndFreesItsBlocks) {
+  auto engine = MakeEngine(256, 256);
+  auto sched = Scheduler::Start(*engine, {}, *log_);
+  ASSERT_TRUE(sched.ok());
+  // A sink that cancels its own request from inside OnToken, as a server does
+  // when it sees the client disconnect.
+  struct CancellingSink : RecordingSink {
+    Scheduler* s = nullptr;
+    RequestId id = 0;
+    bool OnToken(int32_t t) override {
+      RecordingSink::OnToken(t);
+      if (tokens().size() == 3) s->Cancel(id);
+      return true;
+    }
+  };
+  auto sink = std::make_shared<CancellingSink>();
+  sink->s = sched->get();
+  // Ids are handed out in order from 1, so the sink knows its id before the
+  // scheduler can call it.
+  sink->id = 1;
+  auto id = (*sched)->Submit({Prompt(8, 1), 200, false, sink});
+  ASSERT_TRUE(id.ok());
+  ASSERT_EQ(*id, 1u);
+  sink->Wait();
+  EXPECT_EQ(sink->reason(), FinishReason::kCancelled);
+  EXPECT_LT(sink->tokens().size(), 200u);
+  EXPECT_EQ(sink->finishes(), 1);
+  EXPECT_EQ((*sched)->Stats().kv_blocks_used, 0);
+}
+
+TEST_F(SchedulerTest, SinkCanStopTheRequest) {
+  auto engine = MakeEngine(256, 256);
+  auto sched = Scheduler::Start(*engine, {}, *log_);
+  auto sink = std::make_shared<RecordingSink>(/*stop_after=*/5);
+  ASSERT_TRUE((*sched)->Submit({Prompt(6, 2), 50, false, sink}).ok());
+  sink->Wait();
+  EXPECT_EQ(sink->tokens().size(), 5u);
+  EXPECT_EQ(sink->reason(), FinishReason::kStop);
+}
+
+TEST_F(SchedulerTest, BadRequestsAreRefusedAtSubmit) {
+  auto engine = MakeEngine(32, 64);
+  auto sched = Scheduler::Start(*engine, {.max_running = 1, .max_queue = 0}, *log_);
+  auto sink = std::make_shared<RecordingSink>();
+  EXPECT_EQ((*sched)->Submit({{}, 5, false, sink}).status().code(), util::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*sched)->Submit({Prompt(4, 0), 0, false, sink}).status().code(),
+            util::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*sched)->Submit({Prompt(4, 0), 5, false, nullptr}).status().code(),
+            util::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*sched)->Submit({{1, 1 << 30}, 5, false, sink}).status().code(),
+            util::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*sched)->Submit({Prompt(32, 0), 5, false, sink}).status().code(),
+            util::StatusCode::kOutOfRange);
+}
+
+TEST_F(SchedulerTest, FullQueueIsResourceExhausted) {
+  auto engine = MakeEngine(256, 256);
+  auto sched = Scheduler::Start(*engine, {.max_running = 1, .max_queue = 1}, *log_);
+  // The first request holds the scheduler thread inside OnToken until released,
+  // so nothing finishes while the queue fills.
+  struct GateSink : RecordingSink {
+    std::mutex m;
+    std::condition_variable cv;
+    bool entered = false, open = false;
+    bool OnToken(int32_t t) override {
+      std::unique_lock<std::mutex> lock(m);
+      entered = true;
+      cv.notify_all();
+      cv.wait(lock, [this] { return open; });
+      lock.unlock();
+      return RecordingSink::OnToken(t);
+    }
+  };
+  auto gate = std::make_shared<GateSink>();
+  ASSERT_TRUE((*sched)->Submit({Prompt(8, 0), 3, false, gate}).ok());
+  {
+    std::unique_lock<std::mutex> lock(gate->m);
+    gate->cv.wait(lock, [&] { return gate->entered; });
+  }
+  auto queued = std::make_shared<RecordingSink>();
+  ASSERT_TRUE((*sched)->Submit({Prompt(8, 1), 3, false, queued}).ok());  // fills the queue
+  auto refused = std::make_shared<RecordingSink>();
+  auto r = (*sched)->Submit({Prompt(8, 2), 3, false, refused});
+  EXPECT_EQ(r.status().code(), util::StatusCode::kResourceExhausted);
+  {
+    std::lock_guard<std::mutex> lock(gate->m);
+    gate->open = true;
+  }
+  gate->cv.notify_all();
+  gate->Wait();
+  queued->Wait();
+  EXPECT_EQ(queued->tokens().size(), 3u);
+  EXPECT_EQ(refused->finishes(), 0);
+}
+
+TEST_F(SchedulerTest, DrainFinishesInFlightWorkThenRefuses) {
+  auto engine = MakeEngine(256, 256);
+  auto sched = Scheduler::Start(*engine, {}, *log_);
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE((*sched)->Submit({Prompt(8, 3), 20, false, sink}).ok());
+  EXPECT_TRUE((*sched)->Drain(std::chrono::minutes(1)));
+  EXPECT_EQ(sink->tokens().size(), 20u);
+  EXPECT_EQ((*sched)->Submit({Prompt(8, 3), 20, false, sink}).status().code(),
+            util::StatusCode::kUnavailable);
+}
+
+TEST_F(SchedulerTest, DestroyingTheSchedulerCancelsWhatIsLeft) {
+  auto engine = MakeEngine(256, 256);
+  auto sink = std::make_shared<RecordingSink>();
+  {
+    auto sched = Scheduler::Start(*engine, {}, *log_);
+    ASSERT_TRUE((*sched)->Submit({Prompt(8, 4), 250, false, sink}).ok());
+  }
+  EXPECT_EQ(sink->finishes(), 1);
+}
+
+}  // namespace
+}  // namespace strata::engine
