@@ -35,6 +35,8 @@ struct Command {
 
 Command RegisterGenerate(CLI::App& app);
 Command RegisterInspect(CLI::App& app);
+Command RegisterMkModel(CLI::App& app);
+Command RegisterBench(CLI::App& app);
 
 // The model to use: `flag` if set, else $STRATA_MODEL, else
 // ../shared/models/stories260K.gguf (relative to the working directory) if

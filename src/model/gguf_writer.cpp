@@ -223,7 +223,8 @@ util::Status GgufWriter::AddTensorBytes(const std::string& name, std::vector<int
   return util::OkStatus();
 }
 
-util::Status GgufWriter::WriteTo(Sink& sink) const {
+util::Status GgufWriter::WriteTo(Sink& sink, util::ThreadPool* pool,
+                                 const Progress& progress) const {
   std::string head;
   PutPod<uint32_t>(head, kGgufMagic);
   PutPod<uint32_t>(head, 3);
@@ -245,32 +246,54 @@ util::Status GgufWriter::WriteTo(Sink& sink) const {
   STRATA_RETURN_IF_ERROR(sink.Append(head.data(), head.size()));
   STRATA_RETURN_IF_ERROR(sink.Pad(alignment_));
 
-  std::vector<float> row;
+  // Rows are encoded a chunk at a time (in parallel when a pool is given) and
+  // appended in order.
+  const int n_threads = pool ? pool->size() : 1;
+  std::vector<std::vector<float>> row_scratch(static_cast<size_t>(n_threads));
   std::vector<uint8_t> encoded;
-  for (const Tensor& t : tensors_) {
+  for (size_t ti = 0; ti < tensors_.size(); ++ti) {
+    const Tensor& t = tensors_[ti];
     if (t.fill) {
       const int64_t n = t.shape[0];
-      const int64_t rows = static_cast<int64_t>(t.n_bytes / RowBytes(t.type, n));
-      row.resize(static_cast<size_t>(n));
-      encoded.resize(RowBytes(t.type, n));
-      for (int64_t r = 0; r < rows; ++r) {
-        t.fill(r, std::span<float>(row));
-        QuantizeRow(t.type, row.data(), n, encoded.data());
+      const size_t rb = RowBytes(t.type, n);
+      const int64_t rows = static_cast<int64_t>(t.n_bytes / rb);
+      const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>((8u << 20) / std::max<size_t>(rb, 1)));
+      for (auto& r : row_scratch) r.resize(static_cast<size_t>(n));
+      for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        const int64_t r1 = std::min(rows, r0 + chunk);
+        encoded.resize(static_cast<size_t>(r1 - r0) * rb);
+        auto encode = [&](int thread, int64_t begin, int64_t end) {
+          std::vector<float>& row = row_scratch[static_cast<size_t>(thread)];
+          for (int64_t r = begin; r < end; ++r) {
+            t.fill(r0 + r, std::span<float>(row));
+            QuantizeRow(t.type, row.data(), n, encoded.data() + static_cast<size_t>(r) * rb);
+          }
+        };
+        if (pool != nullptr && r1 - r0 > 1) {
+          pool->RunOnAll([&](int thread) {
+            const auto [b, e] = util::ThreadPool::Chunk(r1 - r0, pool->size(), thread);
+            encode(thread, b, e);
+          });
+        } else {
+          encode(0, 0, r1 - r0);
+        }
         STRATA_RETURN_IF_ERROR(sink.Append(encoded.data(), encoded.size()));
       }
     } else {
       STRATA_RETURN_IF_ERROR(sink.Append(t.bytes.data(), t.bytes.size()));
     }
     STRATA_RETURN_IF_ERROR(sink.Pad(alignment_));
+    if (progress) progress(ti + 1, tensors_.size(), t.name);
   }
   return sink.Flush();
 }
 
-util::Status GgufWriter::Write(util::FileSystem& fs, const std::string& path) const {
+util::Status GgufWriter::Write(util::FileSystem& fs, const std::string& path,
+                               util::ThreadPool* pool, const Progress& progress) const {
   const std::string tmp = path + ".partial";
   STRATA_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(tmp));
   Sink sink(file.get());
-  STRATA_RETURN_IF_ERROR(WriteTo(sink));
+  STRATA_RETURN_IF_ERROR(WriteTo(sink, pool, progress));
   STRATA_RETURN_IF_ERROR(file->Sync());
   STRATA_RETURN_IF_ERROR(file->Close());
   return fs.Rename(tmp, path);
@@ -279,7 +302,7 @@ util::Status GgufWriter::Write(util::FileSystem& fs, const std::string& path) co
 util::StatusOr<std::string> GgufWriter::ToBytes() const {
   std::string out;
   Sink sink(&out);
-  STRATA_RETURN_IF_ERROR(WriteTo(sink));
+  STRATA_RETURN_IF_ERROR(WriteTo(sink, nullptr, nullptr));
   return out;
 }
 

@@ -6,8 +6,10 @@
 // Rows are supplied as floats and quantized to the tensor's type with the
 // reference codecs (kernels.h).
 //
-// Threading: thread-compatible. Fill callbacks run on the calling thread, rows
-// in order.
+// Threading: thread-compatible. Fill callbacks may run on the threads of the
+// pool passed to Write, several rows at once, so they must be safe to call
+// concurrently for different rows (a row's content must depend only on its
+// index).
 //
 // Usage:
 //   GgufWriter w;
@@ -26,6 +28,7 @@
 #include "model/gguf.h"
 #include "util/file_system.h"
 #include "util/status.h"
+#include "util/thread_pool.h"
 
 namespace strata::model {
 
@@ -59,7 +62,13 @@ class GgufWriter {
   util::Status AddTensorBytes(const std::string& name, std::vector<int64_t> shape,
                               TensorType type, std::vector<uint8_t> bytes);
 
-  util::Status Write(util::FileSystem& fs, const std::string& path) const;
+  // Called after each tensor is written: (tensors done, tensor count, name).
+  using Progress = std::function<void(size_t done, size_t total, const std::string& name)>;
+
+  // Writes to `path` through a temporary sibling renamed at the end. `pool`
+  // (optional) encodes rows in parallel.
+  util::Status Write(util::FileSystem& fs, const std::string& path,
+                     util::ThreadPool* pool = nullptr, const Progress& progress = nullptr) const;
   // The whole file in memory (small files: tests, fuzz seeds).
   util::StatusOr<std::string> ToBytes() const;
 
@@ -74,7 +83,7 @@ class GgufWriter {
   };
   class Sink;
   void Put(const std::string& key, std::string encoded);
-  util::Status WriteTo(Sink& sink) const;
+  util::Status WriteTo(Sink& sink, util::ThreadPool* pool, const Progress& progress) const;
 
   uint32_t alignment_;
   std::vector<std::pair<std::string, std::string>> kv_;  // key -> type id + encoded value

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cctype>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "model/gguf_writer.h"
+#include "model/kernels.h"
 #include "util/random.h"
 
 namespace strata::model {
@@ -63,23 +65,109 @@ Vocab BuiltinVocab() {
   return v;
 }
 
+bool UseMoreBits(int32_t layer, int32_t n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 }  // namespace
 
 SyntheticShape DemoShape() { return SyntheticShape{}; }
 
+std::optional<SyntheticShape> NamedShape(std::string_view name) {
+  SyntheticShape s;
+  if (name == "demo") return s;
+  if (name == "llama-100m") {
+    s.n_embd = 768;
+    s.n_layers = 12;
+    s.n_heads = 12;
+    s.n_kv_heads = 4;
+    s.n_ff = 2048;
+    s.tied_embeddings = false;
+    return s;
+  }
+  if (name == "llama-1b") {
+    s.n_embd = 2048;
+    s.n_layers = 22;
+    s.n_heads = 32;
+    s.n_kv_heads = 4;
+    s.n_ff = 5632;
+    s.tied_embeddings = false;
+    return s;
+  }
+  if (name == "qwen2-0.5b") {
+    s.architecture = "qwen2";
+    s.n_embd = 896;
+    s.n_layers = 24;
+    s.n_heads = 14;
+    s.n_kv_heads = 2;
+    s.n_ff = 4864;
+    s.n_ctx = 32768;
+    s.rope_freq_base = 1000000.0f;
+    s.tied_embeddings = true;
+    return s;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> NamedShapeNames() { return {"demo", "llama-100m", "llama-1b", "qwen2-0.5b"}; }
+
+std::optional<std::pair<TensorType, QuantMix>> ParseTypeSpec(std::string_view spec) {
+  std::string lower(spec);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "q4_k_m") return std::pair{TensorType::kQ4_K, QuantMix::kQ4_K_M};
+  if (lower == "q5_k_m") return std::pair{TensorType::kQ5_K, QuantMix::kQ5_K_M};
+  auto t = ParseTensorType(lower);
+  if (!t || !HasCodec(*t)) return std::nullopt;
+  return std::pair{*t, QuantMix::kUniform};
+}
+
+TensorType TypeForTensor(TensorType base, QuantMix mix, const std::string& name, int32_t layer,
+                         int32_t n_layers, int64_t row_length, bool tied_embeddings) {
+  TensorType t = base;
+  const bool k_mix = mix != QuantMix::kUniform;
+  const bool is_output = name == "output.weight" || (tied_embeddings && name == "token_embd.weight");
+  if (k_mix && is_output) {
+    // The output head keeps more bits; where its rows are not whole 256-blocks, Q8_0.
+    return row_length % 256 == 0 ? TensorType::kQ6_K : TensorType::kQ8_0;
+  }
+  if (k_mix && layer >= 0 && UseMoreBits(layer, n_layers) &&
+      (EndsWith(name, "attn_v.weight") || EndsWith(name, "ffn_down.weight"))) {
+    t = TensorType::kQ6_K;
+  }
+  const int32_t block = GetTypeInfo(t).block_size;
+  if (row_length % block == 0) return t;
+  switch (t) {
+    case TensorType::kQ4_K: t = TensorType::kQ5_0; break;
+    case TensorType::kQ5_K: t = TensorType::kQ5_1; break;
+    case TensorType::kQ6_K: t = TensorType::kQ8_0; break;
+    default: t = TensorType::kF16; break;
+  }
+  if (row_length % GetTypeInfo(t).block_size != 0 || !HasCodec(t)) return TensorType::kF16;
+  return t;
+}
+
 util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
                                  const SyntheticOptions& options, util::Logger& log) {
   const SyntheticShape& s = options.shape;
-  if (s.architecture != "llama") {
+  if (s.architecture != "llama" && s.architecture != "qwen2") {
     return util::InvalidArgumentError(
-        fmt::format("synthetic models: architecture '{}' is not supported", s.architecture));
+        fmt::format("synthetic models: architecture '{}' is not supported (llama, qwen2)",
+                    s.architecture));
   }
   if (s.n_embd <= 0 || s.n_layers <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_ff <= 0 ||
       s.n_embd % s.n_heads != 0 || s.n_heads % s.n_kv_heads != 0 ||
-      (s.n_embd / s.n_heads) % 2 != 0) {
+      (s.n_embd / s.n_heads) % 2 != 0 || s.n_ctx <= 0) {
     return util::InvalidArgumentError(fmt::format(
         "synthetic models: inconsistent shape n_embd={} n_heads={} n_kv_heads={} n_ff={}",
         s.n_embd, s.n_heads, s.n_kv_heads, s.n_ff));
+  }
+  if (!HasCodec(options.type)) {
+    return util::InvalidArgumentError(
+        fmt::format("synthetic models: cannot encode type {}", TypeName(options.type)));
   }
   GgufWriter w;
   const std::string arch = s.architecture;
@@ -120,10 +208,10 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
   }
   w.SetUint32("general.file_type", static_cast<uint32_t>(options.type));
 
-  // Every tensor gets its own generator seeded from (seed, tensor index), so
-  // the bytes do not depend on the order rows are requested in.
+  // Every tensor's rows come from generators seeded by (seed, tensor index,
+  // row), so the bytes do not depend on the order or threads rows are made on.
   int tensor_index = 0;
-  auto random_matrix = [&](float stddev) {
+  auto random_rows = [&](float stddev) {
     const uint64_t seed = options.seed * 1000003ULL + static_cast<uint64_t>(tensor_index++);
     return [seed, stddev](int64_t row, std::span<float> out) {
       util::Rng rng(seed ^ (static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ULL));
@@ -131,30 +219,49 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
     };
   };
   auto ones = [](int64_t, std::span<float> out) { std::fill(out.begin(), out.end(), 1.0f); };
-  const int64_t E = s.n_embd, F = s.n_ff, KV = static_cast<int64_t>(s.n_embd / s.n_heads) * s.n_kv_heads;
+  const int64_t E = s.n_embd, F = s.n_ff;
+  const int64_t KV = static_cast<int64_t>(s.n_embd / s.n_heads) * s.n_kv_heads;
   const float sd = 0.02f;
   const float sd_out = 1.0f / std::sqrt(static_cast<float>(E));
-  const TensorType t = options.type;
-  STRATA_RETURN_IF_ERROR(w.AddTensor("token_embd.weight", {E, n_vocab}, t, random_matrix(sd_out)));
+  auto matrix = [&](const std::string& name, int32_t layer, int64_t cols, int64_t rows, float stddev) {
+    const TensorType t = TypeForTensor(options.type, options.mix, name, layer, s.n_layers, cols,
+                                       s.tied_embeddings);
+    return w.AddTensor(name, {cols, rows}, t, random_rows(stddev));
+  };
+  auto vector = [&](const std::string& name, int64_t n, bool is_ones) {
+    if (is_ones) return w.AddTensor(name, {n}, TensorType::kF32, ones);
+    return w.AddTensor(name, {n}, TensorType::kF32, random_rows(0.02f));
+  };
+  STRATA_RETURN_IF_ERROR(matrix("token_embd.weight", -1, E, n_vocab, sd_out));
   for (int32_t l = 0; l < s.n_layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
-    STRATA_RETURN_IF_ERROR(w.AddTensor(b + "attn_norm.weight", {E}, TensorType::kF32, ones));
-    STRATA_RETURN_IF_ERROR(w.AddTensor(b + "attn_q.weight", {E, E}, t, random_matrix(sd)));
-    STRATA_RETURN_IF_ERROR(w.AddTensor(b + "attn_k.weight", {E, KV}, t, random_matrix(sd)));
-    STRATA_RETURN_IF_ERROR(w.AddTensor(b + "attn_v.weight", {E, KV}, t, random_matrix(sd)));
-    STRATA_RETURN_IF_ERROR(w.AddTensor(b + "attn_output.weight", {E, E}, t, random_matrix(sd)));
-    STRATA_RETURN_IF_ERROR(w.AddTensor(b + "ffn_norm.weight", {E}, TensorType::kF32, ones));
-    STRATA_RETURN_IF_ERROR(w.AddTensor(b + "ffn_gate.weight", {E, F}, t, random_matrix(sd)));
-    STRATA_RETURN_IF_ERROR(w.AddTensor(b + "ffn_up.weight", {E, F}, t, random_matrix(sd)));
-    STRATA_RETURN_IF_ERROR(w.AddTensor(b + "ffn_down.weight", {F, E}, t, random_matrix(sd)));
+    STRATA_RETURN_IF_ERROR(vector(b + "attn_norm.weight", E, true));
+    STRATA_RETURN_IF_ERROR(matrix(b + "attn_q.weight", l, E, E, sd));
+    STRATA_RETURN_IF_ERROR(matrix(b + "attn_k.weight", l, E, KV, sd));
+    STRATA_RETURN_IF_ERROR(matrix(b + "attn_v.weight", l, E, KV, sd));
+    if (arch == "qwen2") {
+      STRATA_RETURN_IF_ERROR(vector(b + "attn_q.bias", E, false));
+      STRATA_RETURN_IF_ERROR(vector(b + "attn_k.bias", KV, false));
+      STRATA_RETURN_IF_ERROR(vector(b + "attn_v.bias", KV, false));
+    }
+    STRATA_RETURN_IF_ERROR(matrix(b + "attn_output.weight", l, E, E, sd));
+    STRATA_RETURN_IF_ERROR(vector(b + "ffn_norm.weight", E, true));
+    STRATA_RETURN_IF_ERROR(matrix(b + "ffn_gate.weight", l, E, F, sd));
+    STRATA_RETURN_IF_ERROR(matrix(b + "ffn_up.weight", l, E, F, sd));
+    STRATA_RETURN_IF_ERROR(matrix(b + "ffn_down.weight", l, F, E, sd));
   }
-  STRATA_RETURN_IF_ERROR(w.AddTensor("output_norm.weight", {E}, TensorType::kF32, ones));
+  STRATA_RETURN_IF_ERROR(vector("output_norm.weight", E, true));
   if (!s.tied_embeddings) {
-    STRATA_RETURN_IF_ERROR(w.AddTensor("output.weight", {E, n_vocab}, t, random_matrix(sd_out)));
+    STRATA_RETURN_IF_ERROR(matrix("output.weight", -1, E, n_vocab, sd_out));
   }
-  log.Info("writing synthetic model '{}' ({} layers, n_embd {}, vocab {}, {}) to {}", options.name,
-           s.n_layers, s.n_embd, n_vocab, TypeName(t), path);
-  return w.Write(fs, path);
+  log.Info("writing synthetic model '{}' ({} {} layers, n_embd {}, vocab {}, {}) to {}",
+           options.name, arch, s.n_layers, s.n_embd, n_vocab, TypeName(options.type), path);
+  return w.Write(fs, path, options.pool,
+                 [&log](size_t done, size_t total, const std::string& name) {
+                   if (done == total || done % 16 == 0) {
+                     log.Info("  [{}/{}] {}", done, total, name);
+                   }
+                 });
 }
 
 }  // namespace strata::model

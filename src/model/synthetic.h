@@ -1,29 +1,36 @@
 // model/synthetic.h — random-weight models of a chosen shape, written as GGUF.
 //
-// Promise: WriteSyntheticModel writes a complete, loadable llama-family GGUF
-// whose weights are drawn from a seeded generator (same options, same bytes).
-// Its vocabulary is copied from a vocabulary GGUF when one is given, else a
-// small built-in SentencePiece vocabulary (bytes, letters, common English
-// words). Such models generate gibberish: they exist so strata runs without a
-// downloaded model and so benchmarks run on realistic shapes, whose speed does
-// not depend on whether the weights were trained.
+// Promise: WriteSyntheticModel writes a complete, loadable GGUF (architecture
+// llama or qwen2) whose weights are drawn from a seeded generator: the same
+// options give the same bytes, whatever the thread count. Its vocabulary is
+// copied from a vocabulary GGUF when one is given, else a small built-in
+// SentencePiece vocabulary (bytes, letters, common English words). Such models
+// generate gibberish: they exist so strata runs without a downloaded model and
+// so benchmarks run on realistic shapes, whose speed does not depend on whether
+// the weights were trained. Quantization mixes follow the rules GGUF
+// quantizers use for Q4_K_M and Q5_K_M files, so a synthetic file has the same
+// per-tensor types as a downloaded one of that shape.
 //
-// Threading: thread-compatible.
+// Threading: thread-compatible; writing uses the pool given in the options.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "model/gguf.h"
 #include "model/tensor_type.h"
 #include "util/file_system.h"
 #include "util/log.h"
 #include "util/status.h"
+#include "util/thread_pool.h"
 
 namespace strata::model {
 
 struct SyntheticShape {
-  std::string architecture = "llama";
+  std::string architecture = "llama";  // llama | qwen2 (q/k/v biases, NEOX rotation)
   int32_t n_embd = 256;
   int32_t n_layers = 4;
   int32_t n_heads = 8;
@@ -34,12 +41,38 @@ struct SyntheticShape {
   bool tied_embeddings = true;
 };
 
+// Named shapes: "demo" (the built-in demo), "llama-100m" (~100M parameters
+// with a 32k vocabulary), "llama-1b" (TinyLlama 1.1B: 2048 wide, 22 layers, 32
+// heads, 4 KV heads), "qwen2-0.5b" (Qwen2.5 0.5B: 896 wide, 24 layers, 14
+// heads, 2 KV heads, tied embeddings).
+std::optional<SyntheticShape> NamedShape(std::string_view name);
+std::vector<std::string> NamedShapeNames();
+
+// How tensor types are chosen.
+enum class QuantMix {
+  kUniform,  // every matrix in `type` (rows that are not whole blocks: see TypeForTensor)
+  kQ4_K_M,   // Q4_K, with Q6_K for the output head and some attn_v/ffn_down layers
+  kQ5_K_M,   // Q5_K, likewise
+};
+
+// Parses "f32", "q8_0", "q4_k", "q4_k_m", ... into a base type and a mix.
+std::optional<std::pair<TensorType, QuantMix>> ParseTypeSpec(std::string_view spec);
+
+// The type a tensor gets: `name` is its GGUF name, `layer` its block index (-1
+// outside blocks), `row_length` its shape[0]. Where the chosen type's block
+// does not divide the row, falls back as GGUF quantizers do (Q4_K→Q5_0,
+// Q5_K→Q5_1, Q6_K→Q8_0, else F16).
+TensorType TypeForTensor(TensorType base, QuantMix mix, const std::string& name, int32_t layer,
+                         int32_t n_layers, int64_t row_length, bool tied_embeddings);
+
 struct SyntheticOptions {
   SyntheticShape shape;
-  TensorType type = TensorType::kF32;  // matrices; norms stay F32
+  TensorType type = TensorType::kF32;  // matrices; norms and biases stay F32
+  QuantMix mix = QuantMix::kUniform;
   uint64_t seed = 42;
   std::string name = "strata-synthetic";
   const GgufFile* vocab = nullptr;  // copy tokenizer.* from here; nullptr: built-in vocabulary
+  util::ThreadPool* pool = nullptr; // encode rows in parallel
 };
 
 // The shape of the demo model strata writes when no model is available.

@@ -16,7 +16,7 @@ using util::InvalidArgumentError;
 using util::Status;
 using util::StatusOr;
 
-constexpr std::string_view kSupportedArchitectures = "llama";
+constexpr std::string_view kSupportedArchitectures = "llama, qwen2";
 
 std::string ShapeString(std::span<const int64_t> shape) {
   std::string s = "[";
@@ -74,7 +74,7 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf,
   ModelConfig& c = m->config_;
 
   STRATA_ASSIGN_OR_RETURN(std::string_view arch, g.GetString("general.architecture"));
-  if (arch != "llama") {
+  if (arch != "llama" && arch != "qwen2") {
     return util::UnimplementedError(fmt::format(
         "model architecture '{}' is not supported (supported: {})", arch, kSupportedArchitectures));
   }
@@ -146,12 +146,27 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf,
   } else if (scaling != "none") {
     return util::UnimplementedError(fmt::format("rope.scaling.type '{}' is not supported", scaling));
   }
-  c.rope_style = RopeStyle::kNormal;
+  // GGUF llama weights are permuted for adjacent-pair rotation; qwen2 keeps the
+  // original layout and rotates halves.
+  c.rope_style = c.architecture == "qwen2" ? RopeStyle::kNeox : RopeStyle::kNormal;
 
   m->rope_inv_freq_.resize(static_cast<size_t>(c.n_rot / 2));
   for (int32_t i = 0; i < c.n_rot / 2; ++i) {
     m->rope_inv_freq_[static_cast<size_t>(i)] =
         std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.n_rot);
+  }
+  // Llama 3.1-style frequency scaling: converters store one divisor per
+  // rotated pair in rope_freqs.weight.
+  if (m->gguf_->FindTensor("rope_freqs.weight") != nullptr) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<float> factors,
+                            m->LoadVector("rope_freqs.weight", c.n_rot / 2, true));
+    for (size_t i = 0; i < factors.size(); ++i) {
+      if (!(factors[i] > 0.0f) || !std::isfinite(factors[i])) {
+        return InvalidArgumentError(
+            fmt::format("rope_freqs.weight[{}] = {} must be finite and > 0", i, factors[i]));
+      }
+      m->rope_inv_freq_[i] /= factors[i];
+    }
   }
 
   STRATA_RETURN_IF_ERROR(m->LoadWeights(log));

@@ -55,6 +55,19 @@ else
   echo "skip: ../shared/models/stories260K.gguf is not present; real-model CLI checks skipped"
 fi
 
+# Synthetic models and the benchmark.
+expect 0 "wrote" -- mkmodel --dims n_embd=64,n_layers=1,n_heads=4,n_kv_heads=2,n_ff=128 --type q8_0 -o "$tmp/m.gguf" -t 2
+expect 0 "" -- generate -m "$tmp/m.gguf" -n 4 --temp 0
+expect 0 "tg4" -- bench -m "$tmp/m.gguf" -p 16 -n 4 -r 1 --no-bandwidth --json "$tmp/bench.json"
+if ! grep -q '"median"' "$tmp/bench.json"; then echo "FAIL: bench JSON lacks results"; fail=1; fi
+expect 2 "unknown --shape 'nope'" -- mkmodel --shape nope -o "$tmp/x.gguf"
+expect 2 "--type 'q9' is not one strata can write" -- mkmodel --shape demo --type q9 -o "$tmp/x.gguf"
+expect 2 "exactly one of --shape and --dims" -- mkmodel -o "$tmp/x.gguf"
+expect 2 "is not key=value" -- mkmodel --dims n_embd -o "$tmp/x.gguf"
+expect 2 "--output is required" -- mkmodel --shape demo
+expect 2 "-r 0 is outside" -- bench -m "$tmp/m.gguf" -r 0
+expect 1 "cannot open" -- bench -m "$tmp/missing.gguf"
+
 # No model anywhere: the demo model, with its notice.
 (cd "$tmp" && STRATA_MODEL= "$STRATA" generate -n 8 --temp 0 >out.txt 2>err.txt)
 rc=$?

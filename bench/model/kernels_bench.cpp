@@ -1,0 +1,101 @@
+// Matrix-product throughput of each weight type and kernel table.
+//
+// Decode (1 token) streams a weight matrix far larger than the caches, so its
+// figure is weight bytes per second and is bounded by memory bandwidth;
+// prefill (64 tokens) reuses each weight tile across tokens, so its figure is
+// multiply-adds per second.
+//
+//   build/release/bench/kernels_bench --benchmark_filter='Q8_0'
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "model/kernels.h"
+#include "util/random.h"
+
+namespace strata::model {
+namespace {
+
+struct Fixture {
+  std::vector<uint8_t> w;    // [rows][row_bytes]
+  std::vector<uint8_t> act;  // [tokens][act_row_bytes]
+  size_t row_bytes = 0, act_row_bytes = 0;
+};
+
+Fixture Make(TensorType type, int64_t n, int64_t rows, int64_t tokens) {
+  Fixture f;
+  util::Rng rng(7);
+  f.row_bytes = RowBytes(type, n);
+  f.w.resize(f.row_bytes * static_cast<size_t>(rows));
+  std::vector<float> row(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (auto& v : row) v = static_cast<float>(rng.Normal());
+    QuantizeRow(type, row.data(), n, f.w.data() + static_cast<size_t>(r) * f.row_bytes);
+  }
+  const ActFormat fmt = ActFormatFor(type);
+  f.act_row_bytes = ActRowBytes(fmt, n);
+  f.act.resize(f.act_row_bytes * static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (auto& v : row) v = static_cast<float>(rng.Normal());
+    GetKernels(Isa::kScalar)->quantize_act(fmt, row.data(), n, f.act.data() + static_cast<size_t>(t) * f.act_row_bytes);
+  }
+  return f;
+}
+
+void BM_MatMul(benchmark::State& state, Isa isa, TensorType type, int64_t tokens) {
+  const KernelTable* k = GetKernels(isa);
+  if (k == nullptr) {
+    state.SkipWithError("ISA not available on this CPU");
+    return;
+  }
+  const int64_t n = 2048;
+  // Decode: ~256 MB of weights (beyond any cache); prefill: one 5632-row matrix.
+  const int64_t rows = tokens == 1 ? static_cast<int64_t>((256u << 20) / RowBytes(type, n)) : 1024;
+  Fixture f = Make(type, n, rows, tokens);
+  std::vector<float> out(static_cast<size_t>(rows * tokens));
+  MatMulArgs a;
+  a.w_type = type;
+  a.w = f.w.data();
+  a.w_row_bytes = f.row_bytes;
+  a.row_begin = 0;
+  a.row_end = rows;
+  a.act = f.act.data();
+  a.act_row_bytes = f.act_row_bytes;
+  a.n_tokens = tokens;
+  a.n = n;
+  a.out = out.data();
+  a.out_stride = rows;
+  for (auto _ : state) {
+    k->matmul(a);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["weight_GB/s"] = benchmark::Counter(
+      static_cast<double>(f.w.size()) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(rows * n * tokens) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void Register() {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    for (TensorType t : {TensorType::kF16, TensorType::kQ8_0, TensorType::kQ4_0}) {
+      for (int64_t tokens : {1, 64}) {
+        if (isa == Isa::kScalar && tokens > 1) continue;
+        const std::string name = std::string("MatMul/") + std::string(IsaName(isa)) + "/" +
+                                 std::string(TypeName(t)) + "/tokens:" + std::to_string(tokens);
+        benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, isa, t, tokens)
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(0.5);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::model
+
+int main(int argc, char** argv) {
+  strata::model::Register();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  return 0;
+}

@@ -1,0 +1,314 @@
+// `strata bench`: prompt-processing and generation speed of a model, in a
+// table like llama-bench's and as JSON, with the machine's read bandwidth
+// measured in the same run so decode speed can be read as a fraction of the
+// physical limit.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "engine/engine.h"
+#include "model/transformer.h"
+#include "util/clock.h"
+#include "util/random.h"
+#include "util/thread_pool.h"
+
+namespace strata::cli {
+namespace {
+
+struct BenchFlags {
+  std::string model;
+  int32_t n_prompt = 512;
+  int32_t n_gen = 128;
+  int32_t threads = 2;
+  int32_t reps = 5;
+  int32_t batch = 512;
+  std::string json;
+  bool no_bandwidth = false;
+  std::string log_level = "warn";
+};
+
+struct TestResult {
+  std::string name;
+  int32_t n_prompt = 0, n_gen = 0;
+  std::vector<double> tps;  // tokens/s per repetition
+  double Median() const {
+    std::vector<double> v = tps;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
+  }
+  double Min() const { return tps.empty() ? 0.0 : *std::min_element(tps.begin(), tps.end()); }
+  double Max() const { return tps.empty() ? 0.0 : *std::max_element(tps.begin(), tps.end()); }
+};
+
+__attribute__((target("avx2"))) uint64_t ReadSumAvx2(const uint64_t* p, size_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_xor_si256(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_xor_si256(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 4)));
+    a2 = _mm256_xor_si256(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 8)));
+    a3 = _mm256_xor_si256(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 12)));
+  }
+  const __m256i x = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+  uint64_t out[4];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), x);
+  return out[0] ^ out[1] ^ out[2] ^ out[3];
+}
+
+uint64_t ReadSumPlain(const uint64_t* p, size_t n) {
+  uint64_t a = 0;
+  for (size_t i = 0; i < n; ++i) a ^= p[i];
+  return a;
+}
+
+// Read bandwidth in bytes/s with all pool threads streaming disjoint parts of
+// a buffer much larger than the caches (median of 5 passes).
+double MeasureReadBandwidth(util::ThreadPool& pool, const util::Clock& clock) {
+  const size_t bytes = size_t{512} << 20;
+  const size_t n = bytes / sizeof(uint64_t);
+  std::unique_ptr<uint64_t[], void (*)(void*)> buf(
+      static_cast<uint64_t*>(std::aligned_alloc(64, bytes)), &std::free);
+  if (!buf) return 0.0;
+  pool.ParallelFor(static_cast<int64_t>(n), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) buf[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
+  });
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  std::vector<double> rates;
+  uint64_t sink = 0;
+  for (int pass = 0; pass < 6; ++pass) {
+    std::vector<uint64_t> parts(static_cast<size_t>(pool.size()));
+    const auto t0 = clock.Now();
+    pool.RunOnAll([&](int t) {
+      auto [b, e] = util::ThreadPool::Chunk(static_cast<int64_t>(n / 16), pool.size(), t);
+      const uint64_t* p = buf.get() + b * 16;
+      const size_t len = static_cast<size_t>(e - b) * 16;
+      parts[static_cast<size_t>(t)] = avx2 ? ReadSumAvx2(p, len) : ReadSumPlain(p, len);
+    });
+    const double s = util::SecondsBetween(t0, clock.Now());
+    for (uint64_t v : parts) sink ^= v;
+    if (pass > 0) rates.push_back(static_cast<double>(bytes) / s);  // first pass warms up
+  }
+  if (sink == 42) std::fputc(' ', stderr);  // keep the reads observable
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+// Resident set (current and peak) from /proc/self/status, in bytes.
+std::pair<uint64_t, uint64_t> ResidentBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  uint64_t rss = 0, hwm = 0;
+  while (in >> key) {
+    uint64_t kb = 0;
+    if (key == "VmRSS:") {
+      in >> kb;
+      rss = kb * 1024;
+    } else if (key == "VmHWM:") {
+      in >> kb;
+      hwm = kb * 1024;
+    }
+  }
+  return {rss, hwm};
+}
+
+std::string HumanBytes(double b) {
+  if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+  return fmt::format("{:.2f} MiB", b / (1024.0 * 1024));
+}
+
+int RunBench(const Env& env, const BenchFlags& f) {
+  if (f.n_prompt < 0 || f.n_gen < 0 || (f.n_prompt == 0 && f.n_gen == 0)) {
+    return UsageError("-p and -n must be >= 0 and not both 0");
+  }
+  if (f.threads < 1 || f.threads > 256) return UsageError(fmt::format("-t {} is outside [1, 256]", f.threads));
+  if (f.reps < 1 || f.reps > 1000) return UsageError(fmt::format("-r {} is outside [1, 1000]", f.reps));
+  if (f.batch < 1) return UsageError("--batch must be >= 1");
+  auto log = MakeLogger(f.log_level);
+  auto path = ResolveModelPath(env, f.model, *log);
+  if (!path.ok()) return ReportError(path.status());
+  const util::Clock& clock = util::RealClock();
+
+  const auto t_load = clock.Now();
+  auto loaded = model::Model::Load(*env.fs, *path, {}, *log);
+  if (!loaded.ok()) return ReportError(loaded.status());
+  const model::Model& m = **loaded;
+  const model::ModelConfig& c = m.config();
+  engine::EngineOptions eo;
+  eo.n_threads = f.threads;
+  eo.n_ctx = std::max(f.n_prompt, f.n_gen) + 16;
+  auto created = engine::Engine::Create(m, eo, *log);
+  if (!created.ok()) return ReportError(created.status());
+  engine::Engine& eng = **created;
+  util::Rng rng(1234);
+  auto random_tokens = [&](int32_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = static_cast<int32_t>(rng.Below(static_cast<uint64_t>(c.n_vocab)));
+    return t;
+  };
+  // Load to first token: the model mapped and parsed, then one token's logits.
+  {
+    const engine::SeqId s = eng.NewSequence();
+    const std::vector<int32_t> one = {m.tokenizer().bos() >= 0 ? m.tokenizer().bos() : 0};
+    engine::Engine::Work w{s, one, true};
+    auto r = eng.Step(std::span(&w, 1));
+    if (!r.ok()) return ReportError(r.status());
+    eng.FreeSequence(s);
+  }
+  const double load_to_first_ms = util::SecondsBetween(t_load, clock.Now()) * 1e3;
+
+  auto run_prompt = [&](int32_t n) -> util::StatusOr<double> {
+    const auto tokens = random_tokens(n);
+    const engine::SeqId s = eng.NewSequence();
+    const auto t0 = clock.Now();
+    for (int32_t i = 0; i < n; i += f.batch) {
+      const int32_t k = std::min(f.batch, n - i);
+      engine::Engine::Work w{s, std::span(tokens).subspan(static_cast<size_t>(i), static_cast<size_t>(k)),
+                             i + k == n};
+      STRATA_RETURN_IF_ERROR(eng.Step(std::span(&w, 1)));
+    }
+    const double secs = util::SecondsBetween(t0, clock.Now());
+    eng.FreeSequence(s);
+    return n / secs;
+  };
+  auto run_gen = [&](int32_t n) -> util::StatusOr<double> {
+    const auto tokens = random_tokens(n);
+    const engine::SeqId s = eng.NewSequence();
+    const auto t0 = clock.Now();
+    for (int32_t i = 0; i < n; ++i) {
+      engine::Engine::Work w{s, std::span(tokens).subspan(static_cast<size_t>(i), 1), true};
+      STRATA_RETURN_IF_ERROR(eng.Step(std::span(&w, 1)));
+    }
+    const double secs = util::SecondsBetween(t0, clock.Now());
+    eng.FreeSequence(s);
+    return n / secs;
+  };
+
+  std::vector<TestResult> results;
+  if (f.n_prompt > 0) results.push_back({fmt::format("pp{}", f.n_prompt), f.n_prompt, 0, {}});
+  if (f.n_gen > 0) results.push_back({fmt::format("tg{}", f.n_gen), 0, f.n_gen, {}});
+  for (TestResult& t : results) {
+    auto run = [&]() { return t.n_prompt > 0 ? run_prompt(t.n_prompt) : run_gen(t.n_gen); };
+    auto warm = run();  // warm-up, not counted
+    if (!warm.ok()) return ReportError(warm.status());
+    for (int r = 0; r < f.reps; ++r) {
+      auto tps = run();
+      if (!tps.ok()) return ReportError(tps.status());
+      t.tps.push_back(*tps);
+      log->Info("{} rep {}: {:.2f} t/s", t.name, r + 1, *tps);
+    }
+  }
+  const auto [rss, hwm] = ResidentBytes();
+
+  // Bytes one decode step must read: every matrix except the embedding table,
+  // of which a step reads one row (unless it doubles as the output head).
+  double step_bytes = 0;
+  for (const auto& t : m.gguf().tensors()) {
+    if (t.name == "token_embd.weight" && !c.tied_embeddings) continue;
+    step_bytes += static_cast<double>(t.n_bytes);
+  }
+  double bandwidth = 0;
+  if (!f.no_bandwidth) {
+    util::ThreadPool pool(f.threads);
+    bandwidth = MeasureReadBandwidth(pool, clock);
+  }
+
+  const double file_bytes = static_cast<double>(m.gguf().bytes().size());
+  const double kv_bytes = static_cast<double>(eng.kv_pool().bytes());
+  const std::string model_desc =
+      fmt::format("{} {:.2f}B {}", c.architecture, static_cast<double>(c.n_params) / 1e9,
+                  m.WeightTypeSummary());
+  const std::string isa(model::IsaName(eng.kernels().isa));
+  fmt::print("| {:<28} | {:>10} | {:>8} | {:<11} | {:>7} | {:>6} | {:>9} | {:>17} |\n", "model", "size",
+             "params", "backend", "threads", "test", "t/s", "min .. max");
+  fmt::print("| {:-<28} | {:->10} | {:->8} | {:-<11} | {:->7} | {:->6} | {:->9} | {:->17} |\n", "", "", "",
+             "", "", "", "", "");
+  for (const TestResult& t : results) {
+    fmt::print("| {:<28} | {:>10} | {:>8} | {:<11} | {:>7} | {:>6} | {:>9.2f} | {:>7.2f} .. {:>7.2f} |\n",
+               model_desc, HumanBytes(file_bytes),
+               fmt::format("{:.2f} B", static_cast<double>(c.n_params) / 1e9), "CPU " + isa,
+               f.threads, t.name, t.Median(), t.Min(), t.Max());
+  }
+  std::fprintf(stdout, "\nload to first token: %.1f ms (warm page cache)\n", load_to_first_ms);
+  if (bandwidth > 0) {
+    for (const TestResult& t : results) {
+      if (t.n_gen == 0) continue;
+      std::fprintf(stdout,
+                   "%s reads %.2f GB/token: %.1f GB/s of a measured %.1f GB/s read bandwidth (%.0f%%)\n",
+                   t.name.c_str(), step_bytes / 1e9, t.Median() * step_bytes / 1e9, bandwidth / 1e9,
+                   100.0 * t.Median() * step_bytes / bandwidth);
+    }
+  }
+  std::fprintf(stdout,
+               "resident memory: %s now, %s peak; file %s + KV cache %s = %s (peak/limit %.2f)\n",
+               HumanBytes(static_cast<double>(rss)).c_str(), HumanBytes(static_cast<double>(hwm)).c_str(),
+               HumanBytes(file_bytes).c_str(), HumanBytes(kv_bytes).c_str(),
+               HumanBytes(file_bytes + kv_bytes).c_str(),
+               static_cast<double>(hwm) / (file_bytes + kv_bytes));
+
+  if (!f.json.empty()) {
+    nlohmann::json j;
+    j["model"] = *path;
+    j["model_desc"] = model_desc;
+    j["architecture"] = c.architecture;
+    j["weight_type"] = m.WeightTypeSummary();
+    j["size_bytes"] = file_bytes;
+    j["params"] = c.n_params;
+    j["isa"] = isa;
+    j["threads"] = f.threads;
+    j["load_to_first_token_ms"] = load_to_first_ms;
+    j["read_bandwidth_bytes_per_s"] = bandwidth;
+    j["decode_bytes_per_token"] = step_bytes;
+    j["rss_bytes"] = rss;
+    j["peak_rss_bytes"] = hwm;
+    j["kv_cache_bytes"] = kv_bytes;
+    for (const TestResult& t : results) {
+      j["tests"].push_back({{"name", t.name},
+                            {"n_prompt", t.n_prompt},
+                            {"n_gen", t.n_gen},
+                            {"tokens_per_s", t.tps},
+                            {"median", t.Median()},
+                            {"min", t.Min()},
+                            {"max", t.Max()}});
+    }
+    const std::string text = j.dump(2) + "\n";
+    if (f.json == "-") {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    } else if (util::Status st = env.fs->WriteFileAtomic(f.json, text); !st.ok()) {
+      return ReportError(st);
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command RegisterBench(CLI::App& app) {
+  auto f = std::make_shared<BenchFlags>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prompt-processing and generation speed");
+  cmd->add_option("-m,--model", f->model, "GGUF model file (default as for generate)");
+  cmd->add_option("-p,--n-prompt", f->n_prompt, "Prompt tokens per pp test; 0 = skip")
+      ->capture_default_str();
+  cmd->add_option("-n,--n-gen", f->n_gen, "Generated tokens per tg test; 0 = skip")
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", f->threads, "Threads")->capture_default_str();
+  cmd->add_option("-r,--reps", f->reps, "Repetitions of each test (after one warm-up)")
+      ->capture_default_str();
+  cmd->add_option("-b,--batch", f->batch, "Prompt tokens per forward pass")->capture_default_str();
+  cmd->add_option("--json", f->json, "Also write the results as JSON to FILE ('-' = stdout)");
+  cmd->add_flag("--no-bandwidth", f->no_bandwidth, "Skip the memory bandwidth measurement");
+  cmd->add_option("--log-level", f->log_level, "debug, info, warn, error or off")
+      ->capture_default_str();
+  return {cmd, [f](const Env& env) { return RunBench(env, *f); }};
+}
+
+}  // namespace strata::cli
