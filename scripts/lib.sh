@@ -4,7 +4,7 @@
 # Debian packages the build, the tests and the fuzzers need.
 STRATA_PACKAGES=(
   g++ cmake ninja-build pkg-config
-  libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libxxhash-dev
+  libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libxxhash-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
 )

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "model/internal/bpe.h"
 #include "util/utf8.h"
 
 namespace strata::model {
@@ -60,15 +61,28 @@ bool IsSpecialType(TokenType t) {
 
 }  // namespace
 
+Tokenizer::Tokenizer() = default;
+Tokenizer::~Tokenizer() = default;
+
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& gguf) {
   STRATA_ASSIGN_OR_RETURN(std::string_view model_kind, gguf.GetString("tokenizer.ggml.model"));
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   if (model_kind == "llama") {
     t->kind_ = TokenizerKind::kSpm;
+  } else if (model_kind == "gpt2") {
+    t->kind_ = TokenizerKind::kBpe;
   } else {
-    return util::UnimplementedError(fmt::format(
-        "tokenizer '{}' (tokenizer.ggml.model) is not supported; supported: llama (SentencePiece)",
-        model_kind));
+    return util::UnimplementedError(
+        fmt::format("tokenizer '{}' (tokenizer.ggml.model) is not supported; supported: llama "
+                    "(SentencePiece), gpt2 (byte-level BPE)",
+                    model_kind));
+  }
+  const bool bpe = t->kind_ == TokenizerKind::kBpe;
+  internal::PreTokenizerSpec pre;
+  if (bpe) {
+    // Absent in files converted before pre-tokenizers were recorded: "default".
+    STRATA_ASSIGN_OR_RETURN(std::string_view pre_name, gguf.GetStringOr("tokenizer.ggml.pre", ""));
+    STRATA_ASSIGN_OR_RETURN(pre, internal::FindPreTokenizer(pre_name));
   }
 
   STRATA_ASSIGN_OR_RETURN(const GgufValue* tokens, gguf.GetArray("tokenizer.ggml.tokens"));
@@ -115,15 +129,23 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& gguf) {
     }
     return static_cast<int32_t>(id);
   };
-  STRATA_ASSIGN_OR_RETURN(t->bos_, special_id("tokenizer.ggml.bos_token_id", 1));
-  STRATA_ASSIGN_OR_RETURN(t->eos_, special_id("tokenizer.ggml.eos_token_id", 2));
-  STRATA_ASSIGN_OR_RETURN(t->unk_, special_id("tokenizer.ggml.unknown_token_id", 0));
+  // SentencePiece vocabularies have conventional ids when the keys are absent;
+  // BPE vocabularies have none.
+  STRATA_ASSIGN_OR_RETURN(t->bos_, special_id("tokenizer.ggml.bos_token_id", bpe ? -1 : 1));
+  STRATA_ASSIGN_OR_RETURN(t->eos_, special_id("tokenizer.ggml.eos_token_id", bpe ? -1 : 2));
+  STRATA_ASSIGN_OR_RETURN(t->unk_, special_id("tokenizer.ggml.unknown_token_id", bpe ? -1 : 0));
   STRATA_ASSIGN_OR_RETURN(int32_t eot, special_id("tokenizer.ggml.eot_token_id", -1));
   STRATA_ASSIGN_OR_RETURN(int32_t eom, special_id("tokenizer.ggml.eom_token_id", -1));
-  STRATA_ASSIGN_OR_RETURN(t->add_bos_, gguf.GetBoolOr("tokenizer.ggml.add_bos_token", true));
+  // Only validated: nothing here pads.
+  STRATA_RETURN_IF_ERROR(special_id("tokenizer.ggml.padding_token_id", -1).status());
+  // BPE: no BOS unless the key asks for it, except that the Llama 3 family of
+  // pre-tokenizers defaults to BOS as the reference does.
+  STRATA_ASSIGN_OR_RETURN(t->add_bos_,
+                          gguf.GetBoolOr("tokenizer.ggml.add_bos_token", bpe ? pre.add_bos : true));
   STRATA_ASSIGN_OR_RETURN(t->add_eos_, gguf.GetBoolOr("tokenizer.ggml.add_eos_token", false));
   STRATA_ASSIGN_OR_RETURN(t->add_space_prefix_,
                           gguf.GetBoolOr("tokenizer.ggml.add_space_prefix", true));
+  if (bpe) t->add_space_prefix_ = false;  // byte-level BPE encodes spaces as they are
   if (t->add_bos_ && t->bos_ < 0) {
     return InvalidArgumentError("tokenizer asks for a BOS token but has no bos_token_id");
   }
@@ -132,6 +154,20 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& gguf) {
   for (size_t i = 0; i < n; ++i) {
     // The first of duplicate texts wins, as in the reference tokenizer.
     t->index_.emplace(std::string_view(t->tokens_[i].text), static_cast<int32_t>(i));
+  }
+  if (bpe) {
+    const GgufValue* merges = gguf.Find("tokenizer.ggml.merges");
+    if (merges == nullptr) {
+      return InvalidArgumentError(
+          "tokenizer.ggml.merges is missing; a gpt2 (BPE) tokenizer needs its merges");
+    }
+    if (!merges->is_array() ||
+        (merges->element_type() != GgufValueType::kString && merges->size() != 0)) {
+      return InvalidArgumentError(fmt::format(
+          "tokenizer.ggml.merges must be an array of strings, got {}", merges->DebugString(2)));
+    }
+    STRATA_ASSIGN_OR_RETURN(t->bpe_, internal::BpeModel::Build(t->index_, static_cast<int32_t>(n),
+                                                               merges->strings(), pre, t->unk_));
   }
   t->byte_tokens_.assign(256, -1);
   for (size_t i = 0; i < n; ++i) {
@@ -166,7 +202,8 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& gguf) {
     const Token& tok = t->tokens_[i];
     switch (tok.type) {
       case TokenType::kNormal:
-        t->pieces_[i] = ReplaceAll(tok.text, kSpaceMarker, " ");
+        t->pieces_[i] =
+            bpe ? internal::DecodeByteLevel(tok.text) : ReplaceAll(tok.text, kSpaceMarker, " ");
         break;
       case TokenType::kUserDefined:
         t->pieces_[i] = tok.text;
@@ -272,6 +309,10 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOption
     if (f.token >= 0) {
       out.push_back(f.token);
       prev_special = true;
+      continue;
+    }
+    if (kind_ == TokenizerKind::kBpe) {
+      bpe_->Encode(f.text, index_, out);
       continue;
     }
     std::string raw;
@@ -384,7 +425,9 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, const DecodeOptions&
 std::string Detokenizer::Push(int32_t id) {
   std::string_view piece = tok_.Piece(id);
   if (strip_leading_space_ && !piece.empty()) {
-    if (piece.front() == ' ' && tok_.Type(id) == TokenType::kNormal) piece.remove_prefix(1);
+    if (tok_.add_space_prefix_ && piece.front() == ' ' && tok_.Type(id) == TokenType::kNormal) {
+      piece.remove_prefix(1);
+    }
     strip_leading_space_ = false;
   }
   pending_.append(piece);

@@ -2,14 +2,20 @@
 //
 // Promise: Encode reproduces the reference tokenizers of the supported
 // vocabularies exactly (tests compare against ../shared/golden/tokenizer/):
-// `tokenizer.ggml.model = llama` (SentencePiece: score-driven merges, byte
-// fallback, "▁" for spaces, optional space prefix). Special tokens in the text
-// are split out first: user-defined ones always, control ones only when
-// `parse_special` is set, so user text can never smuggle in a control token.
-// Decode(Encode(s)) == s for valid UTF-8 text s that does not itself contain
-// the space marker "▁" (U+2581); invalid UTF-8 is tokenized as the reference
-// does, bytes grouped by their lead byte's length. Detokenizer streams text while holding back
-// incomplete UTF-8 so partial characters never reach a client.
+// - `tokenizer.ggml.model = llama` (kSpm, SentencePiece): score-driven merges,
+//   byte fallback, "▁" for spaces, optional space prefix.
+// - `tokenizer.ggml.model = gpt2` (kBpe, byte-level BPE): text is split by the
+//   pre-tokenizer `tokenizer.ggml.pre` names (GPT-2, Llama 3 and Qwen2
+//   patterns), each piece's bytes become GPT-2 byte characters, and
+//   `tokenizer.ggml.merges` apply by rank. Every byte sequence is representable.
+// Special tokens in the text are split out first, for both kinds: user-defined
+// ones always, control ones only when `parse_special` is set, so user text can
+// never smuggle in a control token.
+// Round trip: Decode(Encode(s)) == s for valid UTF-8 text s; for kSpm s must
+// not itself contain the space marker "▁" (U+2581). Invalid UTF-8 is tokenized
+// as the reference does: kSpm groups bytes by their lead byte's length, kBpe
+// reads each invalid byte as U+FFFD. Detokenizer streams text while holding
+// back incomplete UTF-8 so partial characters never reach a client.
 //
 // Threading: a Tokenizer is immutable and thread-safe; a Detokenizer is
 // thread-compatible (one per stream).
@@ -45,7 +51,14 @@ enum class TokenType : int32_t {
   kByte = 6,
 };
 
-enum class TokenizerKind { kSpm };
+enum class TokenizerKind {
+  kSpm,  // tokenizer.ggml.model = llama
+  kBpe,  // tokenizer.ggml.model = gpt2
+};
+
+namespace internal {
+class BpeModel;
+}
 
 struct EncodeOptions {
   bool add_special = true;     // BOS/EOS as the vocabulary asks (tokenizer.ggml.add_*_token)
@@ -54,12 +67,20 @@ struct EncodeOptions {
 
 struct DecodeOptions {
   bool render_special = false;       // emit the text of control/unknown tokens
-  bool strip_leading_space = true;   // undo the space prefix Encode added
+  bool strip_leading_space = true;   // undo the space prefix Encode added (kSpm only;
+                                     // kBpe adds none, so nothing is stripped)
 };
 
 class Tokenizer {
  public:
+  // Reads the tokenizer.ggml.* keys (docs/formats/gguf.md). InvalidArgument,
+  // naming the key (and index), for malformed metadata; Unimplemented for a
+  // tokenizer model or pre-tokenizer that is not supported. The result does
+  // not refer to gguf.
   static util::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& gguf);
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
 
   TokenizerKind kind() const { return kind_; }
   int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
@@ -93,7 +114,9 @@ class Tokenizer {
     std::string_view text;       // raw text otherwise
   };
 
-  Tokenizer() = default;
+  friend class Detokenizer;  // reads add_space_prefix_
+
+  Tokenizer();
   std::vector<Fragment> SplitSpecial(std::string_view text, bool parse_special) const;
   void EncodeSpm(std::string_view text, std::vector<int32_t>& out) const;
   int32_t ByteToken(uint8_t byte) const;
@@ -107,11 +130,15 @@ class Tokenizer {
   std::vector<bool> eog_;
   int32_t bos_ = -1, eos_ = -1, unk_ = -1;
   bool add_bos_ = true, add_eos_ = false, add_space_prefix_ = true;
+  std::unique_ptr<const internal::BpeModel> bpe_;  // kBpe only: pre-tokenizer and merges
 };
 
 // Streams decoded text: Push returns the text that became complete, holding
 // back an unfinished UTF-8 sequence at the end; invalid bytes become U+FFFD, so
 // everything returned is valid UTF-8. Finish flushes what is left.
+// strip_leading_space drops the space prefix of the first text token, and only
+// for vocabularies that add one (as DecodeOptions::strip_leading_space).
+// Borrows the tokenizer, which must outlive it.
 class Detokenizer {
  public:
   explicit Detokenizer(const Tokenizer& tokenizer, bool strip_leading_space = false)
