@@ -27,6 +27,18 @@ util::Status Validate(const SamplingParams& p) {
   if (!(p.min_p >= 0.0f && p.min_p < 1.0f)) {
     return util::InvalidArgumentError(fmt::format("min_p {} is outside [0, 1)", p.min_p));
   }
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
+    return util::InvalidArgumentError(
+        fmt::format("presence_penalty {} is outside [-2, 2]", p.presence_penalty));
+  }
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
+    return util::InvalidArgumentError(
+        fmt::format("frequency_penalty {} is outside [-2, 2]", p.frequency_penalty));
+  }
+  if (!(p.repetition_penalty > 0.0f && p.repetition_penalty <= 10.0f)) {
+    return util::InvalidArgumentError(
+        fmt::format("repetition_penalty {} is outside (0, 10]", p.repetition_penalty));
+  }
   return util::OkStatus();
 }
 
@@ -78,6 +90,16 @@ int32_t Draw(const std::vector<Candidate>& c, float temperature, double uniform)
   return c.back().id;
 }
 
+void ApplyPenalties(std::span<float> logits, const std::vector<std::pair<int32_t, int32_t>>& counts,
+                    const SamplingParams& p) {
+  for (const auto& [id, n] : counts) {
+    if (id < 0 || static_cast<size_t>(id) >= logits.size() || n <= 0) continue;
+    float& l = logits[static_cast<size_t>(id)];
+    if (p.repetition_penalty != 1.0f) l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+    l -= p.presence_penalty + p.frequency_penalty * static_cast<float>(n);
+  }
+}
+
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 util::StatusOr<int32_t> Sampler::Sample(std::span<const float> logits) {
@@ -88,9 +110,30 @@ util::StatusOr<int32_t> Sampler::Sample(std::span<const float> logits) {
           fmt::format("sampling: logit of token {} is {}", i, logits[i]));
     }
   }
+  if (std::all_of(logits.begin(), logits.end(),
+                  [](float l) { return l == -std::numeric_limits<float>::infinity(); })) {
+    return util::InvalidArgumentError("sampling: every logit is -inf");
+  }
+  if (!counts_.empty() && (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f ||
+                           params_.repetition_penalty != 1.0f)) {
+    penalized_.assign(logits.begin(), logits.end());
+    ApplyPenalties(penalized_, counts_, params_);
+    logits = penalized_;
+  }
   // Always consume one draw per token, even when greedy, so a request's stream
   // of draws does not depend on its parameters.
   const double u = rng_.Uniform();
+  const int32_t token = Choose(logits, u);
+  auto it = std::find_if(counts_.begin(), counts_.end(), [&](const auto& c) { return c.first == token; });
+  if (it == counts_.end()) {
+    counts_.emplace_back(token, 1);
+  } else {
+    ++it->second;
+  }
+  return token;
+}
+
+int32_t Sampler::Choose(std::span<const float> logits, double u) {
   if (params_.temperature == 0.0f) {
     size_t best = 0;
     for (size_t i = 1; i < logits.size(); ++i) {
@@ -104,7 +147,6 @@ util::StatusOr<int32_t> Sampler::Sample(std::span<const float> logits) {
     if (logits[i] == -std::numeric_limits<float>::infinity()) continue;  // masked
     candidates_.push_back({static_cast<int32_t>(i), logits[i]});
   }
-  if (candidates_.empty()) return util::InvalidArgumentError("sampling: every logit is -inf");
   TopK(candidates_, params_.top_k);
   TopP(candidates_, params_.top_p);
   MinP(candidates_, params_.min_p);

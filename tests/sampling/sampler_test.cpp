@@ -71,3 +71,27 @@ TEST(Sampler, InvalidParametersNameTheField) {
 
 }  // namespace
 }  // namespace strata::sampling
+
+namespace strata::sampling {
+namespace {
+
+TEST(Sampler, PenaltiesLowerRepeatedTokens) {
+  std::vector<float> logits = {1.0f, 0.9f, 0.0f};
+  SamplingParams p{.temperature = 0.0f, .presence_penalty = 0.5f, .frequency_penalty = 0.0f, .seed = 1};
+  Sampler s(p);
+  EXPECT_EQ(*s.Sample(logits), 0);  // nothing generated yet
+  EXPECT_EQ(*s.Sample(logits), 1);  // token 0 now carries the presence penalty
+  std::vector<float> l = {2.0f, -2.0f, 0.0f};
+  SamplingParams rp;
+  rp.repetition_penalty = 2.0f;
+  rp.frequency_penalty = 0.25f;
+  ApplyPenalties(l, {{0, 2}, {1, 1}}, rp);
+  EXPECT_FLOAT_EQ(l[0], 2.0f / 2 - 0.5f);
+  EXPECT_FLOAT_EQ(l[1], -2.0f * 2 - 0.25f);
+  EXPECT_FLOAT_EQ(l[2], 0.0f);
+  EXPECT_FALSE(Validate({.presence_penalty = 3.0f}).ok());
+  EXPECT_FALSE(Validate({.repetition_penalty = 0.0f}).ok());
+}
+
+}  // namespace
+}  // namespace strata::sampling
