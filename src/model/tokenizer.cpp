@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <queue>
 
@@ -301,11 +302,33 @@ std::vector<Tokenizer::Fragment> Tokenizer::SplitSpecial(std::string_view text,
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOptions& options) const {
+  const TextSegment one{text, options.parse_special};
+  return EncodeSegments(std::span(&one, 1), options.add_special);
+}
+
+std::vector<int32_t> Tokenizer::EncodeSegments(std::span<const TextSegment> segments,
+                                               bool add_special) const {
+  // Split each segment by its own rule, then join raw text that meets across a
+  // segment boundary so it is tokenized as one piece.
+  std::vector<Fragment> frags;
+  std::deque<std::string> joined;  // storage of merged raw fragments (stable addresses)
+  size_t total = 0;
+  for (const TextSegment& seg : segments) {
+    total += seg.text.size();
+    for (const Fragment& f : SplitSpecial(seg.text, seg.parse_special)) {
+      if (f.token < 0 && !frags.empty() && frags.back().token < 0) {
+        joined.push_back(std::string(frags.back().text) + std::string(f.text));
+        frags.back().text = joined.back();
+      } else {
+        frags.push_back(f);
+      }
+    }
+  }
   std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 4);
-  if (options.add_special && add_bos_) out.push_back(bos_);
+  out.reserve(total / 3 + 4);
+  if (add_special && add_bos_) out.push_back(bos_);
   bool prev_special = true;  // the first fragment gets the space prefix
-  for (const Fragment& f : SplitSpecial(text, options.parse_special)) {
+  for (const Fragment& f : frags) {
     if (f.token >= 0) {
       out.push_back(f.token);
       prev_special = true;
@@ -321,7 +344,7 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOption
     EncodeSpm(ReplaceAll(raw, " ", kSpaceMarker), out);
     prev_special = false;
   }
-  if (options.add_special && add_eos_ && eos_ >= 0) out.push_back(eos_);
+  if (add_special && add_eos_ && eos_ >= 0) out.push_back(eos_);
   return out;
 }
 

@@ -65,6 +65,13 @@ struct EncodeOptions {
   bool parse_special = false;  // control tokens written in the text become tokens
 };
 
+// A piece of text to encode with its own special-token rule (chat prompts:
+// template scaffolding parses special tokens, message content does not).
+struct TextSegment {
+  std::string_view text;
+  bool parse_special = false;
+};
+
 struct DecodeOptions {
   bool render_special = false;       // emit the text of control/unknown tokens
   bool strip_leading_space = true;   // undo the space prefix Encode added (kSpm only;
@@ -93,6 +100,10 @@ class Tokenizer {
   bool IsValid(int32_t id) const { return id >= 0 && id < n_vocab(); }
 
   std::vector<int32_t> Encode(std::string_view text, const EncodeOptions& options = {}) const;
+  // Encodes the concatenation of `segments` as one text, except that special
+  // tokens are recognised only inside segments that allow it. Without special
+  // tokens this equals Encode of the joined text.
+  std::vector<int32_t> EncodeSegments(std::span<const TextSegment> segments, bool add_special) const;
   std::string Decode(std::span<const int32_t> ids, const DecodeOptions& options = {}) const;
   // The bytes one token contributes to the text (may be part of a UTF-8 character).
   std::string_view Piece(int32_t id, bool render_special = false) const;
