@@ -107,6 +107,8 @@ class Scheduler {
   // Ends the request with kCancelled at the next step (no-op if it is done).
   void Cancel(RequestId id);
   SchedulerStats Stats() const;
+  // The context every request must fit (immutable).
+  int32_t n_ctx() const { return engine_.n_ctx(); }
   // Stops accepting requests and waits until everything submitted has finished
   // or `grace` has passed; what is left is cancelled. Returns true if nothing
   // had to be cancelled.

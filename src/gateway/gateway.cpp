@@ -1,0 +1,345 @@
+#include "gateway/gateway.h"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "gateway/stop_matcher.h"
+#include "util/utf8.h"
+
+namespace strata::gateway {
+namespace {
+
+using util::InvalidArgumentError;
+
+// Events from the scheduler thread to the thread reading a Generation.
+class Channel {
+ public:
+  void Push(Event e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(std::move(e));
+    }
+    cv_.notify_one();
+  }
+  // nullopt on timeout.
+  std::optional<Event> Pop(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_until(lock, deadline, [this] { return !events_.empty(); })) return std::nullopt;
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;  // guarded by mu_
+};
+
+std::string_view ReasonLabel(engine::FinishReason r) {
+  switch (r) {
+    case engine::FinishReason::kStop: return "stop";
+    case engine::FinishReason::kLength: return "length";
+    case engine::FinishReason::kCancelled: return "cancelled";
+  }
+  return "stop";
+}
+
+}  // namespace
+
+struct GatewayMetrics {
+  explicit GatewayMetrics(obs::MetricsRegistry& reg)
+      : ttft(reg.Histogram("strata_time_to_first_token_seconds",
+                           "Time from request submission to its first generated token.", {},
+                           obs::ExponentialBuckets(0.005, 2, 14))
+                 .With({})),
+        tpot(reg.Histogram("strata_time_per_output_token_seconds",
+                           "Mean time between generated tokens of a request after the first.", {},
+                           obs::ExponentialBuckets(0.001, 2, 14))
+                 .With({})),
+        e2e(reg.Histogram("strata_request_duration_seconds",
+                          "Time from submission to the last token of a request.", {},
+                          obs::ExponentialBuckets(0.01, 2, 16))
+                .With({})),
+        prompt_tokens(reg.Counter("strata_prompt_tokens_total", "Prompt tokens of requests.").With({})),
+        generated_tokens(
+            reg.Counter("strata_generated_tokens_total", "Tokens generated.").With({})),
+        finished(reg.Counter("strata_generations_finished_total",
+                             "Generated choices by how they ended.", {"reason"})) {}
+  obs::HistogramValue& ttft;
+  obs::HistogramValue& tpot;
+  obs::HistogramValue& e2e;
+  obs::CounterValue& prompt_tokens;
+  obs::CounterValue& generated_tokens;
+  obs::Family<obs::CounterValue>& finished;
+};
+
+namespace {
+
+// One choice: samples, detokenizes, matches stop strings and reports events.
+// Runs on the scheduler thread.
+class ChoiceSink final : public engine::RequestSink {
+ public:
+  ChoiceSink(int32_t index, const sampling::SamplingParams& params, const model::Tokenizer& tok,
+             std::vector<std::string> stops, int32_t top_logprobs, std::shared_ptr<Channel> ch,
+             const util::Clock& clock, std::shared_ptr<GatewayMetrics> metrics)
+      : index_(index),
+        sampler_(params),
+        tok_(tok),
+        detok_(tok),
+        stop_(std::move(stops)),
+        top_logprobs_(top_logprobs),
+        ch_(std::move(ch)),
+        clock_(clock),
+        metrics_(std::move(metrics)),
+        start_(clock.Now()) {}
+
+  util::StatusOr<int32_t> Choose(std::span<const float> logits) override {
+    STRATA_ASSIGN_OR_RETURN(int32_t token, sampler_.Sample(logits));
+    if (top_logprobs_ >= 0) pending_lp_ = Logprobs(logits, token);
+    return token;
+  }
+
+  bool OnToken(int32_t token) override {
+    const auto now = clock_.Now();
+    if (n_tokens_++ == 0) {
+      first_ = now;
+      metrics_->ttft.Observe(util::SecondsBetween(start_, now));
+    }
+    Event e;
+    e.index = index_;
+    e.text = stop_.Push(detok_.Push(token));
+    if (top_logprobs_ >= 0 && !tok_.IsEog(token) && pending_lp_) {
+      e.logprobs.push_back(std::move(*pending_lp_));
+    }
+    pending_lp_.reset();
+    if (!e.text.empty() || !e.logprobs.empty()) ch_->Push(std::move(e));
+    return !stop_.stopped();
+  }
+
+  void OnFinish(engine::FinishReason reason, const util::Status& status,
+                const engine::Usage& usage) override {
+    Event tail;
+    tail.index = index_;
+    tail.text = stop_.Push(detok_.Finish());
+    tail.text += stop_.Finish();
+    if (!tail.text.empty()) ch_->Push(std::move(tail));
+    const auto now = clock_.Now();
+    metrics_->e2e.Observe(util::SecondsBetween(start_, now));
+    if (n_tokens_ > 1) {
+      metrics_->tpot.Observe(util::SecondsBetween(first_, now) / static_cast<double>(n_tokens_ - 1));
+    }
+    metrics_->generated_tokens.Inc(usage.completion_tokens);
+    metrics_->finished.With({std::string(ReasonLabel(reason))}).Inc();
+    Event e;
+    e.kind = Event::Kind::kFinish;
+    e.index = index_;
+    e.finish = reason;
+    e.status = status;
+    e.usage = usage;
+    ch_->Push(std::move(e));
+  }
+
+ private:
+  TokenLogprob Logprobs(std::span<const float> logits, int32_t token) const {
+    double mx = -INFINITY;
+    for (float l : logits) mx = std::max(mx, static_cast<double>(l));
+    double sum = 0;
+    for (float l : logits) sum += std::exp(static_cast<double>(l) - mx);
+    const double lse = mx + std::log(sum);
+    auto describe = [&](int32_t id) {
+      const std::string_view piece = tok_.Piece(id, /*render_special=*/true);
+      return util::SanitizeUtf8(piece);
+    };
+    TokenLogprob lp;
+    const std::string_view piece = tok_.Piece(token, true);
+    lp.text = util::SanitizeUtf8(piece);
+    lp.bytes.assign(piece.begin(), piece.end());
+    lp.logprob = static_cast<float>(logits[static_cast<size_t>(token)] - lse);
+    if (top_logprobs_ > 0) {
+      std::vector<int32_t> ids(logits.size());
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+      const size_t k = std::min(ids.size(), static_cast<size_t>(top_logprobs_));
+      std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                        [&](int32_t a, int32_t b) {
+                          return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+                                 (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+                        });
+      for (size_t i = 0; i < k; ++i) {
+        lp.top.emplace_back(describe(ids[i]),
+                            static_cast<float>(logits[static_cast<size_t>(ids[i])] - lse));
+      }
+    }
+    return lp;
+  }
+
+  const int32_t index_;
+  sampling::Sampler sampler_;
+  const model::Tokenizer& tok_;
+  model::Detokenizer detok_;
+  StopMatcher stop_;
+  const int32_t top_logprobs_;
+  std::shared_ptr<Channel> ch_;
+  const util::Clock& clock_;
+  std::shared_ptr<GatewayMetrics> metrics_;
+  const std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point first_;
+  int32_t n_tokens_ = 0;
+  std::optional<TokenLogprob> pending_lp_;
+};
+
+class GenerationImpl final : public Generation {
+ public:
+  GenerationImpl(engine::Scheduler& sched, std::shared_ptr<Channel> ch, int32_t n_choices,
+                 int32_t prompt_tokens)
+      : sched_(sched), ch_(std::move(ch)), n_choices_(n_choices), pending_(n_choices),
+        prompt_tokens_(prompt_tokens) {}
+  ~GenerationImpl() override {
+    if (pending_ > 0) Cancel();
+  }
+  void AddRequest(engine::RequestId id) { ids_.push_back(id); }
+
+  util::StatusOr<Event> Next(std::chrono::steady_clock::time_point deadline) override {
+    if (pending_ == 0) return util::OutOfRangeError("every choice has finished");
+    auto e = ch_->Pop(deadline);
+    if (!e) return util::DeadlineExceededError("no token before the deadline");
+    if (e->kind == Event::Kind::kFinish) --pending_;
+    return std::move(*e);
+  }
+  void Cancel() override {
+    for (engine::RequestId id : ids_) sched_.Cancel(id);
+  }
+  int32_t prompt_tokens() const override { return prompt_tokens_; }
+  int32_t n_choices() const override { return n_choices_; }
+
+ private:
+  engine::Scheduler& sched_;
+  std::shared_ptr<Channel> ch_;
+  std::vector<engine::RequestId> ids_;
+  const int32_t n_choices_;
+  int32_t pending_;
+  const int32_t prompt_tokens_;
+};
+
+}  // namespace
+
+util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const model::Model& model,
+                                                         engine::Scheduler& scheduler,
+                                                         obs::MetricsRegistry& metrics,
+                                                         const GatewayOptions& options,
+                                                         const util::Clock& clock,
+                                                         util::Logger& log) {
+  if (options.max_tokens_cap < 1 || options.max_choices < 1 || options.max_choices > 128 ||
+      options.max_top_logprobs < 0 || options.max_top_logprobs > 20 ||
+      options.max_stop_strings < 0 || options.max_stop_strings > 64) {
+    return InvalidArgumentError("gateway options out of range");
+  }
+  const int32_t n_ctx = scheduler.n_ctx();
+  std::unique_ptr<Gateway> g(new Gateway(model, scheduler, options, clock, log, n_ctx));
+  g->metrics_ = std::make_shared<GatewayMetrics>(metrics);
+  const auto tpl = model.gguf().GetStringOr("tokenizer.chat_template", "");
+  const int32_t eos = model.tokenizer().eos();
+  const std::string eos_text = eos >= 0 ? std::string(model.tokenizer().TokenText(eos)) : "</s>";
+  g->style_ = model::DetectChatStyle(tpl.ok() ? *tpl : "", eos_text);
+  if (options.chat_format) g->style_.format = *options.chat_format;
+  log.Info("chat format: {}{}", model::ChatFormatName(g->style_.format),
+           options.chat_format ? " (set by option)" : tpl.ok() && !tpl->empty() ? " (from the model's template)"
+                                                                                : " (the model has no template)");
+  return g;
+}
+
+Gateway::Gateway(const model::Model& model, engine::Scheduler& scheduler,
+                 const GatewayOptions& options, const util::Clock& clock, util::Logger& log,
+                 int32_t n_ctx)
+    : model_(model), scheduler_(scheduler), options_(options), clock_(clock), log_(log),
+      n_ctx_(n_ctx) {}
+
+Gateway::~Gateway() = default;
+
+util::Status Gateway::Validate(const CompletionRequest& r) const {
+  if (!r.prompt && r.messages.empty()) return InvalidArgumentError("messages must not be empty");
+  if (r.n < 1 || r.n > options_.max_choices) {
+    return InvalidArgumentError(fmt::format("n {} is outside [1, {}]", r.n, options_.max_choices));
+  }
+  if (r.max_tokens && (*r.max_tokens < 1 || *r.max_tokens > options_.max_tokens_cap)) {
+    return InvalidArgumentError(fmt::format("max_tokens {} is outside [1, {}]", *r.max_tokens,
+                                            options_.max_tokens_cap));
+  }
+  if (static_cast<int32_t>(r.stop.size()) > options_.max_stop_strings) {
+    return InvalidArgumentError(fmt::format("stop has {} strings; at most {} are allowed",
+                                            r.stop.size(), options_.max_stop_strings));
+  }
+  for (size_t i = 0; i < r.stop.size(); ++i) {
+    if (r.stop[i].empty() || static_cast<int32_t>(r.stop[i].size()) > options_.max_stop_length) {
+      return InvalidArgumentError(fmt::format("stop[{}] must have 1 to {} bytes", i,
+                                              options_.max_stop_length));
+    }
+  }
+  if (r.top_logprobs > options_.max_top_logprobs) {
+    return InvalidArgumentError(fmt::format("top_logprobs {} is outside [0, {}]", r.top_logprobs,
+                                            options_.max_top_logprobs));
+  }
+  return sampling::Validate(r.sampling);
+}
+
+util::StatusOr<std::vector<int32_t>> Gateway::Tokenize(const CompletionRequest& r) const {
+  const model::Tokenizer& tok = model_.tokenizer();
+  if (r.prompt) return tok.Encode(*r.prompt, {.add_special = true, .parse_special = true});
+  STRATA_ASSIGN_OR_RETURN(auto segments, model::RenderChat(style_, r.messages, true));
+  std::vector<model::TextSegment> parts;
+  parts.reserve(segments.size());
+  for (const auto& s : segments) parts.push_back({s.text, s.special});
+  return tok.EncodeSegments(parts, /*add_special=*/true);
+}
+
+util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionRequest& r) {
+  STRATA_RETURN_IF_ERROR(Validate(r));
+  STRATA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, Tokenize(r));
+  const int32_t n_prompt = static_cast<int32_t>(tokens.size());
+  if (n_prompt == 0) return InvalidArgumentError("the prompt is empty");
+  if (n_prompt >= n_ctx_) {
+    return util::OutOfRangeError(fmt::format(
+        "context length exceeded: the prompt has {} tokens and the model's context is {}", n_prompt,
+        n_ctx_));
+  }
+  const int32_t room = n_ctx_ - n_prompt;
+  int32_t max_tokens = std::min(room, options_.max_tokens_cap);
+  if (r.max_tokens) {
+    if (*r.max_tokens > room) {
+      return util::OutOfRangeError(fmt::format(
+          "context length exceeded: {} prompt tokens + max_tokens {} > the context of {}",
+          n_prompt, *r.max_tokens, n_ctx_));
+    }
+    max_tokens = *r.max_tokens;
+  }
+  std::vector<std::string> stops = r.stop;
+  if (!r.prompt) {
+    for (auto& s : model::TurnEndStrings(style_)) stops.push_back(std::move(s));
+  }
+  metrics_->prompt_tokens.Inc(n_prompt);
+
+  auto ch = std::make_shared<Channel>();
+  auto gen = std::make_unique<GenerationImpl>(scheduler_, ch, r.n, n_prompt);
+  for (int32_t i = 0; i < r.n; ++i) {
+    sampling::SamplingParams p = r.sampling;
+    p.seed = r.sampling.seed + static_cast<uint64_t>(i);  // distinct choices, reproducible
+    auto sink = std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), stops, r.top_logprobs, ch,
+                                             clock_, metrics_);
+    auto id = scheduler_.Submit({tokens, max_tokens, true, std::move(sink)});
+    if (!id.ok()) {
+      gen->Cancel();
+      return id.status();
+    }
+    gen->AddRequest(*id);
+  }
+  log_.Debug("[{}] tenant={} prompt_tokens={} n={} max_tokens={}", r.request_id, r.tenant, n_prompt,
+             r.n, max_tokens);
+  return std::unique_ptr<Generation>(std::move(gen));
+}
+
+}  // namespace strata::gateway

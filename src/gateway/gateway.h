@@ -1,0 +1,133 @@
+// gateway — the request pipeline between the HTTP front end and the engine.
+//
+// Promise: Start() turns an API-neutral completion request into running
+// generations: it validates every parameter (InvalidArgument naming the
+// field), renders the model's chat template, tokenizes (message content never
+// becomes a control token), checks the context (OutOfRange, "context length
+// exceeded"), and submits one scheduler request per choice. The returned
+// Generation yields events in order: text deltas (stop strings never
+// appear, even split across tokens; text is always complete UTF-8), then one
+// finish per choice. Destroying a Generation or calling Cancel frees its
+// engine resources within one step. Latency and token counts are recorded as
+// metrics. Cache tiers will hook in here (DESIGN.md §1); nothing of HTTP is
+// known here.
+//
+// Threading: Gateway is thread-safe (any HTTP thread may Start); a
+// Generation is used by one thread, its events produced on the scheduler
+// thread and handed over through a locked queue.
+//
+// Usage:
+//   CompletionRequest r;
+//   r.messages = {{"user", "Hello"}};
+//   STRATA_ASSIGN_OR_RETURN(auto gen, gateway.Start(r));
+//   while (true) {
+//     STRATA_ASSIGN_OR_RETURN(Event e, gen->Next(deadline));
+//     ...  // stream e.text; stop after the last kFinish
+//   }
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "model/chat_template.h"
+#include "model/transformer.h"
+#include "obs/metrics.h"
+#include "sampling/sampler.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/status.h"
+
+namespace strata::gateway {
+
+struct GatewayOptions {
+  std::string model_name;             // the id clients use ("model" field)
+  int32_t max_tokens_cap = 4096;      // [1, n_ctx] hard cap on tokens generated per choice
+  int32_t max_choices = 8;            // [1, 128] largest n
+  int32_t max_stop_strings = 16;      // [0, 64]
+  int32_t max_stop_length = 256;      // bytes per stop string
+  int32_t max_top_logprobs = 20;      // [0, 20]
+  std::optional<model::ChatFormat> chat_format;  // override the template detected in the GGUF
+};
+
+struct CompletionRequest {
+  std::string request_id;
+  std::string tenant = "default";
+  std::vector<model::ChatMessage> messages;  // chat: rendered with the chat template
+  std::optional<std::string> prompt;         // completion: raw text (used when set)
+  std::optional<int32_t> max_tokens;         // default: what is left of the context, capped
+  sampling::SamplingParams sampling;
+  std::vector<std::string> stop;
+  int32_t n = 1;
+  int32_t top_logprobs = -1;                 // -1: no logprobs; 0..20: chosen token (+ top N)
+};
+
+struct TokenLogprob {
+  std::string text;     // the token's bytes as text (may be partial UTF-8, sanitized)
+  std::vector<uint8_t> bytes;
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;  // most likely tokens at that step
+};
+
+struct Event {
+  enum class Kind { kDelta, kFinish };
+  Kind kind = Kind::kDelta;
+  int32_t index = 0;    // choice index
+  std::string text;     // kDelta: new text
+  std::vector<TokenLogprob> logprobs;  // kDelta: one per token that produced this text
+  engine::FinishReason finish = engine::FinishReason::kLength;  // kFinish
+  util::Status status;  // kFinish: not OK when the choice failed
+  engine::Usage usage;  // kFinish
+};
+
+class Generation {
+ public:
+  virtual ~Generation() = default;
+  // The next event, waiting until `deadline` (DeadlineExceeded after it);
+  // OutOfRange once every choice has finished and all events were read.
+  virtual util::StatusOr<Event> Next(std::chrono::steady_clock::time_point deadline) = 0;
+  // Ends every choice still running (the client went away).
+  virtual void Cancel() = 0;
+  virtual int32_t prompt_tokens() const = 0;
+  virtual int32_t n_choices() const = 0;
+};
+
+struct GatewayMetrics;
+
+class Gateway {
+ public:
+  static util::StatusOr<std::unique_ptr<Gateway>> Create(const model::Model& model,
+                                                         engine::Scheduler& scheduler,
+                                                         obs::MetricsRegistry& metrics,
+                                                         const GatewayOptions& options,
+                                                         const util::Clock& clock,
+                                                         util::Logger& log);
+  ~Gateway();
+
+  util::StatusOr<std::unique_ptr<Generation>> Start(const CompletionRequest& request);
+
+  const std::string& model_name() const { return options_.model_name; }
+  int32_t n_ctx() const { return n_ctx_; }
+  const model::ChatStyle& chat_style() const { return style_; }
+  // Tokens of a prompt (for usage reporting and tests).
+  util::StatusOr<std::vector<int32_t>> Tokenize(const CompletionRequest& request) const;
+
+ private:
+  Gateway(const model::Model& model, engine::Scheduler& scheduler, const GatewayOptions& options,
+          const util::Clock& clock, util::Logger& log, int32_t n_ctx);
+  util::Status Validate(const CompletionRequest& r) const;
+
+  const model::Model& model_;
+  engine::Scheduler& scheduler_;
+  const GatewayOptions options_;
+  const util::Clock& clock_;
+  util::Logger& log_;
+  const int32_t n_ctx_;
+  model::ChatStyle style_;
+  std::shared_ptr<GatewayMetrics> metrics_;  // shared with running sinks
+};
+
+}  // namespace strata::gateway

@@ -1,0 +1,175 @@
+#include "gateway/gateway.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "testing/fake_clock.h"
+#include "testing/tiny_model.h"
+#include "util/log.h"
+
+namespace strata::gateway {
+namespace {
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tiny_ = testing::MakeTinyModel();
+    ASSERT_NE(tiny_.model, nullptr);
+    engine::EngineOptions eo;
+    eo.n_ctx = 128;
+    eo.n_seq_max = 8;
+    engine_ = std::move(engine::Engine::Create(*tiny_.model, eo, *log_)).value();
+    sched_ = std::move(engine::Scheduler::Start(*engine_, {}, *log_)).value();
+    GatewayOptions go;
+    go.model_name = "tiny";
+    go.max_tokens_cap = 64;
+    gw_ = std::move(Gateway::Create(*tiny_.model, *sched_, metrics_, go, clock_, *log_)).value();
+  }
+  void TearDown() override {
+    gw_.reset();
+    sched_.reset();
+  }
+
+  struct Result {
+    std::vector<std::string> text;
+    std::vector<engine::FinishReason> finish;
+    std::vector<std::vector<TokenLogprob>> logprobs;
+  };
+  Result Collect(Generation& g) {
+    Result r;
+    r.text.resize(static_cast<size_t>(g.n_choices()));
+    r.finish.resize(r.text.size());
+    r.logprobs.resize(r.text.size());
+    const auto far = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+    while (true) {
+      auto e = g.Next(far);
+      if (!e.ok()) {
+        EXPECT_EQ(e.status().code(), util::StatusCode::kOutOfRange) << e.status().ToString();
+        break;
+      }
+      const size_t i = static_cast<size_t>(e->index);
+      if (e->kind == Event::Kind::kDelta) {
+        r.text[i] += e->text;
+        for (auto& lp : e->logprobs) r.logprobs[i].push_back(lp);
+      } else {
+        EXPECT_TRUE(e->status.ok()) << e->status.ToString();
+        r.finish[i] = e->finish;
+      }
+    }
+    return r;
+  }
+  CompletionRequest Prompt(const std::string& text, int max_tokens) {
+    CompletionRequest r;
+    r.prompt = text;
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0.0f;
+    return r;
+  }
+
+  testing::TinyModel tiny_;
+  std::unique_ptr<util::Logger> log_ = util::NewNullLogger();
+  testing::FakeClock clock_;
+  obs::MetricsRegistry metrics_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<engine::Scheduler> sched_;
+  std::unique_ptr<Gateway> gw_;
+};
+
+TEST_F(GatewayTest, StopStringsCutTheTextWhereverTokensSplit) {
+  auto full = gw_->Start(Prompt("once upon a time the little dog", 40));
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  const std::string text = Collect(**full).text[0];
+  ASSERT_GT(text.size(), 12u) << "the random model produced too little text: " << text;
+  // Every substring of the output, as a stop string, cuts the output right before it.
+  for (size_t at : {size_t{3}, text.size() / 2, text.size() - 4}) {
+    const std::string stop = text.substr(at, 3);
+    CompletionRequest r = Prompt("once upon a time the little dog", 40);
+    r.stop = {stop};
+    auto g = gw_->Start(r);
+    ASSERT_TRUE(g.ok());
+    Result res = Collect(**g);
+    EXPECT_EQ(res.text[0], text.substr(0, text.find(stop))) << "stop '" << stop << "'";
+    EXPECT_EQ(res.finish[0], engine::FinishReason::kStop);
+  }
+}
+
+TEST_F(GatewayTest, SeveralChoicesAreSeededDistinctlyAndReproducibly) {
+  CompletionRequest r = Prompt("the cat", 12);
+  r.sampling.temperature = 1.5f;
+  r.sampling.top_k = 0;
+  r.sampling.top_p = 1.0f;
+  r.sampling.min_p = 0.0f;
+  r.sampling.seed = 99;
+  r.n = 3;
+  auto a = Collect(**gw_->Start(r));
+  auto b = Collect(**gw_->Start(r));
+  EXPECT_EQ(a.text, b.text);
+  EXPECT_FALSE(a.text[0] == a.text[1] && a.text[1] == a.text[2]) << "choices were identical";
+  for (auto f : a.finish) EXPECT_EQ(f, engine::FinishReason::kLength);
+}
+
+TEST_F(GatewayTest, LogprobsComeWithEveryToken) {
+  CompletionRequest r = Prompt("the cat", 6);
+  r.top_logprobs = 3;
+  auto res = Collect(**gw_->Start(r));
+  ASSERT_EQ(res.logprobs[0].size(), 6u);
+  for (const auto& lp : res.logprobs[0]) {
+    EXPECT_LE(lp.logprob, 0.0f);
+    ASSERT_EQ(lp.top.size(), 3u);
+    EXPECT_GE(lp.top[0].second, lp.top[1].second);
+    EXPECT_FLOAT_EQ(lp.top[0].second, lp.logprob);  // greedy picks the most likely token
+  }
+}
+
+TEST_F(GatewayTest, ChatRequestsUseTheTemplateAndCountPromptTokens) {
+  CompletionRequest r;
+  r.messages = {{"system", "be short"}, {"user", "hello"}};
+  r.max_tokens = 4;
+  r.sampling.temperature = 0.0f;
+  auto tokens = gw_->Tokenize(r);
+  ASSERT_TRUE(tokens.ok());
+  auto g = gw_->Start(r);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ((*g)->prompt_tokens(), static_cast<int32_t>(tokens->size()));
+  Collect(**g);
+}
+
+TEST_F(GatewayTest, InvalidRequestsNameTheProblem) {
+  CompletionRequest r = Prompt("x", 5);
+  r.n = 0;
+  EXPECT_NE(gw_->Start(r).status().message().find("n 0"), std::string::npos);
+  r = Prompt("x", 5);
+  r.sampling.top_p = 3.0f;
+  EXPECT_NE(gw_->Start(r).status().message().find("top_p"), std::string::npos);
+  r = Prompt("x", 500);
+  EXPECT_NE(gw_->Start(r).status().message().find("max_tokens 500"), std::string::npos);
+  r = Prompt(std::string(2000, 'a') + " the cat sat", 5);
+  auto long_prompt = gw_->Start(r);
+  EXPECT_EQ(long_prompt.status().code(), util::StatusCode::kOutOfRange);
+  EXPECT_NE(long_prompt.status().message().find("context length exceeded"), std::string::npos);
+  CompletionRequest chat;
+  chat.messages = {{"wizard", "x"}};
+  EXPECT_NE(gw_->Start(chat).status().message().find("messages[0].role"), std::string::npos);
+}
+
+TEST_F(GatewayTest, DroppingAGenerationCancelsIt) {
+  {
+    auto g = gw_->Start(Prompt("the cat", 64));
+    ASSERT_TRUE(g.ok());
+    auto first = (*g)->Next(std::chrono::steady_clock::now() + std::chrono::minutes(1));
+    ASSERT_TRUE(first.ok());
+  }  // client gone
+  EXPECT_TRUE(sched_->Drain(std::chrono::minutes(1)));
+  EXPECT_EQ(sched_->Stats().kv_blocks_used, 0);
+}
+
+TEST_F(GatewayTest, MetricsRecordLatencyAndTokens) {
+  Collect(**gw_->Start(Prompt("the cat", 5)));
+  const std::string text = metrics_.Render();
+  EXPECT_NE(text.find("strata_time_to_first_token_seconds_count 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("strata_generated_tokens_total 5"), std::string::npos);
+  EXPECT_NE(text.find("strata_generations_finished_total{reason=\"length\"} 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata::gateway
