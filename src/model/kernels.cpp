@@ -11,8 +11,13 @@
 namespace strata::model {
 
 using internal::ActBlockQ8;
+using internal::ActBlockQ8K;
 using internal::BlockQ4_0;
+using internal::BlockQ4_K;
+using internal::BlockQ5_K;
+using internal::BlockQ6_K;
 using internal::BlockQ8_0;
+using internal::kQK_K;
 
 std::string_view IsaName(Isa isa) {
   switch (isa) {
@@ -28,17 +33,29 @@ ActFormat ActFormatFor(TensorType weight_type) {
     case TensorType::kQ8_0:
     case TensorType::kQ4_0:
       return ActFormat::kQ8;
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K:
+      return ActFormat::kQ8K;
     default:
       return ActFormat::kF32;
   }
 }
 
-int64_t ActBlockSize(ActFormat fmt) { return fmt == ActFormat::kQ8 ? 32 : 1; }
+int64_t ActBlockSize(ActFormat fmt) {
+  switch (fmt) {
+    case ActFormat::kF32: return 1;
+    case ActFormat::kQ8: return 32;
+    case ActFormat::kQ8K: return kQK_K;
+  }
+  return 1;
+}
 
 size_t ActRowBytes(ActFormat fmt, int64_t n) {
   switch (fmt) {
     case ActFormat::kF32: return static_cast<size_t>(n) * sizeof(float);
     case ActFormat::kQ8: return static_cast<size_t>(n / 32) * sizeof(ActBlockQ8);
+    case ActFormat::kQ8K: return static_cast<size_t>(n / kQK_K) * sizeof(ActBlockQ8K);
   }
   return 0;
 }
@@ -103,6 +120,15 @@ void DequantizeRow(TensorType type, const void* src, int64_t n, float* dst) {
       }
       return;
     }
+    case TensorType::kQ4_K:
+      internal::DequantizeQ4K(static_cast<const BlockQ4_K*>(src), n / kQK_K, dst);
+      return;
+    case TensorType::kQ5_K:
+      internal::DequantizeQ5K(static_cast<const BlockQ5_K*>(src), n / kQK_K, dst);
+      return;
+    case TensorType::kQ6_K:
+      internal::DequantizeQ6K(static_cast<const BlockQ6_K*>(src), n / kQK_K, dst);
+      return;
     default:
       STRATA_CHECK_MSG(false, "DequantizeRow: no codec for this type (check HasCodec)");
       return;
@@ -169,6 +195,15 @@ void QuantizeRow(TensorType type, const float* src, int64_t n, void* dst) {
       }
       return;
     }
+    case TensorType::kQ4_K:
+      internal::QuantizeQ4K(src, n / kQK_K, static_cast<BlockQ4_K*>(dst));
+      return;
+    case TensorType::kQ5_K:
+      internal::QuantizeQ5K(src, n / kQK_K, static_cast<BlockQ5_K*>(dst));
+      return;
+    case TensorType::kQ6_K:
+      internal::QuantizeQ6K(src, n / kQK_K, static_cast<BlockQ6_K*>(dst));
+      return;
     default:
       STRATA_CHECK_MSG(false, "QuantizeRow: no codec for this type (check HasCodec)");
       return;

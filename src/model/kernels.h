@@ -11,7 +11,9 @@
 //
 // Activations are quantized once per row into the format the weight type
 // intends (ActFormatFor): F32 for float weights, Q8_0-style blocks of 32 with a
-// float scale for Q8_0/Q4_0 (docs/formats/gguf.md, "activation formats").
+// float scale for Q8_0/Q4_0, blocks of 256 with a float scale and sums of
+// 16-element groups for the k-quants Q4_K/Q5_K/Q6_K (docs/formats/gguf.md,
+// "activation formats").
 //
 // Threading: pure functions; callers split rows across threads.
 #pragma once
@@ -30,6 +32,8 @@ std::string_view IsaName(Isa isa);
 enum class ActFormat {
   kF32,   // float[n]
   kQ8,    // blocks of 32: {float d; int32 sum; int8 q[32]} (40 bytes), x ≈ d·q
+  kQ8K,   // blocks of 256: {float d; int8 q[256]; int16 bsums[16]} (292 bytes), x ≈ d·q,
+          // d = max|x|/127, bsums[g] = Σ q[16g .. 16g+15]
 };
 
 ActFormat ActFormatFor(TensorType weight_type);
@@ -66,7 +70,11 @@ const KernelTable& BestKernels();
 // where HasCodec is true; other types CHECK-fail.
 // DequantizeRow: n elements starting at a block boundary (n a multiple of the
 // block size). QuantizeRow: the same, the other way; for Q4_0/Q8_0 this is the
-// round-to-nearest scheme GGUF converters use (scale from the largest magnitude).
+// round-to-nearest scheme GGUF converters use (scale from the largest magnitude);
+// for Q4_K/Q5_K/Q6_K a deterministic least-squares search of each sub-block's
+// scale (and min), described in docs/formats/gguf.md. QuantizeRow's input must
+// be finite; k-quant magnitudes beyond what the f16 super-block scales hold
+// (about 6e7 for Q4_K) saturate.
 bool HasCodec(TensorType type);
 void DequantizeRow(TensorType type, const void* src, int64_t n, float* dst);
 void QuantizeRow(TensorType type, const float* src, int64_t n, void* dst);

@@ -10,9 +10,33 @@
 namespace strata::model::internal {
 namespace {
 
+// Q8 (blocks of 32) and Q8K (blocks of 256): d = max|x|/127, q = round(x/d)
+// (ties to even), clamped to ±127.
 void QuantizeActScalar(ActFormat fmt, const float* x, int64_t n, void* out) {
   if (fmt == ActFormat::kF32) {
     std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  if (fmt == ActFormat::kQ8K) {
+    auto* blocks = static_cast<ActBlockQ8K*>(out);
+    for (int64_t ib = 0; ib < n / kQK_K; ++ib) {
+      const float* xb = x + ib * kQK_K;
+      float amax = 0.0f;
+      for (int i = 0; i < kQK_K; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 127.0f / amax : 0.0f;
+      ActBlockQ8K& b = blocks[ib];
+      b.d = d;
+      for (int i = 0; i < kQK_K; ++i) {
+        const float q = std::nearbyint(xb[i] * id);
+        b.q[i] = static_cast<int8_t>(std::fmin(127.0f, std::fmax(-127.0f, q)));
+      }
+      for (int g = 0; g < kQK_K / 16; ++g) {
+        int sum = 0;
+        for (int i = 0; i < 16; ++i) sum += b.q[16 * g + i];
+        b.bsums[g] = static_cast<int16_t>(sum);
+      }
+    }
     return;
   }
   auto* blocks = static_cast<ActBlockQ8*>(out);
@@ -83,6 +107,77 @@ float DotQ4_0(const BlockQ4_0* w, const ActBlockQ8* a, int64_t nb) {
   return acc;
 }
 
+// K-quant weights × Q8K activations. Per super-block b, with the sub-block
+// scales sc_j and mins m_j (integers) and a_i the activation's int8 values:
+//   isum_b = Σ_j sc_j · Σ_{i in sub-block j} q_i·a_i         (int32, exact)
+//   imin_b = Σ_j m_j · Σ_{i in sub-block j} a_i  (from bsums) (int32, exact)
+// and then, in float, for b = 0, 1, ... in order:
+//   acc += (d_b·da_b)·float(isum_b);  acc -= (dmin_b·da_b)·float(imin_b)
+// Q6_K has no mins: isum_b = Σ_j sc_j·(Σ q_i·a_i − 32·Σ a_i), acc += (d_b·da_b)·float(isum_b).
+// The integer sums are exact (|isum_b| < 2^28 for every type), so any order of
+// the integer work gives the same bits; only the float steps above are ordered.
+
+float DotQ4K(const BlockQ4_K* w, const ActBlockQ8K* a, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const BlockQ4_K& wb = w[ib];
+    const ActBlockQ8K& ab = a[ib];
+    int32_t isum = 0, imin = 0;
+    for (int j = 0; j < 8; ++j) {
+      const ScaleMin sm = UnpackScaleMinK4(wb.scales, j);
+      const uint8_t* q = wb.qs + 32 * (j / 2);
+      const int shift = 4 * (j % 2);
+      int32_t s = 0;
+      for (int l = 0; l < 32; ++l) s += ((q[l] >> shift) & 15) * ab.q[32 * j + l];
+      isum += sm.scale * s;
+      imin += sm.min * (ab.bsums[2 * j] + ab.bsums[2 * j + 1]);
+    }
+    acc += (HalfToFloat(wb.d) * ab.d) * static_cast<float>(isum);
+    acc -= (HalfToFloat(wb.dmin) * ab.d) * static_cast<float>(imin);
+  }
+  return acc;
+}
+
+float DotQ5K(const BlockQ5_K* w, const ActBlockQ8K* a, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const BlockQ5_K& wb = w[ib];
+    const ActBlockQ8K& ab = a[ib];
+    int32_t isum = 0, imin = 0;
+    for (int j = 0; j < 8; ++j) {
+      const ScaleMin sm = UnpackScaleMinK4(wb.scales, j);
+      const uint8_t* q = wb.qs + 32 * (j / 2);
+      const int shift = 4 * (j % 2);
+      int32_t s = 0;
+      for (int l = 0; l < 32; ++l) {
+        const int v = ((q[l] >> shift) & 15) | (((wb.qh[l] >> j) & 1) << 4);
+        s += v * ab.q[32 * j + l];
+      }
+      isum += sm.scale * s;
+      imin += sm.min * (ab.bsums[2 * j] + ab.bsums[2 * j + 1]);
+    }
+    acc += (HalfToFloat(wb.d) * ab.d) * static_cast<float>(isum);
+    acc -= (HalfToFloat(wb.dmin) * ab.d) * static_cast<float>(imin);
+  }
+  return acc;
+}
+
+float DotQ6K(const BlockQ6_K* w, const ActBlockQ8K* a, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const BlockQ6_K& wb = w[ib];
+    const ActBlockQ8K& ab = a[ib];
+    int32_t isum = 0;
+    for (int j = 0; j < 16; ++j) {
+      int32_t s = 0;
+      for (int l = 0; l < 16; ++l) s += QuantQ6K(wb, 16 * j + l) * ab.q[16 * j + l];
+      isum += wb.scales[j] * (s - 32 * ab.bsums[j]);
+    }
+    acc += (HalfToFloat(wb.d) * ab.d) * static_cast<float>(isum);
+  }
+  return acc;
+}
+
 float DotRow(TensorType t, const uint8_t* w, const uint8_t* act, int64_t n) {
   switch (t) {
     case TensorType::kF32:
@@ -97,6 +192,15 @@ float DotRow(TensorType t, const uint8_t* w, const uint8_t* act, int64_t n) {
     case TensorType::kQ4_0:
       return DotQ4_0(reinterpret_cast<const BlockQ4_0*>(w),
                      reinterpret_cast<const ActBlockQ8*>(act), n / 32);
+    case TensorType::kQ4_K:
+      return DotQ4K(reinterpret_cast<const BlockQ4_K*>(w),
+                    reinterpret_cast<const ActBlockQ8K*>(act), n / kQK_K);
+    case TensorType::kQ5_K:
+      return DotQ5K(reinterpret_cast<const BlockQ5_K*>(w),
+                    reinterpret_cast<const ActBlockQ8K*>(act), n / kQK_K);
+    case TensorType::kQ6_K:
+      return DotQ6K(reinterpret_cast<const BlockQ6_K*>(w),
+                    reinterpret_cast<const ActBlockQ8K*>(act), n / kQK_K);
     default:
       STRATA_CHECK_MSG(false, "scalar matmul: weight type without a kernel");
   }

@@ -183,9 +183,15 @@ TEST(BatchInvariance, GoldenPromptsGiveTheSameTokensAloneAndTogether) {
 TEST(BatchInvariance, HoldsForEveryWeightTypeOnARandomModel) {
   for (model::TensorType t : {model::TensorType::kF32, model::TensorType::kF16,
                               model::TensorType::kBF16, model::TensorType::kQ8_0,
-                              model::TensorType::kQ4_0}) {
-    auto tiny = testing::MakeTinyModel(t, 3);
+                              model::TensorType::kQ4_0, model::TensorType::kQ4_K,
+                              model::TensorType::kQ5_K, model::TensorType::kQ6_K}) {
+    SCOPED_TRACE(std::string(model::TypeName(t)));
+    auto tiny = testing::MakeTinyModel(t, 3, testing::TinyShapeFor(t));
     ASSERT_NE(tiny.model, nullptr);
+    // The matrices really are of type t (rows that are whole blocks, no fallback).
+    const model::GgufTensorInfo* ffn_down = tiny.model->gguf().FindTensor("blk.0.ffn_down.weight");
+    ASSERT_NE(ffn_down, nullptr);
+    EXPECT_EQ(ffn_down->type, t);
     const auto& tok = tiny.model->tokenizer();
     std::vector<std::vector<int32_t>> prompts = {
         tok.Encode("once upon a time"), tok.Encode("the dog"),

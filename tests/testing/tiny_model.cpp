@@ -17,6 +17,18 @@ model::SyntheticShape TinyShape() {
   return s;
 }
 
+model::SyntheticShape TinyShapeFor(model::TensorType type) {
+  model::SyntheticShape s = TinyShape();
+  const int32_t block = model::GetTypeInfo(type).block_size;
+  if (s.n_embd % block == 0 && s.n_ff % block == 0) return s;
+  s.n_embd = 256;
+  s.n_ff = 512;
+  s.n_layers = 1;
+  s.n_heads = 4;
+  s.n_kv_heads = 2;
+  return s;
+}
+
 TinyModel MakeTinyModel(model::TensorType type, uint64_t seed, model::SyntheticShape shape) {
   TinyModel t;
   t.fs = std::make_unique<MemFileSystem>();

@@ -20,6 +20,11 @@ struct TinyModel {
 // A shape small enough for sanitizer runs: 2 layers, n_embd 64, 4 heads, 2 KV heads.
 model::SyntheticShape TinyShape();
 
+// TinyShape when its rows (n_embd 64, n_ff 128) are whole blocks of `type`;
+// otherwise the smallest shape whose rows are whole blocks of 256 (the
+// k-quants): 1 layer, n_embd 256, n_ff 512, 4 heads, 2 KV heads.
+model::SyntheticShape TinyShapeFor(model::TensorType type);
+
 TinyModel MakeTinyModel(model::TensorType type = model::TensorType::kF32, uint64_t seed = 1,
                         model::SyntheticShape shape = TinyShape());
 

@@ -1,13 +1,17 @@
-// model/internal/blocks.h — byte layouts of quantized blocks (private to model/).
+// model/internal/blocks.h — byte layouts of quantized blocks (private to model/),
+// and the reference codecs of the k-quant blocks (model/kquants.cpp).
 // The authoritative description is docs/formats/gguf.md; these structs match it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 namespace strata::model::internal {
 
 inline constexpr int kQK8_0 = 32;
 inline constexpr int kQK4_0 = 32;
+inline constexpr int kQK_K = 256;        // elements per k-quant super-block
+inline constexpr int kKScaleBytes = 12;  // 8 six-bit scales + 8 six-bit mins (Q4_K, Q5_K)
 
 #pragma pack(push, 1)
 struct BlockQ8_0 {
@@ -24,10 +28,104 @@ struct ActBlockQ8 {
   int32_t sum;
   int8_t q[32];
 };
+
+// Q4_K: 8 sub-blocks of 32. Element i (sub-block j = i/32, l = i%32) is
+// x = d·sc[j]·q − dmin·m[j], with the 4-bit q in qs[32·(j/2) + l], low nibble
+// for even j, high nibble for odd j; sc[j], m[j] (6 bits each) packed in
+// `scales` as UnpackScaleMinK4 reads them.
+struct BlockQ4_K {
+  uint16_t d;                    // f16 super-block scale of the sub-block scales
+  uint16_t dmin;                 // f16 super-block scale of the sub-block mins
+  uint8_t scales[kKScaleBytes];  // sc[8], m[8], 6 bits each
+  uint8_t qs[kQK_K / 2];         // low 4 bits of q
+};
+// Q5_K: as Q4_K, plus the fifth bit of q: bit j of qh[l] (q = nibble + 16·bit).
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kKScaleBytes];
+  uint8_t qh[kQK_K / 8];  // high bit of q
+  uint8_t qs[kQK_K / 2];  // low 4 bits of q, laid out as in Q4_K
+};
+// Q6_K: 16 sub-blocks of 16, x = d·scales[i/16]·(q − 32) with a 6-bit q. For
+// element i, h = i/128, g = (i%128)/32, l = i%32: the low 4 bits of q are in
+// ql[64h + 32·(g%2) + l] (low nibble for g < 2, high nibble for g ≥ 2), the
+// high 2 bits are bits 2g..2g+1 of qh[32h + l].
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];  // signed 8-bit sub-block scales
+  uint16_t d;                 // f16 super-block scale
+};
+// Activation block (ActFormat::kQ8K): x[i] ≈ d·q[i]; bsums[g] = Σ q[16g .. 16g+15].
+struct ActBlockQ8K {
+  float d;
+  int8_t q[kQK_K];
+  int16_t bsums[kQK_K / 16];
+};
 #pragma pack(pop)
 
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(ActBlockQ8) == 40);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ5_K) == 176);
+static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(ActBlockQ8K) == 292);
+
+// Sub-block j's 6-bit scale and min in the 12-byte array of Q4_K/Q5_K:
+// j < 4: scale = scales[j] & 63, min = scales[j+4] & 63;
+// j ≥ 4: scale = (scales[j+4] & 15) | (scales[j−4] >> 6) << 4,
+//        min   = (scales[j+4] >> 4) | (scales[j]   >> 6) << 4.
+struct ScaleMin {
+  uint8_t scale;  // 0..63
+  uint8_t min;    // 0..63
+};
+inline ScaleMin UnpackScaleMinK4(const uint8_t* scales, int j) {
+  if (j < 4) {
+    return {static_cast<uint8_t>(scales[j] & 63), static_cast<uint8_t>(scales[j + 4] & 63)};
+  }
+  return {static_cast<uint8_t>((scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4)),
+          static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4))};
+}
+// The inverse: packs 8 scales and 8 mins (each 0..63).
+inline std::array<uint8_t, kKScaleBytes> PackScaleMinK4(const ScaleMin (&sm)[8]) {
+  std::array<uint8_t, kKScaleBytes> p{};
+  for (int j = 0; j < 4; ++j) {
+    p[static_cast<size_t>(j)] = sm[j].scale;
+    p[static_cast<size_t>(j + 4)] = sm[j].min;
+  }
+  for (int j = 4; j < 8; ++j) {
+    p[static_cast<size_t>(j + 4)] =
+        static_cast<uint8_t>((sm[j].scale & 15) | ((sm[j].min & 15) << 4));
+    p[static_cast<size_t>(j - 4)] |= static_cast<uint8_t>((sm[j].scale >> 4) << 6);
+    p[static_cast<size_t>(j)] |= static_cast<uint8_t>((sm[j].min >> 4) << 6);
+  }
+  return p;
+}
+
+// The 4-bit part of element i's q in Q4_K/Q5_K qs (i < 256).
+inline int QuantLowK4(const uint8_t* qs, int i) {
+  const int j = i / 32;
+  return (qs[32 * (j / 2) + i % 32] >> (4 * (j % 2))) & 15;
+}
+// Element i's 6-bit q (0..63) in a Q6_K block.
+inline int QuantQ6K(const BlockQ6_K& b, int i) {
+  const int h = i / 128, g = (i % 128) / 32, l = i % 32;
+  const int low = (b.ql[64 * h + 32 * (g % 2) + l] >> (4 * (g / 2))) & 15;
+  const int high = (b.qh[32 * h + l] >> (2 * g)) & 3;
+  return low | (high << 4);
+}
+
+// K-quant codecs (model/kquants.cpp), on n_blocks whole super-blocks.
+// Dequantize*: exact reconstruction as docs/formats/gguf.md defines it.
+// Quantize*: deterministic least-squares quantizers; inputs must be finite;
+// magnitudes beyond what the f16 super-block scales can express saturate.
+void DequantizeQ4K(const BlockQ4_K* src, int64_t n_blocks, float* dst);
+void DequantizeQ5K(const BlockQ5_K* src, int64_t n_blocks, float* dst);
+void DequantizeQ6K(const BlockQ6_K* src, int64_t n_blocks, float* dst);
+void QuantizeQ4K(const float* src, int64_t n_blocks, BlockQ4_K* dst);
+void QuantizeQ5K(const float* src, int64_t n_blocks, BlockQ5_K* dst);
+void QuantizeQ6K(const float* src, int64_t n_blocks, BlockQ6_K* dst);
 
 }  // namespace strata::model::internal
