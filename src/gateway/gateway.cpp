@@ -41,13 +41,14 @@ class Channel {
   std::deque<Event> events_;  // guarded by mu_
 };
 
-std::string_view ReasonLabel(engine::FinishReason r) {
+std::string_view ReasonLabel(FinishReason r) {
   switch (r) {
-    case engine::FinishReason::kStop: return "stop";
-    case engine::FinishReason::kLength: return "length";
-    case engine::FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kEndOfTurn: return "end_of_turn";
+    case FinishReason::kStopString: return "stop_string";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
   }
-  return "stop";
+  return "cancelled";
 }
 
 }  // namespace
@@ -86,12 +87,14 @@ namespace {
 class ChoiceSink final : public engine::RequestSink {
  public:
   ChoiceSink(int32_t index, const sampling::SamplingParams& params, const model::Tokenizer& tok,
-             std::vector<std::string> stops, int32_t top_logprobs, std::shared_ptr<Channel> ch,
+             std::vector<std::string> stops, size_t n_user_stops, int32_t top_logprobs,
+             std::shared_ptr<Channel> ch,
              const util::Clock& clock, std::shared_ptr<GatewayMetrics> metrics)
       : index_(index),
         sampler_(params),
         tok_(tok),
         detok_(tok),
+        user_stops_(stops.begin(), stops.begin() + static_cast<std::ptrdiff_t>(n_user_stops)),
         stop_(std::move(stops)),
         top_logprobs_(top_logprobs),
         ch_(std::move(ch)),
@@ -134,14 +137,25 @@ class ChoiceSink final : public engine::RequestSink {
     if (n_tokens_ > 1) {
       metrics_->tpot.Observe(util::SecondsBetween(first_, now) / static_cast<double>(n_tokens_ - 1));
     }
-    metrics_->generated_tokens.Inc(usage.completion_tokens);
-    metrics_->finished.With({std::string(ReasonLabel(reason))}).Inc();
     Event e;
     e.kind = Event::Kind::kFinish;
     e.index = index_;
-    e.finish = reason;
     e.status = status;
-    e.usage = usage;
+    e.usage.prompt_tokens = usage.prompt_tokens;
+    e.usage.completion_tokens = usage.completion_tokens;
+    if (!status.ok() || reason == engine::FinishReason::kCancelled) {
+      e.finish = FinishReason::kCancelled;
+    } else if (reason == engine::FinishReason::kLength) {
+      e.finish = FinishReason::kLength;
+    } else if (stop_.stopped() && std::find(user_stops_.begin(), user_stops_.end(),
+                                            stop_.matched()) != user_stops_.end()) {
+      e.finish = FinishReason::kStopString;
+      e.stop_sequence = stop_.matched();
+    } else {
+      e.finish = FinishReason::kEndOfTurn;
+    }
+    metrics_->generated_tokens.Inc(usage.completion_tokens);
+    metrics_->finished.With({std::string(ReasonLabel(e.finish))}).Inc();
     ch_->Push(std::move(e));
   }
 
@@ -182,6 +196,7 @@ class ChoiceSink final : public engine::RequestSink {
   sampling::Sampler sampler_;
   const model::Tokenizer& tok_;
   model::Detokenizer detok_;
+  const std::vector<std::string> user_stops_;  // the request's own stop strings
   StopMatcher stop_;
   const int32_t top_logprobs_;
   std::shared_ptr<Channel> ch_;
@@ -242,6 +257,23 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const model::Model& mod
   const int32_t n_ctx = scheduler.n_ctx();
   std::unique_ptr<Gateway> g(new Gateway(model, scheduler, options, clock, log, n_ctx));
   g->metrics_ = std::make_shared<GatewayMetrics>(metrics);
+  // Live engine state, read at render time. The scheduler must outlive any
+  // render of `metrics` (the server stops serving /metrics before it goes).
+  engine::Scheduler* s = &scheduler;
+  metrics.GaugeCallback("strata_queue_depth", "Requests waiting for a sequence slot.",
+                        [s] { return static_cast<double>(s->Stats().waiting); });
+  metrics.GaugeCallback("strata_running_sequences", "Requests prefilling or decoding.",
+                        [s] { return static_cast<double>(s->Stats().running); });
+  metrics.GaugeCallback("strata_kv_blocks_used", "KV cache blocks in use.",
+                        [s] { return static_cast<double>(s->Stats().kv_blocks_used); });
+  metrics.GaugeCallback("strata_kv_blocks_free", "KV cache blocks free.", [s] {
+    const auto st = s->Stats();
+    return static_cast<double>(st.kv_blocks_total - st.kv_blocks_used);
+  });
+  metrics.CounterCallback("strata_preemptions_total", "Sequences preempted to free KV blocks.",
+                          [s] { return static_cast<double>(s->Stats().preemptions); });
+  metrics.CounterCallback("strata_engine_steps_total", "Forward passes run by the scheduler.",
+                          [s] { return static_cast<double>(s->Stats().steps); });
   const auto tpl = model.gguf().GetStringOr("tokenizer.chat_template", "");
   const int32_t eos = model.tokenizer().eos();
   const std::string eos_text = eos >= 0 ? std::string(model.tokenizer().TokenText(eos)) : "</s>";
@@ -328,8 +360,8 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   for (int32_t i = 0; i < r.n; ++i) {
     sampling::SamplingParams p = r.sampling;
     p.seed = r.sampling.seed + static_cast<uint64_t>(i);  // distinct choices, reproducible
-    auto sink = std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), stops, r.top_logprobs, ch,
-                                             clock_, metrics_);
+    auto sink = std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), stops, r.stop.size(),
+                                             r.top_logprobs, ch, clock_, metrics_);
     auto id = scheduler_.Submit({tokens, max_tokens, true, std::move(sink)});
     if (!id.ok()) {
       gen->Cancel();

@@ -65,6 +65,19 @@ struct CompletionRequest {
   int32_t top_logprobs = -1;                 // -1: no logprobs; 0..20: chosen token (+ top N)
 };
 
+// How a choice ended (the HTTP layer maps these to each API's words).
+enum class FinishReason {
+  kEndOfTurn,  // the model ended its turn (an end-of-generation token or turn-end text)
+  kStopString, // a stop string of the request matched (Event::stop_sequence says which)
+  kLength,     // max_tokens or the context
+  kCancelled,  // cancelled, or failed (see Event::status)
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+};
+
 struct TokenLogprob {
   std::string text;     // the token's bytes as text (may be partial UTF-8, sanitized)
   std::vector<uint8_t> bytes;
@@ -78,9 +91,10 @@ struct Event {
   int32_t index = 0;    // choice index
   std::string text;     // kDelta: new text
   std::vector<TokenLogprob> logprobs;  // kDelta: one per token that produced this text
-  engine::FinishReason finish = engine::FinishReason::kLength;  // kFinish
+  FinishReason finish = FinishReason::kLength;  // kFinish
+  std::string stop_sequence;  // kFinish with kStopString: the string that matched
   util::Status status;  // kFinish: not OK when the choice failed
-  engine::Usage usage;  // kFinish
+  Usage usage;          // kFinish
 };
 
 class Generation {

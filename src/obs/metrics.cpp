@@ -175,6 +175,12 @@ void MetricsRegistry::GaugeCallback(const std::string& name, const std::string& 
   e.callback = std::move(read);
 }
 
+void MetricsRegistry::CounterCallback(const std::string& name, const std::string& help,
+                                      std::function<double()> read) {
+  Entry& e = Add(name, help, "counter");
+  e.callback = std::move(read);
+}
+
 std::string MetricsRegistry::Render() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;

@@ -99,6 +99,9 @@ class MetricsRegistry {
   // A gauge read from `read` at render time (e.g. the scheduler's queue depth).
   void GaugeCallback(const std::string& name, const std::string& help,
                      std::function<double()> read);
+  // A counter kept elsewhere (monotonic), read at render time.
+  void CounterCallback(const std::string& name, const std::string& help,
+                       std::function<double()> read);
 
   std::string Render() const;
 

@@ -32,7 +32,7 @@ class GatewayTest : public ::testing::Test {
 
   struct Result {
     std::vector<std::string> text;
-    std::vector<engine::FinishReason> finish;
+    std::vector<FinishReason> finish;
     std::vector<std::vector<TokenLogprob>> logprobs;
   };
   Result Collect(Generation& g) {
@@ -89,7 +89,7 @@ TEST_F(GatewayTest, StopStringsCutTheTextWhereverTokensSplit) {
     ASSERT_TRUE(g.ok());
     Result res = Collect(**g);
     EXPECT_EQ(res.text[0], text.substr(0, text.find(stop))) << "stop '" << stop << "'";
-    EXPECT_EQ(res.finish[0], engine::FinishReason::kStop);
+    EXPECT_EQ(res.finish[0], FinishReason::kStopString);
   }
 }
 
@@ -105,7 +105,7 @@ TEST_F(GatewayTest, SeveralChoicesAreSeededDistinctlyAndReproducibly) {
   auto b = Collect(**gw_->Start(r));
   EXPECT_EQ(a.text, b.text);
   EXPECT_FALSE(a.text[0] == a.text[1] && a.text[1] == a.text[2]) << "choices were identical";
-  for (auto f : a.finish) EXPECT_EQ(f, engine::FinishReason::kLength);
+  for (auto f : a.finish) EXPECT_EQ(f, FinishReason::kLength);
 }
 
 TEST_F(GatewayTest, LogprobsComeWithEveryToken) {
