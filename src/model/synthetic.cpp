@@ -73,6 +73,27 @@ bool EndsWith(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// general.file_type: the numbering GGUF tools use for a file's dominant
+// quantization (not the tensor type ids).
+uint32_t FileType(TensorType t, QuantMix mix) {
+  if (mix == QuantMix::kQ4_K_M) return 15;
+  if (mix == QuantMix::kQ5_K_M) return 17;
+  switch (t) {
+    case TensorType::kF32: return 0;
+    case TensorType::kF16: return 1;
+    case TensorType::kQ4_0: return 2;
+    case TensorType::kQ4_1: return 3;
+    case TensorType::kQ8_0: return 7;
+    case TensorType::kQ5_0: return 8;
+    case TensorType::kQ5_1: return 9;
+    case TensorType::kQ4_K: return 14;  // "Q4_K_S": uniform Q4_K
+    case TensorType::kQ5_K: return 16;  // "Q5_K_S"
+    case TensorType::kQ6_K: return 18;
+    case TensorType::kBF16: return 32;
+    default: return 0;
+  }
+}
+
 }  // namespace
 
 SyntheticShape DemoShape() { return SyntheticShape{}; }
@@ -206,7 +227,7 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
     w.SetUint32("tokenizer.ggml.unknown_token_id", 0);
     w.SetBool("tokenizer.ggml.add_bos_token", true);
   }
-  w.SetUint32("general.file_type", static_cast<uint32_t>(options.type));
+  w.SetUint32("general.file_type", FileType(options.type, options.mix));
 
   // Every tensor's rows come from generators seeded by (seed, tensor index,
   // row), so the bytes do not depend on the order or threads rows are made on.
