@@ -24,8 +24,9 @@ int main(int argc, char** argv) {
   CLI::App app{"strata: an LLM serving engine for GGUF models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "strata 0.1.0");
-  const std::vector<Command> commands = {RegisterGenerate(app), RegisterBench(app),
-                                         RegisterMkModel(app), RegisterInspect(app)};
+  const std::vector<Command> commands = {RegisterServe(app), RegisterGenerate(app),
+                                         RegisterBench(app), RegisterMkModel(app),
+                                         RegisterInspect(app)};
 
   // A first word that names no command gets a plain answer, not a parser message.
   if (argc > 1 && argv[1][0] != '-') {

@@ -1,0 +1,175 @@
+// `strata serve`: the OpenAI- and Anthropic-compatible HTTP server.
+//
+// Start-up order: block SIGINT/SIGTERM (every thread inherits the mask), start
+// listening (so /health answers 503 while the model loads), load the model,
+// start the scheduler and gateway, open for requests. Shutdown on a signal:
+// refuse new requests, let running ones finish within the grace period,
+// cancel the rest, stop, exit 0.
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "engine/engine.h"
+#include "engine/scheduler.h"
+#include "gateway/gateway.h"
+#include "model/transformer.h"
+#include "obs/metrics.h"
+#include "server/auth.h"
+#include "server/server.h"
+#include "util/clock.h"
+
+namespace strata::cli {
+namespace {
+
+struct ServeFlags {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int32_t threads = 2;
+  std::string api_keys;
+  int32_t ctx = 4096;
+  int32_t kv_tokens = 0;
+  int32_t parallel = 16;
+  int32_t queue = 64;
+  int32_t batch_tokens = 512;
+  int32_t max_tokens_cap = 4096;
+  int32_t timeout_s = 600;
+  int32_t grace_s = 30;
+  size_t body_limit = 4u << 20;
+  int32_t http_threads = 0;
+  std::string alias;
+  std::string chat_format;
+  std::string log_level = "info";
+};
+
+int RunServe(const Env& env, const ServeFlags& f) {
+  auto log = MakeLogger(f.log_level);
+  if (f.threads < 1 || f.threads > 256) return UsageError(fmt::format("-t {} is outside [1, 256]", f.threads));
+  if (f.ctx < 16) return UsageError(fmt::format("--ctx {} must be at least 16", f.ctx));
+  if (f.parallel < 1 || f.queue < 0 || f.batch_tokens < 1 || f.max_tokens_cap < 1 ||
+      f.timeout_s < 1 || f.grace_s < 0 || f.kv_tokens < 0 || f.http_threads < 0) {
+    return UsageError("--parallel, --batch-tokens, --max-tokens-cap and --timeout must be >= 1; "
+                      "--queue, --grace, --kv-tokens and --http-threads >= 0");
+  }
+  std::optional<model::ChatFormat> chat_format;
+  if (!f.chat_format.empty()) {
+    chat_format = model::ParseChatFormat(f.chat_format);
+    if (!chat_format) {
+      return UsageError(fmt::format("--chat-format '{}' is not one of plain, chatml, llama2, llama3, "
+                                    "zephyr, mistral, phi3, gemma, deepseek-r1",
+                                    f.chat_format));
+    }
+  }
+  server::ApiKeys keys;
+  if (!f.api_keys.empty()) {
+    auto k = server::ApiKeys::Load(*env.fs, f.api_keys);
+    if (!k.ok()) return ReportError(k.status());
+    keys = std::move(k).value();
+    log->Info("API keys: {} configured; requests without a valid key get 401", keys.size());
+  }
+
+  // Signals go to sigwait below, not to whichever thread they hit.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const util::Clock& clock = util::RealClock();
+  const auto t0 = clock.Now();
+  obs::MetricsRegistry metrics;
+  server::ServerOptions so;
+  so.host = f.host;
+  so.port = f.port;
+  so.max_body_bytes = f.body_limit;
+  so.http_threads = f.http_threads > 0 ? f.http_threads : f.parallel + f.queue + 16;
+  so.request_timeout = std::chrono::seconds(f.timeout_s);
+  so.request_id_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
+  if (!f.alias.empty()) so.model_aliases.push_back(f.alias);
+  auto srv = server::HttpServer::Create(so, std::move(keys), metrics, clock, *log);
+  if (!srv.ok()) return ReportError(srv.status());
+  auto port = (*srv)->Start();
+  if (!port.ok()) return ReportError(port.status());
+  log->Info("listening on http://{}:{} (loading the model; /health answers 503 until ready)", f.host,
+            *port);
+
+  auto path = ResolveModelPath(env, f.model, *log);
+  if (!path.ok()) return ReportError(path.status());
+  auto loaded = model::Model::Load(*env.fs, *path, {}, *log);
+  if (!loaded.ok()) return ReportError(loaded.status());
+  const model::Model& m = **loaded;
+  const int32_t n_ctx = std::min(f.ctx, m.config().n_ctx_train);
+  engine::EngineOptions eo;
+  eo.n_threads = f.threads;
+  eo.n_ctx = n_ctx;
+  const int32_t kv_tokens = std::max(n_ctx, f.kv_tokens > 0 ? f.kv_tokens : 8 * n_ctx);
+  eo.n_kv_blocks = (kv_tokens + eo.block_size - 1) / eo.block_size;
+  auto eng = engine::Engine::Create(m, eo, *log);
+  if (!eng.ok()) return ReportError(eng.status());
+  auto sched = engine::Scheduler::Start(**eng,
+                                        {.max_running = f.parallel,
+                                         .max_batch_tokens = f.batch_tokens,
+                                         .max_queue = f.queue},
+                                        *log);
+  if (!sched.ok()) return ReportError(sched.status());
+  gateway::GatewayOptions go;
+  go.model_name = f.alias.empty() ? std::filesystem::path(*path).stem().string() : f.alias;
+  go.max_tokens_cap = std::min(f.max_tokens_cap, n_ctx);
+  go.chat_format = chat_format;
+  auto gw = gateway::Gateway::Create(m, **sched, metrics, go, clock, *log);
+  if (!gw.ok()) return ReportError(gw.status());
+  const double load_s = util::SecondsBetween(t0, clock.Now());
+  metrics.Gauge("strata_model_load_seconds", "Seconds from start to ready.").With({}).Set(load_s);
+  (*srv)->SetGateway(gw->get());
+  log->Info("ready in {:.0f} ms: model '{}' at http://{}:{}/v1 ({} threads, context {}, {} parallel)",
+            load_s * 1e3, go.model_name, f.host, *port, f.threads, n_ctx, f.parallel);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  log->Info("received {}: draining (grace {} s)", sig == SIGTERM ? "SIGTERM" : "SIGINT", f.grace_s);
+  (*srv)->StartDraining();
+  const bool clean = (*sched)->Drain(std::chrono::seconds(f.grace_s));
+  (*srv)->Stop();
+  sched->reset();
+  log->Info("stopped{}", clean ? "" : " (some requests were cancelled at the end of the grace period)");
+  return kExitOk;
+}
+
+}  // namespace
+
+Command RegisterServe(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over the OpenAI and Anthropic HTTP APIs");
+  cmd->add_option("-m,--model", f->model, "GGUF model file (default as for generate)");
+  cmd->add_option("--host", f->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", f->port, "Port (0 = any free port)")->capture_default_str();
+  cmd->add_option("-t,--threads", f->threads, "Threads of the forward pass")->capture_default_str();
+  cmd->add_option("--api-keys", f->api_keys,
+                  "File of 'KEY TENANT' lines; without it no key is needed");
+  cmd->add_option("-c,--ctx", f->ctx, "Context per request in tokens (capped by the model's)")
+      ->capture_default_str();
+  cmd->add_option("--kv-tokens", f->kv_tokens, "KV cache capacity in tokens; 0 = 8 contexts");
+  cmd->add_option("--parallel", f->parallel, "Requests decoding at once")->capture_default_str();
+  cmd->add_option("--queue", f->queue, "Requests waiting beyond --parallel before 429")
+      ->capture_default_str();
+  cmd->add_option("--batch-tokens", f->batch_tokens, "Tokens per forward pass (prefill chunk)")
+      ->capture_default_str();
+  cmd->add_option("--max-tokens-cap", f->max_tokens_cap, "Largest max_tokens a request may ask")
+      ->capture_default_str();
+  cmd->add_option("--timeout", f->timeout_s, "Seconds a request may run")->capture_default_str();
+  cmd->add_option("--grace", f->grace_s, "Seconds to finish running requests on SIGTERM")
+      ->capture_default_str();
+  cmd->add_option("--body-limit", f->body_limit, "Largest request body in bytes")
+      ->capture_default_str();
+  cmd->add_option("--http-threads", f->http_threads, "Connections served at once; 0 = parallel + queue + 16");
+  cmd->add_option("--alias", f->alias, "Model id clients use (default: the file name without .gguf)");
+  cmd->add_option("--chat-format", f->chat_format, "Override the chat template family");
+  cmd->add_option("--log-level", f->log_level, "debug, info, warn, error or off")->capture_default_str();
+  return {cmd, [f](const Env& env) { return RunServe(env, *f); }};
+}
+
+}  // namespace strata::cli

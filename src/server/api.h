@@ -1,0 +1,79 @@
+// server/api.h — the OpenAI and Anthropic wire formats: request parsing,
+// response and stream-event rendering, and error bodies.
+//
+// Promise: parsing never throws and never crashes, whatever the bytes:
+// malformed JSON is an InvalidArgument saying where ("malformed JSON at byte
+// 17: ..."), a wrong type or range names the field ("'temperature' must be a
+// number in [0, 2]"). Rendering produces exactly the shapes the official
+// clients parse (checked by the integration tests with the openai and
+// @anthropic-ai/sdk packages). Status codes map to HTTP statuses here and
+// only here.
+//
+// Threading: pure functions.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gateway/gateway.h"
+#include "util/status.h"
+
+namespace strata::server {
+
+enum class ApiKind { kOpenAIChat, kOpenAICompletion, kAnthropicMessages };
+
+struct ParsedRequest {
+  gateway::CompletionRequest request;
+  std::string model;            // as the client sent it
+  bool stream = false;
+  bool include_usage = false;   // OpenAI stream_options.include_usage
+  bool logprobs = false;        // OpenAI: logprobs requested
+};
+
+// Parses a request body.
+util::StatusOr<ParsedRequest> ParseRequest(ApiKind kind, std::string_view body);
+
+// The finished result of one choice, for non-streaming responses.
+struct ChoiceResult {
+  std::string text;
+  std::vector<gateway::TokenLogprob> logprobs;
+  gateway::FinishReason finish = gateway::FinishReason::kLength;
+  std::string stop_sequence;
+  int32_t completion_tokens = 0;
+};
+
+struct ResponseMeta {
+  std::string id;          // response id ("chatcmpl-...", "cmpl-...", "msg_...")
+  std::string model;
+  int64_t created = 0;     // unix seconds
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;
+  std::string fingerprint; // system_fingerprint
+};
+
+// A whole non-streaming response body.
+std::string RenderResponse(ApiKind kind, const ResponseMeta& meta,
+                           const std::vector<ChoiceResult>& choices, bool logprobs);
+
+// Streaming: the SSE frames ("data: ...\n\n" or "event: ...\ndata: ...\n\n").
+std::string RenderStreamStart(ApiKind kind, const ResponseMeta& meta, int32_t n_choices);
+std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& meta, const gateway::Event& delta,
+                              bool logprobs);
+std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& meta, const gateway::Event& finish);
+// After every choice finished: usage chunk (if asked) and the terminator.
+std::string RenderStreamEnd(ApiKind kind, const ResponseMeta& meta, int32_t completion_tokens,
+                            bool include_usage);
+// An error in the middle of a stream (after headers went out).
+std::string RenderStreamError(ApiKind kind, const util::Status& status);
+
+// HTTP status for a Status (the only mapping in strata).
+int HttpStatus(const util::Status& status);
+// The error body in the API's own shape.
+std::string RenderError(ApiKind kind, const util::Status& status);
+
+// Seconds to suggest in Retry-After when `status` is a 429.
+inline constexpr int kRetryAfterSeconds = 1;
+
+}  // namespace strata::server

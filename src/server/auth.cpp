@@ -1,0 +1,99 @@
+#include "server/auth.h"
+
+#include <fmt/format.h>
+
+namespace strata::server {
+namespace {
+
+bool ValidTenant(std::string_view t) {
+  if (t.empty() || t.size() > 64) return false;
+  for (char c : t) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool ValidKey(std::string_view k) {
+  if (k.size() < 8 || k.size() > 512) return false;
+  for (char c : k) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  const size_t n = a.size() > b.size() ? a.size() : b.size();
+  volatile unsigned char diff = static_cast<unsigned char>(a.size() != b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff = static_cast<unsigned char>(diff | (x ^ y));
+  }
+  return diff == 0;
+}
+
+util::StatusOr<ApiKeys> ApiKeys::Parse(std::string_view text, std::string_view source) {
+  ApiKeys keys;
+  size_t line_no = 0;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string_view::npos || line[first] == '#') continue;
+    line = line.substr(first);
+    const size_t gap = line.find_first_of(" \t");
+    if (gap == std::string_view::npos) {
+      return util::InvalidArgumentError(
+          fmt::format("{}:{}: expected 'KEY TENANT'", source, line_no));
+    }
+    const std::string_view key = line.substr(0, gap);
+    std::string_view tenant = line.substr(gap);
+    tenant.remove_prefix(tenant.find_first_not_of(" \t"));
+    while (!tenant.empty() && (tenant.back() == ' ' || tenant.back() == '\t')) tenant.remove_suffix(1);
+    if (!ValidKey(key)) {
+      return util::InvalidArgumentError(fmt::format(
+          "{}:{}: keys must be 8 to 512 printable ASCII characters", source, line_no));
+    }
+    if (!ValidTenant(tenant)) {
+      return util::InvalidArgumentError(fmt::format(
+          "{}:{}: tenant '{}' must match [A-Za-z0-9_.-]{{1,64}}", source, line_no, tenant));
+    }
+    for (const auto& [k, t] : keys.keys_) {
+      if (k == key) {
+        return util::InvalidArgumentError(fmt::format("{}:{}: duplicate key", source, line_no));
+      }
+    }
+    keys.keys_.emplace_back(std::string(key), std::string(tenant));
+  }
+  return keys;
+}
+
+util::StatusOr<ApiKeys> ApiKeys::Load(util::FileSystem& fs, const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(std::string text, fs.ReadFile(path));
+  STRATA_ASSIGN_OR_RETURN(ApiKeys keys, Parse(text, path));
+  if (keys.empty()) return util::InvalidArgumentError(fmt::format("{}: no keys", path));
+  return keys;
+}
+
+util::StatusOr<std::string> ApiKeys::Authenticate(std::string_view presented) const {
+  // Compare with every key, always: which one matched is chosen without an
+  // early exit.
+  size_t match = keys_.size();
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    const bool eq = ConstantTimeEquals(presented, keys_[i].first);
+    match = eq ? i : match;
+  }
+  if (match == keys_.size()) return util::UnauthenticatedError("invalid API key");
+  return keys_[match].second;
+}
+
+}  // namespace strata::server

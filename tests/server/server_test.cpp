@@ -1,0 +1,269 @@
+// The HTTP server in-process on a loopback port, driven with a real HTTP
+// client: API shapes, errors, auth, limits, streaming and disconnects.
+#include "server/server.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "engine/scheduler.h"
+#include "gateway/gateway.h"
+#include "testing/tiny_model.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+namespace strata::server {
+namespace {
+
+using nlohmann::json;
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void Start(ApiKeys keys = ApiKeys(), int max_running = 4, int max_queue = 4) {
+    tiny_ = testing::MakeTinyModel();
+    ASSERT_NE(tiny_.model, nullptr);
+    engine::EngineOptions eo;
+    eo.n_ctx = 128;
+    eo.n_seq_max = 8;
+    engine_ = std::move(engine::Engine::Create(*tiny_.model, eo, *log_)).value();
+    sched_ = std::move(engine::Scheduler::Start(*engine_,
+                                                {.max_running = max_running, .max_queue = max_queue},
+                                                *log_))
+                 .value();
+    gateway::GatewayOptions go;
+    go.model_name = "tiny";
+    go.max_tokens_cap = 64;
+    gw_ = std::move(gateway::Gateway::Create(*tiny_.model, *sched_, metrics_, go, util::RealClock(),
+                                             *log_))
+              .value();
+    ServerOptions so;
+    so.port = 0;
+    so.max_body_bytes = 64 * 1024;
+    so.http_threads = 16;
+    srv_ = std::move(HttpServer::Create(so, std::move(keys), metrics_, util::RealClock(), *log_)).value();
+    auto port = srv_->Start();
+    ASSERT_TRUE(port.ok()) << port.status().ToString();
+    port_ = *port;
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+    client_->set_read_timeout(60, 0);
+  }
+  void TearDown() override {
+    if (srv_) srv_->Stop();
+    srv_.reset();
+    gw_.reset();
+    sched_.reset();
+  }
+  httplib::Result Post(const std::string& path, const std::string& body,
+                       const httplib::Headers& headers = {}) {
+    return client_->Post(path.c_str(), headers, body, "application/json");
+  }
+
+  testing::TinyModel tiny_;
+  std::unique_ptr<util::Logger> log_ = util::NewNullLogger();
+  obs::MetricsRegistry metrics_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<engine::Scheduler> sched_;
+  std::unique_ptr<gateway::Gateway> gw_;
+  std::unique_ptr<HttpServer> srv_;
+  std::unique_ptr<httplib::Client> client_;
+  int port_ = 0;
+};
+
+const char* kChat = R"({"model":"tiny","messages":[{"role":"user","content":"the cat"}],"max_tokens":6,"temperature":0})";
+
+TEST_F(ServerTest, HealthIs503UntilTheModelIsReady) {
+  Start();
+  auto r = client_->Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(Post("/v1/chat/completions", kChat)->status, 503);
+  srv_->SetGateway(gw_.get());
+  EXPECT_EQ(client_->Get("/health")->status, 200);
+}
+
+TEST_F(ServerTest, ChatCompletionHasTheOpenAIShape) {
+  Start();
+  srv_->SetGateway(gw_.get());
+  auto r = Post("/v1/chat/completions", kChat, {{"X-Request-ID", "abc-123"}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("X-Request-ID"), "abc-123");
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["id"], "chatcmpl-abc-123");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 6);
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 0);
+  // Greedy is deterministic.
+  EXPECT_EQ(json::parse(Post("/v1/chat/completions", kChat)->body)["choices"][0]["message"]["content"],
+            j["choices"][0]["message"]["content"]);
+}
+
+TEST_F(ServerTest, StreamingSendsChunksThenDone) {
+  Start();
+  srv_->SetGateway(gw_.get());
+  auto r = Post("/v1/chat/completions",
+                R"({"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":4,
+                    "temperature":0,"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  std::vector<json> chunks;
+  size_t pos = 0;
+  bool done = false;
+  while ((pos = r->body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = r->body.find("\n\n", pos);
+    const std::string data = r->body.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (data == "[DONE]") {
+      done = true;
+      break;
+    }
+    chunks.push_back(json::parse(data));
+  }
+  EXPECT_TRUE(done);
+  ASSERT_GE(chunks.size(), 3u);
+  EXPECT_EQ(chunks.front()["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 4);
+}
+
+TEST_F(ServerTest, AnthropicMessagesAndErrorsUseAnthropicShapes) {
+  Start();
+  srv_->SetGateway(gw_.get());
+  auto r = Post("/v1/messages",
+                R"({"model":"tiny","max_tokens":5,"system":"be brief","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]})");
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["type"], "message");
+  EXPECT_EQ(j["content"][0]["type"], "text");
+  EXPECT_EQ(j["stop_reason"], "max_tokens");
+  EXPECT_EQ(j["usage"]["output_tokens"], 5);
+  auto bad = Post("/v1/messages", R"({"model":"tiny","messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(bad->status, 400);
+  j = json::parse(bad->body);
+  EXPECT_EQ(j["type"], "error");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("max_tokens"), std::string::npos);
+}
+
+TEST_F(ServerTest, BadRequestsGetPreciseErrors) {
+  Start();
+  srv_->SetGateway(gw_.get());
+  auto check = [&](const std::string& body, int status, const std::string& needle) {
+    auto r = Post("/v1/chat/completions", body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, status) << body << " -> " << r->body;
+    const json j = json::parse(r->body);
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos) << r->body;
+  };
+  check(R"({"model":"tiny","messages":[})", 400, "malformed JSON at byte 29");
+  check(R"([1,2])", 400, "must be a JSON object");
+  check(R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"temperature":"hot"})", 400,
+        "'temperature' must be a number");
+  check(R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"n":0})", 400, "'n'");
+  check(R"({"model":"tiny","messages":[]})", 400, "'messages' must be a non-empty array");
+  check(R"({"model":"tiny","messages":[{"role":"user","content":[{"type":"image_url"}]}]})", 400,
+        "only text content");
+  check(R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
+        400, "'tools' is not supported");
+  check(R"({"model":"nope","messages":[{"role":"user","content":"x"}]})", 404, "model 'nope'");
+  check(R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"max_tokens":500})", 400,
+        "max_tokens 500");
+  auto too_long = Post("/v1/completions",
+                       json({{"model", "tiny"}, {"prompt", std::string(600, 'a')}, {"max_tokens", 5}}).dump());
+  EXPECT_EQ(too_long->status, 400);
+  EXPECT_EQ(json::parse(too_long->body)["error"]["code"], "context_length_exceeded");
+  auto huge = Post("/v1/chat/completions", std::string(100 * 1024, ' '));
+  EXPECT_EQ(huge->status, 413);
+  EXPECT_NE(huge->body.find("exceeds the limit"), std::string::npos);
+  auto route = client_->Get("/v2/whatever");
+  EXPECT_EQ(route->status, 404);
+  EXPECT_TRUE(json::accept(route->body)) << route->body;
+}
+
+TEST_F(ServerTest, ApiKeysMapToTenantsAndAreRequired) {
+  Start(*ApiKeys::Parse("key-alpha-0001 alpha\nkey-beta-00002 beta\n", "keys"));
+  srv_->SetGateway(gw_.get());
+  EXPECT_EQ(Post("/v1/chat/completions", kChat)->status, 401);
+  EXPECT_EQ(Post("/v1/chat/completions", kChat, {{"Authorization", "Bearer wrong-key-000"}})->status, 401);
+  EXPECT_EQ(Post("/v1/chat/completions", kChat, {{"Authorization", "Bearer key-alpha-0001"}})->status, 200);
+  EXPECT_EQ(Post("/v1/messages",
+                 R"({"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":"x"}]})",
+                 {{"x-api-key", "key-beta-00002"}})
+                ->status,
+            200);
+  EXPECT_EQ(client_->Get("/v1/models")->status, 401);
+}
+
+TEST_F(ServerTest, FullQueueIs429WithRetryAfter) {
+  Start(ApiKeys(), /*max_running=*/1, /*max_queue=*/0);
+  srv_->SetGateway(gw_.get());
+  // One long streaming request holds the only slot; read it in the background.
+  httplib::Client slow("127.0.0.1", port_);
+  std::thread holder([&] {
+    slow.Post("/v1/completions",
+              R"({"model":"tiny","prompt":"the cat","max_tokens":60,"stream":true,"temperature":0})",
+              "application/json");
+  });
+  // Wait until the scheduler runs it, then a second request must be refused.
+  while (sched_->Stats().running == 0) std::this_thread::yield();
+  auto r = Post("/v1/chat/completions", kChat);
+  EXPECT_EQ(r->status, 429) << r->body;
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  holder.join();
+}
+
+TEST_F(ServerTest, ClientDisconnectMidStreamCancelsTheRequest) {
+  Start();
+  srv_->SetGateway(gw_.get());
+  httplib::Client c("127.0.0.1", port_);
+  size_t received = 0;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = R"({"model":"tiny","prompt":"the cat","max_tokens":64,"stream":true,"temperature":0})";
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char*, size_t n, uint64_t, uint64_t) {
+    received += n;
+    return received < 300;  // hang up after a few chunks
+  };
+  auto r = c.send(req);
+  EXPECT_FALSE(r);  // we aborted it
+  EXPECT_GT(received, 0u);
+  // The scheduler lets go of it: everything finishes and every block is free.
+  EXPECT_TRUE(sched_->Drain(std::chrono::seconds(30)));
+  EXPECT_EQ(sched_->Stats().kv_blocks_used, 0);
+}
+
+TEST_F(ServerTest, MetricsAreServed) {
+  Start();
+  srv_->SetGateway(gw_.get());
+  Post("/v1/chat/completions", kChat);
+  auto m = client_->Get("/metrics");
+  ASSERT_EQ(m->status, 200);
+  EXPECT_NE(m->body.find("strata_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 1"),
+            std::string::npos)
+      << m->body;
+  EXPECT_NE(m->body.find("strata_kv_blocks_free"), std::string::npos);
+  EXPECT_NE(m->body.find("strata_time_to_first_token_seconds_count 1"), std::string::npos);
+}
+
+TEST(ApiKeysTest, ParsingAndConstantTimeComparison) {
+  auto k = ApiKeys::Parse("# comment\n\nsecret-key-1  tenant_a\r\nsecret-key-2\ttenant-b\n", "f");
+  ASSERT_TRUE(k.ok()) << k.status().ToString();
+  EXPECT_EQ(*k->Authenticate("secret-key-2"), "tenant-b");
+  EXPECT_EQ(k->Authenticate("secret-key-3").status().code(), util::StatusCode::kUnauthenticated);
+  EXPECT_EQ(k->Authenticate("").status().code(), util::StatusCode::kUnauthenticated);
+  EXPECT_NE(ApiKeys::Parse("short t\n", "f").status().message().find("f:1"), std::string::npos);
+  EXPECT_FALSE(ApiKeys::Parse("longenoughkey bad/tenant\n", "f").ok());
+  EXPECT_FALSE(ApiKeys::Parse("longenoughkey a\nlongenoughkey b\n", "f").ok());
+  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
+}
+
+}  // namespace
+}  // namespace strata::server
