@@ -87,7 +87,7 @@ int32_t Engine::SequenceLength(SeqId seq) const {
 
 util::StatusOr<std::span<const float>> Engine::Step(std::span<const Work> work) {
   // Validate everything first: a failed step must change nothing.
-  size_t n_entries = 0, n_logits = 0;
+  size_t n_entries = 0, n_logits = 0, n_hidden = 0;
   std::vector<Sequence*> seqs;
   seqs.reserve(work.size());
   for (const Work& w : work) {
@@ -113,6 +113,7 @@ util::StatusOr<std::span<const float>> Engine::Step(std::span<const Work> work) 
     seqs.push_back(&it->second);
     n_entries += w.tokens.size();
     n_logits += w.logits ? 1 : 0;
+    n_hidden += w.hidden ? w.tokens.size() : 0;
   }
   // Reserve KV blocks for every item, or none.
   std::vector<int32_t> old_capacity;
@@ -140,12 +141,14 @@ util::StatusOr<std::span<const float>> Engine::Step(std::span<const Work> work) 
       e.pos = base + static_cast<int32_t>(k);
       e.seq = static_cast<int32_t>(i);
       e.logits = w.logits && k + 1 == w.tokens.size();
+      e.hidden = w.hidden;
       entries_.push_back(e);
     }
     tables_.push_back(seqs[i]->table.blocks());
   }
   logits_.resize(n_logits * static_cast<size_t>(n_vocab()));
-  util::Status st = forward_.Run({entries_, tables_}, pool_.buffer(), logits_);
+  hidden_.resize(n_hidden * static_cast<size_t>(model_.config().n_embd));
+  util::Status st = forward_.Run({entries_, tables_}, pool_.buffer(), logits_, hidden_);
   if (!st.ok()) {
     for (size_t i = 0; i < work.size(); ++i) seqs[i]->table.Truncate(pool_, old_capacity[i]);
     return st;

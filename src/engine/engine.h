@@ -52,6 +52,7 @@ class Engine {
     SeqId seq = 0;
     std::span<const int32_t> tokens;  // appended at the sequence's current length
     bool logits = false;              // logits after the last of these tokens
+    bool hidden = false;              // final hidden states of all these tokens (embeddings)
   };
 
   SeqId NewSequence();
@@ -66,6 +67,9 @@ class Engine {
   // One forward pass. Returns [n_works_with_logits][n_vocab] logits, valid
   // until the next Step.
   util::StatusOr<std::span<const float>> Step(std::span<const Work> work);
+  // The hidden states the last Step produced ([tokens of `hidden` works][n_embd],
+  // work order), valid until the next Step.
+  std::span<const float> hidden() const { return hidden_; }
 
   const model::Model& model() const { return model_; }
   int32_t n_ctx() const { return n_ctx_; }
@@ -93,6 +97,7 @@ class Engine {
   std::vector<model::BatchEntry> entries_;
   std::vector<std::span<const int32_t>> tables_;
   std::vector<float> logits_;
+  std::vector<float> hidden_;
 };
 
 }  // namespace strata::engine

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -15,7 +16,9 @@ struct Scheduler::Active {
   int32_t n_evaluated = 0;      // leading tokens already in the KV cache
   int32_t generated = 0;
   int32_t preemptions = 0;
+  std::vector<double> embedding_sum;  // embedding requests: Σ hidden states so far
   int32_t remaining() const { return static_cast<int32_t>(tokens.size()) - n_evaluated; }
+  bool decoding() const { return !req.embed && remaining() == 1; }
 };
 
 util::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(Engine& engine,
@@ -59,7 +62,7 @@ Scheduler::~Scheduler() {
 util::StatusOr<RequestId> Scheduler::Submit(SchedulerRequest request) {
   if (request.sink == nullptr) return util::InvalidArgumentError("request has no sink");
   if (request.prompt.empty()) return util::InvalidArgumentError("the prompt is empty");
-  if (request.max_tokens < 1) {
+  if (request.max_tokens < 1 && !request.embed) {
     return util::InvalidArgumentError(fmt::format("max_tokens {} must be >= 1", request.max_tokens));
   }
   for (int32_t t : request.prompt) {
@@ -68,7 +71,12 @@ util::StatusOr<RequestId> Scheduler::Submit(SchedulerRequest request) {
           fmt::format("token id {} is outside the vocabulary [0, {})", t, engine_.n_vocab()));
     }
   }
-  if (static_cast<int64_t>(request.prompt.size()) >= engine_.n_ctx()) {
+  if (request.embed && static_cast<int64_t>(request.prompt.size()) > engine_.n_ctx()) {
+    return util::OutOfRangeError(fmt::format(
+        "context length exceeded: the input has {} tokens, the context holds {}",
+        request.prompt.size(), engine_.n_ctx()));
+  }
+  if (!request.embed && static_cast<int64_t>(request.prompt.size()) >= engine_.n_ctx()) {
     return util::OutOfRangeError(fmt::format(
         "context length exceeded: the prompt has {} tokens, the context holds {} (and at least "
         "one must be generated)",
@@ -145,6 +153,7 @@ void Scheduler::PreemptNewest() {
   engine_.FreeSequence(a->seq);
   a->seq = 0;
   a->n_evaluated = 0;  // everything is recomputed on readmission
+  a->embedding_sum.clear();
   ++a->preemptions;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -180,20 +189,20 @@ bool Scheduler::StepOnce() {
     std::vector<Active*> owners;
     int32_t budget = options_.max_batch_tokens;
     for (auto& a : running_) {
-      if (a->remaining() == 1 && budget > 0) {
+      if (a->decoding() && budget > 0) {
         work.push_back({a->seq, std::span(a->tokens).subspan(static_cast<size_t>(a->n_evaluated), 1), true});
         owners.push_back(a.get());
         --budget;
       }
     }
     for (auto& a : running_) {
-      if (a->remaining() > 1 && budget > 0) {
+      if (!a->decoding() && a->remaining() > 0 && budget > 0) {
         const int32_t k = std::min(a->remaining(), budget);
         const bool last = k == a->remaining();
         work.push_back({a->seq,
                         std::span(a->tokens).subspan(static_cast<size_t>(a->n_evaluated),
                                                      static_cast<size_t>(k)),
-                        last});
+                        last && !a->req.embed, a->req.embed});
         owners.push_back(a.get());
         budget -= k;
       }
@@ -219,13 +228,38 @@ bool Scheduler::StepOnce() {
     }
 
     int64_t prompt_tokens = 0, generated = 0;
-    size_t li = 0;
+    size_t li = 0, hi = 0;
+    const size_t n_embd = static_cast<size_t>(engine_.model().config().n_embd);
+    const std::span<const float> hidden = engine_.hidden();
     std::vector<Active*> done;
     std::vector<std::pair<FinishReason, util::Status>> done_why;
     for (size_t k = 0; k < work.size(); ++k) {
       Active& a = *owners[k];
       a.n_evaluated += static_cast<int32_t>(work[k].tokens.size());
       if (a.n_evaluated <= a.n_prompt) prompt_tokens += static_cast<int64_t>(work[k].tokens.size());
+      if (work[k].hidden) {
+        a.embedding_sum.resize(n_embd, 0.0);
+        for (size_t t = 0; t < work[k].tokens.size(); ++t, ++hi) {
+          for (size_t d = 0; d < n_embd; ++d) a.embedding_sum[d] += hidden[hi * n_embd + d];
+        }
+        if (a.remaining() == 0) {
+          // Mean over the prompt, then unit length.
+          double norm = 0;
+          for (double& v : a.embedding_sum) {
+            v /= static_cast<double>(a.n_prompt);
+            norm += v * v;
+          }
+          norm = std::sqrt(norm);
+          std::vector<float> e(n_embd);
+          for (size_t d = 0; d < n_embd; ++d) {
+            e[d] = static_cast<float>(norm > 0 ? a.embedding_sum[d] / norm : 0.0);
+          }
+          a.req.sink->OnEmbedding(std::move(e));
+          done.push_back(&a);
+          done_why.emplace_back(FinishReason::kStop, util::OkStatus());
+        }
+        continue;
+      }
       if (!work[k].logits) continue;
       auto row = logits->subspan(li * static_cast<size_t>(engine_.n_vocab()),
                                  static_cast<size_t>(engine_.n_vocab()));

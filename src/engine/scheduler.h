@@ -57,6 +57,9 @@ class RequestSink {
   virtual util::StatusOr<int32_t> Choose(std::span<const float> logits) = 0;
   // A token was generated. Return false to end the request (stop string found).
   virtual bool OnToken(int32_t token) = 0;
+  // For embedding requests: the mean of the prompt tokens' final hidden
+  // states, L2-normalised; called once, just before OnFinish.
+  virtual void OnEmbedding(std::vector<float> /*embedding*/) {}
   // Exactly once. `status` is OK unless the request failed; `reason` says why
   // it ended (kStop: end-of-generation token or OnToken returned false;
   // kLength: max_tokens or the context; kCancelled: Cancel or drain timeout).
@@ -68,6 +71,7 @@ struct SchedulerRequest {
   int32_t max_tokens = 16;               // >= 1; capped by the context
   bool stop_at_eog = true;
   std::shared_ptr<RequestSink> sink;     // required
+  bool embed = false;  // evaluate the prompt only and report its embedding (no generation)
 };
 
 struct SchedulerOptions {

@@ -241,7 +241,119 @@ class GenerationImpl final : public Generation {
   const int32_t prompt_tokens_;
 };
 
+// Collects the embeddings of one request's inputs (scheduler thread writes,
+// the caller waits).
+class EmbeddingBatch {
+ public:
+  explicit EmbeddingBatch(size_t n) : results_(n), pending_(n) {}
+  void Set(size_t i, std::vector<float> e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    results_[i] = std::move(e);
+  }
+  void Finish(const util::Status& st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!st.ok() && status_.ok()) status_ = st;
+    --pending_;
+    cv_.notify_all();
+  }
+  // false on timeout.
+  bool Wait(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_until(lock, deadline, [this] { return pending_ == 0; });
+  }
+  util::Status status() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+  std::vector<std::vector<float>> Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::move(results_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::vector<float>> results_;  // guarded by mu_
+  size_t pending_;                            // guarded by mu_
+  util::Status status_;                       // guarded by mu_
+};
+
+class EmbeddingSink final : public engine::RequestSink {
+ public:
+  EmbeddingSink(std::shared_ptr<EmbeddingBatch> batch, size_t index)
+      : batch_(std::move(batch)), index_(index) {}
+  util::StatusOr<int32_t> Choose(std::span<const float>) override {
+    return util::InternalError("embedding requests do not sample");
+  }
+  bool OnToken(int32_t) override { return false; }
+  void OnEmbedding(std::vector<float> e) override { batch_->Set(index_, std::move(e)); }
+  void OnFinish(engine::FinishReason reason, const util::Status& status,
+                const engine::Usage&) override {
+    if (status.ok() && reason == engine::FinishReason::kCancelled) {
+      batch_->Finish(util::CancelledError("the embedding request was cancelled"));
+    } else {
+      batch_->Finish(status);
+    }
+  }
+
+ private:
+  std::shared_ptr<EmbeddingBatch> batch_;
+  const size_t index_;
+};
+
 }  // namespace
+
+util::StatusOr<EmbeddingResult> Gateway::Embed(const EmbeddingRequest& r,
+                                               std::chrono::steady_clock::time_point deadline) {
+  const model::Tokenizer& tok = model_.tokenizer();
+  std::vector<std::vector<int32_t>> inputs;
+  for (const auto& t : r.texts) inputs.push_back(tok.Encode(t, {.add_special = true}));
+  for (const auto& ids : r.token_ids) inputs.push_back(ids);
+  if (inputs.empty()) return InvalidArgumentError("'input' must not be empty");
+  if (static_cast<int32_t>(inputs.size()) > options_.max_embedding_inputs) {
+    return InvalidArgumentError(fmt::format("'input' has {} items; at most {} are allowed",
+                                            inputs.size(), options_.max_embedding_inputs));
+  }
+  EmbeddingResult out;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].empty()) return InvalidArgumentError(fmt::format("'input[{}]' is empty", i));
+    if (static_cast<int32_t>(inputs[i].size()) > n_ctx_) {
+      return util::OutOfRangeError(fmt::format(
+          "context length exceeded: input[{}] has {} tokens and the model's context is {}", i,
+          inputs[i].size(), n_ctx_));
+    }
+    for (int32_t id : inputs[i]) {
+      if (!tok.IsValid(id)) {
+        return InvalidArgumentError(fmt::format("'input[{}]' holds token id {} outside the vocabulary", i, id));
+      }
+    }
+    out.prompt_tokens += static_cast<int32_t>(inputs[i].size());
+  }
+  auto batch = std::make_shared<EmbeddingBatch>(inputs.size());
+  std::vector<engine::RequestId> ids;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    engine::SchedulerRequest sr;
+    sr.prompt = std::move(inputs[i]);
+    sr.embed = true;
+    sr.sink = std::make_shared<EmbeddingSink>(batch, i);
+    auto id = scheduler_.Submit(std::move(sr));
+    if (!id.ok()) {
+      for (engine::RequestId done : ids) scheduler_.Cancel(done);
+      return id.status();
+    }
+    ids.push_back(*id);
+  }
+  metrics_->prompt_tokens.Inc(out.prompt_tokens);
+  if (!batch->Wait(deadline)) {
+    for (engine::RequestId id : ids) scheduler_.Cancel(id);
+    return util::DeadlineExceededError("the embeddings were not ready before the deadline");
+  }
+  STRATA_RETURN_IF_ERROR(batch->status());
+  out.embeddings = batch->Take();
+  log_.Debug("[{}] tenant={} embedded {} inputs, {} tokens", r.request_id, r.tenant,
+             out.embeddings.size(), out.prompt_tokens);
+  return out;
+}
 
 util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const model::Model& model,
                                                          engine::Scheduler& scheduler,

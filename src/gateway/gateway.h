@@ -50,6 +50,7 @@ struct GatewayOptions {
   int32_t max_stop_strings = 16;      // [0, 64]
   int32_t max_stop_length = 256;      // bytes per stop string
   int32_t max_top_logprobs = 20;      // [0, 20]
+  int32_t max_embedding_inputs = 256; // [1, 65536] inputs per embeddings request
   std::optional<model::ChatFormat> chat_format;  // override the template detected in the GGUF
 };
 
@@ -97,6 +98,18 @@ struct Event {
   Usage usage;          // kFinish
 };
 
+struct EmbeddingRequest {
+  std::string request_id;
+  std::string tenant = "default";
+  std::vector<std::string> texts;                // each is embedded separately
+  std::vector<std::vector<int32_t>> token_ids;   // or pre-tokenized inputs
+};
+
+struct EmbeddingResult {
+  std::vector<std::vector<float>> embeddings;  // one per input, in order, unit length
+  int32_t prompt_tokens = 0;
+};
+
 class Generation {
  public:
   virtual ~Generation() = default;
@@ -122,6 +135,10 @@ class Gateway {
   ~Gateway();
 
   util::StatusOr<std::unique_ptr<Generation>> Start(const CompletionRequest& request);
+  // Mean-pooled, L2-normalised final hidden states of each input. Waits until
+  // `deadline` (DeadlineExceeded after it, cancelling what is left).
+  util::StatusOr<EmbeddingResult> Embed(const EmbeddingRequest& request,
+                                        std::chrono::steady_clock::time_point deadline);
 
   const std::string& model_name() const { return options_.model_name; }
   int32_t n_ctx() const { return n_ctx_; }

@@ -345,7 +345,8 @@ Forward::Act Forward::PrepareAct(const Weight& w, const float* x, int64_t n_toke
   return Act{dst, rb};
 }
 
-Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<float> logits) {
+Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<float> logits,
+                    std::span<float> hidden) {
   const ModelConfig& c = m_.config_;
   const int64_t T = static_cast<int64_t>(batch.entries.size());
   if (T == 0) return util::OkStatus();
@@ -354,7 +355,7 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
   }
 
   // Validate the batch before touching any memory.
-  int64_t n_logits = 0;
+  int64_t n_logits = 0, n_hidden = 0;
   int32_t max_pos = 0;
   for (int64_t t = 0; t < T; ++t) {
     const BatchEntry& e = batch.entries[static_cast<size_t>(t)];
@@ -382,10 +383,15 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
     }
     max_pos = std::max(max_pos, e.pos);
     n_logits += e.logits ? 1 : 0;
+    n_hidden += e.hidden ? 1 : 0;
   }
   if (static_cast<int64_t>(logits.size()) < n_logits * c.n_vocab) {
     return InvalidArgumentError(fmt::format("forward: logits buffer holds {} floats, needs {}",
                                             logits.size(), n_logits * c.n_vocab));
+  }
+  if (static_cast<int64_t>(hidden.size()) < n_hidden * c.n_embd) {
+    return InvalidArgumentError(fmt::format("forward: hidden-state buffer holds {} floats, needs {}",
+                                            hidden.size(), n_hidden * c.n_embd));
   }
 
   const int64_t D = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), F = c.n_ff, HD = c.head_dim;
@@ -531,6 +537,14 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
     });
   }
 
+  if (n_hidden > 0) {
+    int64_t h = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      if (!batch.entries[static_cast<size_t>(t)].hidden) continue;
+      RmsNormRow(x_.data() + t * D, m_.output_norm_.data(), D, c.rms_eps, hidden.data() + h * D);
+      ++h;
+    }
+  }
   if (n_logits == 0) return util::OkStatus();
   // Final norm of the entries that want logits, then the output head.
   int64_t j = 0;

@@ -143,6 +143,7 @@ struct BatchEntry {
   int32_t pos = 0;     // position in its sequence; positions [0, pos) are already in the KV cache
   int32_t seq = 0;     // index into ForwardBatch::block_tables
   bool logits = false; // produce this entry's logits
+  bool hidden = false; // produce this entry's final hidden state (after the output norm)
 };
 
 struct ForwardBatch {
@@ -155,9 +156,13 @@ class Forward {
   Forward(const Model& model, util::ThreadPool& pool, const KernelTable& kernels = BestKernels());
 
   // Writes K/V of every entry into `kv` and, for entries with `logits`, their
-  // next-token logits into `logits` ([n_logit_entries][n_vocab], entry order).
-  // Invalid input (token, position, block table) is an InvalidArgument.
-  util::Status Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<float> logits);
+  // next-token logits into `logits` ([n_logit_entries][n_vocab], entry order);
+  // for entries with `hidden`, their final hidden state (normalised by the
+  // output norm, as the output head sees it) into `hidden`
+  // ([n_hidden_entries][n_embd], entry order). Invalid input (token,
+  // position, block table, buffer sizes) is an InvalidArgument.
+  util::Status Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<float> logits,
+                   std::span<float> hidden = {});
 
   const KernelTable& kernels() const { return kernels_; }
 

@@ -376,7 +376,99 @@ json ChunkBase(ApiKind kind, const ResponseMeta& m) {
   return c;
 }
 
+std::string Base64(const uint8_t* p, size_t n) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((n + 2) / 3 * 4);
+  for (size_t i = 0; i < n; i += 3) {
+    const uint32_t v = (static_cast<uint32_t>(p[i]) << 16) |
+                       (i + 1 < n ? static_cast<uint32_t>(p[i + 1]) << 8 : 0) |
+                       (i + 2 < n ? static_cast<uint32_t>(p[i + 2]) : 0);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < n ? kAlphabet[(v >> 6) & 63] : '=';
+    out += i + 2 < n ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
+StatusOr<std::vector<int32_t>> TokenArray(const json& a, const std::string& where) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].is_number_integer() || a[i].get<int64_t>() < 0 || a[i].get<int64_t>() > INT32_MAX) {
+      return InvalidArgumentError(fmt::format("'{}[{}]' must be a token id (a non-negative integer)", where, i));
+    }
+    ids.push_back(static_cast<int32_t>(a[i].get<int64_t>()));
+  }
+  return ids;
+}
+
 }  // namespace
+
+StatusOr<ParsedEmbeddingRequest> ParseEmbeddingRequest(std::string_view body) {
+  STRATA_ASSIGN_OR_RETURN(json j, ParseJson(body));
+  try {
+    ParsedEmbeddingRequest out;
+    Fields f(j, "");
+    STRATA_ASSIGN_OR_RETURN(auto model, f.String("model"));
+    if (!model) return InvalidArgumentError("'model' is required");
+    out.model = *model;
+    if (!f.Has("input")) return InvalidArgumentError("'input' is required");
+    const json& in = f.Get("input");
+    if (in.is_string()) {
+      out.request.texts.push_back(in.get<std::string>());
+    } else if (in.is_array() && !in.empty() && in[0].is_number_integer()) {
+      STRATA_ASSIGN_OR_RETURN(auto ids, TokenArray(in, "input"));
+      out.request.token_ids.push_back(std::move(ids));
+    } else if (in.is_array()) {
+      for (size_t i = 0; i < in.size(); ++i) {
+        const std::string at = fmt::format("input[{}]", i);
+        if (in[i].is_string()) {
+          out.request.texts.push_back(in[i].get<std::string>());
+        } else if (in[i].is_array()) {
+          STRATA_ASSIGN_OR_RETURN(auto ids, TokenArray(in[i], at));
+          out.request.token_ids.push_back(std::move(ids));
+        } else {
+          return InvalidArgumentError(fmt::format("'{}' must be a string or an array of token ids", at));
+        }
+      }
+      if (!out.request.texts.empty() && !out.request.token_ids.empty()) {
+        return InvalidArgumentError("'input' must not mix strings and token arrays");
+      }
+    } else {
+      return InvalidArgumentError("'input' must be a string, an array of strings or token ids");
+    }
+    STRATA_ASSIGN_OR_RETURN(auto fmt_name, f.String("encoding_format"));
+    if (fmt_name && *fmt_name != "float" && *fmt_name != "base64") {
+      return InvalidArgumentError("'encoding_format' must be 'float' or 'base64'");
+    }
+    out.base64 = fmt_name && *fmt_name == "base64";
+    STRATA_RETURN_IF_ERROR(f.Reject("dimensions", "this model's embeddings have a fixed size"));
+    return out;
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(fmt::format("invalid request: {}", e.what()));
+  }
+}
+
+std::string RenderEmbeddings(const std::string& model, const gateway::EmbeddingResult& r,
+                             bool base64) {
+  json data = json::array();
+  for (size_t i = 0; i < r.embeddings.size(); ++i) {
+    const auto& e = r.embeddings[i];
+    json item = {{"object", "embedding"}, {"index", i}};
+    if (base64) {
+      item["embedding"] = Base64(reinterpret_cast<const uint8_t*>(e.data()), e.size() * sizeof(float));
+    } else {
+      item["embedding"] = e;
+    }
+    data.push_back(std::move(item));
+  }
+  return Dump({{"object", "list"},
+               {"data", data},
+               {"model", model},
+               {"usage", {{"prompt_tokens", r.prompt_tokens}, {"total_tokens", r.prompt_tokens}}}});
+}
 
 StatusOr<ParsedRequest> ParseRequest(ApiKind kind, std::string_view body) {
   STRATA_ASSIGN_OR_RETURN(json j, ParseJson(body));

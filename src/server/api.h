@@ -35,6 +35,18 @@ struct ParsedRequest {
 // Parses a request body.
 util::StatusOr<ParsedRequest> ParseRequest(ApiKind kind, std::string_view body);
 
+struct ParsedEmbeddingRequest {
+  gateway::EmbeddingRequest request;
+  std::string model;
+  bool base64 = false;  // encoding_format "base64": little-endian float32, base64
+};
+
+// POST /v1/embeddings (OpenAI): input is a string, an array of strings, an
+// array of token ids or an array of such arrays.
+util::StatusOr<ParsedEmbeddingRequest> ParseEmbeddingRequest(std::string_view body);
+std::string RenderEmbeddings(const std::string& model, const gateway::EmbeddingResult& result,
+                             bool base64);
+
 // The finished result of one choice, for non-streaming responses.
 struct ChoiceResult {
   std::string text;

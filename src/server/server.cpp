@@ -118,6 +118,9 @@ class HttpServer::Impl {
     svr_.Post("/v1/chat/completions", api(ApiKind::kOpenAIChat));
     svr_.Post("/v1/completions", api(ApiKind::kOpenAICompletion));
     svr_.Post("/v1/messages", api(ApiKind::kAnthropicMessages));
+    svr_.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+      HandleEmbeddings(req, res);
+    });
 
     // Anything httplib answers on its own (no route, 413, ...) gets a JSON body.
     svr_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -185,10 +188,52 @@ class HttpServer::Impl {
     requests_.With({endpoint, std::to_string(res.status)}).Inc();
   }
 
+  void HandleEmbeddings(const httplib::Request& req, httplib::Response& res) {
+    const auto t0 = clock_.Now();
+    const std::string rid = RequestId(req);
+    res.set_header("X-Request-ID", rid);
+    util::PrefixLogger log(log_, "req=" + rid);
+    const char* endpoint = "/v1/embeddings";
+    auto fail = [&](const util::Status& st) {
+      Error(res, ApiKind::kOpenAIChat, st, endpoint);
+      log.Info("POST {} {} ({})", endpoint, res.status, st.message());
+    };
+    if (draining_.load()) return fail(util::UnavailableError("the server is shutting down"));
+    gateway::Gateway* g = gateway_.load();
+    if (g == nullptr) return fail(util::UnavailableError("the model is loading; retry shortly"));
+    auto tenant = Authenticate(req);
+    if (!tenant.ok()) return fail(tenant.status());
+    auto parsed = ParseEmbeddingRequest(req.body);
+    if (!parsed.ok()) return fail(parsed.status());
+    if (!ServesModel(*g, parsed->model)) return fail(UnknownModel(*g, parsed->model));
+    parsed->request.request_id = rid;
+    parsed->request.tenant = *tenant;
+    auto result = g->Embed(parsed->request, t0 + options_.request_timeout);
+    if (!result.ok()) return fail(result.status());
+    res.set_content(RenderEmbeddings(parsed->model, *result, parsed->base64), kJson);
+    requests_.With({endpoint, "200"}).Inc();
+    log.Info("POST {} 200 tenant={} inputs={} tokens={} {:.1f} ms", endpoint, *tenant,
+             result->embeddings.size(), result->prompt_tokens,
+             util::SecondsBetween(t0, clock_.Now()) * 1e3);
+  }
+
+  bool ServesModel(const gateway::Gateway& g, const std::string& model) const {
+    return model == g.model_name() ||
+           std::find(options_.model_aliases.begin(), options_.model_aliases.end(), model) !=
+               options_.model_aliases.end();
+  }
+  static util::Status UnknownModel(const gateway::Gateway& g, const std::string& model) {
+    return util::NotFoundError(
+        fmt::format("model '{}' does not exist; this server serves '{}'", model, g.model_name()));
+  }
+
   void HandleApi(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
     const auto t0 = clock_.Now();
     const std::string rid = RequestId(req);
     res.set_header("X-Request-ID", rid);
+    // The Anthropic SDKs read the id from 'request-id' (what api.anthropic.com
+    // sends); the OpenAI SDKs read 'x-request-id'.
+    if (kind == ApiKind::kAnthropicMessages) res.set_header("request-id", rid);
     util::PrefixLogger log(log_, "req=" + rid);
     const char* endpoint = EndpointLabel(kind);
     auto fail = [&](const util::Status& st) {
@@ -203,12 +248,7 @@ class HttpServer::Impl {
     if (!tenant.ok()) return fail(tenant.status());
     auto parsed = ParseRequest(kind, req.body);
     if (!parsed.ok()) return fail(parsed.status());
-    if (parsed->model != g->model_name() &&
-        std::find(options_.model_aliases.begin(), options_.model_aliases.end(), parsed->model) ==
-            options_.model_aliases.end()) {
-      return fail(util::NotFoundError(fmt::format("model '{}' does not exist; this server serves '{}'",
-                                                  parsed->model, g->model_name())));
-    }
+    if (!ServesModel(*g, parsed->model)) return fail(UnknownModel(*g, parsed->model));
     if (kind == ApiKind::kAnthropicMessages && parsed->request.n != 1) {
       return fail(util::InvalidArgumentError("'n' is not part of the messages API"));
     }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 
@@ -247,6 +248,79 @@ TEST_F(SchedulerTest, DestroyingTheSchedulerCancelsWhatIsLeft) {
     ASSERT_TRUE((*sched)->Submit({Prompt(8, 4), 250, false, sink}).ok());
   }
   EXPECT_EQ(sink->finishes(), 1);
+}
+
+}  // namespace
+}  // namespace strata::engine
+
+namespace strata::engine {
+namespace {
+
+class EmbeddingSink final : public RequestSink {
+ public:
+  util::StatusOr<int32_t> Choose(std::span<const float>) override {
+    return util::InternalError("an embedding request must not sample");
+  }
+  bool OnToken(int32_t) override { return false; }
+  void OnEmbedding(std::vector<float> e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    embedding_ = std::move(e);
+  }
+  void OnFinish(FinishReason, const util::Status& status, const Usage&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = status;
+    done_ = true;
+    cv_.notify_all();
+  }
+  std::vector<float> Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return done_; });
+    EXPECT_TRUE(status_.ok()) << status_.ToString();
+    return embedding_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  util::Status status_;
+  std::vector<float> embedding_;
+};
+
+TEST_F(SchedulerTest, EmbeddingsAreUnitMeansOfHiddenStatesWhateverTheChunking) {
+  auto engine = MakeEngine(256, 256);
+  // The reference: one forward pass over the prompt, mean of the hidden states.
+  const auto prompt = Prompt(21, 5);
+  std::vector<double> mean(static_cast<size_t>(tiny_.model->config().n_embd), 0.0);
+  {
+    const SeqId s = engine->NewSequence();
+    Engine::Work w{s, prompt, false, true};
+    ASSERT_TRUE(engine->Step(std::span(&w, 1)).ok());
+    const auto h = engine->hidden();
+    for (size_t t = 0; t < prompt.size(); ++t)
+      for (size_t d = 0; d < mean.size(); ++d) mean[d] += h[t * mean.size() + d] / prompt.size();
+    engine->FreeSequence(s);
+  }
+  double norm = 0;
+  for (double v : mean) norm += v * v;
+  norm = std::sqrt(norm);
+  for (int32_t chunk : {512, 4}) {
+    auto sched = Scheduler::Start(*engine, {.max_running = 2, .max_batch_tokens = chunk}, *log_);
+    auto sink = std::make_shared<EmbeddingSink>();
+    SchedulerRequest r;
+    r.prompt = prompt;
+    r.embed = true;
+    r.sink = sink;
+    ASSERT_TRUE((*sched)->Submit(std::move(r)).ok());
+    const auto e = sink->Wait();
+    ASSERT_EQ(e.size(), mean.size());
+    double len = 0;
+    for (size_t d = 0; d < e.size(); ++d) {
+      EXPECT_NEAR(e[d], mean[d] / norm, 1e-5) << "chunk " << chunk << " dim " << d;
+      len += static_cast<double>(e[d]) * e[d];
+    }
+    EXPECT_NEAR(len, 1.0, 1e-5);
+  }
 }
 
 }  // namespace

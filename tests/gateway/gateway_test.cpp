@@ -105,7 +105,8 @@ TEST_F(GatewayTest, SeveralChoicesAreSeededDistinctlyAndReproducibly) {
   auto b = Collect(**gw_->Start(r));
   EXPECT_EQ(a.text, b.text);
   EXPECT_FALSE(a.text[0] == a.text[1] && a.text[1] == a.text[2]) << "choices were identical";
-  for (auto f : a.finish) EXPECT_EQ(f, FinishReason::kLength);
+  // Sampling at temperature 1.5 may draw the end-of-sequence token early.
+  for (auto f : a.finish) EXPECT_TRUE(f == FinishReason::kLength || f == FinishReason::kEndOfTurn);
 }
 
 TEST_F(GatewayTest, LogprobsComeWithEveryToken) {

@@ -149,6 +149,29 @@ TEST_F(ServerTest, AnthropicMessagesAndErrorsUseAnthropicShapes) {
   EXPECT_NE(j["error"]["message"].get<std::string>().find("max_tokens"), std::string::npos);
 }
 
+// @anthropic-ai/sdk reads 'request-id' (message._request_id, MessageStream.request_id,
+// APIError.requestID); the OpenAI SDK reads 'x-request-id'.
+TEST_F(ServerTest, AnthropicResponsesCarryTheRequestIdAsRequestIdToo) {
+  Start();
+  srv_->SetGateway(gw_.get());
+  const std::string body =
+      R"({"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":"hi"}]})";
+  auto r = Post("/v1/messages", body, {{"X-Request-ID", "rid-7"}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("request-id"), "rid-7");
+  EXPECT_EQ(r->get_header_value("X-Request-ID"), "rid-7");
+  auto bad = Post("/v1/messages", R"({"model":"nope","max_tokens":2,"messages":[]})",
+                  {{"X-Request-ID", "rid-8"}});
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(bad->get_header_value("request-id"), "rid-8");
+  auto chat = Post("/v1/chat/completions", kChat, {{"X-Request-ID", "rid-9"}});
+  ASSERT_TRUE(chat);
+  EXPECT_EQ(chat->get_header_value("X-Request-ID"), "rid-9");
+  EXPECT_FALSE(chat->has_header("request-id"));
+}
+
 TEST_F(ServerTest, BadRequestsGetPreciseErrors) {
   Start();
   srv_->SetGateway(gw_.get());
@@ -263,6 +286,40 @@ TEST(ApiKeysTest, ParsingAndConstantTimeComparison) {
   EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
   EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
   EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
+}
+
+}  // namespace
+}  // namespace strata::server
+
+namespace strata::server {
+namespace {
+
+TEST_F(ServerTest, EmbeddingsAreUnitVectorsPerInput) {
+  Start();
+  srv_->SetGateway(gw_.get());
+  auto r = Post("/v1/embeddings", R"({"model":"tiny","input":["the cat","a dog","the cat"]})");
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  ASSERT_EQ(j["data"].size(), 3u);
+  const auto a = j["data"][0]["embedding"].get<std::vector<float>>();
+  const auto b = j["data"][1]["embedding"].get<std::vector<float>>();
+  const auto c = j["data"][2]["embedding"].get<std::vector<float>>();
+  EXPECT_EQ(a.size(), 64u);  // n_embd of the tiny model
+  double na = 0, dot = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    na += a[i] * a[i];
+    dot += a[i] * b[i];
+  }
+  EXPECT_NEAR(na, 1.0, 1e-4);
+  EXPECT_LT(dot, 0.9999);  // different texts, different vectors
+  EXPECT_EQ(a, c);         // same text, same vector
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 0);
+  auto b64 = Post("/v1/embeddings", R"({"model":"tiny","input":"x","encoding_format":"base64"})");
+  ASSERT_EQ(b64->status, 200);
+  EXPECT_TRUE(json::parse(b64->body)["data"][0]["embedding"].is_string());
+  EXPECT_EQ(Post("/v1/embeddings", R"({"model":"tiny","input":[]})")->status, 400);
+  EXPECT_EQ(Post("/v1/embeddings", R"({"model":"tiny","input":[1,-5]})")->status, 400);
+  EXPECT_EQ(Post("/v1/embeddings", R"({"model":"x","input":"a"})")->status, 404);
 }
 
 }  // namespace
