@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "util/hash.h"
+
 namespace strata::engine {
 
 util::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model,
@@ -39,26 +41,81 @@ util::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model
                     bytes / (1024.0 * 1024 * 1024)));
   }
   const model::KernelTable& kernels = o.kernels ? *o.kernels : model::BestKernels();
+  std::unique_ptr<BlockEvictionPolicy> eviction =
+      o.block_eviction ? o.block_eviction(static_cast<int32_t>(n_blocks)) : nullptr;
   log.Info("engine: {} threads, {} kernels, context {}, KV cache {} blocks x {} tokens ({:.1f} MiB)",
            o.n_threads, model::IsaName(kernels.isa), n_ctx, n_blocks, o.block_size,
            bytes / (1024.0 * 1024.0));
   return std::unique_ptr<Engine>(new Engine(model, n_ctx,
                                             std::make_unique<util::ThreadPool>(o.n_threads),
-                                            static_cast<int32_t>(n_blocks), o.block_size, kernels));
+                                            static_cast<int32_t>(n_blocks), o.block_size, kernels,
+                                            std::move(eviction)));
 }
 
 Engine::Engine(const model::Model& model, int32_t n_ctx, std::unique_ptr<util::ThreadPool> threads,
-               int32_t n_blocks, int32_t block_size, const model::KernelTable& kernels)
+               int32_t n_blocks, int32_t block_size, const model::KernelTable& kernels,
+               std::unique_ptr<BlockEvictionPolicy> eviction)
     : model_(model),
       n_ctx_(n_ctx),
       threads_(std::move(threads)),
-      pool_(model.config(), n_blocks, block_size),
+      pool_(model.config(), n_blocks, block_size, std::move(eviction)),
       forward_(model, *threads_, kernels) {}
 
-SeqId Engine::NewSequence() {
+SeqId Engine::NewSequence(uint64_t cache_namespace) {
   const SeqId id = next_id_++;
-  seqs_.emplace(id, Sequence{});
+  Sequence s;
+  s.cache_namespace = cache_namespace;
+  seqs_.emplace(id, std::move(s));
   return id;
+}
+
+uint64_t Engine::ChainHash(uint64_t parent, std::span<const int32_t> block_tokens) {
+  util::Hasher h(0x4b56424c4f434b31ULL);  // "KVBLOCK1"
+  h.UpdatePod(parent);
+  h.Update(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(block_tokens.data()),
+                                    block_tokens.size() * sizeof(int32_t)));
+  const uint64_t v = h.Digest();
+  return v == 0 ? 1 : v;
+}
+
+int32_t Engine::AttachCachedPrefix(SeqId seq, std::span<const int32_t> prompt) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return 0;
+  Sequence& s = it->second;
+  if (s.cache_namespace == 0 || s.length != 0 || prompt.empty()) return 0;
+  const int32_t bs = pool_.block_size();
+  const size_t max_blocks = (prompt.size() - 1) / static_cast<size_t>(bs);
+  uint64_t parent = s.cache_namespace;
+  for (size_t b = 0; b < max_blocks; ++b) {
+    const auto block_tokens = prompt.subspan(b * static_cast<size_t>(bs), static_cast<size_t>(bs));
+    const uint64_t h = ChainHash(parent, block_tokens);
+    const std::optional<int32_t> found = pool_.Lookup(h);
+    if (!found) break;
+    pool_.Ref(*found);
+    s.table.Append(*found);
+    s.chain.push_back(h);
+    s.tokens.insert(s.tokens.end(), block_tokens.begin(), block_tokens.end());
+    s.length += bs;
+    parent = h;
+  }
+  return s.length;
+}
+
+void Engine::PublishFullBlocks(Sequence& s) {
+  const int32_t bs = pool_.block_size();
+  while (static_cast<int32_t>(s.chain.size() + 1) * bs <= s.length) {
+    const size_t b = s.chain.size();
+    const uint64_t parent = b == 0 ? s.cache_namespace : s.chain.back();
+    const uint64_t h = ChainHash(
+        parent, std::span(s.tokens).subspan(b * static_cast<size_t>(bs), static_cast<size_t>(bs)));
+    const int32_t mine = s.table.blocks()[b];
+    const int32_t kept = pool_.Publish(mine, h);
+    if (kept != mine) {
+      s.table.Replace(b, kept);
+      pool_.Unref(mine);
+    }
+    s.chain.push_back(h);
+  }
 }
 
 void Engine::FreeSequence(SeqId seq) {
@@ -75,8 +132,29 @@ util::Status Engine::TruncateSequence(SeqId seq, int32_t n_tokens) {
     return util::InvalidArgumentError(fmt::format("cannot truncate sequence of {} tokens to {}",
                                                   it->second.length, n_tokens));
   }
-  it->second.length = n_tokens;
-  it->second.table.Truncate(pool_, n_tokens);
+  Sequence& s = it->second;
+  s.length = n_tokens;
+  s.table.Truncate(pool_, n_tokens);
+  const int32_t bs = pool_.block_size();
+  if (s.cache_namespace != 0) {
+    s.tokens.resize(static_cast<size_t>(n_tokens));
+    s.chain.resize(std::min(s.chain.size(), static_cast<size_t>(n_tokens / bs)));
+  }
+  // The block the sequence will write next must be its own: if it is shared
+  // or published, continue in a private copy.
+  if (n_tokens % bs != 0) {
+    const size_t last = static_cast<size_t>(n_tokens / bs);
+    const int32_t b = s.table.blocks()[last];
+    if (pool_.ref_count(b) > 1 || pool_.published(b)) {
+      const std::optional<int32_t> copy = pool_.Allocate();
+      if (!copy) {
+        return util::ResourceExhaustedError("KV cache: no block left to copy a shared block");
+      }
+      pool_.CopyBlock(b, *copy);
+      s.table.Replace(last, *copy);
+      pool_.Unref(b);
+    }
+  }
   return util::OkStatus();
 }
 
@@ -154,7 +232,12 @@ util::StatusOr<std::span<const float>> Engine::Step(std::span<const Work> work) 
     return st;
   }
   for (size_t i = 0; i < work.size(); ++i) {
-    seqs[i]->length += static_cast<int32_t>(work[i].tokens.size());
+    Sequence& s = *seqs[i];
+    s.length += static_cast<int32_t>(work[i].tokens.size());
+    if (s.cache_namespace != 0) {
+      s.tokens.insert(s.tokens.end(), work[i].tokens.begin(), work[i].tokens.end());
+      PublishFullBlocks(s);
+    }
   }
   return std::span<const float>(logits_);
 }

@@ -3,7 +3,13 @@
 // Promise: an Engine holds a model's running sequences. Step() appends tokens
 // to any number of sequences and evaluates them in one batched forward pass
 // (prefill chunks and single decode tokens side by side), returning logits
-// where asked. A step either fully happens or changes nothing: when the KV pool
+// where asked. With the prefix cache (L2), every full KV block a sequence
+// computes is published under the hash of its token chain within the
+// sequence's cache namespace (the tenant and the model: nothing crosses
+// tenants), and a new sequence adopts the longest cached prefix of its prompt
+// (AttachCachedPrefix) instead of recomputing it. Because the forward pass is
+// batch-invariant, a cached block holds exactly the bytes a recomputation
+// would write, so outputs are identical with the cache on or off. A step either fully happens or changes nothing: when the KV pool
 // cannot hold it, Step returns ResourceExhausted and every sequence is as it
 // was, so the scheduler can queue or preempt. A sequence never grows past
 // n_ctx (OutOfRange, "context length exceeded").
@@ -18,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -40,6 +47,8 @@ struct EngineOptions {
   int32_t n_kv_blocks = 0;        // 0 = enough for n_seq_max full sequences
   int32_t n_seq_max = 1;          // [1, 4096] used only to size the default pool
   const model::KernelTable* kernels = nullptr;  // nullptr = the best for this CPU
+  // Which unreferenced cached block to reclaim; nullptr = LRU.
+  std::function<std::unique_ptr<BlockEvictionPolicy>(int32_t n_blocks)> block_eviction;
 };
 
 class Engine {
@@ -55,7 +64,15 @@ class Engine {
     bool hidden = false;              // final hidden states of all these tokens (embeddings)
   };
 
-  SeqId NewSequence();
+  // `cache_namespace` != 0 enables the prefix cache for this sequence: its full
+  // blocks are published, and it may adopt cached ones, only within that
+  // namespace (derive it from the tenant and the model).
+  SeqId NewSequence(uint64_t cache_namespace = 0);
+  // For an empty sequence with a namespace: adopts the longest run of cached
+  // full blocks matching the start of `prompt`, leaving at least its last token
+  // to compute (its logits are needed). Returns the tokens adopted (a multiple
+  // of the block size); the caller then feeds prompt[returned:].
+  int32_t AttachCachedPrefix(SeqId seq, std::span<const int32_t> prompt);
   // Frees the sequence's blocks. Unknown ids are ignored.
   void FreeSequence(SeqId seq);
   // Forgets positions >= n_tokens (e.g. to recompute a preempted tail).
@@ -75,6 +92,7 @@ class Engine {
   int32_t n_ctx() const { return n_ctx_; }
   int32_t n_vocab() const { return model_.config().n_vocab; }
   const KvBlockPool& kv_pool() const { return pool_; }
+  const PrefixCacheStats& prefix_stats() const { return pool_.prefix_stats(); }
   const model::KernelTable& kernels() const { return forward_.kernels(); }
   int32_t n_threads() const { return threads_->size(); }
 
@@ -82,9 +100,17 @@ class Engine {
   struct Sequence {
     BlockTable table;
     int32_t length = 0;
+    uint64_t cache_namespace = 0;   // 0: not cached
+    std::vector<int32_t> tokens;    // tokens held (cached sequences only)
+    std::vector<uint64_t> chain;    // chain hash of each published block
   };
   Engine(const model::Model& model, int32_t n_ctx, std::unique_ptr<util::ThreadPool> threads,
-         int32_t n_blocks, int32_t block_size, const model::KernelTable& kernels);
+         int32_t n_blocks, int32_t block_size, const model::KernelTable& kernels,
+         std::unique_ptr<BlockEvictionPolicy> eviction);
+  // The chain hash of a block after `parent` (never 0).
+  static uint64_t ChainHash(uint64_t parent, std::span<const int32_t> block_tokens);
+  // Publishes the sequence's newly completed full blocks.
+  void PublishFullBlocks(Sequence& s);
 
   const model::Model& model_;
   const int32_t n_ctx_;

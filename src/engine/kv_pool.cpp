@@ -1,10 +1,13 @@
 #include "engine/kv_pool.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace strata::engine {
 
-KvBlockPool::KvBlockPool(const model::ModelConfig& config, int32_t n_blocks, int32_t block_size)
+KvBlockPool::KvBlockPool(const model::ModelConfig& config, int32_t n_blocks, int32_t block_size,
+                         std::unique_ptr<BlockEvictionPolicy> eviction)
     : n_blocks_(n_blocks),
       block_size_(block_size),
       floats_per_block_(model::KvFloatsPerBlock(config, block_size)),
@@ -12,28 +15,88 @@ KvBlockPool::KvBlockPool(const model::ModelConfig& config, int32_t n_blocks, int
       // new float[] without () leaves the memory untouched: pages are faulted in
       // only when a block is first written.
       data_(new float[floats_per_block_ * static_cast<size_t>(n_blocks)]),
-      refs_(static_cast<size_t>(n_blocks), 0) {
+      refs_(static_cast<size_t>(n_blocks), 0),
+      hashes_(static_cast<size_t>(n_blocks), 0),
+      eviction_(eviction ? std::move(eviction) : NewLruBlockEviction(n_blocks)) {
   STRATA_CHECK(n_blocks > 0 && block_size > 0);
   free_.reserve(static_cast<size_t>(n_blocks));
   for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
 }
 
 std::optional<int32_t> KvBlockPool::Allocate() {
-  if (free_.empty()) return std::nullopt;
-  const int32_t b = free_.back();
-  free_.pop_back();
+  int32_t b;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else {
+    const std::optional<int32_t> victim = eviction_->Victim();
+    if (!victim) return std::nullopt;
+    b = *victim;
+    const size_t i = static_cast<size_t>(b);
+    STRATA_CHECK_MSG(refs_[i] == 0 && hashes_[i] != 0, "eviction picked a block in use");
+    eviction_->Erase(b);
+    index_.erase(hashes_[i]);
+    hashes_[i] = 0;
+    --n_cached_;
+    ++stats_.evictions;
+  }
   refs_[static_cast<size_t>(b)] = 1;
   return b;
 }
 
 void KvBlockPool::Ref(int32_t block) {
-  STRATA_CHECK(block >= 0 && block < n_blocks_ && refs_[static_cast<size_t>(block)] > 0);
-  ++refs_[static_cast<size_t>(block)];
+  STRATA_CHECK(block >= 0 && block < n_blocks_);
+  const size_t i = static_cast<size_t>(block);
+  if (refs_[i] == 0) {
+    // Only a cached block can be picked up again without an Allocate.
+    STRATA_CHECK_MSG(hashes_[i] != 0, "Ref of a free block");
+    eviction_->Erase(block);
+    --n_cached_;
+  }
+  ++refs_[i];
 }
 
 void KvBlockPool::Unref(int32_t block) {
   STRATA_CHECK(block >= 0 && block < n_blocks_ && refs_[static_cast<size_t>(block)] > 0);
-  if (--refs_[static_cast<size_t>(block)] == 0) free_.push_back(block);
+  const size_t i = static_cast<size_t>(block);
+  if (--refs_[i] > 0) return;
+  if (hashes_[i] != 0) {
+    eviction_->Insert(block);
+    ++n_cached_;
+  } else {
+    free_.push_back(block);
+  }
+}
+
+std::optional<int32_t> KvBlockPool::Lookup(uint64_t hash) {
+  ++stats_.lookups;
+  auto it = index_.find(hash);
+  if (it == index_.end()) return std::nullopt;
+  ++stats_.hits;
+  eviction_->Touch(it->second);
+  return it->second;
+}
+
+int32_t KvBlockPool::Publish(int32_t block, uint64_t hash) {
+  STRATA_CHECK(hash != 0 && refs_[static_cast<size_t>(block)] > 0);
+  auto it = index_.find(hash);
+  if (it != index_.end()) {
+    if (it->second == block) return block;
+    // The same content exists already: share it and let ours go.
+    Ref(it->second);
+    ++stats_.deduplicated;
+    return it->second;
+  }
+  STRATA_CHECK_MSG(hashes_[static_cast<size_t>(block)] == 0, "block published twice");
+  index_.emplace(hash, block);
+  hashes_[static_cast<size_t>(block)] = hash;
+  ++stats_.published;
+  return block;
+}
+
+void KvBlockPool::CopyBlock(int32_t from, int32_t to) {
+  std::copy_n(data_.get() + static_cast<size_t>(from) * floats_per_block_, floats_per_block_,
+              data_.get() + static_cast<size_t>(to) * floats_per_block_);
 }
 
 util::Status BlockTable::Reserve(KvBlockPool& pool, int32_t n_tokens) {

@@ -1,12 +1,22 @@
-// engine/kv_pool.h — the KV cache as a pool of fixed-size blocks.
+// engine/kv_pool.h — the KV cache as a pool of fixed-size blocks, with the
+// shared-prefix cache (L2) over it.
 //
 // Promise: KV memory is one allocation cut into blocks of `block_size` token
 // positions (16 by default). A sequence owns a BlockTable: the physical blocks
 // holding its positions in order. Every block has a reference count, so one
-// physical block can back the same prefix of many sequences (the shared-prefix
-// cache builds on this): a block returns to the free list only when its last
-// reference is dropped. Allocation is O(1) and never fails silently: it
-// reports exhaustion so the scheduler can queue or preempt.
+// physical block can back the same prefix of many sequences. Three parts, kept
+// apart:
+//  - allocation: free blocks, reference counts;
+//  - the prefix index: a full block can be published under the hash of its
+//    content's whole chain (namespace, every earlier token, its own tokens);
+//    Lookup finds it again, so a new sequence with the same prefix shares the
+//    physical block instead of recomputing it. Full blocks are never written
+//    again, so sharing never changes what anyone reads;
+//  - eviction: a published block whose last reference drops stays cached
+//    (evictable) until Allocate needs room; the eviction policy picks which.
+//    A referenced block is never evicted.
+// Allocation is O(1) and never fails silently: it reports exhaustion so the
+// scheduler can queue or preempt.
 //
 // Threading: owned by the engine's scheduler thread; not thread-safe.
 //
@@ -22,33 +32,64 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
+#include "engine/block_eviction.h"
 #include "model/transformer.h"
 #include "util/status.h"
 
 namespace strata::engine {
 
+struct PrefixCacheStats {
+  int64_t lookups = 0;     // blocks looked up
+  int64_t hits = 0;        // ... and found cached
+  int64_t published = 0;   // full blocks added to the index
+  int64_t deduplicated = 0;  // full blocks dropped because an equal one was already cached
+  int64_t evictions = 0;   // cached blocks reclaimed for new data
+};
+
 class KvBlockPool {
  public:
-  // Memory is reserved but not touched until blocks are written.
-  KvBlockPool(const model::ModelConfig& config, int32_t n_blocks, int32_t block_size);
+  // Memory is reserved but not touched until blocks are written. `eviction`
+  // defaults to LRU.
+  KvBlockPool(const model::ModelConfig& config, int32_t n_blocks, int32_t block_size,
+              std::unique_ptr<BlockEvictionPolicy> eviction = nullptr);
 
   int32_t n_blocks() const { return n_blocks_; }
   int32_t block_size() const { return block_size_; }
-  int32_t n_free() const { return static_cast<int32_t>(free_.size()); }
+  // Blocks an Allocate can still return: never used, or cached and unreferenced.
+  int32_t n_free() const { return static_cast<int32_t>(free_.size()) + n_cached_; }
+  // Unreferenced blocks kept for their content.
+  int32_t n_cached() const { return n_cached_; }
+  // Blocks some sequence references.
   int32_t n_used() const { return n_blocks_ - n_free(); }
   size_t bytes() const { return bytes_; }
   size_t bytes_per_block() const { return floats_per_block_ * sizeof(float); }
 
-  // A free block with reference count 1, or nullopt when none is left.
+  // A block with reference count 1: a never-used one if any, else the cached
+  // block the eviction policy picks (its content forgotten); nullopt if every
+  // block is referenced.
   std::optional<int32_t> Allocate();
   void Ref(int32_t block);
-  // Drops one reference; the block is free again when none remain.
+  // Drops one reference. Without references a published block stays cached;
+  // any other block is free again.
   void Unref(int32_t block);
   int32_t ref_count(int32_t block) const { return refs_[static_cast<size_t>(block)]; }
 
+  // The cached block published under `hash`, if any (counted as a lookup and,
+  // when found, a hit; the caller Refs it to use it).
+  std::optional<int32_t> Lookup(uint64_t hash);
+  // Publishes a full block the caller holds under `hash`. Returns the block the
+  // caller should keep: `block` itself, or an equal block already published
+  // (referenced for the caller, who then drops `block`).
+  int32_t Publish(int32_t block, uint64_t hash);
+  bool published(int32_t block) const { return hashes_[static_cast<size_t>(block)] != 0; }
+  const PrefixCacheStats& prefix_stats() const { return stats_; }
+
   model::KvBuffer buffer() { return {data_.get(), n_blocks_, block_size_}; }
+  // Copies every position of block `from` into block `to`.
+  void CopyBlock(int32_t from, int32_t to);
 
  private:
   const int32_t n_blocks_;
@@ -57,12 +98,21 @@ class KvBlockPool {
   const size_t bytes_;
   std::unique_ptr<float[]> data_;   // [n_blocks][floats_per_block], see model::KvBuffer
   std::vector<int32_t> refs_;       // per block
-  std::vector<int32_t> free_;       // stack of free block ids (lowest id on top)
+  std::vector<int32_t> free_;       // stack of never-used or forgotten block ids
+  std::vector<uint64_t> hashes_;    // per block: published hash, 0 if none
+  std::unordered_map<uint64_t, int32_t> index_;  // published hash -> block
+  std::unique_ptr<BlockEvictionPolicy> eviction_;
+  int32_t n_cached_ = 0;            // published blocks without references
+  PrefixCacheStats stats_;
 };
 
 // The physical blocks of one sequence, in position order.
 class BlockTable {
  public:
+  // Appends a block the caller has already referenced for this table.
+  void Append(int32_t block) { blocks_.push_back(block); }
+  // Replaces block i (the caller moved its reference).
+  void Replace(size_t i, int32_t block) { blocks_[i] = block; }
   // Makes room for positions [0, n_tokens): allocates what is missing, all or
   // nothing (ResourceExhausted, table unchanged, when the pool runs dry).
   util::Status Reserve(KvBlockPool& pool, int32_t n_tokens);

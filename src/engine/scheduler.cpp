@@ -16,6 +16,7 @@ struct Scheduler::Active {
   int32_t n_evaluated = 0;      // leading tokens already in the KV cache
   int32_t generated = 0;
   int32_t preemptions = 0;
+  int32_t cached_tokens = -1;  // prompt tokens adopted from the prefix cache at first admission
   std::vector<double> embedding_sum;  // embedding requests: Σ hidden states so far
   int32_t remaining() const { return static_cast<int32_t>(tokens.size()) - n_evaluated; }
   bool decoding() const { return !req.embed && remaining() == 1; }
@@ -136,6 +137,7 @@ void Scheduler::Finish(Active& a, FinishReason reason, const util::Status& statu
   }
   Usage u;
   u.prompt_tokens = a.n_prompt;
+  u.cached_tokens = std::max(a.cached_tokens, 0);
   u.completion_tokens = a.generated;
   u.preemptions = a.preemptions;
   a.req.sink->OnFinish(reason, status, u);
@@ -176,7 +178,9 @@ bool Scheduler::StepOnce() {
     const int32_t need = blocks_for(static_cast<int64_t>(head.tokens.size()) + 1);
     const int32_t spare = pool.n_free() - static_cast<int32_t>(running_.size());
     if (need > spare && !running_.empty()) break;
-    head.seq = engine_.NewSequence();
+    head.seq = engine_.NewSequence(head.req.cache_namespace);
+    head.n_evaluated = engine_.AttachCachedPrefix(head.seq, head.tokens);
+    if (head.cached_tokens < 0) head.cached_tokens = std::min(head.n_evaluated, head.n_prompt);
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }

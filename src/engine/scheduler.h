@@ -44,6 +44,7 @@ using RequestId = uint64_t;
 
 struct Usage {
   int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens whose KV blocks came from the prefix cache
   int32_t completion_tokens = 0;
   int32_t preemptions = 0;  // times the request was evicted and recomputed
 };
@@ -72,6 +73,7 @@ struct SchedulerRequest {
   bool stop_at_eog = true;
   std::shared_ptr<RequestSink> sink;     // required
   bool embed = false;  // evaluate the prompt only and report its embedding (no generation)
+  uint64_t cache_namespace = 0;  // != 0: use the prefix cache within this namespace
 };
 
 struct SchedulerOptions {

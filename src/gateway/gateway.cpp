@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "gateway/stop_matcher.h"
+#include "util/hash.h"
 #include "util/utf8.h"
 
 namespace strata::gateway {
@@ -142,6 +143,7 @@ class ChoiceSink final : public engine::RequestSink {
     e.index = index_;
     e.status = status;
     e.usage.prompt_tokens = usage.prompt_tokens;
+    e.usage.cached_tokens = usage.cached_tokens;
     e.usage.completion_tokens = usage.completion_tokens;
     if (!status.ok() || reason == engine::FinishReason::kCancelled) {
       e.finish = FinishReason::kCancelled;
@@ -336,6 +338,7 @@ util::StatusOr<EmbeddingResult> Gateway::Embed(const EmbeddingRequest& r,
     sr.prompt = std::move(inputs[i]);
     sr.embed = true;
     sr.sink = std::make_shared<EmbeddingSink>(batch, i);
+    if (options_.prefix_cache) sr.cache_namespace = CacheNamespace(r.tenant);
     auto id = scheduler_.Submit(std::move(sr));
     if (!id.ok()) {
       for (engine::RequestId done : ids) scheduler_.Cancel(done);
@@ -404,6 +407,14 @@ Gateway::Gateway(const model::Model& model, engine::Scheduler& scheduler,
       n_ctx_(n_ctx) {}
 
 Gateway::~Gateway() = default;
+
+uint64_t Gateway::CacheNamespace(const std::string& tenant) const {
+  util::Hasher h(0x7374726174614e53ULL);  // "strataNS"
+  h.UpdatePod(model_.fingerprint());
+  h.Update(tenant);
+  const uint64_t v = h.Digest();
+  return v == 0 ? 1 : v;
+}
 
 util::Status Gateway::Validate(const CompletionRequest& r) const {
   if (!r.prompt && r.messages.empty()) return InvalidArgumentError("messages must not be empty");
@@ -474,7 +485,12 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
     p.seed = r.sampling.seed + static_cast<uint64_t>(i);  // distinct choices, reproducible
     auto sink = std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), stops, r.stop.size(),
                                              r.top_logprobs, ch, clock_, metrics_);
-    auto id = scheduler_.Submit({tokens, max_tokens, true, std::move(sink)});
+    engine::SchedulerRequest sr;
+    sr.prompt = tokens;
+    sr.max_tokens = max_tokens;
+    sr.sink = std::move(sink);
+    if (options_.prefix_cache && r.prefix_cache) sr.cache_namespace = CacheNamespace(r.tenant);
+    auto id = scheduler_.Submit(std::move(sr));
     if (!id.ok()) {
       gen->Cancel();
       return id.status();

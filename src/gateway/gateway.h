@@ -51,6 +51,7 @@ struct GatewayOptions {
   int32_t max_stop_length = 256;      // bytes per stop string
   int32_t max_top_logprobs = 20;      // [0, 20]
   int32_t max_embedding_inputs = 256; // [1, 65536] inputs per embeddings request
+  bool prefix_cache = true;           // the shared-prefix KV cache (L2) for every request
   std::optional<model::ChatFormat> chat_format;  // override the template detected in the GGUF
 };
 
@@ -64,6 +65,7 @@ struct CompletionRequest {
   std::vector<std::string> stop;
   int32_t n = 1;
   int32_t top_logprobs = -1;                 // -1: no logprobs; 0..20: chosen token (+ top N)
+  bool prefix_cache = true;                  // reuse cached KV blocks of this tenant's prompts
 };
 
 // How a choice ended (the HTTP layer maps these to each API's words).
@@ -76,6 +78,7 @@ enum class FinishReason {
 
 struct Usage {
   int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;  // of prompt_tokens, served from the prefix cache (L2)
   int32_t completion_tokens = 0;
 };
 
@@ -150,6 +153,9 @@ class Gateway {
   Gateway(const model::Model& model, engine::Scheduler& scheduler, const GatewayOptions& options,
           const util::Clock& clock, util::Logger& log, int32_t n_ctx);
   util::Status Validate(const CompletionRequest& r) const;
+  // The prefix-cache namespace of a tenant: cached blocks are shared only
+  // among requests of one tenant on one model.
+  uint64_t CacheNamespace(const std::string& tenant) const;
 
   const model::Model& model_;
   engine::Scheduler& scheduler_;

@@ -171,6 +171,20 @@ Status ParseSampling(const Fields& f, double temp_max, sampling::SamplingParams&
   return util::OkStatus();
 }
 
+// strata's cache controls: "no_cache": true, or "cache": {"prefix": false}.
+Status ParseCacheControls(const Fields& f, gateway::CompletionRequest& r) {
+  STRATA_ASSIGN_OR_RETURN(auto no_cache, f.Bool("no_cache"));
+  if (no_cache && *no_cache) r.prefix_cache = false;
+  if (f.Has("cache")) {
+    const json& c = f.Get("cache");
+    if (!c.is_object()) return InvalidArgumentError("'cache' must be an object");
+    Fields cf(c, "cache.");
+    STRATA_ASSIGN_OR_RETURN(auto prefix, cf.Bool("prefix"));
+    if (prefix) r.prefix_cache = *prefix && r.prefix_cache;
+  }
+  return util::OkStatus();
+}
+
 StatusOr<ParsedRequest> ParseOpenAI(ApiKind kind, const json& j) {
   ParsedRequest out;
   gateway::CompletionRequest& r = out.request;
@@ -252,6 +266,7 @@ StatusOr<ParsedRequest> ParseOpenAI(ApiKind kind, const json& j) {
   }
   STRATA_ASSIGN_OR_RETURN(auto user, f.String("user"));
   (void)user;  // accepted for compatibility; not used
+  STRATA_RETURN_IF_ERROR(ParseCacheControls(f, r));
   return out;
 }
 
@@ -298,6 +313,7 @@ StatusOr<ParsedRequest> ParseAnthropic(const json& j) {
   if (f.Has("metadata") && !f.Get("metadata").is_object()) {
     return InvalidArgumentError("'metadata' must be an object");
   }
+  STRATA_RETURN_IF_ERROR(ParseCacheControls(f, r));
   return out;
 }
 
@@ -579,7 +595,9 @@ std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& m, const gatewa
                      {"delta",
                       {{"stop_reason", AnthropicStop(e.finish)},
                        {"stop_sequence", e.stop_sequence.empty() ? json(nullptr) : json(e.stop_sequence)}}},
-                     {"usage", {{"output_tokens", e.usage.completion_tokens}}}}) +
+                     {"usage", {{"output_tokens", e.usage.completion_tokens},
+                                {"input_tokens", m.prompt_tokens - e.usage.cached_tokens},
+                                {"cache_read_input_tokens", e.usage.cached_tokens}}}}) +
            SseEvent("message_stop", {{"type", "message_stop"}});
   }
   json c = ChunkBase(kind, m);

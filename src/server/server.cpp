@@ -287,6 +287,7 @@ class HttpServer::Impl {
         c.finish = e->finish;
         c.stop_sequence = e->stop_sequence;
         c.completion_tokens = e->usage.completion_tokens;
+        meta.cached_tokens = std::max(meta.cached_tokens, e->usage.cached_tokens);
       }
       res.set_content(RenderResponse(kind, meta, results, parsed->logprobs), kJson);
       requests_.With({endpoint, "200"}).Inc();
@@ -353,6 +354,7 @@ class HttpServer::Impl {
               break;
             } else {
               completion += e->usage.completion_tokens;
+              s->meta.cached_tokens = std::max(s->meta.cached_tokens, e->usage.cached_tokens);
               ok = write(RenderStreamFinish(kind, s->meta, *e));
             }
           }

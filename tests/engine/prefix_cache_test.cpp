@@ -1,0 +1,259 @@
+// The shared-prefix KV cache (L2): exactness, sharing, eviction, isolation.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/kv_pool.h"
+#include "engine/scheduler.h"
+#include "sampling/sampler.h"
+#include "testing/tiny_model.h"
+#include "util/log.h"
+#include "util/random.h"
+
+namespace strata::engine {
+namespace {
+
+model::ModelConfig SmallConfig() {
+  model::ModelConfig c;
+  c.n_layers = 1;
+  c.n_kv_heads = 1;
+  c.head_dim = 4;
+  return c;
+}
+
+TEST(KvBlockPoolCache, PublishedBlocksOutliveTheirReferencesUntilEvicted) {
+  KvBlockPool pool(SmallConfig(), 3, 4);
+  const int32_t a = *pool.Allocate(), b = *pool.Allocate();
+  EXPECT_EQ(pool.Publish(a, 111), a);
+  EXPECT_EQ(pool.Publish(b, 222), b);
+  pool.Unref(a);
+  pool.Unref(b);
+  EXPECT_EQ(pool.n_cached(), 2);
+  EXPECT_EQ(pool.n_free(), 3);  // cached blocks count as available
+  EXPECT_EQ(*pool.Lookup(222), b);
+  EXPECT_FALSE(pool.Lookup(333).has_value());
+  // The never-used block goes first, then the least recently used cached one (a).
+  const int32_t c = *pool.Allocate();
+  EXPECT_NE(c, a);
+  EXPECT_NE(c, b);
+  const int32_t d = *pool.Allocate();
+  EXPECT_EQ(d, a);
+  EXPECT_FALSE(pool.Lookup(111).has_value());  // its content is forgotten
+  EXPECT_EQ(pool.prefix_stats().evictions, 1);
+}
+
+TEST(KvBlockPoolCache, ReferencedBlocksAreNeverEvicted) {
+  KvBlockPool pool(SmallConfig(), 2, 4);
+  const int32_t a = *pool.Allocate();
+  pool.Publish(a, 5);
+  pool.Unref(a);
+  pool.Ref(*pool.Lookup(5));  // adopted by a new sequence
+  const int32_t b = *pool.Allocate();
+  EXPECT_NE(b, a);
+  EXPECT_FALSE(pool.Allocate().has_value());  // everything referenced: nothing to evict
+  EXPECT_EQ(*pool.Lookup(5), a);
+}
+
+TEST(KvBlockPoolCache, EqualContentIsDeduplicated) {
+  KvBlockPool pool(SmallConfig(), 3, 4);
+  const int32_t a = *pool.Allocate(), b = *pool.Allocate();
+  EXPECT_EQ(pool.Publish(a, 9), a);
+  EXPECT_EQ(pool.Publish(b, 9), a);  // b's owner should switch to a
+  EXPECT_EQ(pool.ref_count(a), 2);
+  EXPECT_EQ(pool.prefix_stats().deduplicated, 1);
+}
+
+class PrefixCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tiny_ = testing::MakeTinyModel();
+    ASSERT_NE(tiny_.model, nullptr);
+  }
+  std::unique_ptr<Engine> Make(int32_t n_blocks = 256) {
+    EngineOptions o;
+    o.n_threads = 2;
+    o.n_ctx = 256;
+    o.n_kv_blocks = n_blocks;
+    o.block_size = 4;
+    return std::move(Engine::Create(*tiny_.model, o, *log_)).value();
+  }
+  std::vector<float> Logits(Engine& e, SeqId s, std::span<const int32_t> tokens) {
+    Engine::Work w{s, tokens, true};
+    auto l = e.Step(std::span(&w, 1));
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    return std::vector<float>(l->begin(), l->end());
+  }
+  std::vector<int32_t> Tokens(int n, uint64_t seed) {
+    util::Rng r(seed);
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; ++i) t.push_back(3 + static_cast<int32_t>(r.Below(250)));
+    return t;
+  }
+  testing::TinyModel tiny_;
+  std::unique_ptr<util::Logger> log_ = util::NewNullLogger();
+};
+
+TEST_F(PrefixCacheTest, AdoptedPrefixGivesTheSameLogitsBitForBit) {
+  auto e = Make();
+  const auto prompt = Tokens(23, 1);
+  const SeqId a = e->NewSequence(77);
+  const auto cold = Logits(*e, a, prompt);
+  const SeqId b = e->NewSequence(77);
+  const int32_t cached = e->AttachCachedPrefix(b, prompt);
+  EXPECT_EQ(cached, 20);  // five full blocks of 4; the last token is always computed
+  const auto warm = Logits(*e, b, std::span(prompt).subspan(static_cast<size_t>(cached)));
+  ASSERT_EQ(cold.size(), warm.size());
+  EXPECT_EQ(0, std::memcmp(cold.data(), warm.data(), cold.size() * sizeof(float)));
+  EXPECT_EQ(e->prefix_stats().hits, 5);
+  // Another namespace (another tenant) sees nothing.
+  const SeqId c = e->NewSequence(78);
+  EXPECT_EQ(e->AttachCachedPrefix(c, prompt), 0);
+  // A prompt that is all full blocks still leaves its last token to compute.
+  const SeqId d = e->NewSequence(77);
+  EXPECT_EQ(e->AttachCachedPrefix(d, std::span(prompt).subspan(0, 20)), 16);
+}
+
+TEST_F(PrefixCacheTest, TruncatingIntoASharedBlockCopiesIt) {
+  auto e = Make();
+  const auto prompt = Tokens(16, 2);
+  const SeqId a = e->NewSequence(5);
+  Logits(*e, a, prompt);
+  const SeqId b = e->NewSequence(5);
+  ASSERT_EQ(e->AttachCachedPrefix(b, prompt), 12);
+  Logits(*e, b, std::span(prompt).subspan(12));
+  // b rewinds into the middle of a shared block and continues differently...
+  ASSERT_TRUE(e->TruncateSequence(b, 10).ok());
+  const auto other = Tokens(6, 3);
+  Logits(*e, b, other);
+  // ...and a, still reading that block, is unaffected.
+  const auto next = Tokens(1, 4);
+  const auto after = Logits(*e, a, next);
+  auto fresh = Make();
+  const SeqId f = fresh->NewSequence();
+  std::vector<int32_t> all = prompt;
+  all.push_back(next[0]);
+  const auto want = Logits(*fresh, f, all);
+  EXPECT_EQ(0, std::memcmp(after.data(), want.data(), want.size() * sizeof(float)));
+}
+
+// A sink that samples with a seeded sampler (or greedily) and records tokens.
+class Sink final : public RequestSink {
+ public:
+  explicit Sink(const sampling::SamplingParams& p) : sampler_(p) {}
+  util::StatusOr<int32_t> Choose(std::span<const float> logits) override { return sampler_.Sample(logits); }
+  bool OnToken(int32_t t) override {
+    tokens_.push_back(t);
+    return true;
+  }
+  void OnFinish(FinishReason, const util::Status& st, const Usage& u) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    usage_ = u;
+    done_ = true;
+    cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return done_; });
+  }
+  std::vector<int32_t> tokens_;  // written on the scheduler thread, read after Wait
+  Usage usage_;
+
+ private:
+  sampling::Sampler sampler_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
+TEST_F(PrefixCacheTest, HundredsOfSharedPrefixPromptsMatchTheUncachedRunsExactly) {
+  // Prompts share a few "system prompts" of different lengths, then differ.
+  std::vector<std::vector<int32_t>> systems = {Tokens(0, 10), Tokens(9, 11), Tokens(33, 12), Tokens(64, 13)};
+  util::Rng r(99);
+  struct Case {
+    std::vector<int32_t> prompt;
+    sampling::SamplingParams params;
+  };
+  std::vector<Case> cases;
+  for (int i = 0; i < 160; ++i) {
+    Case c;
+    c.prompt = systems[r.Below(systems.size())];
+    const auto suffix = Tokens(1 + static_cast<int>(r.Below(12)), 1000 + static_cast<uint64_t>(i));
+    c.prompt.insert(c.prompt.end(), suffix.begin(), suffix.end());
+    if (i % 2 == 0) {
+      c.params.temperature = 0.0f;  // greedy
+    } else {
+      c.params.temperature = 0.9f;  // seeded sampling
+      c.params.seed = static_cast<uint64_t>(i);
+    }
+    cases.push_back(std::move(c));
+  }
+  auto run = [&](bool cache, bool reversed, int max_running) {
+    auto e = Make(1024);
+    auto sched = std::move(Scheduler::Start(*e, {.max_running = max_running, .max_batch_tokens = 24}, *log_)).value();
+    std::vector<std::shared_ptr<Sink>> sinks(cases.size());
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const size_t i = reversed ? cases.size() - 1 - k : k;
+      sinks[i] = std::make_shared<Sink>(cases[i].params);
+      SchedulerRequest req;
+      req.prompt = cases[i].prompt;
+      req.max_tokens = 10;
+      req.stop_at_eog = false;
+      req.sink = sinks[i];
+      req.cache_namespace = cache ? 4242 : 0;
+      EXPECT_TRUE(sched->Submit(std::move(req)).ok());
+    }
+    int64_t cached = 0;
+    std::vector<std::vector<int32_t>> out;
+    for (auto& s : sinks) {
+      s->Wait();
+      cached += s->usage_.cached_tokens;
+      out.push_back(s->tokens_);
+    }
+    return std::make_pair(out, cached);
+  };
+  const auto [plain, no_cache] = run(false, false, 8);
+  EXPECT_EQ(no_cache, 0);
+  const auto [warm, cached] = run(true, false, 8);
+  const auto [warm_rev, cached_rev] = run(true, true, 3);
+  EXPECT_GT(cached, 1000) << "the test did not exercise the prefix cache";
+  EXPECT_GT(cached_rev, 1000);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(warm[i], plain[i]) << "case " << i;
+    EXPECT_EQ(warm_rev[i], plain[i]) << "case " << i << " (reversed order)";
+  }
+}
+
+TEST_F(PrefixCacheTest, MultiTurnConversationsReuseEarlierTurns) {
+  auto e = Make(1024);
+  auto sched = std::move(Scheduler::Start(*e, {}, *log_)).value();
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::vector<int32_t> history = Tokens(30, 20);
+  for (int turn = 0; turn < 3; ++turn) {
+    auto sink = std::make_shared<Sink>(greedy);
+    SchedulerRequest req;
+    req.prompt = history;
+    req.max_tokens = 12;
+    req.stop_at_eog = false;
+    req.sink = sink;
+    req.cache_namespace = 7;
+    ASSERT_TRUE(sched->Submit(std::move(req)).ok());
+    sink->Wait();
+    if (turn > 0) {
+      // Everything before this turn's new user text was cached, answer included.
+      EXPECT_GE(sink->usage_.cached_tokens, static_cast<int32_t>(history.size()) - 8 - 4)
+          << "turn " << turn;
+    }
+    history.insert(history.end(), sink->tokens_.begin(), sink->tokens_.end());
+    const auto user = Tokens(8, 30 + static_cast<uint64_t>(turn));
+    history.insert(history.end(), user.begin(), user.end());
+  }
+}
+
+}  // namespace
+}  // namespace strata::engine
