@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_cache.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "model/transformer.h"
@@ -308,7 +309,20 @@ Command RegisterBench(CLI::App& app) {
   cmd->add_flag("--no-bandwidth", f->no_bandwidth, "Skip the memory bandwidth measurement");
   cmd->add_option("--log-level", f->log_level, "debug, info, warn, error or off")
       ->capture_default_str();
-  return {cmd, [f](const Env& env) { return RunBench(env, *f); }};
+  auto cf = std::make_shared<BenchCacheFlags>();
+  CLI::App* cache_cmd = cmd->add_subcommand(
+      "cache", "Hit ratios of the eviction policies on Zipf workloads and real traces");
+  cache_cmd->add_option("--keys", cf->keys, "Distinct keys of the Zipf workloads")->capture_default_str();
+  cache_cmd->add_option("--accesses", cf->accesses, "Accesses per Zipf workload")->capture_default_str();
+  cache_cmd->add_option("--lambda", cf->lambda, "Dual-factor age decay per second")->capture_default_str();
+  cache_cmd->add_option("--k", cf->k, "Dual-factor frequency saturation")->capture_default_str();
+  cache_cmd->add_option("--half-life", cf->half_life_s, "Dual-factor access-count half-life (s)")
+      ->capture_default_str();
+  cache_cmd->add_option("--data", cf->data_dir, "Directory holding traces/")->capture_default_str();
+  cache_cmd->add_option("--json", cf->json, "Also write the results as JSON to FILE");
+  return {cmd, [f, cf, cache_cmd](const Env& env) {
+            return cache_cmd->parsed() ? RunBenchCache(env, *cf) : RunBench(env, *f);
+          }};
 }
 
 }  // namespace strata::cli

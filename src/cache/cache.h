@@ -1,0 +1,12 @@
+// cache — the response cache tiers (L1 exact, L3 near-duplicate; later L4/L5
+// semantic), their single-flight coalescing, and the one eviction framework
+// every tier uses (eviction_policy.h). Knows nothing of HTTP or the engine.
+//
+// Promise: every key starts with the tenant, so nothing cached for one tenant
+// is served to another; exact tiers return exactly what was stored for an
+// identical deterministic request; approximate tiers answer only when allowed
+// and mark their answers.
+#pragma once
+
+#include "cache/eviction_policy.h"
+#include "cache/policy_sim.h"

@@ -1,0 +1,59 @@
+// cache/eviction_policy.h — one eviction interface for every cache tier.
+//
+// Promise: a policy tracks a set of 64-bit keys with a cost each (bytes or 1)
+// and names the key to evict when the owner needs room. Three
+// implementations, chosen per tier in the config:
+//  - LRU: least recently inserted-or-accessed first.
+//  - Dual-factor: score = exp(-λ·age) · n/(n+k), with age the time since the
+//    last access and n an access count that decays with half-life ln2/μ
+//    (applied at each access); the lowest score goes first. Between two
+//    accesses an entry's score only shrinks by the common factor
+//    exp(-λ·Δt), so the order of entries never changes while time passes and
+//    an ordered index finds the victim in O(log n).
+//  - W-TinyLFU: a small LRU window in front of a segmented LRU main area
+//    (probation/protected); a count-min sketch of recent access frequencies
+//    (with periodic halving) decides whether the window's victim may displace
+//    the main area's. The strong baseline.
+// The owner calls Insert/Access/Erase as entries come, are hit and go, then
+// Victim()+Erase until its budget holds. Time comes in as arguments.
+//
+// Threading: thread-compatible; the owning cache serialises calls.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+namespace strata::cache {
+
+using TimePoint = std::chrono::steady_clock::time_point;
+
+class EvictionPolicy {
+ public:
+  virtual ~EvictionPolicy() = default;
+  virtual void Insert(uint64_t key, uint64_t cost, TimePoint now) = 0;  // key not present
+  virtual void Access(uint64_t key, TimePoint now) = 0;                 // a hit; no-op if absent
+  virtual void Erase(uint64_t key) = 0;                                 // no-op if absent
+  // The key to evict next (present in the policy), nullopt when empty.
+  virtual std::optional<uint64_t> Victim(TimePoint now) = 0;
+  virtual size_t size() const = 0;
+  virtual std::string_view name() const = 0;
+};
+
+enum class PolicyKind { kLru, kDualFactor, kWTinyLfu };
+
+struct PolicyOptions {
+  double lambda_per_s = 0.01;   // dual-factor: age decay rate of the score (1/s), >= 0
+  double k = 0.5;               // dual-factor: frequency saturation, > 0
+  double count_half_life_s = 600;  // dual-factor: half-life of the access count (s), > 0
+  size_t capacity = 1024;       // W-TinyLFU: expected number of entries (sizes the sketch and window)
+  double window_fraction = 0.01;  // W-TinyLFU: share of capacity in the LRU window, (0, 1)
+};
+
+std::unique_ptr<EvictionPolicy> NewEvictionPolicy(PolicyKind kind, const PolicyOptions& options = {});
+std::optional<PolicyKind> ParsePolicyKind(std::string_view name);  // "lru", "dual-factor", "w-tinylfu"
+std::string_view PolicyKindName(PolicyKind kind);
+
+}  // namespace strata::cache
