@@ -38,6 +38,7 @@ Command RegisterInspect(CLI::App& app);
 Command RegisterMkModel(CLI::App& app);
 Command RegisterBench(CLI::App& app);
 Command RegisterServe(CLI::App& app);
+Command RegisterEvalSampling(CLI::App& app);
 
 // The model to use: `flag` if set, else $STRATA_MODEL, else
 // ../shared/models/stories260K.gguf (relative to the working directory) if

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "strata 0.1.0");
   const std::vector<Command> commands = {RegisterServe(app), RegisterGenerate(app),
                                          RegisterBench(app), RegisterMkModel(app),
-                                         RegisterInspect(app)};
+                                         RegisterInspect(app), RegisterEvalSampling(app)};
 
   // A first word that names no command gets a plain answer, not a parser message.
   if (argc > 1 && argv[1][0] != '-') {

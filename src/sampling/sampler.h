@@ -1,27 +1,42 @@
 // sampling/sampler.h — from logits to the next token.
 //
-// Promise: a Sampler turns one step's logits into a token id by a fixed,
-// documented pipeline: repetition/presence/frequency penalties over the tokens
-// generated so far, top-k, top-p (nucleus), min-p, temperature, then a seeded
-// draw (or argmax when temperature is 0). The same seed, parameters and
-// logits give the same token on every run, alone or in any batch, because each
-// request owns its generator and consumes exactly one draw per token. Logits
-// that are NaN or +inf are rejected with an error, never sampled.
+// Promise: a Sampler turns one step's logits into a token id by the fixed
+// pipeline of processors.h, in this order:
 //
-// Threading: a Sampler is thread-compatible (one per request). The processing
-// functions are pure.
+//   penalties -> top-k -> top-p -> min-p -> typical-p -> temperature
+//     -> entropy target -> mirostat v2 -> draw
+//
+// A stage whose parameter is "off" is skipped. temperature = 0 means greedy:
+// argmax after the penalties, every later stage skipped. With target_entropy
+// set, the temperature stage is skipped (the solved T replaces it) and the
+// entropy tail rule of entropy.h cuts the candidates; top-k/top-p/min-p/
+// typical-p still apply first, so set them off (0 / 1 / 0 / 1) to let the
+// entropy rule be the only cut. Mirostat v2 keeps its mu per Sampler (per
+// request), starting at 2 * tau.
+//
+// Reproducible: each Sampler owns its generator, seeded from params.seed, and
+// consumes exactly one uniform draw per token (greedy included), so the same
+// seed, parameters and logits sequence give the same tokens whether the
+// request runs alone or in a batch of any composition. Logits that are NaN or
+// +inf are an InvalidArgument error, never sampled; -inf marks a masked token.
+//
+// Threading: a Sampler is thread-compatible (one per request).
 //
 // Usage:
 //   SamplingParams p{.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 7};
 //   STRATA_RETURN_IF_ERROR(Validate(p));
 //   Sampler s(p);
 //   STRATA_ASSIGN_OR_RETURN(int32_t token, s.Sample(logits));
+//   // or, with what the step did (entropy drawn from, clamping, ...):
+//   STRATA_ASSIGN_OR_RETURN(StepReport r, s.SampleWithReport(logits));
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "sampling/entropy.h"
+#include "sampling/processors.h"
 #include "util/random.h"
 #include "util/status.h"
 
@@ -36,51 +51,50 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // [-2, 2]; subtracted per occurrence
   float repetition_penalty = 1.0f;  // (0, 10]; 1 = off; divides positive logits, multiplies negative
   uint64_t seed = 0;
+  float typical_p = 1.0f;           // (0, 1]; 1 = off; locally typical sampling
+  float target_entropy = -1.0f;     // nats, [0, 100]; < 0 = off; targets above ln(candidates)
+                                    // or below the greedy limit are clamped and reported
+  float entropy_tail_nats = 3.0f;   // [0.05, 20]; m of the entropy tail rule (keep p >= e^-(H*+m))
+  bool mirostat = false;            // Mirostat v2; exclusive with target_entropy
+  float mirostat_tau_bits = 5.0f;   // bits, (0, 40]; target surprise (llama.cpp's mirostat_tau)
+  float mirostat_eta = 0.1f;        // (0, 1]; learning rate of mu
 };
 
 // InvalidArgument naming the field when a parameter is out of range.
 util::Status Validate(const SamplingParams& params);
 
-struct Candidate {
-  int32_t id;
-  float logit;
+// What one step did, for reports and metrics.
+struct StepReport {
+  int32_t token = -1;
+  double entropy_nats = 0;      // entropy of the distribution drawn from (0 when greedy)
+  double probability = 1;       // of the token in that distribution
+  size_t n_candidates = 1;      // tokens left after every cut
+  double temperature = 0;       // effective T on the penalised logits (solved under target_entropy;
+                                // 0 = greedy, +inf = uniform)
+  EntropyClamp entropy_clamp = EntropyClamp::kNone;  // target_entropy out of reach this step
+  int32_t solver_iterations = 0;  // entropy evaluations (target_entropy only)
+  float mirostat_mu_bits = 0;   // mu after this step's update (mirostat only)
 };
-
-// The processing steps, each a pure function over the candidate set. They keep
-// candidates sorted by logit (descending, ties by id ascending) once sorted.
-void SortDescending(std::vector<Candidate>& c);
-// Keeps the k most likely (partial selection; the result is sorted).
-void TopK(std::vector<Candidate>& c, int32_t k);
-// Keeps the smallest prefix whose probability (at temperature 1) reaches p; sorted input.
-void TopP(std::vector<Candidate>& c, float p);
-// Drops candidates with probability below min_p times the most likely one's.
-void MinP(std::vector<Candidate>& c, float min_p);
-// Draws from softmax(logit / temperature) with `uniform` in [0, 1).
-int32_t Draw(const std::vector<Candidate>& c, float temperature, double uniform);
-// Applies the penalties to `logits` in place, given how often each token has
-// been generated (token id -> count).
-void ApplyPenalties(std::span<float> logits, const std::vector<std::pair<int32_t, int32_t>>& counts,
-                    const SamplingParams& params);
 
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
 
-  // InvalidArgument when logits contain NaN or +inf, or are empty. The chosen
-  // token is recorded for the penalties of later steps.
+  // InvalidArgument when logits contain NaN or +inf, are empty or are all
+  // -inf. The chosen token is recorded for the penalties of later steps.
   util::StatusOr<int32_t> Sample(std::span<const float> logits);
+  // The same step (same draw, same token), with its report.
+  util::StatusOr<StepReport> SampleWithReport(std::span<const float> logits);
 
   const SamplingParams& params() const { return params_; }
+  float mirostat_mu_bits() const { return mu_bits_; }
 
  private:
-  // The pipeline after penalties; `u` is this step's uniform draw.
-  int32_t Choose(std::span<const float> logits, double u);
-
   SamplingParams params_;
   util::Rng rng_;
-  std::vector<Candidate> candidates_;
-  std::vector<float> penalized_;                    // scratch copy when penalties apply
-  std::vector<std::pair<int32_t, int32_t>> counts_;  // generated token -> occurrences
+  float mu_bits_;                   // Mirostat v2 state
+  std::vector<TokenCount> counts_;  // generated tokens by id, for the penalties
+  Candidates scratch_;              // candidate buffer reused across steps
 };
 
 }  // namespace strata::sampling

@@ -1,8 +1,18 @@
-// sampling — turns logits into tokens: the logits processors and seeded draws
-// (sampler.h). Works on spans of logits only; knows nothing of the engine.
+// sampling — turns logits into tokens, and chooses how much sampling quality
+// the server can afford. Works on spans of logits only; knows nothing of the
+// engine.
+//
+//   processors.h   the logits processors: pure functions over a candidate set,
+//                  in one documented order (penalties ... mirostat, draw)
+//   entropy.h      entropy-targeted temperature and the entropy tail rule
+//   sampler.h      SamplingParams and the per-request Sampler (seeded, stateful)
+//   rt_switcher.h  latency-feedback switching between quality levels
 //
 // Promise: deterministic for a given seed, parameters and logits; invalid
 // parameters and non-finite logits are errors, never silent samples.
 #pragma once
 
+#include "sampling/entropy.h"
+#include "sampling/processors.h"
+#include "sampling/rt_switcher.h"
 #include "sampling/sampler.h"

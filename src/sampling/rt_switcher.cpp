@@ -1,0 +1,257 @@
+#include "sampling/rt_switcher.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace strata::sampling {
+
+std::vector<Policy> DefaultLevels() {
+  std::vector<Policy> v(3);
+  v[0].level = 0;
+  v[0].trace_sample_rate = 1.0;
+  v[0].sampling_tier = SamplingTier::kEntropyTargeted;
+  v[1].level = 1;
+  v[1].trace_sample_rate = 0.5;
+  v[1].sampling_tier = SamplingTier::kTopK;
+  v[1].max_batch_size = 32;
+  v[1].max_tokens_cap = 1024;
+  v[2].level = 2;
+  v[2].trace_sample_rate = 0.1;
+  v[2].sampling_tier = SamplingTier::kTopK;
+  v[2].max_batch_size = 8;
+  v[2].max_tokens_cap = 256;
+  return v;
+}
+
+SamplingParams ApplyTier(SamplingParams p, SamplingTier tier) {
+  if (tier == SamplingTier::kTopK) {
+    p.target_entropy = -1.0f;
+    p.mirostat = false;
+    p.typical_p = 1.0f;
+    if (p.top_k == 0 || p.top_k > 40) p.top_k = 40;
+  }
+  return p;
+}
+
+std::string_view SwitchActionName(SwitchAction a) {
+  switch (a) {
+    case SwitchAction::kHold:
+      return "hold";
+    case SwitchAction::kStepDown:
+      return "step down";
+    case SwitchAction::kStepUp:
+      return "step up";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string Describe(std::string_view name, const SignalStats& s, double sigmas) {
+  if (s.idle) return fmt::format("{} idle", name);
+  if (!s.p95_known) return fmt::format("{} too few samples ({})", name, s.n_samples);
+  if (!s.has_threshold) {
+    return fmt::format("{} p95 {:.4f} s, no threshold yet ({} intervals in the window)", name,
+                       s.p95_s, s.n_window);
+  }
+  const char* rel = s.breach ? ">" : (s.calm ? "< calm fraction of" : "<=");
+  const std::string how =
+      s.n_window < 2 ? std::string("the ceiling; window too short")
+                     : fmt::format("window mean {:.4f} s + {} sigma {:.4f} s over {} intervals{}",
+                                   s.mean_s, sigmas, s.stddev_s, s.n_window,
+                                   s.clamped ? ", clamped to the floor/ceiling" : "");
+  return fmt::format("{} p95 {:.4f} s {} threshold {:.4f} s ({}; {} samples)", name, s.p95_s, rel,
+                     s.threshold_s, how, s.n_samples);
+}
+
+}  // namespace
+
+std::string Decision::Reason() const {
+  std::string streak;
+  if (breach) {
+    streak = fmt::format("breach for {} intervals", breach_streak);
+  } else if (calm) {
+    streak = fmt::format("calm for {} intervals", calm_streak);
+  } else {
+    streak = "neutral";
+  }
+  return fmt::format("{} {} -> {}: {}{}; {}; {}", SwitchActionName(action), from_level, to_level,
+                     streak, dwell_blocked ? " (waiting for the minimum dwell)" : "",
+                     Describe("ttft", ttft, threshold_sigmas), Describe("tpot", tpot, threshold_sigmas));
+}
+
+util::StatusOr<std::unique_ptr<RtSwitcher>> RtSwitcher::Create(
+    const RtSwitcherOptions& o, std::chrono::steady_clock::time_point start) {
+  auto bad = [](const std::string& m) { return util::InvalidArgumentError("rt_switcher: " + m); };
+  if (o.levels.empty()) return bad("levels is empty");
+  for (size_t i = 0; i < o.levels.size(); ++i) {
+    const Policy& p = o.levels[i];
+    if (p.level != static_cast<int32_t>(i)) {
+      return bad(fmt::format("levels[{}].level is {}, must be {}", i, p.level, i));
+    }
+    if (!(p.trace_sample_rate >= 0 && p.trace_sample_rate <= 1)) {
+      return bad(fmt::format("levels[{}].trace_sample_rate {} is outside [0, 1]", i,
+                             p.trace_sample_rate));
+    }
+    if (p.max_batch_size < 0 || p.max_batch_size > 65536) {
+      return bad(fmt::format("levels[{}].max_batch_size {} is outside [0, 65536]", i,
+                             p.max_batch_size));
+    }
+    if (p.max_tokens_cap < 0) {
+      return bad(fmt::format("levels[{}].max_tokens_cap {} is negative", i, p.max_tokens_cap));
+    }
+  }
+  if (o.interval.count() <= 0) return bad("interval must be positive");
+  if (o.min_interval_samples < 1 || o.min_interval_samples > 1'000'000) {
+    return bad(fmt::format("min_interval_samples {} is outside [1, 1e6]", o.min_interval_samples));
+  }
+  if (o.window_intervals < 2 || o.window_intervals > 100'000) {
+    return bad(fmt::format("window_intervals {} is outside [2, 1e5]", o.window_intervals));
+  }
+  if (o.min_window_intervals < 2 || o.min_window_intervals > o.window_intervals) {
+    return bad(fmt::format("min_window_intervals {} is outside [2, window_intervals = {}]",
+                           o.min_window_intervals, o.window_intervals));
+  }
+  if (!(o.threshold_sigmas >= 0 && o.threshold_sigmas <= 10)) {
+    return bad(fmt::format("threshold_sigmas {} is outside [0, 10]", o.threshold_sigmas));
+  }
+  if (!(o.calm_fraction > 0 && o.calm_fraction < 1)) {
+    return bad(fmt::format("calm_fraction {} is outside (0, 1)", o.calm_fraction));
+  }
+  for (const auto& [name, l] : {std::pair{"ttft", o.ttft}, std::pair{"tpot", o.tpot}}) {
+    if (!(l.floor_s >= 0 && std::isfinite(l.floor_s)) ||
+        !(l.ceiling_s >= 0 && std::isfinite(l.ceiling_s))) {
+      return bad(fmt::format("{}.floor_s {} / ceiling_s {} must be finite and >= 0", name,
+                             l.floor_s, l.ceiling_s));
+    }
+    if (l.ceiling_s > 0 && l.ceiling_s < l.floor_s) {
+      return bad(fmt::format("{}.ceiling_s {} is below floor_s {}", name, l.ceiling_s, l.floor_s));
+    }
+  }
+  if (o.breach_intervals < 1 || o.breach_intervals > 1'000'000) {
+    return bad(fmt::format("breach_intervals {} is outside [1, 1e6]", o.breach_intervals));
+  }
+  if (o.calm_intervals < 1 || o.calm_intervals > 1'000'000) {
+    return bad(fmt::format("calm_intervals {} is outside [1, 1e6]", o.calm_intervals));
+  }
+  if (o.min_dwell.count() < 0) return bad("min_dwell must be >= 0");
+  return std::unique_ptr<RtSwitcher>(new RtSwitcher(o, start));
+}
+
+RtSwitcher::RtSwitcher(const RtSwitcherOptions& options,
+                       std::chrono::steady_clock::time_point start)
+    : options_(options), interval_start_(start) {
+  for (const Policy& p : options_.levels) snapshots_.push_back(std::make_shared<const Policy>(p));
+  current_.store(snapshots_[0]);
+}
+
+std::vector<Decision> RtSwitcher::Observe(LatencySignal signal, std::chrono::nanoseconds latency,
+                                          std::chrono::steady_clock::time_point now) {
+  std::vector<Decision> out;
+  CloseIntervals(now, out);
+  Signal& s = signal == LatencySignal::kTtft ? ttft_ : tpot_;
+  s.interval_s.push_back(std::chrono::duration<double>(latency).count());
+  return out;
+}
+
+std::vector<Decision> RtSwitcher::Tick(std::chrono::steady_clock::time_point now) {
+  std::vector<Decision> out;
+  CloseIntervals(now, out);
+  return out;
+}
+
+void RtSwitcher::CloseIntervals(std::chrono::steady_clock::time_point now,
+                                std::vector<Decision>& out) {
+  while (now - interval_start_ >= options_.interval) {
+    interval_start_ += options_.interval;
+    out.push_back(CloseOne(interval_start_));
+  }
+}
+
+SignalStats RtSwitcher::Evaluate(Signal& s, const SignalLimits& limits) {
+  SignalStats st;
+  st.n_samples = static_cast<int32_t>(s.interval_s.size());
+  st.idle = s.interval_s.empty();
+  st.p95_known = st.n_samples >= options_.min_interval_samples;
+  if (st.p95_known) {
+    // Nearest rank: the smallest sample with at least 95% of samples at or below it.
+    const size_t rank = static_cast<size_t>(std::ceil(0.95 * st.n_samples));
+    std::nth_element(s.interval_s.begin(), s.interval_s.begin() + static_cast<std::ptrdiff_t>(rank - 1),
+                     s.interval_s.end());
+    st.p95_s = s.interval_s[rank - 1];
+  }
+  s.interval_s.clear();
+  st.n_window = static_cast<int32_t>(s.window.size());
+  if (st.n_window >= options_.min_window_intervals) {
+    double sum = 0;
+    for (double x : s.window) sum += x;
+    st.mean_s = sum / st.n_window;
+    double ss = 0;
+    for (double x : s.window) ss += (x - st.mean_s) * (x - st.mean_s);
+    st.stddev_s = std::sqrt(ss / st.n_window);
+    const double raw = st.mean_s + options_.threshold_sigmas * st.stddev_s;
+    st.threshold_s = std::max(limits.floor_s, raw);
+    if (limits.ceiling_s > 0) st.threshold_s = std::min(st.threshold_s, limits.ceiling_s);
+    st.clamped = st.threshold_s != raw;
+    st.has_threshold = true;
+  } else if (limits.ceiling_s > 0) {
+    st.threshold_s = limits.ceiling_s;  // no history yet: the SLO alone
+    st.has_threshold = true;
+  }
+  if (st.p95_known && st.has_threshold) {
+    st.breach = st.p95_s > st.threshold_s;
+    st.calm = st.p95_s < options_.calm_fraction * st.threshold_s;
+  }
+  if (st.p95_known) {
+    s.window.push_back(st.p95_s);
+    if (s.window.size() > static_cast<size_t>(options_.window_intervals)) s.window.pop_front();
+  }
+  return st;
+}
+
+Decision RtSwitcher::CloseOne(std::chrono::steady_clock::time_point end) {
+  Decision d;
+  d.interval_end = end;
+  d.threshold_sigmas = options_.threshold_sigmas;
+  d.from_level = d.to_level = level_;
+  d.ttft = Evaluate(ttft_, options_.ttft);
+  d.tpot = Evaluate(tpot_, options_.tpot);
+  auto calm_or_idle = [](const SignalStats& s) { return s.calm || s.idle; };
+  d.breach = d.ttft.breach || d.tpot.breach;
+  d.calm = !d.breach && calm_or_idle(d.ttft) && calm_or_idle(d.tpot);
+  if (d.breach) {
+    ++breach_streak_;
+    calm_streak_ = 0;
+  } else if (d.calm) {
+    ++calm_streak_;
+    breach_streak_ = 0;
+  } else {
+    breach_streak_ = calm_streak_ = 0;
+  }
+  d.breach_streak = breach_streak_;
+  d.calm_streak = calm_streak_;
+  const int32_t bottom = static_cast<int32_t>(options_.levels.size()) - 1;
+  int32_t next = level_;
+  if (d.breach && breach_streak_ >= options_.breach_intervals && level_ < bottom) {
+    next = level_ + 1;
+  } else if (d.calm && calm_streak_ >= options_.calm_intervals && level_ > 0) {
+    next = level_ - 1;
+  }
+  if (next == level_) return d;
+  if (switched_ && end - last_switch_ < options_.min_dwell) {
+    d.dwell_blocked = true;
+    return d;
+  }
+  d.action = next > level_ ? SwitchAction::kStepDown : SwitchAction::kStepUp;
+  d.to_level = next;
+  level_ = next;
+  current_.store(snapshots_[static_cast<size_t>(level_)]);
+  switched_ = true;
+  last_switch_ = end;
+  breach_streak_ = calm_streak_ = 0;
+  return d;
+}
+
+}  // namespace strata::sampling

@@ -1,0 +1,195 @@
+// sampling/rt_switcher.h — RT-Switcher: latency-feedback switching between
+// quality levels.
+//
+// Promise: a pure controller over two latency signals, time to first token
+// (TTFT) and time per output token (TPOT). Time is cut into intervals of
+// `interval` (1 s by default). When an interval closes, each signal's P95
+// over that interval's samples is compared with a threshold computed over a
+// sliding window of the previous `window_intervals` interval P95s:
+//
+//   threshold = mean + 1.5 sigma of the window's P95s   (clamped to the
+//               signal's floor and ceiling, when set)
+//   breach:   P95 > threshold            (either signal)
+//   calm:     P95 < 0.7 * threshold      (both signals calm, or idle: no
+//                                          samples in the interval)
+//   neutral:  otherwise (the hysteresis band [0.7, 1] x threshold, or too
+//             little data) — both streaks reset.
+//
+// Why P95s on both sides: a P95 compared with mean + 1.5 sigma of the raw
+// samples would breach in steady state for any right-skewed latency
+// (exponential: P95 = 3 mean > 2.5 mean); compared with the spread of past
+// P95s, a breach means "this interval's tail is unusual for this server".
+//
+// `breach_intervals` consecutive breaching intervals step down one level
+// (cheaper); `calm_intervals` consecutive calm intervals step up one level.
+// No switch happens sooner than `min_dwell` after the previous one, so input
+// oscillating around the threshold cannot toggle the level faster than the
+// dwell time. Time comes in as arguments: the controller never reads a clock.
+//
+// Levels are configuration (RtSwitcherOptions::levels, 0 = full quality):
+// each sets the trace sampling rate, the sampling tier and scheduling caps.
+// The current level is published as an immutable std::shared_ptr<const
+// Policy>, swapped atomically: a request takes a snapshot when admitted and
+// finishes on it, whatever happens later. Every evaluation returns a
+// Decision with its reason (per-signal P95, window mean and sigma,
+// threshold, streaks).
+//
+// Threading: Observe/Tick are thread-compatible (one owner, e.g. the
+// scheduler thread); current() is thread-safe for any number of readers.
+//
+// Wiring (the server applies it; nothing here talks to a server):
+//   auto sw = RtSwitcher::Create(options, clock.Now());   // owned by the scheduler
+//   // per request, at its first token and when it ends:
+//   sw->Observe(LatencySignal::kTtft, ttft, clock.Now());
+//   sw->Observe(LatencySignal::kTpot, decode_time / n_tokens, clock.Now());
+//   // once per interval (e.g. on the scheduler's loop), so quiet periods count:
+//   for (const Decision& d : sw->Tick(clock.Now())) {
+//     if (d.action == SwitchAction::kHold) continue;
+//     log.Warn("rt-switcher: {}", d.Reason());
+//     // counter strata_rt_switch_total{direction}, gauge strata_rt_level = d.to_level
+//   }
+//   // at admission (any thread):
+//   std::shared_ptr<const Policy> pol = sw->current();   // kept by the request
+//   if (pol->max_tokens_cap > 0) max_tokens = std::min(max_tokens, pol->max_tokens_cap);
+//   params = ApplyTier(params, pol->sampling_tier);   // scheduler caps at pol->max_batch_size
+//   traced = rng.Uniform() < pol->trace_sample_rate;
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sampling/sampler.h"
+#include "util/status.h"
+
+namespace strata::sampling {
+
+enum class SamplingTier : uint8_t {
+  kEntropyTargeted,  // the request's parameters as given
+  kTopK,             // plain top-k/temperature: no entropy solve, mirostat or typical-p
+};
+
+struct Policy {
+  int32_t level = 0;                // index into RtSwitcherOptions::levels; 0 = full quality
+  double trace_sample_rate = 1.0;   // [0, 1]; fraction of requests traced
+  SamplingTier sampling_tier = SamplingTier::kEntropyTargeted;
+  int32_t max_batch_size = 0;       // [0, 65536] sequences per step; 0 = no cap
+  int32_t max_tokens_cap = 0;       // >= 0 generated tokens per request; 0 = no cap
+};
+
+// The default ladder: {1.0, entropy-targeted, no caps} -> {0.5, top-k, batch
+// 32, 1024 tokens} -> {0.1, top-k, batch 8, 256 tokens}.
+std::vector<Policy> DefaultLevels();
+
+// The parameters a request runs with under `tier`: kTopK turns off
+// target_entropy, mirostat and typical-p and uses top_k = 40 when the request
+// had none or more (a request's smaller k is kept).
+SamplingParams ApplyTier(SamplingParams requested, SamplingTier tier);
+
+enum class LatencySignal : uint8_t { kTtft, kTpot };
+
+struct SignalLimits {
+  double floor_s = 0.0;    // [0, inf) seconds; the threshold is never below this
+  double ceiling_s = 0.0;  // [0, inf) seconds; 0 = none; never above this (an SLO)
+};
+
+struct RtSwitcherOptions {
+  std::vector<Policy> levels = DefaultLevels();  // >= 1; levels[i].level must be i
+  std::chrono::nanoseconds interval = std::chrono::seconds(1);  // > 0; one evaluation each
+  int32_t min_interval_samples = 5;   // [1, 1e6]; fewer: that interval's P95 is unknown
+  int32_t window_intervals = 60;      // [2, 1e5]; interval P95s giving mean and sigma
+  int32_t min_window_intervals = 10;  // [2, window_intervals]; fewer: no threshold (but the
+                                      // ceiling, if set)
+  double threshold_sigmas = 1.5;      // [0, 10]; threshold = mean + this * sigma
+  double calm_fraction = 0.7;         // (0, 1); calm below this * threshold
+  SignalLimits ttft;                  // clamps of the TTFT threshold
+  SignalLimits tpot;                  // clamps of the TPOT threshold
+  int32_t breach_intervals = 5;       // [1, 1e6]; consecutive breaching intervals to step down
+  int32_t calm_intervals = 10;        // [1, 1e6]; consecutive calm intervals to step up
+  std::chrono::nanoseconds min_dwell = std::chrono::seconds(10);  // >= 0; between switches
+};
+
+enum class SwitchAction : uint8_t { kHold, kStepDown, kStepUp };
+std::string_view SwitchActionName(SwitchAction a);
+
+// One signal in one interval.
+struct SignalStats {
+  int32_t n_samples = 0;       // in the interval
+  bool idle = false;           // no samples
+  bool p95_known = false;      // n_samples >= min_interval_samples
+  double p95_s = 0;            // nearest-rank P95 of the interval
+  int32_t n_window = 0;        // known P95s in the window (before this interval)
+  double mean_s = 0;           // of the window's P95s
+  double stddev_s = 0;         // of the window's P95s (population)
+  bool has_threshold = false;
+  double threshold_s = 0;      // clamp(mean + k sigma, floor, ceiling)
+  bool clamped = false;        // the floor or ceiling decided the threshold
+  bool breach = false;
+  bool calm = false;           // below calm_fraction * threshold
+};
+
+struct Decision {
+  SwitchAction action = SwitchAction::kHold;
+  int32_t from_level = 0;
+  int32_t to_level = 0;
+  std::chrono::steady_clock::time_point interval_end;  // when the evaluation happened
+  SignalStats ttft, tpot;
+  bool breach = false;          // this interval, over both signals
+  bool calm = false;
+  int32_t breach_streak = 0;    // consecutive intervals, including this one
+  int32_t calm_streak = 0;
+  bool dwell_blocked = false;   // a sustained streak waits for min_dwell
+  double threshold_sigmas = 0;  // k of the options, for the reason text
+  // e.g. "step down 0 -> 1: breach for 3 intervals; tpot p95 0.0600 s >
+  // threshold 0.0215 s (window mean 0.0200 s + 1.5 sigma 0.0010 s over 60
+  // intervals, 10 samples); ttft idle" — for the log line.
+  std::string Reason() const;
+};
+
+class RtSwitcher {
+ public:
+  // InvalidArgument naming the field when an option is out of range. The
+  // first interval starts at `start`.
+  static util::StatusOr<std::unique_ptr<RtSwitcher>> Create(
+      const RtSwitcherOptions& options, std::chrono::steady_clock::time_point start);
+
+  // Closes (and evaluates) every interval that ended at or before `now`, then
+  // records one sample taken at `now` in the open interval. A time before the
+  // open interval's start is taken as its start.
+  std::vector<Decision> Observe(LatencySignal signal, std::chrono::nanoseconds latency,
+                                std::chrono::steady_clock::time_point now);
+  // Closes and evaluates every interval that ended at or before `now`.
+  std::vector<Decision> Tick(std::chrono::steady_clock::time_point now);
+
+  // The policy in force; thread-safe.
+  std::shared_ptr<const Policy> current() const { return current_.load(); }
+  int32_t level() const { return level_; }
+  const RtSwitcherOptions& options() const { return options_; }
+
+ private:
+  struct Signal {
+    std::vector<double> interval_s;  // samples of the open interval
+    std::deque<double> window;       // known P95s of previous intervals, oldest first
+  };
+  RtSwitcher(const RtSwitcherOptions& options, std::chrono::steady_clock::time_point start);
+  void CloseIntervals(std::chrono::steady_clock::time_point now, std::vector<Decision>& out);
+  SignalStats Evaluate(Signal& s, const SignalLimits& limits);
+  Decision CloseOne(std::chrono::steady_clock::time_point end);
+
+  const RtSwitcherOptions options_;
+  std::vector<std::shared_ptr<const Policy>> snapshots_;  // one immutable Policy per level
+  std::atomic<std::shared_ptr<const Policy>> current_;    // what readers see
+  int32_t level_ = 0;
+  Signal ttft_, tpot_;
+  std::chrono::steady_clock::time_point interval_start_;  // of the open interval
+  bool switched_ = false;
+  std::chrono::steady_clock::time_point last_switch_{};
+  int32_t breach_streak_ = 0, calm_streak_ = 0;
+};
+
+}  // namespace strata::sampling

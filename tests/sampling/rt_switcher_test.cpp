@@ -1,0 +1,268 @@
+#include "sampling/rt_switcher.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "util/random.h"
+
+namespace strata::sampling {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
+using std::chrono::seconds;
+using TimePoint = std::chrono::steady_clock::time_point;
+
+const TimePoint kStart = TimePoint(seconds(1000));
+
+// Small windows so the switch points can be derived by hand.
+RtSwitcherOptions TestOptions() {
+  RtSwitcherOptions o;
+  o.interval = seconds(1);
+  o.min_interval_samples = 5;
+  o.window_intervals = 20;
+  o.min_window_intervals = 10;
+  o.threshold_sigmas = 1.5;
+  o.calm_fraction = 0.7;
+  o.breach_intervals = 3;
+  o.calm_intervals = 5;
+  o.min_dwell = seconds(10);
+  return o;
+}
+
+struct Switch {
+  double t_s;  // seconds after kStart
+  int32_t from, to;
+  bool operator==(const Switch&) const = default;
+};
+
+std::ostream& operator<<(std::ostream& os, const Switch& s) {
+  return os << "{" << s.t_s << " s: " << s.from << " -> " << s.to << "}";
+}
+
+// Replays a TPOT series: interval k (seconds [k, k+1) after kStart) gets
+// `per_interval` samples of tpot_ms[k] milliseconds (so its P95 is exactly
+// that), then a final Tick closes the last interval. Returns the switches.
+std::vector<Switch> Replay(RtSwitcher& sw, const std::vector<double>& tpot_ms, int per_interval = 10,
+                           std::vector<Decision>* all = nullptr) {
+  std::vector<Switch> out;
+  auto take = [&](const std::vector<Decision>& ds) {
+    for (const Decision& d : ds) {
+      if (all) all->push_back(d);
+      if (d.action != SwitchAction::kHold) {
+        out.push_back({std::chrono::duration<double>(d.interval_end - kStart).count(), d.from_level,
+                       d.to_level});
+      }
+    }
+  };
+  for (size_t k = 0; k < tpot_ms.size(); ++k) {
+    for (int j = 0; j < per_interval; ++j) {
+      const TimePoint t = kStart + seconds(k) + milliseconds(1000 * j / per_interval);
+      take(sw.Observe(LatencySignal::kTpot,
+                      std::chrono::duration_cast<nanoseconds>(
+                          std::chrono::duration<double, std::milli>(tpot_ms[k])),
+                      t));
+    }
+  }
+  take(sw.Tick(kStart + seconds(tpot_ms.size())));
+  return out;
+}
+
+// 30 s at 20 ms, 30 s of overload at 60 ms, 30 s back at 20 ms.
+std::vector<double> Overload() {
+  std::vector<double> v(90, 20.0);
+  for (size_t k = 30; k < 60; ++k) v[k] = 60.0;
+  return v;
+}
+
+TEST(RtSwitcher, StepsDownOnASustainedBreachAndUpOnSustainedCalm) {
+  // Interval 30 (closing at 30+1 s) breaches: window of twenty 20 ms P95s,
+  // threshold 20 ms. Interval 31: window 19 x 20 + 60, mean 22, sigma 8.72,
+  // threshold 35.1 ms: breach. Interval 32: mean 24, sigma 12, threshold 42:
+  // third breach -> step down at 33 s. Intervals 33-36 breach again
+  // (thresholds 47.4, 52, 56.0, 59.5) but the dwell holds until 43 s, and by
+  // interval 37 the window has absorbed the overload (threshold 62.6 > 60):
+  // neutral, no second step. Back at 20 ms, interval 60 sees threshold 60
+  // (window all 60), so calm (< 42); five calm intervals -> step up at 65 s.
+  auto sw = *RtSwitcher::Create(TestOptions(), kStart);
+  std::vector<Decision> all;
+  const std::vector<Switch> got = Replay(*sw, Overload(), 10, &all);
+  EXPECT_EQ(got, (std::vector<Switch>{{33, 0, 1}, {65, 1, 0}}));
+  ASSERT_EQ(all.size(), 90u);
+  EXPECT_TRUE(all[35].dwell_blocked);  // interval 35: three breaches, but 36 - 33 < 10 s
+  EXPECT_NEAR(all[31].tpot.threshold_s, 0.022 + 1.5 * std::sqrt(76e-6), 1e-9);
+  EXPECT_FALSE(all[37].breach);
+  EXPECT_EQ(sw->level(), 0);
+}
+
+TEST(RtSwitcher, ACeilingKeepsSteppingDownWhileLatencyStaysAboveIt) {
+  // With a 50 ms TPOT ceiling the overload breaches every interval: steps down
+  // at 33 s and, after the 10 s dwell, at 43 s. Recovery: calm from interval 60,
+  // step up at 65 s; calm continues but the dwell holds the next step to 75 s.
+  RtSwitcherOptions o = TestOptions();
+  o.tpot.ceiling_s = 0.050;
+  auto sw = *RtSwitcher::Create(o, kStart);
+  EXPECT_EQ(Replay(*sw, Overload()),
+            (std::vector<Switch>{{33, 0, 1}, {43, 1, 2}, {65, 2, 1}, {75, 1, 0}}));
+}
+
+TEST(RtSwitcher, OscillationNearTheThresholdNeverSwitchesFasterThanTheDwell) {
+  // Bursts of random length above and below the threshold, for an hour.
+  RtSwitcherOptions o = TestOptions();
+  o.breach_intervals = 1;
+  o.calm_intervals = 1;
+  o.tpot.ceiling_s = 0.030;
+  util::Rng rng(4);
+  std::vector<double> v;
+  while (v.size() < 3600) {
+    const double level_ms = rng.Below(2) ? 35.0 : 15.0;  // above the ceiling / below 0.7 x it
+    for (uint64_t n = 1 + rng.Below(4); n > 0; --n) v.push_back(level_ms + rng.Normal());
+  }
+  auto sw = *RtSwitcher::Create(o, kStart);
+  const std::vector<Switch> got = Replay(*sw, v);
+  ASSERT_GT(got.size(), 20u);  // it does react
+  for (size_t i = 1; i < got.size(); ++i) {
+    EXPECT_GE(got[i].t_s - got[i - 1].t_s, 10.0) << got[i - 1] << " then " << got[i];
+  }
+  EXPECT_LE(got.size(), 3600u / 10 + 1);
+}
+
+TEST(RtSwitcher, SteadyRightSkewedLatencyDoesNotSwitch) {
+  // Exponentially distributed TPOT (P95 = 3 x mean, well above mean + 1.5
+  // sigma of the raw samples): per-interval P95s vary little, so no breach is
+  // sustained for the default five intervals.
+  RtSwitcherOptions o = TestOptions();
+  o.window_intervals = 60;
+  o.breach_intervals = 5;
+  auto sw = *RtSwitcher::Create(o, kStart);
+  util::Rng rng(8);
+  int switches = 0;
+  for (int k = 0; k < 1800; ++k) {
+    for (int j = 0; j < 50; ++j) {
+      const double ms = -20.0 * std::log(1.0 - rng.Uniform());
+      for (const Decision& d :
+           sw->Observe(LatencySignal::kTpot, nanoseconds(static_cast<int64_t>(ms * 1e6)),
+                       kStart + seconds(k) + milliseconds(20 * j))) {
+        switches += d.action != SwitchAction::kHold;
+      }
+    }
+  }
+  EXPECT_EQ(switches, 0);
+}
+
+TEST(RtSwitcher, IdleIntervalsCountAsCalm) {
+  // Overload until 33 s (step down), then no traffic at all: idle intervals
+  // are calm, and the dwell decides the step up: 43 s.
+  auto sw = *RtSwitcher::Create(TestOptions(), kStart);
+  std::vector<double> v(33, 20.0);
+  for (size_t k = 30; k < 33; ++k) v[k] = 60.0;
+  EXPECT_EQ(Replay(*sw, v), (std::vector<Switch>{{33, 0, 1}}));
+  std::vector<Switch> later;
+  for (int s = 34; s <= 50; ++s) {
+    for (const Decision& d : sw->Tick(kStart + seconds(s))) {
+      EXPECT_TRUE(d.tpot.idle && d.ttft.idle);
+      if (d.action != SwitchAction::kHold) later.push_back({static_cast<double>(s), d.from_level, d.to_level});
+    }
+  }
+  EXPECT_EQ(later, (std::vector<Switch>{{43, 1, 0}}));
+}
+
+TEST(RtSwitcher, InFlightRequestsKeepThePolicyTheyStartedWith) {
+  auto sw = *RtSwitcher::Create(TestOptions(), kStart);
+  const std::shared_ptr<const Policy> before = sw->current();
+  std::vector<double> v(33, 20.0);
+  for (size_t k = 30; k < 33; ++k) v[k] = 60.0;
+  Replay(*sw, v);
+  const std::shared_ptr<const Policy> after = sw->current();
+  EXPECT_EQ(before->level, 0);
+  EXPECT_EQ(before->trace_sample_rate, 1.0);
+  EXPECT_EQ(before->sampling_tier, SamplingTier::kEntropyTargeted);
+  EXPECT_EQ(after->level, 1);
+  EXPECT_EQ(after->trace_sample_rate, 0.5);
+  EXPECT_EQ(after->sampling_tier, SamplingTier::kTopK);
+  EXPECT_EQ(after->max_tokens_cap, 1024);
+}
+
+TEST(RtSwitcher, EveryDecisionCarriesItsReason) {
+  auto sw = *RtSwitcher::Create(TestOptions(), kStart);
+  std::vector<Decision> all;
+  Replay(*sw, Overload(), 10, &all);
+  const Decision& down = all[32];
+  ASSERT_EQ(down.action, SwitchAction::kStepDown);
+  EXPECT_EQ(down.breach_streak, 3);
+  EXPECT_NEAR(down.tpot.p95_s, 0.060, 1e-12);
+  EXPECT_NEAR(down.tpot.threshold_s, 0.042, 1e-9);
+  EXPECT_EQ(down.tpot.n_window, 20);
+  const std::string r = down.Reason();
+  EXPECT_NE(r.find("step down 0 -> 1"), std::string::npos) << r;
+  EXPECT_NE(r.find("breach for 3 intervals"), std::string::npos) << r;
+  EXPECT_NE(r.find("tpot p95 0.0600 s > threshold 0.0420 s"), std::string::npos) << r;
+  EXPECT_NE(r.find("window mean 0.0240 s + 1.5 sigma 0.0120 s over 20 intervals"),
+            std::string::npos)
+      << r;
+  EXPECT_NE(r.find("ttft idle"), std::string::npos) << r;
+}
+
+TEST(RtSwitcher, UsesTheNearestRankP95AndNeedsEnoughSamples) {
+  RtSwitcherOptions o = TestOptions();
+  auto sw = *RtSwitcher::Create(o, kStart);
+  for (int i = 1; i <= 20; ++i) {
+    sw->Observe(LatencySignal::kTtft, milliseconds(i), kStart + milliseconds(10 * i));
+  }
+  for (int i = 1; i <= 4; ++i) sw->Observe(LatencySignal::kTpot, milliseconds(i), kStart);
+  const std::vector<Decision> d = sw->Tick(kStart + seconds(1));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_TRUE(d[0].ttft.p95_known);
+  EXPECT_NEAR(d[0].ttft.p95_s, 0.019, 1e-12);  // 19th of 20
+  EXPECT_FALSE(d[0].tpot.p95_known);           // 4 < min_interval_samples
+  EXPECT_FALSE(d[0].tpot.idle);
+  // A late call closes every elapsed interval, one decision each.
+  EXPECT_EQ(sw->Tick(kStart + seconds(6)).size(), 5u);
+  EXPECT_TRUE(sw->Tick(kStart + seconds(6)).empty());
+  // A sample stamped before the open interval goes into it.
+  EXPECT_TRUE(sw->Observe(LatencySignal::kTpot, milliseconds(1), kStart).empty());
+}
+
+TEST(RtSwitcher, InvalidOptionsNameTheField) {
+  RtSwitcherOptions o = TestOptions();
+  o.min_window_intervals = 30;
+  EXPECT_NE(RtSwitcher::Create(o, kStart).status().message().find("min_window_intervals"),
+            std::string::npos);
+  o = TestOptions();
+  o.levels[1].level = 5;
+  EXPECT_NE(RtSwitcher::Create(o, kStart).status().message().find("levels[1].level"),
+            std::string::npos);
+  o = TestOptions();
+  o.calm_fraction = 1.0;
+  EXPECT_NE(RtSwitcher::Create(o, kStart).status().message().find("calm_fraction"),
+            std::string::npos);
+  o = TestOptions();
+  o.ttft.ceiling_s = 0.1;
+  o.ttft.floor_s = 0.2;
+  EXPECT_NE(RtSwitcher::Create(o, kStart).status().message().find("ttft.ceiling_s"),
+            std::string::npos);
+  o = TestOptions();
+  o.interval = nanoseconds(0);
+  EXPECT_FALSE(RtSwitcher::Create(o, kStart).ok());
+  EXPECT_TRUE(RtSwitcher::Create(TestOptions(), kStart).ok());
+}
+
+TEST(RtSwitcher, TheTopKTierTurnsOffTheExpensivePolicies) {
+  SamplingParams p;
+  p.target_entropy = 2.0f;
+  p.typical_p = 0.9f;
+  p.top_k = 0;
+  const SamplingParams q = ApplyTier(p, SamplingTier::kTopK);
+  EXPECT_LT(q.target_entropy, 0.0f);
+  EXPECT_EQ(q.typical_p, 1.0f);
+  EXPECT_EQ(q.top_k, 40);
+  EXPECT_TRUE(Validate(q).ok());
+  p.top_k = 10;
+  EXPECT_EQ(ApplyTier(p, SamplingTier::kTopK).top_k, 10);
+  EXPECT_EQ(ApplyTier(p, SamplingTier::kEntropyTargeted).target_entropy, 2.0f);
+}
+
+}  // namespace
+}  // namespace strata::sampling
