@@ -42,7 +42,9 @@ Fixture Make(TensorType type, int64_t n, int64_t rows, int64_t tokens) {
   return f;
 }
 
-void BM_MatMul(benchmark::State& state, Isa isa, TensorType type, int64_t tokens) {
+// `cached`: a 1-token product over ~512 KiB of weights that stay in L2, the
+// kernel's own decode speed without the memory-bandwidth bound.
+void BM_MatMul(benchmark::State& state, Isa isa, TensorType type, int64_t tokens, bool cached) {
   const KernelTable* k = GetKernels(isa);
   if (k == nullptr) {
     state.SkipWithError("ISA not available on this CPU");
@@ -50,7 +52,8 @@ void BM_MatMul(benchmark::State& state, Isa isa, TensorType type, int64_t tokens
   }
   const int64_t n = 2048;
   // Decode: ~256 MB of weights (beyond any cache); prefill: one 5632-row matrix.
-  const int64_t rows = tokens == 1 ? static_cast<int64_t>((256u << 20) / RowBytes(type, n)) : 1024;
+  const size_t decode_bytes = cached ? (512u << 10) : (256u << 20);
+  const int64_t rows = tokens == 1 ? static_cast<int64_t>(decode_bytes / RowBytes(type, n)) : 1024;
   Fixture f = Make(type, n, rows, tokens);
   std::vector<float> out(static_cast<size_t>(rows * tokens));
   MatMulArgs a;
@@ -77,14 +80,21 @@ void BM_MatMul(benchmark::State& state, Isa isa, TensorType type, int64_t tokens
 
 void Register() {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-    for (TensorType t : {TensorType::kF16, TensorType::kQ8_0, TensorType::kQ4_0}) {
+    for (TensorType t : {TensorType::kF16, TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
+                          TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K,
+                          TensorType::kQ6_K}) {
       for (int64_t tokens : {1, 64}) {
         if (isa == Isa::kScalar && tokens > 1) continue;
         const std::string name = std::string("MatMul/") + std::string(IsaName(isa)) + "/" +
                                  std::string(TypeName(t)) + "/tokens:" + std::to_string(tokens);
-        benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, isa, t, tokens)
+        benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, isa, t, tokens, false)
             ->Unit(benchmark::kMillisecond)
             ->MinTime(0.5);
+        if (tokens == 1 && isa != Isa::kScalar) {
+          benchmark::RegisterBenchmark((name + "/cached").c_str(), BM_MatMul, isa, t, tokens, true)
+              ->Unit(benchmark::kMillisecond)
+              ->MinTime(0.5);
+        }
       }
     }
   }

@@ -13,7 +13,10 @@ namespace strata::model {
 using internal::ActBlockQ8;
 using internal::ActBlockQ8K;
 using internal::BlockQ4_0;
+using internal::BlockQ4_1;
 using internal::BlockQ4_K;
+using internal::BlockQ5_0;
+using internal::BlockQ5_1;
 using internal::BlockQ5_K;
 using internal::BlockQ6_K;
 using internal::BlockQ8_0;
@@ -32,6 +35,9 @@ ActFormat ActFormatFor(TensorType weight_type) {
   switch (weight_type) {
     case TensorType::kQ8_0:
     case TensorType::kQ4_0:
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
       return ActFormat::kQ8;
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
@@ -120,6 +126,15 @@ void DequantizeRow(TensorType type, const void* src, int64_t n, float* dst) {
       }
       return;
     }
+    case TensorType::kQ4_1:
+      internal::DequantizeQ4_1(static_cast<const BlockQ4_1*>(src), n / 32, dst);
+      return;
+    case TensorType::kQ5_0:
+      internal::DequantizeQ5_0(static_cast<const BlockQ5_0*>(src), n / 32, dst);
+      return;
+    case TensorType::kQ5_1:
+      internal::DequantizeQ5_1(static_cast<const BlockQ5_1*>(src), n / 32, dst);
+      return;
     case TensorType::kQ4_K:
       internal::DequantizeQ4K(static_cast<const BlockQ4_K*>(src), n / kQK_K, dst);
       return;
@@ -195,6 +210,15 @@ void QuantizeRow(TensorType type, const float* src, int64_t n, void* dst) {
       }
       return;
     }
+    case TensorType::kQ4_1:
+      internal::QuantizeQ4_1(src, n / 32, static_cast<BlockQ4_1*>(dst));
+      return;
+    case TensorType::kQ5_0:
+      internal::QuantizeQ5_0(src, n / 32, static_cast<BlockQ5_0*>(dst));
+      return;
+    case TensorType::kQ5_1:
+      internal::QuantizeQ5_1(src, n / 32, static_cast<BlockQ5_1*>(dst));
+      return;
     case TensorType::kQ4_K:
       internal::QuantizeQ4K(src, n / kQK_K, static_cast<BlockQ4_K*>(dst));
       return;

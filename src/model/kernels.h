@@ -11,7 +11,7 @@
 //
 // Activations are quantized once per row into the format the weight type
 // intends (ActFormatFor): F32 for float weights, Q8_0-style blocks of 32 with a
-// float scale for Q8_0/Q4_0, blocks of 256 with a float scale and sums of
+// float scale and the block's sum for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, blocks of 256 with a float scale and sums of
 // 16-element groups for the k-quants Q4_K/Q5_K/Q6_K (docs/formats/gguf.md,
 // "activation formats").
 //
@@ -69,8 +69,9 @@ const KernelTable& BestKernels();
 // Reference codecs (scalar, exact layouts of the GGUF types) for the types
 // where HasCodec is true; other types CHECK-fail.
 // DequantizeRow: n elements starting at a block boundary (n a multiple of the
-// block size). QuantizeRow: the same, the other way; for Q4_0/Q8_0 this is the
-// round-to-nearest scheme GGUF converters use (scale from the largest magnitude);
+// block size). QuantizeRow: the same, the other way; for Q4_0/Q5_0/Q8_0 this is
+// the round-to-nearest scheme GGUF converters use (scale from the largest
+// magnitude), for Q4_1/Q5_1 round to nearest over each block's [min, max];
 // for Q4_K/Q5_K/Q6_K a deterministic least-squares search of each sub-block's
 // scale (and min), described in docs/formats/gguf.md. QuantizeRow's input must
 // be finite; k-quant magnitudes beyond what the f16 super-block scales hold

@@ -1,6 +1,8 @@
 // AVX-512 kernels (F, BW, VL, DQ and VNNI): F32/F16/BF16 weights with 16-wide
-// FMAs, Q8_0/Q4_0 weights with VNNI int8 dot products. Selected at run time
-// when the CPU has every one of these extensions.
+// FMAs, the 32-blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) with 256-bit VNNI int8 dot
+// products, the k-quants (Q4_K, Q5_K, Q6_K) with 512-bit int8·int8 → int16 →
+// int32 products that keep a whole super-block in integers. Selected at run
+// time when the CPU has every one of these extensions.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -84,12 +86,62 @@ struct FloatMicro {
   }
 };
 
-// 8-bit blocks x Q8 activations with VNNI. vpdpbusd multiplies unsigned by
+// 32-blocks x Q8 activations with VNNI. vpdpbusd multiplies unsigned by
 // signed bytes, so weights are made unsigned by an offset (w + 128 for Q8_0,
-// the raw nibble for Q4_0) and the offset times the activation block's sum is
-// subtracted through the accumulator's starting value.
+// the raw 4- or 5-bit code for the others) and the offset times the activation
+// block's sum is subtracted through the accumulator's starting value. Q4_1/Q5_1
+// add their min m through lane 0: acc += [m, 0, ..., 0] · (da·Σa), after the
+// block's scaled integer sum.
+template <typename Block>
+struct Small32;
+template <>
+struct Small32<BlockQ8_0> {
+  static constexpr int kOffset = 128;
+  static constexpr bool kHasMin = false;
+  static __m256i Unsigned(const BlockQ8_0& b) {
+    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)),
+                            _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
+};
+// The 32 nibbles of a 16-byte qs, element order (low nibbles, then high).
+inline __m256i Nibbles32(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+}
+// Adds 16 to the bytes whose bit is set in the 32-bit qh (element i ↔ bit i).
+inline __m256i AddFifthBits(__m256i q, const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, sizeof(bits));
+  return _mm256_mask_add_epi8(q, static_cast<__mmask32>(bits), q, _mm256_set1_epi8(16));
+}
+template <>
+struct Small32<BlockQ4_0> {
+  static constexpr int kOffset = 8;
+  static constexpr bool kHasMin = false;
+  static __m256i Unsigned(const BlockQ4_0& b) { return Nibbles32(b.qs); }
+};
+template <>
+struct Small32<BlockQ4_1> {
+  static constexpr int kOffset = 0;
+  static constexpr bool kHasMin = true;
+  static __m256i Unsigned(const BlockQ4_1& b) { return Nibbles32(b.qs); }
+};
+template <>
+struct Small32<BlockQ5_0> {
+  static constexpr int kOffset = 16;
+  static constexpr bool kHasMin = false;
+  static __m256i Unsigned(const BlockQ5_0& b) { return AddFifthBits(Nibbles32(b.qs), b.qh); }
+};
+template <>
+struct Small32<BlockQ5_1> {
+  static constexpr int kOffset = 0;
+  static constexpr bool kHasMin = true;
+  static __m256i Unsigned(const BlockQ5_1& b) { return AddFifthBits(Nibbles32(b.qs), b.qh); }
+};
+
 template <typename Block>
 struct QuantMicro {
+  using K = Small32<Block>;
   template <int R, int T>
   void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
     const Block* w[R];
@@ -103,59 +155,357 @@ struct QuantMicro {
     for (int64_t b = 0; b < nb; ++b) {
       __m256i wu[R];
       float dw[R];
+      __m256 mw[R];
       for (int i = 0; i < R; ++i) {
-        wu[i] = Unsigned(w[i][b]);
+        wu[i] = K::Unsigned(w[i][b]);
         dw[i] = _cvtsh_ss(w[i][b].d);
+        if constexpr (K::kHasMin) mw[i] = _mm256_zextps128_ps256(_mm_set_ss(_cvtsh_ss(w[i][b].m)));
       }
       for (int j = 0; j < T; ++j) {
         const ActBlockQ8& xb = x[j][b];
         const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
-        const __m256i init = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-kOffset * xb.sum));
+        const __m256i init = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-K::kOffset * xb.sum));
         for (int i = 0; i < R; ++i) {
           const __m256i p = _mm256_dpbusd_epi32(init, wu[i], xq);
           acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[i] * xb.d), acc[i][j]);
+          if constexpr (K::kHasMin) {
+            acc[i][j] = _mm256_fmadd_ps(mw[i], _mm256_set1_ps(xb.d * static_cast<float>(xb.sum)),
+                                        acc[i][j]);
+          }
         }
       }
     }
     for (int i = 0; i < R; ++i)
       for (int j = 0; j < T; ++j) a.out[(t0 + j) * a.out_stride + r0 + i] = Hsum256(acc[i][j]);
   }
+};
 
-  static constexpr int kOffset = sizeof(Block) == sizeof(BlockQ8_0) ? 128 : 8;
-  static __m256i Unsigned(const BlockQ8_0& b) {
-    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)),
-                            _mm256_set1_epi8(static_cast<char>(0x80)));
+// ---------------------------------------------------------------------------
+// K-quants x Q8K activations.
+//
+// A super-block is walked in 4 chunks of 64 elements. Per chunk the weights
+// become 64 unsigned bytes q (0..15, 0..31 or 0..63), laid out like the 64
+// activation bytes a they meet, and vpdpbusd sums q·a over 4 neighbours into
+// 16 int32 lanes, each inside one sub-block and below 2^15 in magnitude
+// (4·63·127 = 32004). Two chunks' lanes pack (vpackssdw, exact) into 32 int16
+// words, and vpdpwssd multiplies each word by its sub-block's scale into 16
+// int32 lanes: 3 multiply instructions per 128 elements. The whole super-block
+// stays in those lanes (each below 2^24), converted to float once:
+//   acc += (cvt(isum)·d)·da                      (Q6_K: isum starts at −32·Σ sc·bsums)
+//   acc −= [dmin·m_j]_j · [da·(bsums[2j] + bsums[2j+1])]_j   (Q4_K, Q5_K; 8 lanes)
+// with one 16-lane float accumulator per output, reduced at the end. The
+// factors of the min term are formed once per row and once per token.
+//
+// vpackssdw(p, p') interleaves per 128-bit lane L: words 0..3 are p's lanes
+// 4L..4L+3, words 4..7 p''s. The scale words of a chunk pair follow that order.
+
+// 6-bit scales and mins of Q4_K/Q5_K as bytes: sc[0..7] (low 8), m[0..7] (high 8).
+inline __m128i ScaleMinBytesK4(const uint8_t* scales) {
+  uint64_t b07;
+  uint32_t b811;
+  std::memcpy(&b07, scales, sizeof(b07));
+  std::memcpy(&b811, scales + 8, sizeof(b811));
+  const uint64_t u2 = b811;
+  // [sc0..3, m0..3]: the low 6 bits of bytes 0..7. [sc4..7, m4..7]: the low,
+  // then high, nibbles of bytes 8..11, with the top 2 bits of bytes 0..7 above.
+  const uint64_t lo = b07 & 0x3f3f3f3f3f3f3f3full;
+  const uint64_t hi = ((u2 | (u2 << 28)) & 0x0f0f0f0f0f0f0f0full) |
+                      (((b07 >> 6) & 0x0303030303030303ull) << 4);
+  // Reorder to sc0..3, sc4..7, m0..3, m4..7.
+  const __m128i v = _mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo));
+  return _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15));
+}
+
+// One row's super-block of Q4_K/Q5_K, decoded once for all tokens of a tile.
+struct PrepK4 {
+  __m512i scales[2];  // words for chunk pairs (0, 1) and (2, 3), in vpackssdw order
+  __m512 mins;        // lanes 0..7: dmin·m[j] (exact); 8..15: 0
+  __m512 d;
+};
+// One token's super-block terms, formed once for all rows of a tile.
+struct TokenTerms {
+  __m512 da;    // the activation scale, broadcast
+  __m512 sums;  // lanes 0..7: da·(bsums[2j] + bsums[2j+1]); 8..15: 0 (Q4_K/Q5_K only)
+};
+
+inline PrepK4 PrepareK4(const uint8_t* scales, uint16_t d, uint16_t dmin) {
+  PrepK4 p;
+  const __m128i bytes = ScaleMinBytesK4(scales);
+  const __m512i words = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(bytes));
+  // Chunk c holds sub-block 2c in its lanes 0..7 (128-bit lanes 0, 1) and 2c+1
+  // in lanes 8..15: pair (0, 1) has sc0, sc2 in 128-bit lanes 0, 1 and sc1, sc3
+  // in lanes 2, 3.
+  const __m512i idx = _mm512_set_epi64(0x0003000300030003, 0x0001000100010001, 0x0003000300030003,
+                                       0x0001000100010001, 0x0002000200020002, 0,
+                                       0x0002000200020002, 0);
+  p.scales[0] = _mm512_permutexvar_epi16(idx, words);
+  p.scales[1] = _mm512_permutexvar_epi16(_mm512_add_epi16(idx, _mm512_set1_epi16(4)), words);
+  const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(bytes, bytes)));
+  p.mins = _mm512_zextps256_ps512(_mm256_mul_ps(m, _mm256_set1_ps(_cvtsh_ss(dmin))));
+  p.d = _mm512_set1_ps(_cvtsh_ss(d));
+  return p;
+}
+
+// The 64 codes of chunk c: low nibbles of qs[32c..32c+31], then their high nibbles.
+inline __m512i ChunkNibblesK4(const uint8_t* qs, int c) {
+  const __m512i v =
+      _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c)));
+  return _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4), _mm512_set1_epi8(0x0F));
+}
+
+struct Q4KKind {
+  using Block = BlockQ4_K;
+  using Prep = PrepK4;
+  static Prep Prepare(const Block& b) { return PrepareK4(b.scales, b.d, b.dmin); }
+  static __m512i Init(const Prep&, __m256i) { return _mm512_setzero_si512(); }
+  static __m512i Codes(const Block& b, const Prep&, int c) { return ChunkNibblesK4(b.qs, c); }
+  static __m512i PairScales(const Prep& p, int pair) { return p.scales[pair]; }
+  static TokenTerms Token(const ActBlockQ8K& x) {
+    const float da = x.d;
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums));
+    const __m256 pairs = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, _mm256_set1_epi16(1)));
+    return {_mm512_set1_ps(da), _mm512_zextps256_ps512(_mm256_mul_ps(pairs, _mm256_set1_ps(da)))};
   }
-  static __m256i Unsigned(const BlockQ4_0& b) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+  static __m512 Finish(__m512 acc, __m512i isum, const Prep& p, const TokenTerms& t) {
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), p.d), t.da, acc);
+    return _mm512_fnmadd_ps(p.mins, t.sums, acc);
   }
 };
 
-// Same values as the scalar quantizer, bit for bit.
-void QuantizeAct(ActFormat fmt, const float* x, int64_t n, void* out) {
-  if (fmt != ActFormat::kQ8) {
-    ScalarKernels().quantize_act(fmt, x, n, out);
-    return;
+struct Q5KKind {
+  using Block = BlockQ5_K;
+  struct Prep : PrepK4 {
+    __m512i qh;  // qh[0..31] in both halves
+  };
+  static Prep Prepare(const Block& b) {
+    Prep p;
+    static_cast<PrepK4&>(p) = PrepareK4(b.scales, b.d, b.dmin);
+    p.qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
+    return p;
   }
-  auto* blocks = static_cast<ActBlockQ8*>(out);
+  static __m512i Init(const Prep&, __m256i) { return _mm512_setzero_si512(); }
+  static __m512i Codes(const Block& b, const Prep& p, int c) {
+    // Sub-block 2c's fifth bits are bit 2c of qh[l], sub-block 2c+1's bit 2c+1.
+    const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * c))),
+                                           _mm256_set1_epi8(static_cast<char>(2 << (2 * c))), 1);
+    const __m512i nib = ChunkNibblesK4(b.qs, c);
+    return _mm512_mask_add_epi8(nib, _mm512_test_epi8_mask(p.qh, bit), nib, _mm512_set1_epi8(16));
+  }
+  static __m512i PairScales(const Prep& p, int pair) { return p.scales[pair]; }
+  static TokenTerms Token(const ActBlockQ8K& x) { return Q4KKind::Token(x); }
+  static __m512 Finish(__m512 acc, __m512i isum, const Prep& p, const TokenTerms& t) {
+    return Q4KKind::Finish(acc, isum, p, t);
+  }
+};
+
+struct Q6KKind {
+  using Block = BlockQ6_K;
+  struct Prep {
+    __m512i scales[2];  // words for chunk pairs (0, 1) and (2, 3), in vpackssdw order
+    __m256i offset;     // words: −32·scales[g] (pairs with bsums[g])
+    __m512 d;
+  };
+  static Prep Prepare(const Block& b) {
+    Prep p;
+    const __m256i words =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    // Chunk c holds sub-block 4c + L in its 128-bit lane L: pair (0, 1) has
+    // sc[L] in words 0..3 and sc[4 + L] in words 4..7 of lane L.
+    const __m512i idx = _mm512_set_epi64(0x0007000700070007, 0x0003000300030003, 0x0006000600060006,
+                                         0x0002000200020002, 0x0005000500050005, 0x0001000100010001,
+                                         0x0004000400040004, 0);
+    p.scales[0] = _mm512_permutexvar_epi16(idx, _mm512_zextsi256_si512(words));
+    p.scales[1] = _mm512_permutexvar_epi16(_mm512_add_epi16(idx, _mm512_set1_epi16(8)),
+                                           _mm512_zextsi256_si512(words));
+    p.offset = _mm256_mullo_epi16(words, _mm256_set1_epi16(-32));
+    p.d = _mm512_set1_ps(_cvtsh_ss(b.d));
+    return p;
+  }
+  // Σ_g (−32·sc_g)·bsums[g] in lanes 0..7: the offset of q − 32, exact.
+  static __m512i Init(const Prep& p, __m256i bsums) {
+    return _mm512_zextsi256_si512(_mm256_madd_epi16(p.offset, bsums));
+  }
+  // Chunk c = elements 64c..64c+63 (h = c/2, e = c%2): low 4 bits from
+  // ql[64h..64h+63] (low nibbles for e = 0, high for e = 1), the 2 high bits
+  // from qh[32h + l]: bits 4e..4e+1 for the first 32, 4e+2..4e+3 for the next.
+  static __m512i Codes(const Block& b, const Prep&, int c) {
+    const int h = c / 2, e = c % 2;
+    __m512i low = _mm512_loadu_si512(b.ql + 64 * h);
+    if (e == 1) low = _mm512_srli_epi16(low, 4);
+    const __m512i qh =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h)));
+    // Move the wanted 2 bits to bits 4..5 of each byte (16-bit shifts; the bits
+    // that cross into a neighbouring byte are masked off).
+    const __m512i hi =
+        e == 0 ? _mm512_sllv_epi16(qh, _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1))
+               : _mm512_srlv_epi16(qh, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1));
+    // (low & 0x0F) | (hi & 0x30)
+    return _mm512_ternarylogic_epi32(low, _mm512_set1_epi8(0x0F),
+                                     _mm512_and_si512(hi, _mm512_set1_epi8(0x30)), 0xEA);
+  }
+  static __m512i PairScales(const Prep& p, int pair) { return p.scales[pair]; }
+  static TokenTerms Token(const ActBlockQ8K& x) { return {_mm512_set1_ps(x.d), _mm512_setzero_ps()}; }
+  static __m512 Finish(__m512 acc, __m512i isum, const Prep& p, const TokenTerms& t) {
+    return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), p.d), t.da, acc);
+  }
+};
+
+template <typename K>
+struct KQuantMicro {
+  using Block = typename K::Block;
+  template <int R, int T>
+  void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
+    const Block* w[R];
+    const ActBlockQ8K* x[T];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) w[i] = RowPtr<Block>(a.w, a.w_row_bytes, r0 + i);
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) x[j] = RowPtr<ActBlockQ8K>(a.act, a.act_row_bytes, t0 + j);
+    __m512 acc[R][T];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
+    const int64_t nb = a.n / kQK_K;
+    for (int64_t b = 0; b < nb; ++b) {
+      typename K::Prep p[R];
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) p[i] = K::Prepare(w[i][b]);
+      __m512i isum[R][T];
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) {
+        const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j][b].bsums));
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) isum[i][j] = K::Init(p[i], bsums);
+      }
+#pragma GCC unroll 2
+      for (int pair = 0; pair < 2; ++pair) {
+        __m512i q0[R], q1[R], s[R];
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) {
+          q0[i] = K::Codes(w[i][b], p[i], 2 * pair);
+          q1[i] = K::Codes(w[i][b], p[i], 2 * pair + 1);
+          s[i] = K::PairScales(p[i], pair);
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < T; ++j) {
+          const __m512i x0 = _mm512_loadu_si512(x[j][b].q + 128 * pair);
+          const __m512i x1 = _mm512_loadu_si512(x[j][b].q + 128 * pair + 64);
+#pragma GCC unroll 8
+          for (int i = 0; i < R; ++i) {
+            const __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0[i], x0);
+            const __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q1[i], x1);
+            isum[i][j] = _mm512_dpwssd_epi32(isum[i][j], _mm512_packs_epi32(d0, d1), s[i]);
+          }
+        }
+      }
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) {
+        const TokenTerms tt = K::Token(x[j][b]);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) acc[i][j] = K::Finish(acc[i][j], isum[i][j], p[i], tt);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) a.out[(t0 + j) * a.out_stride + r0 + i] = Hsum512(acc[i][j]);
+  }
+};
+
+// Same values as the scalar quantizer, bit for bit: the same d and 1/d, the
+// product clamped to ±127 (NaN to −127, as fmax/fmin do) and rounded to nearest
+// even by vcvtps2dq.
+inline __m512i QuantizeLanes(__m512 v, __m512 id) {
+  const __m512 lim = _mm512_set1_ps(127.0f);
+  // vmaxps returns its second operand when the first is NaN.
+  const __m512 c = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, id), -lim), lim);
+  return _mm512_cvtps_epi32(c);
+}
+
+// Largest magnitude of 16·k floats; NaN elements are ignored (as std::fmax does).
+inline float AbsMax(const float* x, int k) {
   const __m512 sign = _mm512_set1_ps(-0.0f);
+  __m512 m = _mm512_setzero_ps();
+  for (int i = 0; i < k; ++i) m = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + 16 * i)), m);
+  return _mm512_reduce_max_ps(m);
+}
+
+void QuantizeQ8(const float* x, int64_t n, ActBlockQ8* blocks) {
   for (int64_t ib = 0; ib < n / 32; ++ib) {
-    const __m512 v0 = _mm512_loadu_ps(x + ib * 32);
-    const __m512 v1 = _mm512_loadu_ps(x + ib * 32 + 16);
-    const __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
-    const float amax = _mm512_reduce_max_ps(m);
+    const float amax = AbsMax(x + ib * 32, 2);
     const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 127.0f / amax : 0.0f;
-    const __m512 s = _mm512_set1_ps(id);
-    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, s));
-    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, s));
+    const __m512 id = _mm512_set1_ps(d != 0.0f ? 127.0f / amax : 0.0f);
+    const __m512i q0 = QuantizeLanes(_mm512_loadu_ps(x + ib * 32), id);
+    const __m512i q1 = QuantizeLanes(_mm512_loadu_ps(x + ib * 32 + 16), id);
     ActBlockQ8& b = blocks[ib];
     b.d = d;
     _mm_storeu_si128(reinterpret_cast<__m128i*>(b.q), _mm512_cvtepi32_epi8(q0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(b.q + 16), _mm512_cvtepi32_epi8(q1));
     b.sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  }
+}
+
+void QuantizeQ8K(const float* x, int64_t n, ActBlockQ8K* blocks) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  // u (below) holds group 4k + L at int32 lane 4L + k.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  for (int64_t ib = 0; ib < n / kQK_K; ++ib) {
+    const float* xb = x + ib * kQK_K;
+    const float amax = AbsMax(xb, kQK_K / 16);
+    const float d = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(d != 0.0f ? 127.0f / amax : 0.0f);
+    ActBlockQ8K& b = blocks[ib];
+    b.d = d;
+    // Each 64 codes: 16 lanes of sums of 4 consecutive codes (vpdpbusd by 1);
+    // lanes 4L..4L+3 of chunk k hold group 4k + L.
+    __m512i sums[4];
+    for (int k = 0; k < 4; ++k) {
+      const float* xk = xb + 64 * k;
+      const __m128i b0 = _mm512_cvtepi32_epi8(QuantizeLanes(_mm512_loadu_ps(xk), id));
+      const __m128i b1 = _mm512_cvtepi32_epi8(QuantizeLanes(_mm512_loadu_ps(xk + 16), id));
+      const __m128i b2 = _mm512_cvtepi32_epi8(QuantizeLanes(_mm512_loadu_ps(xk + 32), id));
+      const __m128i b3 = _mm512_cvtepi32_epi8(QuantizeLanes(_mm512_loadu_ps(xk + 48), id));
+      const __m512i bytes = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_set_m128i(b1, b0)), _mm256_set_m128i(b3, b2), 1);
+      _mm512_storeu_si512(b.q + 64 * k, bytes);
+      sums[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, bytes);
+    }
+    // Sum each 128-bit lane's 4 partials: per 128-bit lane L, u = [Σ sums[0],
+    // Σ sums[1], Σ sums[2], Σ sums[3]], i.e. groups L, 4 + L, 8 + L, 12 + L.
+    const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(sums[0], sums[1]),
+                                         _mm512_unpackhi_epi32(sums[0], sums[1]));
+    const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(sums[2], sums[3]),
+                                         _mm512_unpackhi_epi32(sums[2], sums[3]));
+    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b.bsums),
+                        _mm512_cvtepi32_epi16(_mm512_permutexvar_epi32(order, u)));
+  }
+}
+
+void QuantizeAct(ActFormat fmt, const float* x, int64_t n, void* out) {
+  switch (fmt) {
+    case ActFormat::kQ8:
+      QuantizeQ8(x, n, static_cast<ActBlockQ8*>(out));
+      return;
+    case ActFormat::kQ8K:
+      QuantizeQ8K(x, n, static_cast<ActBlockQ8K*>(out));
+      return;
+    case ActFormat::kF32:
+      break;
+  }
+  ScalarKernels().quantize_act(fmt, x, n, out);
+}
+
+// K-quant tiles: decode (one token) streams weights, prefill reuses them.
+constexpr int kDecodeRows = 4;
+
+template <typename M>
+void DriveK(M& m, const MatMulArgs& a) {
+  if (a.n_tokens == 1) {
+    tiles::Drive<kDecodeRows, 1>(m, a);
+  } else {
+    tiles::Drive<4, 4>(m, a);
   }
 }
 
@@ -184,6 +534,36 @@ void MatMul(const MatMulArgs& a) {
     case TensorType::kQ4_0: {
       QuantMicro<BlockQ4_0> m;
       tiles::Drive<4, 4>(m, a);
+      return;
+    }
+    case TensorType::kQ4_1: {
+      QuantMicro<BlockQ4_1> m;
+      tiles::Drive<4, 4>(m, a);
+      return;
+    }
+    case TensorType::kQ5_0: {
+      QuantMicro<BlockQ5_0> m;
+      tiles::Drive<4, 4>(m, a);
+      return;
+    }
+    case TensorType::kQ5_1: {
+      QuantMicro<BlockQ5_1> m;
+      tiles::Drive<4, 4>(m, a);
+      return;
+    }
+    case TensorType::kQ4_K: {
+      KQuantMicro<Q4KKind> m;
+      DriveK(m, a);
+      return;
+    }
+    case TensorType::kQ5_K: {
+      KQuantMicro<Q5KKind> m;
+      DriveK(m, a);
+      return;
+    }
+    case TensorType::kQ6_K: {
+      KQuantMicro<Q6KKind> m;
+      DriveK(m, a);
       return;
     }
     default:

@@ -11,7 +11,9 @@ namespace strata::model::internal {
 namespace {
 
 // Q8 (blocks of 32) and Q8K (blocks of 256): d = max|x|/127, q = round(x/d)
-// (ties to even), clamped to ±127.
+// (ties to even), clamped to ±127 (NaN products, as from a subnormal max whose
+// reciprocal overflows, become −127: fmax returns its non-NaN operand). The
+// SIMD tables reproduce these bytes exactly.
 void QuantizeActScalar(ActFormat fmt, const float* x, int64_t n, void* out) {
   if (fmt == ActFormat::kF32) {
     std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float));
@@ -50,9 +52,9 @@ void QuantizeActScalar(ActFormat fmt, const float* x, int64_t n, void* out) {
     b.d = d;
     int32_t sum = 0;
     for (int i = 0; i < 32; ++i) {
-      const int q = static_cast<int>(std::nearbyint(xb[i] * id));
-      b.q[i] = static_cast<int8_t>(q);
-      sum += q;
+      const float q = std::nearbyint(xb[i] * id);
+      b.q[i] = static_cast<int8_t>(std::fmin(127.0f, std::fmax(-127.0f, q)));
+      sum += b.q[i];
     }
     b.sum = sum;
   }
@@ -101,6 +103,39 @@ float DotQ4_0(const BlockQ4_0* w, const ActBlockQ8* a, int64_t nb) {
     for (int i = 0; i < 16; ++i) {
       s += ((w[ib].qs[i] & 15) - 8) * a[ib].q[i];
       s += ((w[ib].qs[i] >> 4) - 8) * a[ib].q[i + 16];
+    }
+    acc += static_cast<float>(s) * (HalfToFloat(w[ib].d) * a[ib].d);
+  }
+  return acc;
+}
+
+// Q4_1/Q5_1 × Q8: x_i = d·q_i + m, so a block contributes
+//   (d·da)·float(Σ q_i·a_i) + m·(da·float(Σ a_i))
+// (the activation block carries Σ a_i); added to acc in that order, block by block.
+template <typename Block, bool kFifthBit>
+float DotAffine32(const Block* w, const ActBlockQ8* a, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    int32_t s = 0;
+    for (int i = 0; i < 32; ++i) {
+      int q = Nibble32(w[ib].qs, i);
+      if constexpr (kFifthBit) q |= FifthBit32(w[ib].qh, i) << 4;
+      s += q * a[ib].q[i];
+    }
+    acc += (HalfToFloat(w[ib].d) * a[ib].d) * static_cast<float>(s);
+    acc += HalfToFloat(w[ib].m) * (a[ib].d * static_cast<float>(a[ib].sum));
+  }
+  return acc;
+}
+
+// Q5_0 × Q8: x_i = d·(q_i − 16); the integer sum is exact, as for Q4_0.
+float DotQ5_0(const BlockQ5_0* w, const ActBlockQ8* a, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    int32_t s = 0;
+    for (int i = 0; i < 32; ++i) {
+      const int q = Nibble32(w[ib].qs, i) | (FifthBit32(w[ib].qh, i) << 4);
+      s += (q - 16) * a[ib].q[i];
     }
     acc += static_cast<float>(s) * (HalfToFloat(w[ib].d) * a[ib].d);
   }
@@ -192,6 +227,15 @@ float DotRow(TensorType t, const uint8_t* w, const uint8_t* act, int64_t n) {
     case TensorType::kQ4_0:
       return DotQ4_0(reinterpret_cast<const BlockQ4_0*>(w),
                      reinterpret_cast<const ActBlockQ8*>(act), n / 32);
+    case TensorType::kQ4_1:
+      return DotAffine32<BlockQ4_1, false>(reinterpret_cast<const BlockQ4_1*>(w),
+                                           reinterpret_cast<const ActBlockQ8*>(act), n / 32);
+    case TensorType::kQ5_0:
+      return DotQ5_0(reinterpret_cast<const BlockQ5_0*>(w),
+                     reinterpret_cast<const ActBlockQ8*>(act), n / 32);
+    case TensorType::kQ5_1:
+      return DotAffine32<BlockQ5_1, true>(reinterpret_cast<const BlockQ5_1*>(w),
+                                          reinterpret_cast<const ActBlockQ8*>(act), n / 32);
     case TensorType::kQ4_K:
       return DotQ4K(reinterpret_cast<const BlockQ4_K*>(w),
                     reinterpret_cast<const ActBlockQ8K*>(act), n / kQK_K);

@@ -76,6 +76,9 @@ bool IsComputeSupported(TensorType t) {
     case TensorType::kBF16:
     case TensorType::kQ8_0:
     case TensorType::kQ4_0:
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
     case TensorType::kQ6_K:

@@ -183,8 +183,10 @@ TEST(BatchInvariance, GoldenPromptsGiveTheSameTokensAloneAndTogether) {
 TEST(BatchInvariance, HoldsForEveryWeightTypeOnARandomModel) {
   for (model::TensorType t : {model::TensorType::kF32, model::TensorType::kF16,
                               model::TensorType::kBF16, model::TensorType::kQ8_0,
-                              model::TensorType::kQ4_0, model::TensorType::kQ4_K,
-                              model::TensorType::kQ5_K, model::TensorType::kQ6_K}) {
+                              model::TensorType::kQ4_0, model::TensorType::kQ4_1,
+                              model::TensorType::kQ5_0, model::TensorType::kQ5_1,
+                              model::TensorType::kQ4_K, model::TensorType::kQ5_K,
+                              model::TensorType::kQ6_K}) {
     SCOPED_TRACE(std::string(model::TypeName(t)));
     auto tiny = testing::MakeTinyModel(t, 3, testing::TinyShapeFor(t));
     ASSERT_NE(tiny.model, nullptr);

@@ -5,22 +5,29 @@
 // Error bounds (u = 2^-24, γ(k) = k·u / (1 - k·u)):
 //  - F32, F16, BF16 weights (F32 activations): the weights are exact in float,
 //    so |dot - ref| ≤ γ(n+1) · Σ|w_i x_i|.
-//  - Q8_0, Q4_0 weights (Q8 activations): activation quantization moves each
-//    x_i by at most d_b/2 (d_b the block's activation scale), plus rounding of
-//    the per-block scale products and their sum:
+//  - Q8_0, Q4_0, Q5_0 weights (Q8 activations): activation quantization moves
+//    each x_i by at most d_b/2 (d_b the block's activation scale), plus
+//    rounding of the per-block scale products and their sum:
 //    |dot - ref| ≤ Σ_i |w_i|·d_b/2 + γ(n/32 + 2) · Σ_b |s_b · dw_b · da_b| + γ(n+1)·Σ|w_i x_i|.
-//  - Q4_K, Q5_K, Q6_K weights (Q8K activations, blocks of 256, nb = n/256):
-//    write each weight as w_i = A_i − B_i with A_i = d·sc_j·q_i and B_i =
-//    dmin·m_j (Q4_K/Q5_K; Q6_K: A_i = d·sc_j·(q_i − 32), B_i = 0), and let a_i
-//    be the int8 activations, x_i ≈ da_b·a_i. The kernel sums the A and B parts
-//    exactly in integers per super-block b (I_b = Σ sc_j·q_i·a_i,
-//    M_b = Σ m_j·a_i), then in float acc += (d_b·da_b)·float(I_b) and
-//    acc −= (dmin_b·da_b)·float(M_b) for b in order: each of the 2·nb terms
-//    carries 3 roundings (scale product, int→float, product) and at most 2·nb
-//    from the running sum. Against the float64 reference Σ w_i·x_i over the
-//    dequantized weights (w_i = fl(A_i − B_i), one rounding):
+//  - The weights with two parts, w_i = A_i − B_i (dequantized with one rounding,
+//    w_i = fl(A_i − B_i)); a_i are the int8 activations, x_i ≈ da_b·a_i:
+//    · Q4_K, Q5_K, Q6_K (Q8K activations, blocks of 256, nb = n/256):
+//      A_i = d·sc_j·q_i, B_i = dmin·m_j (Q6_K: A_i = d·sc_j·(q_i − 32), B_i = 0).
+//      The kernels sum both parts exactly in integers per super-block b
+//      (I_b = Σ sc_j·q_i·a_i, M_b = Σ m_j·a_i, split over up to 16 int32 lanes),
+//      then per lane in float acc += (d_b·da_b)·float(I_b) and
+//      acc −= (dmin_b·da_b)·float(M_b) for b in order, and sum the lanes at the
+//      end. Each part of each term carries ≤ 2 roundings of its own (scale
+//      product, int→float; the product is fused into the add), ≤ 2·nb in its
+//      lane's running sum and ≤ 4 in the final 16-lane reduction (the scalar
+//      reference: 3 and 2·nb), so with k = 2·nb + 6:
+//    · Q4_1, Q5_1 (Q8 activations, nb = n/32): A_i = d·q_i, B_i = −m. Per block
+//      the kernels add (d·da)·float(Σ q·a) and m·(da·float(Σ a)): ≤ 2 roundings
+//      per term, ≤ 2·nb in the running sum, ≤ 3 in an 8-lane reduction:
+//      k = 2·nb + 5 covers it.
+//    Against the float64 reference Σ w_i·x_i over the dequantized weights:
 //    |dot - ref| ≤ Σ_i |w_i|·da_b/2                           activation rounding
-//                + γ(2·nb + 3) · Σ_i (|A_i| + |B_i|)·da_b·|a_i|   ≥ Σ_b |d·da·I_b| + |dmin·da·M_b|
+//                + γ(k) · Σ_i (|A_i| + |B_i|)·da_b·|a_i|          ≥ Σ over the lane parts of each term
 //                + γ(n+1)·Σ|w_i x_i| + γ(1)·Σ|w_i x_i|          as above, plus w_i's rounding
 #include "model/kernels.h"
 
@@ -42,17 +49,27 @@ namespace {
 
 using internal::ActBlockQ8;
 using internal::ActBlockQ8K;
+using internal::BlockQ4_1;
 using internal::BlockQ4_K;
+using internal::BlockQ5_0;
+using internal::BlockQ5_1;
 using internal::BlockQ5_K;
 using internal::BlockQ6_K;
 
-constexpr TensorType kTypes[] = {TensorType::kF32,  TensorType::kF16,  TensorType::kBF16,
-                                 TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
-                                 TensorType::kQ5_K, TensorType::kQ6_K};
+constexpr TensorType kTypes[] = {
+    TensorType::kF32,  TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0,
+    TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1,
+    TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K};
 constexpr TensorType kKTypes[] = {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K};
+// The legacy 32-blocks with a min or a fifth bit.
+constexpr TensorType kLegacyTypes[] = {TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1};
 
 bool IsKQuant(TensorType t) {
   return t == TensorType::kQ4_K || t == TensorType::kQ5_K || t == TensorType::kQ6_K;
+}
+// Weights whose error bound counts two parts A_i and B_i (see the top).
+bool HasTwoParts(TensorType t) {
+  return IsKQuant(t) || t == TensorType::kQ4_1 || t == TensorType::kQ5_1;
 }
 
 double Gamma(double k) {
@@ -80,7 +97,32 @@ struct Case {
 struct KParts {
   double a, b;
 };
+KParts DecodeLegacy(TensorType t, const uint8_t* row, int64_t i) {
+  // Q4_1: f16 d, f16 m, qs[16] (20 bytes); Q5_0: f16 d, qh[4], qs[16] (22);
+  // Q5_1: f16 d, f16 m, qh[4], qs[16] (24). Element e < 32: nibble of
+  // qs[e % 16] (low for e < 16), fifth bit = bit e of the little-endian qh.
+  const int64_t blk = i / 32;
+  const int e = static_cast<int>(i % 32);
+  const size_t bytes = t == TensorType::kQ4_1 ? 20 : t == TensorType::kQ5_0 ? 22 : 24;
+  const uint8_t* base = row + static_cast<size_t>(blk) * bytes;
+  uint16_t d16, m16 = 0;
+  std::memcpy(&d16, base, 2);
+  if (t != TensorType::kQ5_0) std::memcpy(&m16, base + 2, 2);
+  const uint8_t* qh = base + (t == TensorType::kQ5_0 ? 2 : 4);
+  const uint8_t* qs = base + (t == TensorType::kQ4_1 ? 4 : t == TensorType::kQ5_0 ? 6 : 8);
+  int q = e < 16 ? qs[e] & 15 : qs[e - 16] >> 4;
+  if (t != TensorType::kQ4_1) {
+    uint32_t h;
+    std::memcpy(&h, qh, 4);
+    q |= static_cast<int>((h >> e) & 1) << 4;
+  }
+  const double d = HalfToFloat(d16);
+  if (t == TensorType::kQ5_0) return {d * (q - 16), 0.0};
+  return {d * q, -static_cast<double>(HalfToFloat(m16))};
+}
+
 KParts DecodeK(TensorType t, const uint8_t* row, int64_t i) {
+  if (!IsKQuant(t)) return DecodeLegacy(t, row, i);
   const int64_t blk = i / 256;
   const int e = static_cast<int>(i % 256);
   if (t == TensorType::kQ6_K) {
@@ -132,11 +174,30 @@ Case MakeCase(TensorType t, int64_t n, util::Rng& rng, float scale) {
   return c;
 }
 
+// The rounding count k of the two-part bound (see the top).
+double TwoPartRoundings(TensorType t, int64_t n) {
+  return IsKQuant(t) ? static_cast<double>(2 * (n / 256) + 6) : static_cast<double>(2 * (n / 32) + 5);
+}
+
+// Element i of a quantized activation row (Q8 or Q8K): its block's d and its q.
+struct ActScale {
+  double d;
+  int q;
+};
+ActScale ActAt(TensorType t, const std::vector<uint8_t>& act, int64_t i) {
+  if (ActFormatFor(t) == ActFormat::kQ8K) {
+    const ActBlockQ8K& ab = reinterpret_cast<const ActBlockQ8K*>(act.data())[i / 256];
+    return {ab.d, ab.q[i % 256]};
+  }
+  const ActBlockQ8& ab = reinterpret_cast<const ActBlockQ8*>(act.data())[i / 32];
+  return {ab.d, ab.q[i % 32]};
+}
+
 double Bound(TensorType t, const Case& c, const std::vector<uint8_t>& act, int64_t n) {
   double abs_terms = 0;
   for (int64_t i = 0; i < n; ++i) abs_terms += std::fabs(c.w_exact[static_cast<size_t>(i)] * c.x[static_cast<size_t>(i)]);
   double bound = Gamma(static_cast<double>(n + 1)) * abs_terms;
-  if (ActFormatFor(t) == ActFormat::kQ8) {
+  if (ActFormatFor(t) == ActFormat::kQ8 && !HasTwoParts(t)) {
     const auto* blocks = reinterpret_cast<const ActBlockQ8*>(act.data());
     double block_terms = 0;
     for (int64_t b = 0; b < n / 32; ++b) {
@@ -151,16 +212,15 @@ double Bound(TensorType t, const Case& c, const std::vector<uint8_t>& act, int64
     }
     bound += Gamma(static_cast<double>(n / 32 + 2)) * block_terms;
   }
-  if (ActFormatFor(t) == ActFormat::kQ8K) {
-    const auto* blocks = reinterpret_cast<const ActBlockQ8K*>(act.data());
+  if (HasTwoParts(t)) {
     double part_terms = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const ActBlockQ8K& ab = blocks[i / 256];
+      const ActScale as = ActAt(t, act, i);
       const KParts p = DecodeK(t, c.w.data(), i);
-      bound += std::fabs(c.w_exact[static_cast<size_t>(i)]) * ab.d / 2;
-      part_terms += (std::fabs(p.a) + std::fabs(p.b)) * ab.d * std::abs(ab.q[i % 256]);
+      bound += std::fabs(c.w_exact[static_cast<size_t>(i)]) * as.d / 2;
+      part_terms += (std::fabs(p.a) + std::fabs(p.b)) * as.d * std::abs(as.q);
     }
-    bound += Gamma(static_cast<double>(2 * (n / 256) + 3)) * part_terms + Gamma(1) * abs_terms;
+    bound += Gamma(TwoPartRoundings(t, n)) * part_terms + Gamma(1) * abs_terms;
   }
   return bound * 1.0001 + 1e-30;
 }
@@ -203,8 +263,8 @@ TEST(Kernels, EveryTypeMatchesTheFloat64ReferenceWithinItsBound) {
 // The bounds above are dominated by activation rounding, a worst case that
 // hides small systematic errors. Against the float64 dot of the weights with
 // the activations as quantized (d_b·q_i), only the kernels' own arithmetic
-// remains: for Q8_0/Q4_0 γ(n/32 + 2)·Σ_b |s_b·dw_b·da_b| (d·q is exact in
-// float), for the k-quants γ(2·nb + 3)·Σ_i (|A_i| + |B_i|)·da_b·|a_i| + γ(1)·Σ|w_i·da_b·a_i|.
+// remains: for Q8_0/Q4_0/Q5_0 γ(n/32 + 2)·Σ_b |s_b·dw_b·da_b| (d·q is exact in
+// float), for the two-part types γ(k)·Σ_i (|A_i| + |B_i|)·da_b·|a_i| + γ(1)·Σ|w_i·da_b·a_i|.
 TEST(Kernels, QuantizedTypesMatchTheFloat64DotOfTheirQuantizedActivations) {
   util::Rng rng(4321);
   for (const KernelTable* k : AvailableTables()) {
@@ -217,7 +277,7 @@ TEST(Kernels, QuantizedTypesMatchTheFloat64DotOfTheirQuantizedActivations) {
           std::vector<uint8_t> act(ActRowBytes(fmt, n));
           k->quantize_act(fmt, c.x.data(), n, act.data());
           double ref = 0, bound = 0;
-          if (fmt == ActFormat::kQ8) {
+          if (!HasTwoParts(t)) {
             const auto* blocks = reinterpret_cast<const ActBlockQ8*>(act.data());
             for (int64_t b = 0; b < n / 32; ++b) {
               double s = 0;
@@ -227,17 +287,16 @@ TEST(Kernels, QuantizedTypesMatchTheFloat64DotOfTheirQuantizedActivations) {
             }
             bound *= Gamma(static_cast<double>(n / 32 + 2));
           } else {
-            const auto* blocks = reinterpret_cast<const ActBlockQ8K*>(act.data());
             double parts = 0, abs_terms = 0;
             for (int64_t i = 0; i < n; ++i) {
-              const ActBlockQ8K& ab = blocks[i / 256];
-              const double xq = static_cast<double>(ab.d) * ab.q[i % 256];
+              const ActScale as = ActAt(t, act, i);
+              const double xq = as.d * as.q;
               const KParts p = DecodeK(t, c.w.data(), i);
               ref += c.w_exact[static_cast<size_t>(i)] * xq;
               parts += (std::fabs(p.a) + std::fabs(p.b)) * std::fabs(xq);
               abs_terms += std::fabs(c.w_exact[static_cast<size_t>(i)] * xq);
             }
-            bound = Gamma(static_cast<double>(2 * (n / 256) + 3)) * parts + Gamma(1) * abs_terms;
+            bound = Gamma(TwoPartRoundings(t, n)) * parts + Gamma(1) * abs_terms;
           }
           float out = 0;
           MatMulArgs a;
@@ -333,10 +392,16 @@ TEST(Kernels, QuantizeDequantizeRoundTripIsClose) {
       continue;
     }
     for (int b = 0; b < 8; ++b) {
+      const auto first = x.begin() + b * 32;
       float amax = 0;
       for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(b * 32 + i)]));
-      // Q8_0 steps are amax/127, Q4_0 steps amax/8: error at most half a step (plus the f16 scale).
-      const float tol = t == TensorType::kQ4_0 ? amax / 8.0f * 0.51f + 1e-3f * amax
+      const float range = *std::max_element(first, first + 32) - *std::min_element(first, first + 32);
+      // Q8_0 steps are amax/127, Q4_0 steps amax/8, Q5_0 amax/16, Q4_1 and Q5_1
+      // (max − min)/15 and /31: error at most half a step (plus the f16 scale and min).
+      const float tol = t == TensorType::kQ4_0   ? amax / 8.0f * 0.51f + 1e-3f * amax
+                        : t == TensorType::kQ5_0 ? amax / 16.0f * 0.51f + 1e-3f * amax
+                        : t == TensorType::kQ4_1 ? range / 15.0f * 0.51f + 1e-3f * amax
+                        : t == TensorType::kQ5_1 ? range / 31.0f * 0.51f + 1e-3f * amax
                         : t == TensorType::kQ8_0 ? amax / 127.0f * 0.51f + 1e-3f * amax
                         : t == TensorType::kF32  ? 0.0f
                                                  : amax * 0.01f;
@@ -651,6 +716,213 @@ TEST(KQuants, Q8KActivationsFollowTheirFormat) {
           sum += ab.q[idx];
         }
         EXPECT_EQ(ab.bsums[g], sum) << IsaName(k->isa) << " block " << b << " group " << g;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Legacy 32-blocks: Q4_1, Q5_0, Q5_1.
+
+// Expected values below are worked out by hand from docs/formats/gguf.md.
+TEST(LegacyQuants, HandBuiltQ4_1BlockDecodesToTheValuesItsLayoutDefines) {
+  BlockQ4_1 b{};
+  b.d = 0x3800;  // 0.5
+  b.m = 0xC000;  // −2
+  b.qs[0] = 0x3A;   // element 0: q 10; element 16: q 3
+  b.qs[15] = 0xF0;  // element 15: q 0; element 31: q 15
+  std::array<float, 32> want;
+  want.fill(-2.0f);  // q 0: the min
+  want[0] = 3.0f;    // 0.5·10 − 2
+  want[16] = -0.5f;  // 0.5·3 − 2
+  want[31] = 5.5f;   // 0.5·15 − 2
+  std::array<float, 32> got{};
+  DequantizeRow(TensorType::kQ4_1, &b, 32, got.data());
+  for (size_t i = 0; i < 32; ++i) EXPECT_EQ(got[i], want[i]) << "element " << i;
+}
+
+TEST(LegacyQuants, HandBuiltQ5_0BlockDecodesToTheValuesItsLayoutDefines) {
+  BlockQ5_0 b{};
+  b.d = 0x3400;  // 0.25
+  // Fifth bits of elements 0, 17 and 31: bit i of the little-endian qh.
+  b.qh[0] = 0x01;
+  b.qh[2] = 0x02;
+  b.qh[3] = 0x80;
+  b.qs[0] = 0x05;  // element 0: nibble 5 → q 21; element 16: q 0
+  b.qs[1] = 0x70;  // element 1: q 0; element 17: nibble 7 → q 23
+  std::array<float, 32> want;
+  want.fill(-4.0f);  // q 0: 0.25·(0 − 16)
+  want[0] = 1.25f;   // 0.25·(21 − 16)
+  want[17] = 1.75f;  // 0.25·(23 − 16)
+  want[31] = 0.0f;   // nibble 0, fifth bit: q 16
+  std::array<float, 32> got{};
+  DequantizeRow(TensorType::kQ5_0, &b, 32, got.data());
+  for (size_t i = 0; i < 32; ++i) EXPECT_EQ(got[i], want[i]) << "element " << i;
+}
+
+TEST(LegacyQuants, HandBuiltQ5_1BlockDecodesToTheValuesItsLayoutDefines) {
+  BlockQ5_1 b{};
+  b.d = 0x3C00;  // 1
+  b.m = 0x3800;  // 0.5
+  b.qh[0] = 0x04;  // element 2
+  b.qh[2] = 0x10;  // element 20
+  b.qs[2] = 0x9F;  // element 2: nibble 15 → q 31; element 18: q 9
+  b.qs[4] = 0x30;  // element 4: q 0; element 20: nibble 3 → q 19
+  std::array<float, 32> want;
+  want.fill(0.5f);
+  want[2] = 31.5f;
+  want[18] = 9.5f;
+  want[20] = 19.5f;
+  std::array<float, 32> got{};
+  DequantizeRow(TensorType::kQ5_1, &b, 32, got.data());
+  for (size_t i = 0; i < 32; ++i) EXPECT_EQ(got[i], want[i]) << "element " << i;
+}
+
+TEST(LegacyQuants, KernelOnHandBuiltBlocksMatchesTheirDecodedValues) {
+  // The activation row is built by hand too: d 0.5, q[i] = i % 7 − 3, 8 blocks.
+  std::array<ActBlockQ8, 8> a{};
+  for (int b = 0; b < 8; ++b) {
+    a[static_cast<size_t>(b)].d = 0.5f;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      a[static_cast<size_t>(b)].q[i] = static_cast<int8_t>((32 * b + i) % 7 - 3);
+      sum += a[static_cast<size_t>(b)].q[i];
+    }
+    a[static_cast<size_t>(b)].sum = sum;
+  }
+  util::Rng rng(19);
+  for (TensorType t : kLegacyTypes) {
+    // Random bytes are valid blocks; small f16 scales (and mins, signed).
+    std::vector<uint8_t> w(RowBytes(t, 256));
+    for (auto& byte : w) byte = static_cast<uint8_t>(rng.Below(256));
+    const size_t bb = static_cast<size_t>(GetTypeInfo(t).block_bytes);
+    for (size_t b = 0; b < 8; ++b) {
+      const uint16_t d = 0x2400;                                  // 2^-6
+      const uint16_t m = b % 2 == 0 ? uint16_t{0x2C00} : uint16_t{0xAC00};  // ±2^-4
+      std::memcpy(w.data() + b * bb, &d, 2);
+      if (t != TensorType::kQ5_0) std::memcpy(w.data() + b * bb + 2, &m, 2);
+    }
+    std::vector<float> deq(256);
+    DequantizeRow(t, w.data(), 256, deq.data());
+    double want = 0, mag = 0;
+    for (int i = 0; i < 256; ++i) {
+      const int aq = a[static_cast<size_t>(i / 32)].q[i % 32];
+      want += static_cast<double>(deq[static_cast<size_t>(i)]) * 0.5 * aq;
+      const KParts p = DecodeK(t, w.data(), i);
+      EXPECT_EQ(deq[static_cast<size_t>(i)], static_cast<float>(p.a - p.b)) << TypeName(t) << " " << i;
+      mag += (std::fabs(p.a) + std::fabs(p.b)) * 0.5 * std::abs(aq);
+    }
+    for (const KernelTable* k : AvailableTables()) {
+      float out = 0;
+      MatMulArgs args;
+      args.w_type = t;
+      args.w = w.data();
+      args.w_row_bytes = w.size();
+      args.row_end = 1;
+      args.act = reinterpret_cast<const uint8_t*>(a.data());
+      args.act_row_bytes = sizeof(a);
+      args.n_tokens = 1;
+      args.n = 256;
+      args.out = &out;
+      args.out_stride = 1;
+      k->matmul(args);
+      EXPECT_LE(std::fabs(out - want), Gamma(2 * 8 + 5) * mag + 1e-30)
+          << IsaName(k->isa) << " " << TypeName(t);
+    }
+  }
+}
+
+// RMS error of quantize → dequantize on N(0, 1) data. These are plain
+// round-to-nearest grids, so the error is about step/√12 with the step from
+// the RMS of each block's span over 32 Gaussian samples (range ≈ 4.16,
+// max|x| ≈ 2.42): Q4_1 4.16/15/√12 = 0.0801, Q5_1 4.16/31/√12 = 0.0387,
+// Q5_0 2.42/16/√12 = 0.0437, Q4_0 2.42/8/√12 = 0.0873; the bounds allow 3%.
+// Measured (seed 13): Q4_1 0.0782, Q5_0 0.0424, Q5_1 0.0376, Q4_0 0.0851.
+TEST(LegacyQuants, GaussianRoundTripErrorIsThatOfTheirGridsAndOrdersByBits) {
+  util::Rng rng(13);
+  const int64_t n = 256 * 256;
+  std::vector<float> x(static_cast<size_t>(n)), y(x.size());
+  for (auto& v : x) v = static_cast<float>(rng.Normal());
+  auto rms = [&](TensorType t) {
+    std::vector<uint8_t> enc(RowBytes(t, n));
+    QuantizeRow(t, x.data(), n, enc.data());
+    DequantizeRow(t, enc.data(), n, y.data());
+    double e2 = 0;
+    for (size_t i = 0; i < x.size(); ++i) e2 += (static_cast<double>(x[i]) - y[i]) * (x[i] - y[i]);
+    const double r = std::sqrt(e2 / static_cast<double>(n));
+    RecordProperty("rms_" + std::string(TypeName(t)), std::to_string(r));
+    return r;
+  };
+  const double q41 = rms(TensorType::kQ4_1), q50 = rms(TensorType::kQ5_0);
+  const double q51 = rms(TensorType::kQ5_1), q40 = rms(TensorType::kQ4_0);
+  EXPECT_LT(q41, 0.0801 * 1.03);
+  EXPECT_LT(q51, 0.0387 * 1.03);
+  EXPECT_LT(q50, 0.0437 * 1.03);
+  EXPECT_LT(q51, q50);
+  EXPECT_LT(q50, q41);
+  EXPECT_LT(q41, q40);
+}
+
+TEST(LegacyQuants, ZeroConstantAndHugeBlocksEncodeWithoutNaN) {
+  util::Rng rng(37);
+  std::vector<float> normal(64);
+  for (auto& v : normal) v = static_cast<float>(rng.Normal());
+  std::vector<std::vector<float>> inputs = {std::vector<float>(64, 0.0f),
+                                            std::vector<float>(64, 5.0f),
+                                            std::vector<float>(64, -5.0f)};
+  for (float scale : {1e-6f, 1e4f, 1e9f}) {
+    inputs.push_back(normal);
+    for (auto& v : inputs.back()) v *= scale;
+  }
+  for (TensorType t : kLegacyTypes) {
+    for (const auto& x : inputs) {
+      std::vector<uint8_t> enc(RowBytes(t, 64));
+      QuantizeRow(t, x.data(), 64, enc.data());
+      std::vector<float> y(64);
+      DequantizeRow(t, enc.data(), 64, y.data());
+      float amax = 0;
+      for (float v : x) amax = std::max(amax, std::fabs(v));
+      for (size_t i = 0; i < 64; ++i) {
+        ASSERT_TRUE(std::isfinite(y[i])) << TypeName(t) << " element " << i;
+        if (amax <= 1e4f) {  // within the f16 range: within a step of the input
+          EXPECT_LE(std::fabs(y[i] - x[i]), amax / 7.0f + 1e-30f) << TypeName(t) << " element " << i;
+        }
+      }
+      if (amax == 0) {
+        for (float v : y) EXPECT_EQ(v, 0.0f) << TypeName(t);
+      }
+    }
+  }
+}
+
+TEST(Kernels, SimdActivationQuantizationMatchesTheScalarBytes) {
+  util::Rng rng(41);
+  const int64_t n = 1024;
+  std::vector<std::vector<float>> rows;
+  for (float scale : {1e-30f, 1e-3f, 1.0f, 300.0f, 1e30f}) {
+    rows.emplace_back(static_cast<size_t>(n));
+    for (auto& v : rows.back()) v = static_cast<float>(rng.Normal()) * scale;
+  }
+  // Edge cases: an all-zero block, a spike, ties (x/d exactly k + 0.5), a
+  // subnormal block (1/max overflows), an infinity and a NaN.
+  std::vector<float> edge(static_cast<size_t>(n), 0.0f);
+  for (int64_t i = 256; i < 512; ++i) edge[static_cast<size_t>(i)] = static_cast<float>(i % 9) - 4.0f;
+  edge[300] = 127.0f;  // d = 1: the others are whole numbers or ties below
+  for (int64_t i = 512; i < 544; ++i) edge[static_cast<size_t>(i)] = static_cast<float>(i - 512) * 0.5f;
+  edge[543] = 127.0f;
+  for (int64_t i = 544; i < 768; ++i) edge[static_cast<size_t>(i)] = std::numeric_limits<float>::denorm_min() * static_cast<float>(i % 5);
+  edge[800] = std::numeric_limits<float>::infinity();
+  edge[900] = std::numeric_limits<float>::quiet_NaN();
+  rows.push_back(edge);
+  const KernelTable* scalar = GetKernels(Isa::kScalar);
+  for (const KernelTable* k : AvailableTables()) {
+    for (ActFormat fmt : {ActFormat::kF32, ActFormat::kQ8, ActFormat::kQ8K}) {
+      for (size_t r = 0; r < rows.size(); ++r) {
+        std::vector<uint8_t> want(ActRowBytes(fmt, n)), got(want.size(), 0xAA);
+        scalar->quantize_act(fmt, rows[r].data(), n, want.data());
+        k->quantize_act(fmt, rows[r].data(), n, got.data());
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size()))
+            << IsaName(k->isa) << " format " << static_cast<int>(fmt) << " row " << r;
       }
     }
   }

@@ -46,6 +46,7 @@ TEST(Synthetic, Q4KMMixFollowsTheQuantizerRules) {
   EXPECT_EQ(type("blk.3.attn_v.weight", 3, 2048), TensorType::kQ4_K);
   EXPECT_EQ(type("blk.4.ffn_down.weight", 4, 5632), TensorType::kQ6_K);  // (4 - 2) % 3 == 2
   EXPECT_EQ(type("blk.5.attn_q.weight", 5, 2048), TensorType::kQ4_K);
+  EXPECT_EQ(type("blk.5.attn_q.weight", 5, 896), TensorType::kQ5_0);
   // Rows that are not whole 256-blocks fall back.
   EXPECT_EQ(type("blk.0.attn_v.weight", 0, 896), TensorType::kQ8_0);
   EXPECT_EQ(TypeForTensor(TensorType::kQ8_0, QuantMix::kUniform, "x", 0, L, 48, false),

@@ -70,15 +70,15 @@ TEST(ModelLoad, BadTensorsAreNamed) {
 }
 
 TEST(ModelLoad, UnsupportedTensorTypeIsNamed) {
-  // Replace the whole file with one whose attn_q is Q5_1.
+  // Replace the whole file with one whose attn_q is IQ4_NL (no kernel for it).
   auto tiny = testing::MakeTinyModel();
   const GgufFile& src = tiny.model->gguf();
   GgufWriter w;
   for (const auto& [k, v] : src.metadata()) w.CopyValue(k, v);
   for (const auto& t : src.tensors()) {
     if (t.name == "blk.0.attn_q.weight") {
-      const uint64_t bytes = static_cast<uint64_t>(t.n_elements() / 32) * 24;
-      ASSERT_TRUE(w.AddTensorBytes(t.name, t.shape, TensorType::kQ5_1, std::vector<uint8_t>(bytes)).ok());
+      const uint64_t bytes = static_cast<uint64_t>(t.n_elements() / 32) * 18;
+      ASSERT_TRUE(w.AddTensorBytes(t.name, t.shape, TensorType::kIQ4_NL, std::vector<uint8_t>(bytes)).ok());
     } else {
       ASSERT_TRUE(w.AddTensorBytes(t.name, t.shape, t.type,
                                    std::vector<uint8_t>(t.data.begin(), t.data.end())).ok());
@@ -89,7 +89,7 @@ TEST(ModelLoad, UnsupportedTensorTypeIsNamed) {
   auto log = util::NewNullLogger();
   auto m = Model::Load(fs, "m.gguf", {}, *log);
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("'blk.0.attn_q.weight' has type Q5_1"), std::string::npos)
+  EXPECT_NE(m.status().message().find("'blk.0.attn_q.weight' has type IQ4_NL"), std::string::npos)
       << m.status().message();
 }
 

@@ -1,5 +1,6 @@
 // model/internal/blocks.h — byte layouts of quantized blocks (private to model/),
-// and the reference codecs of the k-quant blocks (model/kquants.cpp).
+// and the reference codecs of the k-quant blocks (model/kquants.cpp) and of the
+// legacy 32-blocks Q4_1, Q5_0, Q5_1 (model/legacy_quants.cpp).
 // The authoritative description is docs/formats/gguf.md; these structs match it.
 #pragma once
 
@@ -21,6 +22,25 @@ struct BlockQ8_0 {
 struct BlockQ4_0 {
   uint16_t d;             // f16 scale
   uint8_t qs[kQK4_0 / 2];  // x[i] = d*((qs[i]&15)-8), x[i+16] = d*((qs[i]>>4)-8), i < 16
+};
+// The legacy 32-blocks with a min or a fifth bit. Element i < 32 has the 4-bit
+// nibble qs[i] & 15 for i < 16 and qs[i−16] >> 4 for i ≥ 16; Q5_0/Q5_1 add
+// bit i of the little-endian 32-bit qh as the fifth bit (q = nibble + 16·bit).
+struct BlockQ4_1 {
+  uint16_t d;         // f16 scale
+  uint16_t m;         // f16 min (offset)
+  uint8_t qs[32 / 2];  // x[i] = d·q + m, q in [0, 15]
+};
+struct BlockQ5_0 {
+  uint16_t d;         // f16 scale
+  uint8_t qh[4];      // fifth bits, bit i for element i
+  uint8_t qs[32 / 2];  // x[i] = d·(q − 16), q in [0, 31]
+};
+struct BlockQ5_1 {
+  uint16_t d;         // f16 scale
+  uint16_t m;         // f16 min (offset)
+  uint8_t qh[4];      // fifth bits, bit i for element i
+  uint8_t qs[32 / 2];  // x[i] = d·q + m, q in [0, 31]
 };
 // Activation block (ActFormat::kQ8): x[i] ≈ d * q[i]; sum = Σ q[i].
 struct ActBlockQ8 {
@@ -67,6 +87,9 @@ struct ActBlockQ8K {
 
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(ActBlockQ8) == 40);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
@@ -127,5 +150,23 @@ void DequantizeQ6K(const BlockQ6_K* src, int64_t n_blocks, float* dst);
 void QuantizeQ4K(const float* src, int64_t n_blocks, BlockQ4_K* dst);
 void QuantizeQ5K(const float* src, int64_t n_blocks, BlockQ5_K* dst);
 void QuantizeQ6K(const float* src, int64_t n_blocks, BlockQ6_K* dst);
+
+// Legacy 32-block codecs (model/legacy_quants.cpp), on n_blocks whole blocks.
+// Dequantize*: d·q + m (Q4_1, Q5_1) or d·(q − 16) (Q5_0), one rounding at most.
+// Quantize*: round to nearest against the stored f16 scale (and min): Q4_1/Q5_1
+// span each block's [min, max] (d = (max − min)/nmax, m = min), Q5_0 maps the
+// element of largest magnitude to −16 (d = v/−16). Inputs must be finite;
+// scales beyond the f16 range saturate at ±65504.
+void DequantizeQ4_1(const BlockQ4_1* src, int64_t n_blocks, float* dst);
+void DequantizeQ5_0(const BlockQ5_0* src, int64_t n_blocks, float* dst);
+void DequantizeQ5_1(const BlockQ5_1* src, int64_t n_blocks, float* dst);
+void QuantizeQ4_1(const float* src, int64_t n_blocks, BlockQ4_1* dst);
+void QuantizeQ5_0(const float* src, int64_t n_blocks, BlockQ5_0* dst);
+void QuantizeQ5_1(const float* src, int64_t n_blocks, BlockQ5_1* dst);
+
+// The nibble (0..15) of element i < 32 of a legacy 4-/5-bit block's qs.
+inline int Nibble32(const uint8_t* qs, int i) { return i < 16 ? qs[i] & 15 : qs[i - 16] >> 4; }
+// The fifth bit (0 or 1) of element i < 32 in a Q5_0/Q5_1 qh.
+inline int FifthBit32(const uint8_t* qh, int i) { return (qh[i / 8] >> (i % 8)) & 1; }
 
 }  // namespace strata::model::internal
