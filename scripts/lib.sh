@@ -10,6 +10,12 @@ STRATA_PACKAGES=(
   clang libclang-rt-14-dev
 )
 
+# The client tests drive the server with the official npm SDKs: Node.js and
+# npm, from Debian when the machine has no node of its own.
+if ! command -v node >/dev/null 2>&1; then
+  STRATA_PACKAGES+=(nodejs npm)
+fi
+
 strata_log() { printf '\033[1m[strata]\033[0m %s\n' "$*" >&2; }
 
 # Installs the packages that are not installed yet (apt-get, as root or via sudo).
