@@ -8,5 +8,8 @@
 // and mark their answers.
 #pragma once
 
+#include "cache/cache_key.h"
 #include "cache/eviction_policy.h"
 #include "cache/policy_sim.h"
+#include "cache/response_cache.h"
+#include "cache/single_flight.h"
