@@ -3,44 +3,30 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
-#include <deque>
 #include <mutex>
 
 #include <fmt/format.h>
 
+#include "gateway/internal/flight.h"
 #include "gateway/stop_matcher.h"
 #include "util/hash.h"
 #include "util/utf8.h"
 
 namespace strata::gateway {
-namespace {
 
 using util::InvalidArgumentError;
 
-// Events from the scheduler thread to the thread reading a Generation.
-class Channel {
- public:
-  void Push(Event e) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      events_.push_back(std::move(e));
-    }
-    cv_.notify_one();
+std::string_view CacheOutcomeName(CacheOutcome outcome) {
+  switch (outcome) {
+    case CacheOutcome::kMiss: return "miss";
+    case CacheOutcome::kL1: return "l1";
+    case CacheOutcome::kL3: return "l3";
+    case CacheOutcome::kCoalesced: return "coalesced";
   }
-  // nullopt on timeout.
-  std::optional<Event> Pop(std::chrono::steady_clock::time_point deadline) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_until(lock, deadline, [this] { return !events_.empty(); })) return std::nullopt;
-    Event e = std::move(events_.front());
-    events_.pop_front();
-    return e;
-  }
+  return "miss";
+}
 
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Event> events_;  // guarded by mu_
-};
+namespace {
 
 std::string_view ReasonLabel(FinishReason r) {
   switch (r) {
@@ -72,16 +58,80 @@ struct GatewayMetrics {
         generated_tokens(
             reg.Counter("strata_generated_tokens_total", "Tokens generated.").With({})),
         finished(reg.Counter("strata_generations_finished_total",
-                             "Generated choices by how they ended.", {"reason"})) {}
+                             "Generated choices by how they ended.", {"reason"})),
+        cache_hits(reg.Counter("strata_cache_hits_total",
+                               "Requests answered from a response cache tier.", {"tier"})),
+        cache_misses(reg.Counter("strata_cache_misses_total",
+                                 "Lookups of cacheable requests that a tier could not answer.",
+                                 {"tier"})),
+        cache_early_refreshes(reg.Counter(
+            "strata_cache_early_refreshes_total",
+            "Hits near expiry chosen to regenerate (probabilistic early refresh).", {"tier"})),
+        cache_evictions(reg.Counter("strata_cache_evictions_total",
+                                    "Entries removed to make room.", {"tier"})),
+        cache_expirations(reg.Counter("strata_cache_expirations_total",
+                                      "Entries removed because their TTL ran out.", {"tier"})),
+        cache_bytes(reg.Gauge("strata_cache_bytes", "Bytes held by a cache tier.", {"tier"})),
+        cache_entries(reg.Gauge("strata_cache_entries", "Entries held by a cache tier.", {"tier"})),
+        cache_coalesced(reg.Counter("strata_cache_coalesced_total",
+                                    "Requests that shared the generation of an identical "
+                                    "request in flight (single flight).")
+                            .With({})) {}
   obs::HistogramValue& ttft;
   obs::HistogramValue& tpot;
   obs::HistogramValue& e2e;
   obs::CounterValue& prompt_tokens;
   obs::CounterValue& generated_tokens;
   obs::Family<obs::CounterValue>& finished;
+  // Response cache tiers, by "tier" label ("l1"; "l3" when that tier reports).
+  obs::Family<obs::CounterValue>& cache_hits;
+  obs::Family<obs::CounterValue>& cache_misses;
+  obs::Family<obs::CounterValue>& cache_early_refreshes;
+  obs::Family<obs::CounterValue>& cache_evictions;
+  obs::Family<obs::CounterValue>& cache_expirations;
+  obs::Family<obs::GaugeValue>& cache_bytes;
+  obs::Family<obs::GaugeValue>& cache_entries;
+  obs::CounterValue& cache_coalesced;
 };
 
 namespace {
+
+// One tier's events as Prometheus series. The label children are resolved
+// once here, so each event is a lock-free atomic update (the cache calls this
+// with its mutex held).
+class TierMetrics final : public cache::TierObserver {
+ public:
+  TierMetrics(GatewayMetrics& m, const std::string& tier)
+      : hits_(m.cache_hits.With({tier})),
+        misses_(m.cache_misses.With({tier})),
+        early_refreshes_(m.cache_early_refreshes.With({tier})),
+        evictions_(m.cache_evictions.With({tier})),
+        expirations_(m.cache_expirations.With({tier})),
+        bytes_(m.cache_bytes.With({tier})),
+        entries_(m.cache_entries.With({tier})) {}
+  void OnHit() override { hits_.Inc(); }
+  void OnMiss() override { misses_.Inc(); }
+  void OnEarlyRefresh() override { early_refreshes_.Inc(); }
+  void OnStore(uint64_t bytes) override {
+    bytes_.Add(static_cast<double>(bytes));
+    entries_.Add(1);
+  }
+  void OnRemove(uint64_t bytes, cache::RemoveReason reason) override {
+    bytes_.Add(-static_cast<double>(bytes));
+    entries_.Add(-1);
+    if (reason == cache::RemoveReason::kEvicted) evictions_.Inc();
+    if (reason == cache::RemoveReason::kExpired) expirations_.Inc();
+  }
+
+ private:
+  obs::CounterValue& hits_;
+  obs::CounterValue& misses_;
+  obs::CounterValue& early_refreshes_;
+  obs::CounterValue& evictions_;
+  obs::CounterValue& expirations_;
+  obs::GaugeValue& bytes_;
+  obs::GaugeValue& entries_;
+};
 
 // One choice: samples, detokenizes, matches stop strings and reports events.
 // Runs on the scheduler thread.
@@ -89,7 +139,7 @@ class ChoiceSink final : public engine::RequestSink {
  public:
   ChoiceSink(int32_t index, const sampling::SamplingParams& params, const model::Tokenizer& tok,
              std::vector<std::string> stops, size_t n_user_stops, int32_t top_logprobs,
-             std::shared_ptr<Channel> ch,
+             std::shared_ptr<Flight> ch,
              const util::Clock& clock, std::shared_ptr<GatewayMetrics> metrics)
       : index_(index),
         sampler_(params),
@@ -201,46 +251,13 @@ class ChoiceSink final : public engine::RequestSink {
   const std::vector<std::string> user_stops_;  // the request's own stop strings
   StopMatcher stop_;
   const int32_t top_logprobs_;
-  std::shared_ptr<Channel> ch_;
+  std::shared_ptr<Flight> ch_;
   const util::Clock& clock_;
   std::shared_ptr<GatewayMetrics> metrics_;
   const std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point first_;
   int32_t n_tokens_ = 0;
   std::optional<TokenLogprob> pending_lp_;
-};
-
-class GenerationImpl final : public Generation {
- public:
-  GenerationImpl(engine::Scheduler& sched, std::shared_ptr<Channel> ch, int32_t n_choices,
-                 int32_t prompt_tokens)
-      : sched_(sched), ch_(std::move(ch)), n_choices_(n_choices), pending_(n_choices),
-        prompt_tokens_(prompt_tokens) {}
-  ~GenerationImpl() override {
-    if (pending_ > 0) Cancel();
-  }
-  void AddRequest(engine::RequestId id) { ids_.push_back(id); }
-
-  util::StatusOr<Event> Next(std::chrono::steady_clock::time_point deadline) override {
-    if (pending_ == 0) return util::OutOfRangeError("every choice has finished");
-    auto e = ch_->Pop(deadline);
-    if (!e) return util::DeadlineExceededError("no token before the deadline");
-    if (e->kind == Event::Kind::kFinish) --pending_;
-    return std::move(*e);
-  }
-  void Cancel() override {
-    for (engine::RequestId id : ids_) sched_.Cancel(id);
-  }
-  int32_t prompt_tokens() const override { return prompt_tokens_; }
-  int32_t n_choices() const override { return n_choices_; }
-
- private:
-  engine::Scheduler& sched_;
-  std::shared_ptr<Channel> ch_;
-  std::vector<engine::RequestId> ids_;
-  const int32_t n_choices_;
-  int32_t pending_;
-  const int32_t prompt_tokens_;
 };
 
 // Collects the embeddings of one request's inputs (scheduler thread writes,
@@ -372,6 +389,15 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const model::Model& mod
   const int32_t n_ctx = scheduler.n_ctx();
   std::unique_ptr<Gateway> g(new Gateway(model, scheduler, options, clock, log, n_ctx));
   g->metrics_ = std::make_shared<GatewayMetrics>(metrics);
+  g->tier_ = std::make_shared<ResponseTier>();
+  g->tier_->coalesce = options.coalesce;
+  g->tier_->coalesced = &g->metrics_->cache_coalesced;
+  if (options.l1.max_bytes > 0) {
+    g->tier_->observer = std::make_unique<TierMetrics>(*g->metrics_, "l1");
+    STRATA_ASSIGN_OR_RETURN(g->tier_->l1,
+                            cache::ResponseCache::Create(options.l1, clock, util::Rng(options.l1_seed),
+                                                         g->tier_->observer.get()));
+  }
   // Live engine state, read at render time. The scheduler must outlive any
   // render of `metrics` (the server stops serving /metrics before it goes).
   engine::Scheduler* s = &scheduler;
@@ -407,6 +433,35 @@ Gateway::Gateway(const model::Model& model, engine::Scheduler& scheduler,
       n_ctx_(n_ctx) {}
 
 Gateway::~Gateway() = default;
+
+std::optional<cache::ResponseCacheStats> Gateway::l1_stats() const {
+  if (!tier_->l1) return std::nullopt;
+  return tier_->l1->Stats();
+}
+
+cache::CacheKey Gateway::ResponseKey(const CompletionRequest& r, const std::vector<int32_t>& tokens,
+                                     int32_t max_tokens,
+                                     const std::vector<std::string>& stops) const {
+  // Every field of SamplingParams goes into the key: a parameter left out
+  // would let two requests that differ only in it share an answer. This
+  // assertion fails when the struct changes size, so whoever adds a field
+  // sees this list (a field hiding in padding would slip past it).
+  static_assert(sizeof(sampling::SamplingParams) == 64,
+                "SamplingParams changed: add the new field to the L1 key below");
+  const sampling::SamplingParams& p = r.sampling;
+  constexpr uint64_t kKeyVersion = 1;  // bump when the meaning of any field changes
+  cache::CacheKeyBuilder b(r.tenant);
+  b.U64(kKeyVersion).U64(model_.fingerprint()).I32s(tokens);
+  b.I32(max_tokens).I32(r.n).I32(r.top_logprobs);
+  // The stop strings: the request's own, then the template's turn ends.
+  b.I64(static_cast<int64_t>(stops.size())).I64(static_cast<int64_t>(r.stop.size()));
+  for (const std::string& s : stops) b.Str(s);
+  b.F32(p.temperature).I32(p.top_k).F32(p.top_p).F32(p.min_p);
+  b.F32(p.presence_penalty).F32(p.frequency_penalty).F32(p.repetition_penalty);
+  b.U64(p.seed).F32(p.typical_p).F32(p.target_entropy).F32(p.entropy_tail_nats);
+  b.Bool(p.mirostat).F32(p.mirostat_tau_bits).F32(p.mirostat_eta);
+  return b.Build();
+}
 
 uint64_t Gateway::CacheNamespace(const std::string& tenant) const {
   util::Hasher h(0x7374726174614e53ULL);  // "strataNS"
@@ -478,13 +533,93 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   }
   metrics_->prompt_tokens.Inc(n_prompt);
 
-  auto ch = std::make_shared<Channel>();
-  auto gen = std::make_unique<GenerationImpl>(scheduler_, ch, r.n, n_prompt);
+  // Only deterministic requests are cached or coalesced: greedy, or sampled
+  // with a seed the client chose (choice i then uses seed + i, below).
+  const bool deterministic = r.sampling.temperature == 0.0f || r.fixed_seed;
+  const bool shared = r.response_cache && deterministic && (tier_->l1 || tier_->coalesce);
+  if (!shared) {
+    auto flight = std::make_shared<Flight>(r.n, std::nullopt, clock_.Now(), Flight::Hook());
+    STRATA_RETURN_IF_ERROR(Submit(r, tokens, max_tokens, stops, flight));
+    log_.Debug("[{}] tenant={} prompt_tokens={} n={} max_tokens={}", r.request_id, r.tenant,
+               n_prompt, r.n, max_tokens);
+    return std::unique_ptr<Generation>(
+        new FlightGeneration(scheduler_, flight, nullptr, n_prompt, CacheOutcome::kMiss));
+  }
+
+  cache::CacheKey key = ResponseKey(r, tokens, max_tokens, stops);
+  bool refresh = false;  // L1 chose this request to regenerate an entry near expiry
+  if (tier_->l1) {
+    const cache::Lookup found = tier_->l1->Find(key);
+    if (found.kind == cache::Lookup::Kind::kHit) {
+      log_.Debug("[{}] tenant={} L1 hit", r.request_id, r.tenant);
+      return std::unique_ptr<Generation>(new ReplayGeneration(
+          std::static_pointer_cast<const StoredResponse>(found.value)));
+    }
+    refresh = found.kind == cache::Lookup::Kind::kRefresh;
+  }
+  // A shared flight stores its answer in L1 (when every choice succeeded)
+  // and leaves the single-flight table, in that order: a request that finds
+  // no flight under the table's lock then finds the answer in L1.
+  std::shared_ptr<ResponseTier> tier = tier_;
+  const int32_t n_choices = r.n;
+  const util::Clock* clock = &clock_;
+  Flight::Hook on_complete = [tier, n_choices, n_prompt, clock](
+                                 const Flight& f, bool succeeded, const std::vector<Event>& log) {
+    if (tier->l1 && succeeded) {
+      tier->l1->Insert(f.key(), std::make_shared<StoredResponse>(log, n_choices, n_prompt),
+                       clock->Now() - f.started());
+    }
+    tier->flights.Finish(f.key(), &f);
+  };
+  std::shared_ptr<const cache::CachedValue> stored_meanwhile;
+  auto make_flight = [&]() -> std::shared_ptr<Flight> {
+    // Under the single-flight lock: an identical request may have finished
+    // (and stored its answer) since the lookup above.
+    if (tier_->l1 && !refresh) {
+      stored_meanwhile = tier_->l1->Peek(key);
+      if (stored_meanwhile) return nullptr;
+    }
+    return std::make_shared<Flight>(r.n, key, clock_.Now(), on_complete);
+  };
+  std::shared_ptr<Flight> flight;
+  bool registered = false;
+  if (tier_->coalesce) {
+    auto joined = tier_->flights.Join(key, make_flight);
+    if (joined.role == cache::SingleFlight<Flight>::Role::kNone) {
+      return std::unique_ptr<Generation>(new ReplayGeneration(
+          std::static_pointer_cast<const StoredResponse>(stored_meanwhile)));
+    }
+    if (joined.role == cache::SingleFlight<Flight>::Role::kFollower) {
+      tier_->coalesced->Inc();
+      log_.Debug("[{}] tenant={} coalesced with an identical request in flight", r.request_id,
+                 r.tenant);
+      return std::unique_ptr<Generation>(new FlightGeneration(
+          scheduler_, joined.flight, tier_, n_prompt, CacheOutcome::kCoalesced));
+    }
+    flight = std::move(joined.flight);
+    registered = true;
+  } else {
+    flight = std::make_shared<Flight>(r.n, key, clock_.Now(), on_complete);
+  }
+  if (util::Status st = Submit(r, tokens, max_tokens, stops, flight); !st.ok()) {
+    flight->Fail(st);  // followers that joined meanwhile get this error
+    if (registered) tier_->flights.Leave(flight->key(), flight.get());
+    return st;
+  }
+  log_.Debug("[{}] tenant={} prompt_tokens={} n={} max_tokens={}{}", r.request_id, r.tenant,
+             n_prompt, r.n, max_tokens, refresh ? " (L1 early refresh)" : "");
+  return std::unique_ptr<Generation>(new FlightGeneration(
+      scheduler_, flight, registered ? tier_ : nullptr, n_prompt, CacheOutcome::kMiss));
+}
+
+util::Status Gateway::Submit(const CompletionRequest& r, const std::vector<int32_t>& tokens,
+                             int32_t max_tokens, const std::vector<std::string>& stops,
+                             const std::shared_ptr<Flight>& flight) {
   for (int32_t i = 0; i < r.n; ++i) {
     sampling::SamplingParams p = r.sampling;
     p.seed = r.sampling.seed + static_cast<uint64_t>(i);  // distinct choices, reproducible
     auto sink = std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), stops, r.stop.size(),
-                                             r.top_logprobs, ch, clock_, metrics_);
+                                             r.top_logprobs, flight, clock_, metrics_);
     engine::SchedulerRequest sr;
     sr.prompt = tokens;
     sr.max_tokens = max_tokens;
@@ -492,14 +627,12 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
     if (options_.prefix_cache && r.prefix_cache) sr.cache_namespace = CacheNamespace(r.tenant);
     auto id = scheduler_.Submit(std::move(sr));
     if (!id.ok()) {
-      gen->Cancel();
+      flight->CancelEngine(scheduler_);
       return id.status();
     }
-    gen->AddRequest(*id);
+    flight->AddRequest(*id);
   }
-  log_.Debug("[{}] tenant={} prompt_tokens={} n={} max_tokens={}", r.request_id, r.tenant, n_prompt,
-             r.n, max_tokens);
-  return std::unique_ptr<Generation>(std::move(gen));
+  return util::OkStatus();
 }
 
 }  // namespace strata::gateway

@@ -9,8 +9,20 @@
 // appear, even split across tokens; text is always complete UTF-8), then one
 // finish per choice. Destroying a Generation or calling Cancel frees its
 // engine resources within one step. Latency and token counts are recorded as
-// metrics. Cache tiers will hook in here (DESIGN.md §1); nothing of HTTP is
-// known here.
+// metrics. Nothing of HTTP is known here.
+//
+// Response cache (L1) and single flight (DESIGN.md §1, §2): a deterministic
+// request (temperature 0, or a seed the client fixed) that did not opt out
+// is keyed by tenant, model fingerprint, prompt tokens, max_tokens, n, stop
+// strings, logprobs and every sampling parameter. An L1 hit replays the
+// stored events (text, logprobs, finish reasons, stop sequences and the usage
+// of the run that produced them), so the HTTP layer renders it in whatever
+// shape the request asked for. A miss while an identical request is being
+// generated follows that generation (single flight) and reads every event
+// from the first. A generation is stored only when every choice finished
+// without error and was not cancelled; it keeps running for its followers
+// when the client that started it goes away, and stops when nobody reads it.
+// Generation::cache_outcome says how a response was served.
 //
 // Threading: Gateway is thread-safe (any HTTP thread may Start); a
 // Generation is used by one thread, its events produced on the scheduler
@@ -32,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/response_cache.h"
 #include "engine/scheduler.h"
 #include "model/chat_template.h"
 #include "model/transformer.h"
@@ -53,6 +66,13 @@ struct GatewayOptions {
   int32_t max_embedding_inputs = 256; // [1, 65536] inputs per embeddings request
   bool prefix_cache = true;           // the shared-prefix KV cache (L2) for every request
   std::optional<model::ChatFormat> chat_format;  // override the template detected in the GGUF
+  // L1 exact response cache; max_bytes 0 (the default here) = off. `strata
+  // serve` turns it on (--l1-bytes).
+  cache::ResponseCacheOptions l1{.max_bytes = 0};
+  uint64_t l1_seed = 0;               // seeds the L1's TTL jitter and early-refresh draws
+  // Single flight: identical concurrent deterministic requests share one
+  // generation (independent of l1; `strata serve` turns it on).
+  bool coalesce = false;
 };
 
 struct CompletionRequest {
@@ -66,7 +86,23 @@ struct CompletionRequest {
   int32_t n = 1;
   int32_t top_logprobs = -1;                 // -1: no logprobs; 0..20: chosen token (+ top N)
   bool prefix_cache = true;                  // reuse cached KV blocks of this tenant's prompts
+  // The client chose sampling.seed: sampling at temperature > 0 is then
+  // reproducible, so the response may be cached and shared.
+  bool fixed_seed = false;
+  // L1 and single flight for this request; false = neither served from the
+  // response cache, nor coalesced, nor stored (the header still says "miss").
+  bool response_cache = true;
 };
+
+// How a response was served (the HTTP header x-strata-cache).
+enum class CacheOutcome {
+  kMiss,       // generated for this request (also: not cacheable, or opted out)
+  kL1,         // replayed from the exact response cache
+  kL3,         // a near-duplicate's response
+  kCoalesced,  // shared the generation of an identical request in flight
+};
+// "miss", "l1", "l3", "coalesced".
+std::string_view CacheOutcomeName(CacheOutcome outcome);
 
 // How a choice ended (the HTTP layer maps these to each API's words).
 enum class FinishReason {
@@ -123,9 +159,13 @@ class Generation {
   virtual void Cancel() = 0;
   virtual int32_t prompt_tokens() const = 0;
   virtual int32_t n_choices() const = 0;
+  // Known when Start returns; constant.
+  virtual CacheOutcome cache_outcome() const { return CacheOutcome::kMiss; }
 };
 
 struct GatewayMetrics;
+struct ResponseTier;
+class Flight;
 
 class Gateway {
  public:
@@ -148,6 +188,8 @@ class Gateway {
   const model::ChatStyle& chat_style() const { return style_; }
   // Tokens of a prompt (for usage reporting and tests).
   util::StatusOr<std::vector<int32_t>> Tokenize(const CompletionRequest& request) const;
+  // The L1's counters; nullopt when L1 is off.
+  std::optional<cache::ResponseCacheStats> l1_stats() const;
 
  private:
   Gateway(const model::Model& model, engine::Scheduler& scheduler, const GatewayOptions& options,
@@ -156,6 +198,14 @@ class Gateway {
   // The prefix-cache namespace of a tenant: cached blocks are shared only
   // among requests of one tenant on one model.
   uint64_t CacheNamespace(const std::string& tenant) const;
+  // Submits one scheduler request per choice, each reporting into `flight`;
+  // on failure cancels what was submitted.
+  util::Status Submit(const CompletionRequest& r, const std::vector<int32_t>& tokens,
+                      int32_t max_tokens, const std::vector<std::string>& stops,
+                      const std::shared_ptr<Flight>& flight);
+  // The L1 and single-flight key: everything that decides the events.
+  cache::CacheKey ResponseKey(const CompletionRequest& r, const std::vector<int32_t>& tokens,
+                              int32_t max_tokens, const std::vector<std::string>& stops) const;
 
   const model::Model& model_;
   engine::Scheduler& scheduler_;
@@ -165,6 +215,7 @@ class Gateway {
   const int32_t n_ctx_;
   model::ChatStyle style_;
   std::shared_ptr<GatewayMetrics> metrics_;  // shared with running sinks
+  std::shared_ptr<ResponseTier> tier_;       // L1 and single flight; shared with running flights
 };
 
 }  // namespace strata::gateway

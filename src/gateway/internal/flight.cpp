@@ -1,0 +1,137 @@
+#include "gateway/internal/flight.h"
+
+namespace strata::gateway {
+
+Flight::Flight(int32_t n_choices, std::optional<cache::CacheKey> key,
+               std::chrono::steady_clock::time_point started, Hook on_complete)
+    : n_choices_(n_choices),
+      key_(std::move(key)),
+      started_(started),
+      on_complete_(std::move(on_complete)),
+      finished_(static_cast<size_t>(n_choices), false) {}
+
+void Flight::Push(Event e) {
+  std::vector<Event> log;  // the whole flight, when `e` completes one with a hook
+  bool succeeded = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const size_t i = static_cast<size_t>(e.index);
+    if (finished_[i]) return;
+    bool complete = false;
+    if (e.kind == Event::Kind::kFinish) {
+      finished_[i] = true;
+      if (!e.status.ok() || e.finish == FinishReason::kCancelled) succeeded_ = false;
+      complete = ++n_finished_ == n_choices_;
+    }
+    if (!complete || !on_complete_) {
+      events_.push_back(std::move(e));
+      cv_.notify_all();
+      return;
+    }
+    log.assign(events_.begin(), events_.end());
+    log.push_back(e);
+    succeeded = succeeded_;
+  }
+  // The hook (store in L1, leave the single-flight table) runs before the
+  // last event is readable, so a client that saw its answer end and asks
+  // again finds the answer in L1 rather than a finished flight.
+  on_complete_(*this, succeeded, log);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+void Flight::Fail(const util::Status& status) {
+  for (int32_t i = 0; i < n_choices_; ++i) {
+    Event e;
+    e.kind = Event::Kind::kFinish;
+    e.index = i;
+    e.finish = FinishReason::kCancelled;
+    e.status = status;
+    Push(std::move(e));
+  }
+}
+
+std::optional<Event> Flight::Read(size_t* cursor, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!shared()) {
+    if (!cv_.wait_until(lock, deadline, [this] { return !events_.empty(); })) return std::nullopt;
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+  }
+  if (!cv_.wait_until(lock, deadline, [&] { return events_.size() > *cursor; })) {
+    return std::nullopt;
+  }
+  return events_[(*cursor)++];
+}
+
+void Flight::AddRequest(engine::RequestId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ids_.push_back(id);
+}
+
+void Flight::CancelEngine(engine::Scheduler& sched) {
+  std::vector<engine::RequestId> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ids = ids_;
+  }
+  for (engine::RequestId id : ids) sched.Cancel(id);
+}
+
+StoredResponse::StoredResponse(std::vector<Event> events, int32_t n_choices,
+                               int32_t prompt_tokens)
+    : events_(std::move(events)), n_choices_(n_choices), prompt_tokens_(prompt_tokens) {
+  // What the entry holds on the heap, for L1's byte budget.
+  bytes_ = sizeof(*this) + events_.capacity() * sizeof(Event);
+  for (const Event& e : events_) {
+    bytes_ += e.text.capacity() + e.stop_sequence.capacity() + e.status.message().size() +
+              e.logprobs.capacity() * sizeof(TokenLogprob);
+    for (const TokenLogprob& lp : e.logprobs) {
+      bytes_ += lp.text.capacity() + lp.bytes.capacity() + lp.top.capacity() * sizeof(lp.top[0]);
+      for (const auto& t : lp.top) bytes_ += t.first.capacity();
+    }
+  }
+}
+
+FlightGeneration::FlightGeneration(engine::Scheduler& sched, std::shared_ptr<Flight> flight,
+                                   std::shared_ptr<ResponseTier> tier, int32_t prompt_tokens,
+                                   CacheOutcome outcome)
+    : sched_(sched),
+      flight_(std::move(flight)),
+      tier_(std::move(tier)),
+      pending_(flight_->n_choices()),
+      prompt_tokens_(prompt_tokens),
+      outcome_(outcome) {}
+
+FlightGeneration::~FlightGeneration() {
+  if (pending_ > 0) Cancel();
+}
+
+util::StatusOr<Event> FlightGeneration::Next(std::chrono::steady_clock::time_point deadline) {
+  if (pending_ == 0) return util::OutOfRangeError("every choice has finished");
+  auto e = flight_->Read(&cursor_, deadline);
+  if (!e) return util::DeadlineExceededError("no token before the deadline");
+  if (e->kind == Event::Kind::kFinish) --pending_;
+  return std::move(*e);
+}
+
+void FlightGeneration::Cancel() {
+  if (left_) return;
+  left_ = true;
+  // An unregistered flight has this one reader; a registered one stops when
+  // its last subscriber leaves (the table then forgets it, so nobody joins a
+  // stopped flight).
+  const bool last = tier_ ? tier_->flights.Leave(flight_->key(), flight_.get()) : true;
+  if (last) flight_->CancelEngine(sched_);
+}
+
+util::StatusOr<Event> ReplayGeneration::Next(std::chrono::steady_clock::time_point) {
+  if (next_ == stored_->events().size()) return util::OutOfRangeError("every choice has finished");
+  return stored_->events()[next_++];
+}
+
+}  // namespace strata::gateway

@@ -1,0 +1,150 @@
+// gateway/internal/flight.h — how events get from one generation to its
+// readers, and how a stored generation is replayed (private to gateway/).
+//
+// A Flight carries the events of one generation (all its choices) from the
+// scheduler thread to the threads reading it. Unshared (one reader, nothing
+// kept) it is a queue: events are dropped once read. Shared (single flight
+// and L1) it keeps the whole log and each reader has its own cursor, so a
+// follower that joins late reads from the first event, and the log is what
+// L1 stores. FlightGeneration reads a Flight; ReplayGeneration reads a
+// StoredResponse (an L1 hit).
+//
+// Threading: Flight is thread-safe: Push runs on the scheduler thread (Fail
+// on a request thread), Read on reader threads. The completion hook runs
+// once, on the thread whose event finished the last choice, without the
+// flight's mutex held, and before that last event becomes readable: a reader
+// that has seen the end of a shared flight knows its answer is already in L1
+// and the flight has left the single-flight table. Generations are used by
+// one thread each. StoredResponse is immutable.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "cache/response_cache.h"
+#include "cache/single_flight.h"
+#include "engine/scheduler.h"
+#include "gateway/gateway.h"
+
+namespace strata::gateway {
+
+class Flight {
+ public:
+  // (this flight, whether every choice succeeded, every event in order).
+  using Hook = std::function<void(const Flight&, bool, const std::vector<Event>&)>;
+  // `key` is set for shared flights; `on_complete` may be empty.
+  Flight(int32_t n_choices, std::optional<cache::CacheKey> key,
+         std::chrono::steady_clock::time_point started, Hook on_complete);
+
+  bool shared() const { return key_.has_value(); }
+  const cache::CacheKey& key() const { return *key_; }  // shared flights only
+  int32_t n_choices() const { return n_choices_; }
+  std::chrono::steady_clock::time_point started() const { return started_; }
+
+  // Appends `e`; an event of a choice that already finished is dropped (a
+  // choice failed by Fail, then cancelled by the engine).
+  void Push(Event e);
+  // Every choice still running finishes now with `status` (not OK): readers
+  // see an error, never a truncated success.
+  void Fail(const util::Status& status);
+  // The next event for a reader at `*cursor` (shared) or the queue's head
+  // (unshared); nullopt when none came before `deadline`.
+  std::optional<Event> Read(size_t* cursor, std::chrono::steady_clock::time_point deadline);
+
+  void AddRequest(engine::RequestId id);
+  // Cancels every engine request of this flight (no-op for finished ones).
+  void CancelEngine(engine::Scheduler& sched);
+
+ private:
+  const int32_t n_choices_;
+  const std::optional<cache::CacheKey> key_;
+  const std::chrono::steady_clock::time_point started_;
+  const Hook on_complete_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;          // an event was appended
+  std::deque<Event> events_;            // guarded by mu_
+  std::vector<bool> finished_;          // guarded by mu_; per choice
+  int32_t n_finished_ = 0;              // guarded by mu_
+  bool succeeded_ = true;               // guarded by mu_
+  std::vector<engine::RequestId> ids_;  // guarded by mu_
+};
+
+// A finished generation as L1 keeps it: the API-neutral events, exactly as
+// the run that produced them emitted them (text, logprobs, finish reasons,
+// stop sequences and that run's usage).
+class StoredResponse final : public cache::CachedValue {
+ public:
+  StoredResponse(std::vector<Event> events, int32_t n_choices, int32_t prompt_tokens);
+  uint64_t ByteSize() const override { return bytes_; }
+  const std::vector<Event>& events() const { return events_; }
+  int32_t n_choices() const { return n_choices_; }
+  int32_t prompt_tokens() const { return prompt_tokens_; }
+
+ private:
+  const std::vector<Event> events_;
+  const int32_t n_choices_;
+  const int32_t prompt_tokens_;
+  uint64_t bytes_ = 0;  // set once by the constructor
+};
+
+// The L1 cache and the single-flight table, shared by the gateway and the
+// completion hooks of running flights (which may outlive the gateway).
+struct ResponseTier {
+  std::unique_ptr<cache::TierObserver> observer;  // declared first: outlives l1, which calls it
+  std::unique_ptr<cache::ResponseCache> l1;       // null when off
+  cache::SingleFlight<Flight> flights;            // used when coalesce is on
+  bool coalesce = false;
+  obs::CounterValue* coalesced = nullptr;         // strata_cache_coalesced_total
+};
+
+// A reader of a Flight: the request that started it, or a follower.
+class FlightGeneration final : public Generation {
+ public:
+  // `tier` is set when the flight is registered in the single-flight table.
+  FlightGeneration(engine::Scheduler& sched, std::shared_ptr<Flight> flight,
+                   std::shared_ptr<ResponseTier> tier, int32_t prompt_tokens, CacheOutcome outcome);
+  ~FlightGeneration() override;
+
+  util::StatusOr<Event> Next(std::chrono::steady_clock::time_point deadline) override;
+  // This reader leaves. The engine stops only when nobody else reads the
+  // flight: a leader whose client went away keeps generating for followers.
+  void Cancel() override;
+  int32_t prompt_tokens() const override { return prompt_tokens_; }
+  int32_t n_choices() const override { return flight_->n_choices(); }
+  CacheOutcome cache_outcome() const override { return outcome_; }
+
+ private:
+  engine::Scheduler& sched_;
+  const std::shared_ptr<Flight> flight_;
+  const std::shared_ptr<ResponseTier> tier_;
+  size_t cursor_ = 0;  // shared flights: the next event to read
+  int32_t pending_;    // choices not yet finished for this reader
+  const int32_t prompt_tokens_;
+  const CacheOutcome outcome_;
+  bool left_ = false;
+};
+
+// An L1 hit: the stored events, read without waiting.
+class ReplayGeneration final : public Generation {
+ public:
+  explicit ReplayGeneration(std::shared_ptr<const StoredResponse> stored)
+      : stored_(std::move(stored)) {}
+  util::StatusOr<Event> Next(std::chrono::steady_clock::time_point) override;
+  void Cancel() override {}
+  int32_t prompt_tokens() const override { return stored_->prompt_tokens(); }
+  int32_t n_choices() const override { return stored_->n_choices(); }
+  CacheOutcome cache_outcome() const override { return CacheOutcome::kL1; }
+
+ private:
+  const std::shared_ptr<const StoredResponse> stored_;
+  size_t next_ = 0;
+};
+
+}  // namespace strata::gateway
