@@ -44,6 +44,10 @@ struct ServeFlags {
   std::string alias;
   std::string chat_format;
   std::string log_level = "info";
+  uint64_t l1_bytes = 64ull << 20;
+  double l1_ttl_s = 600;
+  double l1_ttl_jitter = 0.1;
+  bool coalesce = true;
 };
 
 int RunServe(const Env& env, const ServeFlags& f) {
@@ -54,6 +58,15 @@ int RunServe(const Env& env, const ServeFlags& f) {
       f.timeout_s < 1 || f.grace_s < 0 || f.kv_tokens < 0 || f.http_threads < 0) {
     return UsageError("--parallel, --batch-tokens, --max-tokens-cap and --timeout must be >= 1; "
                       "--queue, --grace, --kv-tokens and --http-threads >= 0");
+  }
+  if (!(f.l1_ttl_s >= 0.001 && f.l1_ttl_s <= 30 * 86400)) {
+    return UsageError(fmt::format("--l1-ttl {} is outside [0.001, 2592000] seconds", f.l1_ttl_s));
+  }
+  if (!(f.l1_ttl_jitter >= 0 && f.l1_ttl_jitter <= 0.9)) {
+    return UsageError(fmt::format("--l1-ttl-jitter {} is outside [0, 0.9]", f.l1_ttl_jitter));
+  }
+  if (f.l1_bytes > (1ull << 40)) {
+    return UsageError(fmt::format("--l1-bytes {} is above 2^40", f.l1_bytes));
   }
   std::optional<model::ChatFormat> chat_format;
   if (!f.chat_format.empty()) {
@@ -120,8 +133,20 @@ int RunServe(const Env& env, const ServeFlags& f) {
   go.model_name = f.alias.empty() ? std::filesystem::path(*path).stem().string() : f.alias;
   go.max_tokens_cap = std::min(f.max_tokens_cap, n_ctx);
   go.chat_format = chat_format;
+  go.l1.max_bytes = f.l1_bytes;
+  go.l1.ttl = std::chrono::milliseconds(static_cast<int64_t>(f.l1_ttl_s * 1000));
+  go.l1.ttl_jitter = f.l1_ttl_jitter;
+  go.l1_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
+  go.coalesce = f.coalesce;
   auto gw = gateway::Gateway::Create(m, **sched, metrics, go, clock, *log);
   if (!gw.ok()) return ReportError(gw.status());
+  if (f.l1_bytes > 0) {
+    log->Info("response cache (L1): {:.1f} MiB, TTL {} s +/- {:.0f}%; single flight {}",
+              static_cast<double>(f.l1_bytes) / (1 << 20), f.l1_ttl_s, f.l1_ttl_jitter * 100,
+              f.coalesce ? "on" : "off");
+  } else {
+    log->Info("response cache (L1): off; single flight {}", f.coalesce ? "on" : "off");
+  }
   const double load_s = util::SecondsBetween(t0, clock.Now());
   metrics.Gauge("strata_model_load_seconds", "Seconds from start to ready.").With({}).Set(load_s);
   (*srv)->SetGateway(gw->get());
@@ -169,6 +194,18 @@ Command RegisterServe(CLI::App& app) {
   cmd->add_option("--alias", f->alias, "Model id clients use (default: the file name without .gguf)");
   cmd->add_option("--chat-format", f->chat_format, "Override the chat template family");
   cmd->add_option("--log-level", f->log_level, "debug, info, warn, error or off")->capture_default_str();
+  cmd->add_option("--l1-bytes", f->l1_bytes,
+                  "Response cache (L1) budget in bytes for answers of deterministic requests "
+                  "(temperature 0 or a fixed seed); 0 = off")
+      ->capture_default_str();
+  cmd->add_option("--l1-ttl", f->l1_ttl_s, "Seconds an L1 entry lives (before jitter)")
+      ->capture_default_str();
+  cmd->add_option("--l1-ttl-jitter", f->l1_ttl_jitter,
+                  "Each L1 TTL is drawn from ttl x [1 - j, 1 + j] so entries expire apart")
+      ->capture_default_str();
+  cmd->add_flag("--coalesce,!--no-coalesce", f->coalesce,
+                "Identical concurrent deterministic requests share one generation (single "
+                "flight; default: on)");
   return {cmd, [f](const Env& env) { return RunServe(env, *f); }};
 }
 

@@ -141,7 +141,8 @@ StatusOr<std::string> ContentText(const json& content, const std::string& where)
 }
 
 // Sampling fields shared by the three APIs; `temp_max` differs (OpenAI 2, Anthropic 1).
-Status ParseSampling(const Fields& f, double temp_max, sampling::SamplingParams& p) {
+Status ParseSampling(const Fields& f, double temp_max, gateway::CompletionRequest& r) {
+  sampling::SamplingParams& p = r.sampling;
   // API defaults: plain sampling from the model's distribution, as the OpenAI
   // and Anthropic APIs define it (strata's own truncations are opt-in).
   p.temperature = 1.0f;
@@ -168,19 +169,27 @@ Status ParseSampling(const Fields& f, double temp_max, sampling::SamplingParams&
   if (fp) p.frequency_penalty = static_cast<float>(*fp);
   if (rp) p.repetition_penalty = static_cast<float>(*rp);
   if (seed) p.seed = static_cast<uint64_t>(*seed);
+  r.fixed_seed = seed.has_value();  // sampled output is reproducible, so cacheable
   return util::OkStatus();
 }
 
-// strata's cache controls: "no_cache": true, or "cache": {"prefix": false}.
+// strata's cache controls: "no_cache": true turns every tier off for the
+// request; "cache": {"prefix": false} the KV prefix cache (L2) only,
+// "cache": {"l1": false} the response cache (L1) and single flight only.
 Status ParseCacheControls(const Fields& f, gateway::CompletionRequest& r) {
   STRATA_ASSIGN_OR_RETURN(auto no_cache, f.Bool("no_cache"));
-  if (no_cache && *no_cache) r.prefix_cache = false;
+  if (no_cache && *no_cache) {
+    r.prefix_cache = false;
+    r.response_cache = false;
+  }
   if (f.Has("cache")) {
     const json& c = f.Get("cache");
     if (!c.is_object()) return InvalidArgumentError("'cache' must be an object");
     Fields cf(c, "cache.");
     STRATA_ASSIGN_OR_RETURN(auto prefix, cf.Bool("prefix"));
     if (prefix) r.prefix_cache = *prefix && r.prefix_cache;
+    STRATA_ASSIGN_OR_RETURN(auto l1, cf.Bool("l1"));
+    if (l1) r.response_cache = *l1 && r.response_cache;
   }
   return util::OkStatus();
 }
@@ -238,7 +247,7 @@ StatusOr<ParsedRequest> ParseOpenAI(ApiKind kind, const json& j) {
   STRATA_ASSIGN_OR_RETURN(auto max_completion, f.Integer("max_completion_tokens", 1, 1 << 24));
   if (max_completion) max_tokens = max_completion;
   if (max_tokens) r.max_tokens = static_cast<int32_t>(*max_tokens);
-  STRATA_RETURN_IF_ERROR(ParseSampling(f, 2.0, r.sampling));
+  STRATA_RETURN_IF_ERROR(ParseSampling(f, 2.0, r));
   STRATA_ASSIGN_OR_RETURN(r.stop, f.Strings("stop"));
   STRATA_ASSIGN_OR_RETURN(auto n, f.Integer("n", 1, 128));
   if (n) r.n = static_cast<int32_t>(*n);
@@ -306,7 +315,7 @@ StatusOr<ParsedRequest> ParseAnthropic(const json& j) {
     STRATA_ASSIGN_OR_RETURN(std::string content, ContentText(m["content"], at + ".content"));
     r.messages.push_back({role, std::move(content)});
   }
-  STRATA_RETURN_IF_ERROR(ParseSampling(f, 1.0, r.sampling));
+  STRATA_RETURN_IF_ERROR(ParseSampling(f, 1.0, r));
   STRATA_ASSIGN_OR_RETURN(r.stop, f.Strings("stop_sequences"));
   STRATA_ASSIGN_OR_RETURN(auto stream, f.Bool("stream"));
   out.stream = stream.value_or(false);

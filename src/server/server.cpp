@@ -256,6 +256,9 @@ class HttpServer::Impl {
     parsed->request.tenant = *tenant;
     auto started = g->Start(parsed->request);
     if (!started.ok()) return fail(started.status());
+    // How this response is served: miss, l1, l3 or coalesced (docs/api.md).
+    res.set_header("x-strata-cache",
+                   std::string(gateway::CacheOutcomeName((*started)->cache_outcome())));
 
     ResponseMeta meta;
     meta.id = (kind == ApiKind::kAnthropicMessages ? "msg_" : kind == ApiKind::kOpenAIChat ? "chatcmpl-" : "cmpl-") + rid;
@@ -293,8 +296,10 @@ class HttpServer::Impl {
       requests_.With({endpoint, "200"}).Inc();
       int32_t completion = 0;
       for (const auto& c : results) completion += c.completion_tokens;
-      log.Info("{} {} 200 tenant={} prompt={} completion={} {:.1f} ms", req.method, req.path,
-               *tenant, meta.prompt_tokens, completion, util::SecondsBetween(t0, clock_.Now()) * 1e3);
+      log.Info("{} {} 200 tenant={} prompt={} completion={} cache={} {:.1f} ms", req.method,
+               req.path, *tenant, meta.prompt_tokens, completion,
+               gateway::CacheOutcomeName(gen->cache_outcome()),
+               util::SecondsBetween(t0, clock_.Now()) * 1e3);
       return;
     }
 
@@ -362,8 +367,9 @@ class HttpServer::Impl {
             s->gen->Cancel();
             end_note = "client disconnected";
           }
-          slog.Info("{} {} 200 stream tenant={} prompt={} completion={} {} {:.1f} ms", s->method,
-                    s->path, s->tenant, s->meta.prompt_tokens, completion, end_note,
+          slog.Info("{} {} 200 stream tenant={} prompt={} completion={} cache={} {} {:.1f} ms",
+                    s->method, s->path, s->tenant, s->meta.prompt_tokens, completion,
+                    gateway::CacheOutcomeName(s->gen->cache_outcome()), end_note,
                     util::SecondsBetween(t0, clock_.Now()) * 1e3);
           if (ok) sink.done();
           return ok;
