@@ -497,18 +497,6 @@ void QuantizeAct(ActFormat fmt, const float* x, int64_t n, void* out) {
   ScalarKernels().quantize_act(fmt, x, n, out);
 }
 
-// K-quant tiles: decode (one token) streams weights, prefill reuses them.
-constexpr int kDecodeRows = 4;
-
-template <typename M>
-void DriveK(M& m, const MatMulArgs& a) {
-  if (a.n_tokens == 1) {
-    tiles::Drive<kDecodeRows, 1>(m, a);
-  } else {
-    tiles::Drive<4, 4>(m, a);
-  }
-}
-
 void MatMul(const MatMulArgs& a) {
   switch (a.w_type) {
     case TensorType::kF32: {
@@ -553,17 +541,17 @@ void MatMul(const MatMulArgs& a) {
     }
     case TensorType::kQ4_K: {
       KQuantMicro<Q4KKind> m;
-      DriveK(m, a);
+      tiles::Drive<4, 4>(m, a);
       return;
     }
     case TensorType::kQ5_K: {
       KQuantMicro<Q5KKind> m;
-      DriveK(m, a);
+      tiles::Drive<4, 4>(m, a);
       return;
     }
     case TensorType::kQ6_K: {
       KQuantMicro<Q6KKind> m;
-      DriveK(m, a);
+      tiles::Drive<4, 4>(m, a);
       return;
     }
     default:
