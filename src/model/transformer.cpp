@@ -12,6 +12,23 @@
 namespace strata::model {
 namespace {
 
+// Dot product with 16 independent partial sums in a fixed order (so a result
+// never depends on the batch), which the compiler turns into vector code. A
+// left-to-right sum is one long chain of dependent adds: it made attention a
+// quarter of a 512-token prefill.
+inline float Dot16(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int k = 0; k < 16; ++k) acc[k] += a[i + k] * b[i + k];
+  }
+  for (; i < n; ++i) acc[i % 16] += a[i] * b[i];
+  for (int w = 8; w >= 1; w /= 2) {
+    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
+  }
+  return acc[0];
+}
+
 using util::InvalidArgumentError;
 using util::Status;
 using util::StatusOr;
@@ -486,9 +503,7 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
         float mx = -std::numeric_limits<float>::infinity();
         for (int32_t p = 0; p <= e.pos; ++p) {
           const float* kp = kv_row(e.seq, p, l, 0) + kv_off;
-          float s = 0.0f;
-          for (int64_t i = 0; i < HD; ++i) s += qh[i] * kp[i];
-          s *= kq_scale;
+          float s = Dot16(qh, kp, HD) * kq_scale;
           scores[p] = s;
           mx = std::max(mx, s);
         }
