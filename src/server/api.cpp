@@ -169,6 +169,29 @@ Status ParseSampling(const Fields& f, double temp_max, gateway::CompletionReques
   if (fp) p.frequency_penalty = static_cast<float>(*fp);
   if (rp) p.repetition_penalty = static_cast<float>(*rp);
   if (seed) p.seed = static_cast<uint64_t>(*seed);
+  // strata's own samplers (docs/api.md): entropy-targeted temperature,
+  // locally typical sampling, Mirostat v2 (llama.cpp's field names).
+  STRATA_ASSIGN_OR_RETURN(auto he, f.Number("target_entropy", 0, 100));
+  STRATA_ASSIGN_OR_RETURN(auto tail, f.Number("entropy_tail_nats", 0.05, 20));
+  STRATA_ASSIGN_OR_RETURN(auto typ, f.Number("typical_p", 0, 1));
+  STRATA_ASSIGN_OR_RETURN(auto miro, f.Integer("mirostat", 0, 2));
+  STRATA_ASSIGN_OR_RETURN(auto tau, f.Number("mirostat_tau", 1e-6, 40));
+  STRATA_ASSIGN_OR_RETURN(auto eta, f.Number("mirostat_eta", 1e-6, 1));
+  if (he) p.target_entropy = static_cast<float>(*he);
+  if (tail) p.entropy_tail_nats = static_cast<float>(*tail);
+  if (typ) {
+    if (*typ <= 0) return InvalidArgumentError("'typical_p' must be a number in (0, 1]");
+    p.typical_p = static_cast<float>(*typ);
+  }
+  if (miro && *miro == 1) {
+    return InvalidArgumentError("'mirostat' must be 0 (off) or 2 (Mirostat v2); version 1 is not supported");
+  }
+  if (miro) p.mirostat = *miro == 2;
+  if (tau) p.mirostat_tau_bits = static_cast<float>(*tau);
+  if (eta) p.mirostat_eta = static_cast<float>(*eta);
+  if (p.mirostat && p.target_entropy >= 0) {
+    return InvalidArgumentError("'target_entropy' and 'mirostat' cannot be used together");
+  }
   r.fixed_seed = seed.has_value();  // sampled output is reproducible, so cacheable
   return util::OkStatus();
 }

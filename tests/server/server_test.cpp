@@ -322,5 +322,44 @@ TEST_F(ServerTest, EmbeddingsAreUnitVectorsPerInput) {
   EXPECT_EQ(Post("/v1/embeddings", R"({"model":"x","input":"a"})")->status, 404);
 }
 
+
+// strata's own samplers are request fields: entropy-targeted temperature,
+// typical-p and Mirostat v2, validated like the standard ones.
+TEST_F(ServerTest, StrataSamplingFieldsAreAcceptedAndValidated) {
+  Start();
+  srv_->SetGateway(gw_.get());
+  auto post = [&](const std::string& extra) {
+    return Post("/v1/chat/completions",
+                R"({"model":"tiny","max_tokens":4,"seed":3,"messages":[{"role":"user","content":"hi"}])" +
+                    extra + "}");
+  };
+  for (const std::string ok : {R"(,"target_entropy":1.5)", R"(,"target_entropy":0.5,"entropy_tail_nats":2)",
+                               R"(,"typical_p":0.9)", R"(,"mirostat":2,"mirostat_tau":3,"mirostat_eta":0.2)"}) {
+    auto r = post(ok);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << ok << " -> " << r->body;
+  }
+  // The same seed and target give the same text.
+  auto a = post(R"(,"temperature":1,"target_entropy":1.0,"cache":{"l1":false})");
+  auto b = post(R"(,"temperature":1,"target_entropy":1.0,"cache":{"l1":false})");
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(json::parse(a->body)["choices"][0]["message"]["content"],
+            json::parse(b->body)["choices"][0]["message"]["content"]);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"(,"target_entropy":-1)", "'target_entropy'"},
+      {R"(,"target_entropy":"high")", "'target_entropy'"},
+      {R"(,"typical_p":0)", "'typical_p'"},
+      {R"(,"mirostat":1)", "'mirostat'"},
+      {R"(,"mirostat":2,"target_entropy":1)", "cannot be used together"},
+      {R"(,"mirostat_eta":5)", "'mirostat_eta'"},
+  };
+  for (const auto& [extra, needle] : bad) {
+    auto r = post(extra);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << extra << " -> " << r->body;
+    EXPECT_NE(r->body.find(needle), std::string::npos) << extra << " -> " << r->body;
+  }
+}
+
 }  // namespace
 }  // namespace strata::server
