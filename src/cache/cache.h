@@ -10,6 +10,7 @@
 
 #include "cache/cache_key.h"
 #include "cache/eviction_policy.h"
+#include "cache/near_dup.h"
 #include "cache/policy_sim.h"
 #include "cache/response_cache.h"
 #include "cache/single_flight.h"
