@@ -39,6 +39,10 @@ Command RegisterMkModel(CLI::App& app);
 Command RegisterBench(CLI::App& app);
 Command RegisterServe(CLI::App& app);
 Command RegisterEvalSampling(CLI::App& app);
+// `strata eval l3` joins the `eval` group (creating it when no command before
+// it has); the returned Command holds the `l3` subcommand itself, and main()
+// runs it before the group's own runner.
+Command RegisterEvalL3(CLI::App& app);
 
 // The model to use: `flag` if set, else $STRATA_MODEL, else
 // ../shared/models/stories260K.gguf (relative to the working directory) if

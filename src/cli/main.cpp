@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {RegisterServe(app), RegisterGenerate(app),
                                          RegisterBench(app), RegisterMkModel(app),
                                          RegisterInspect(app), RegisterEvalSampling(app)};
+  // Subcommands that join a group registered above (`eval l3` under `eval`);
+  // they run instead of the group's own runner when parsed.
+  const std::vector<Command> members = {RegisterEvalL3(app)};
 
   // A first word that names no command gets a plain answer, not a parser message.
   if (argc > 1 && argv[1][0] != '-') {
@@ -59,6 +62,9 @@ int main(int argc, char** argv) {
   Env env;
   env.fs = fs.get();
   env.exe_dir = ExeDir();
+  for (const Command& c : members) {
+    if (c.app->parsed()) return c.run(env);
+  }
   for (const Command& c : commands) {
     if (c.app->parsed()) return c.run(env);
   }

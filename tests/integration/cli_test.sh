@@ -68,6 +68,31 @@ expect 2 "--output is required" -- mkmodel --shape demo
 expect 2 "-r 0 is outside" -- bench -m "$tmp/m.gguf" -r 0
 expect 1 "cannot open" -- bench -m "$tmp/missing.gguf"
 
+# strata eval l3 on a tiny made-up copy of the prompt sets (the QQP file as a
+# real tar.gz, as in ../shared); missing or damaged files are named.
+d="$tmp/prompts"
+mkdir -p "$d" "$tmp/qqp/examples/benchmark"
+printf '1\tWhat is 2+3?\tWhat is 2 + 3?\t1\r\n2\tWhat is 2+3?\tWhat is 2+4?\t0\r\n' \
+  > "$d/paws_wiki_labeled_final_dev.tsv"
+cp "$d/paws_wiki_labeled_final_dev.tsv" "$d/paws_wiki_labeled_final_test.tsv"
+printf '[{"text_a":"How do I learn C++?","text_b":"how do i learn c++","label":1},%s\n' \
+  '{"text_a":"How do I learn C++?","text_b":"How do I learn Java?","label":0}]' \
+  > "$tmp/qqp/examples/benchmark/similiar_qqp_full.json"
+tar czf "$d/gptcache_similiar_qqp_full.json.tar.gz" -C "$tmp/qqp" examples
+printf '[{"origin":"Explain what a hash map is.","similar":"Explain what a hashmap is"}]' \
+  > "$d/gptcache_mock_data.json"
+printf '{"cluster":"c","prompt":"Write a haiku about rain"}\n{"cluster":"c","prompt":"Write a limerick"}\n' \
+  > "$d/arena_hard_v0.1_question.jsonl"
+cp "$d/arena_hard_v0.1_question.jsonl" "$d/arena_hard_v2.0_question.jsonl"
+expect 0 "Cache lookups through NearDupIndex" -- eval l3 --data-dir "$d" --svg "$tmp/l3.svg" --json "$tmp/l3.json"
+if ! grep -q '"default_threshold"' "$tmp/l3.json" || ! grep -q '</svg>' "$tmp/l3.svg"; then
+  echo "FAIL: eval l3 JSON or SVG incomplete"; fail=1
+fi
+head -c 100 "$d/gptcache_similiar_qqp_full.json.tar.gz" > "$tmp/cut.tar.gz"
+expect 1 "not valid gzip data" -- eval l3 --data-dir "$d" --qqp "$tmp/cut.tar.gz" --svg ""
+expect 1 "paws_wiki_labeled_final_dev.tsv is not present" -- eval l3 --data-dir "$tmp/none"
+expect 2 "--threshold 2 is outside" -- eval l3 --threshold 2
+
 # No model anywhere: the demo model, with its notice.
 (cd "$tmp" && STRATA_MODEL= "$STRATA" generate -n 8 --temp 0 >out.txt 2>err.txt)
 rc=$?
