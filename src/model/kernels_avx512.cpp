@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "model/internal/blocks.h"
 #include "model/internal/kernels_impl.h"
@@ -139,44 +140,120 @@ struct Small32<BlockQ5_1> {
   static __m256i Unsigned(const BlockQ5_1& b) { return AddFifthBits(Nibbles32(b.qs), b.qh); }
 };
 
+// Two consecutive 32-blocks per 512-bit step: lanes 0..7 hold block b's 8
+// partial sums, lanes 8..15 block b+1's, so one vpdpbusd, one conversion, one
+// scale product and one FMA cover 64 weights. The per-lane scale is dw·dx of
+// the lane's block, formed from a row vector [dw_b ×8, dw_b+1 ×8] and a token
+// vector [dx_b ×8, dx_b+1 ×8]. An odd last block runs the same steps on the
+// low half. Every output is computed by the same sequence whatever the tile.
 template <typename Block>
 struct QuantMicro {
   using K = Small32<Block>;
+  // Token-side terms of a block pair, formed once for all rows of a tile.
+  struct TokenPair {
+    __m512i q;     // the two blocks' 64 activation bytes
+    __m512i init;  // lane 0: −offset·Σq_b, lane 8: −offset·Σq_b+1
+    __m512 d;      // [dx_b ×8, dx_b+1 ×8]
+    __m512 min_terms;  // lane 0: dx_b·Σq_b, lane 8: dx_b+1·Σq_b+1 (blocks with a min)
+  };
+  static TokenPair Token(const ActBlockQ8& x0, const ActBlockQ8& x1) {
+    TokenPair t;
+    t.q = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x0.q))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x1.q)), 1);
+    t.init = _mm512_maskz_set1_epi32(0x0001, -K::kOffset * x0.sum);
+    t.init = _mm512_mask_set1_epi32(t.init, 0x0100, -K::kOffset * x1.sum);
+    t.d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(x0.d), _mm512_set1_ps(x1.d));
+    if constexpr (K::kHasMin) {
+      t.min_terms = _mm512_maskz_mov_ps(0x0001, _mm512_set1_ps(x0.d * static_cast<float>(x0.sum)));
+      t.min_terms = _mm512_mask_mov_ps(t.min_terms, 0x0100, _mm512_set1_ps(x1.d * static_cast<float>(x1.sum)));
+    }
+    return t;
+  }
+  // Row-side terms of a block pair, formed once for all tokens of a tile.
+  struct RowPair {
+    __m512i u;     // 64 unsigned weight codes
+    __m512 d;      // [dw_b ×8, dw_b+1 ×8]
+    __m512 mins;   // lane 0: m_b, lane 8: m_b+1 (blocks with a min)
+  };
+  static RowPair Row(const Block& w0, const Block& w1) {
+    RowPair r;
+    r.u = _mm512_inserti64x4(_mm512_castsi256_si512(K::Unsigned(w0)), K::Unsigned(w1), 1);
+    r.d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(_cvtsh_ss(w0.d)), _mm512_set1_ps(_cvtsh_ss(w1.d)));
+    if constexpr (K::kHasMin) {
+      r.mins = _mm512_maskz_mov_ps(0x0001, _mm512_set1_ps(_cvtsh_ss(w0.m)));
+      r.mins = _mm512_mask_mov_ps(r.mins, 0x0100, _mm512_set1_ps(_cvtsh_ss(w1.m)));
+    }
+    return r;
+  }
+  static __m512 Step(__m512 acc, const RowPair& w, const TokenPair& x) {
+    const __m512i p = _mm512_dpbusd_epi32(x.init, w.u, x.q);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(w.d, x.d), acc);
+    if constexpr (K::kHasMin) acc = _mm512_fmadd_ps(w.mins, x.min_terms, acc);
+    return acc;
+  }
+
+  // One token: its block-pair terms are formed once for every row, then each
+  // row runs the same Step sequence as Tile (so the outputs are identical to
+  // a batched product's) as one sequential stream of weights.
+  void Decode(const MatMulArgs& a) {
+    const ActBlockQ8* x = RowPtr<ActBlockQ8>(a.act, a.act_row_bytes, 0);
+    const int64_t nb = a.n / 32;
+    // 64-byte aligned storage for the vectors (TokenPair is an implicit-
+    // lifetime type; the allocator's alignment is not relied on).
+    const size_t n_pairs = static_cast<size_t>((nb + 1) / 2);
+    std::vector<uint8_t> storage(n_pairs * sizeof(TokenPair) + alignof(TokenPair));
+    const uintptr_t base = reinterpret_cast<uintptr_t>(storage.data());
+    TokenPair* tx = reinterpret_cast<TokenPair*>((base + alignof(TokenPair) - 1) & ~(uintptr_t{alignof(TokenPair)} - 1));
+    for (int64_t b = 0; b < nb; b += 2) tx[b / 2] = Token(x[b], x[b + (b + 1 < nb)]);
+    if (nb % 2 != 0) MaskHigh(tx[n_pairs - 1]);
+    for (int64_t r = a.row_begin; r < a.row_end; ++r) {
+      const Block* w = RowPtr<Block>(a.w, a.w_row_bytes, r);
+      __m512 acc = _mm512_setzero_ps();
+      int64_t b = 0;
+      for (; b + 2 <= nb; b += 2) acc = Step(acc, Row(w[b], w[b + 1]), tx[b / 2]);
+      if (b < nb) acc = Step(acc, Row(w[b], w[b]), tx[n_pairs - 1]);
+      a.out[r] = Hsum512(acc);
+    }
+  }
+  // An odd last block: the pair's high half contributes nothing (no bytes,
+  // no offset, scale 0).
+  static void MaskHigh(TokenPair& t) {
+    const __mmask16 lo = 0x00FF;
+    t.q = _mm512_maskz_mov_epi32(lo, t.q);
+    t.init = _mm512_maskz_mov_epi32(lo, t.init);
+    t.d = _mm512_maskz_mov_ps(lo, t.d);
+    if constexpr (K::kHasMin) t.min_terms = _mm512_maskz_mov_ps(lo, t.min_terms);
+  }
+
   template <int R, int T>
   void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
     const Block* w[R];
     const ActBlockQ8* x[T];
     for (int i = 0; i < R; ++i) w[i] = RowPtr<Block>(a.w, a.w_row_bytes, r0 + i);
     for (int j = 0; j < T; ++j) x[j] = RowPtr<ActBlockQ8>(a.act, a.act_row_bytes, t0 + j);
-    __m256 acc[R][T];
+    __m512 acc[R][T];
     for (int i = 0; i < R; ++i)
-      for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
+      for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
     const int64_t nb = a.n / 32;
-    for (int64_t b = 0; b < nb; ++b) {
-      __m256i wu[R];
-      float dw[R];
-      __m256 mw[R];
-      for (int i = 0; i < R; ++i) {
-        wu[i] = K::Unsigned(w[i][b]);
-        dw[i] = _cvtsh_ss(w[i][b].d);
-        if constexpr (K::kHasMin) mw[i] = _mm256_zextps128_ps256(_mm_set_ss(_cvtsh_ss(w[i][b].m)));
-      }
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      RowPair rw[R];
+      for (int i = 0; i < R; ++i) rw[i] = Row(w[i][b], w[i][b + 1]);
       for (int j = 0; j < T; ++j) {
-        const ActBlockQ8& xb = x[j][b];
-        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
-        const __m256i init = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-K::kOffset * xb.sum));
-        for (int i = 0; i < R; ++i) {
-          const __m256i p = _mm256_dpbusd_epi32(init, wu[i], xq);
-          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[i] * xb.d), acc[i][j]);
-          if constexpr (K::kHasMin) {
-            acc[i][j] = _mm256_fmadd_ps(mw[i], _mm256_set1_ps(xb.d * static_cast<float>(xb.sum)),
-                                        acc[i][j]);
-          }
-        }
+        const TokenPair tx = Token(x[j][b], x[j][b + 1]);
+        for (int i = 0; i < R; ++i) acc[i][j] = Step(acc[i][j], rw[i], tx);
+      }
+    }
+    if (b < nb) {
+      for (int j = 0; j < T; ++j) {
+        TokenPair tx = Token(x[j][b], x[j][b]);
+        MaskHigh(tx);
+        for (int i = 0; i < R; ++i) acc[i][j] = Step(acc[i][j], Row(w[i][b], w[i][b]), tx);
       }
     }
     for (int i = 0; i < R; ++i)
-      for (int j = 0; j < T; ++j) a.out[(t0 + j) * a.out_stride + r0 + i] = Hsum256(acc[i][j]);
+      for (int j = 0; j < T; ++j) a.out[(t0 + j) * a.out_stride + r0 + i] = Hsum512(acc[i][j]);
   }
 };
 
@@ -516,26 +593,46 @@ void MatMul(const MatMulArgs& a) {
     }
     case TensorType::kQ8_0: {
       QuantMicro<BlockQ8_0> m;
+      if (a.n_tokens == 1) {
+        m.Decode(a);
+        return;
+      }
       tiles::Drive<4, 4>(m, a);
       return;
     }
     case TensorType::kQ4_0: {
       QuantMicro<BlockQ4_0> m;
+      if (a.n_tokens == 1) {
+        m.Decode(a);
+        return;
+      }
       tiles::Drive<4, 4>(m, a);
       return;
     }
     case TensorType::kQ4_1: {
       QuantMicro<BlockQ4_1> m;
+      if (a.n_tokens == 1) {
+        m.Decode(a);
+        return;
+      }
       tiles::Drive<4, 4>(m, a);
       return;
     }
     case TensorType::kQ5_0: {
       QuantMicro<BlockQ5_0> m;
+      if (a.n_tokens == 1) {
+        m.Decode(a);
+        return;
+      }
       tiles::Drive<4, 4>(m, a);
       return;
     }
     case TensorType::kQ5_1: {
       QuantMicro<BlockQ5_1> m;
+      if (a.n_tokens == 1) {
+        m.Decode(a);
+        return;
+      }
       tiles::Drive<4, 4>(m, a);
       return;
     }
