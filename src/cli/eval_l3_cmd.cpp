@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <optional>
 #include <unordered_map>
-#include <sstream>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -22,7 +22,7 @@
 #include "cache/near_dup.h"
 #include "cache/simhash.h"
 #include "cli/commands.h"
-#include "cli/tar_gz.h"
+#include "cli/prompt_sets.h"
 #include "util/clock.h"
 
 namespace strata::cli {
@@ -40,141 +40,17 @@ struct EvalL3Flags {
   std::string svg = "eval-l3.svg";
 };
 
-struct Pair {
-  std::string a, b;
-  int label = 0;  // 1 = same meaning
-};
-
 struct Dataset {
   std::string name;
   std::string dev_source, test_source;
   std::vector<Pair> dev, test;
 };
 
-// ---------------------------------------------------------------------------
-// Loading.
-
-util::Status Missing(const std::string& path) {
-  return util::NotFoundError(fmt::format(
-      "{} is not present (the evaluation needs the prompt sets under ../shared/data/prompts; "
-      "--data-dir points elsewhere)",
-      path));
-}
-
-util::StatusOr<std::string> Read(const Env& env, const std::string& path) {
-  if (!env.fs->Exists(path)) return Missing(path);
-  return env.fs->ReadFile(path);
-}
-
-// PAWS TSV without a header: id, sentence1, sentence2, label.
-util::StatusOr<std::vector<Pair>> LoadPaws(const Env& env, const std::string& path) {
-  STRATA_ASSIGN_OR_RETURN(std::string text, Read(env, path));
-  std::vector<Pair> out;
-  std::istringstream in(text);
-  std::string line;
-  size_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    std::vector<std::string> cols;
-    size_t start = 0;
-    while (true) {
-      const size_t tab = line.find('\t', start);
-      cols.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
-      if (tab == std::string::npos) break;
-      start = tab + 1;
-    }
-    if (cols.size() != 4 || (cols[3] != "0" && cols[3] != "1")) {
-      return util::InvalidArgumentError(fmt::format(
-          "{}:{}: expected 'id<TAB>sentence1<TAB>sentence2<TAB>0|1'", path, line_no));
-    }
-    out.push_back({cols[1], cols[2], cols[3] == "1" ? 1 : 0});
-  }
-  if (out.empty()) return util::InvalidArgumentError(fmt::format("{}: no pairs", path));
-  return out;
-}
-
-util::StatusOr<nlohmann::json> ParseJson(const std::string& text, const std::string& what) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return util::InvalidArgumentError(fmt::format("{}: not valid JSON", what));
-  return j;
-}
-
-// GPTCache's similiar_qqp_full.json: [{"text_a", "text_b", "label"}], either
-// plain or as the one member of a .tar.gz.
-util::StatusOr<std::vector<Pair>> LoadQqp(const Env& env, const std::string& path) {
-  STRATA_ASSIGN_OR_RETURN(std::string bytes, Read(env, path));
-  std::string json_text;
-  if (path.ends_with(".json")) {
-    json_text = std::move(bytes);
-  } else {
-    STRATA_ASSIGN_OR_RETURN(std::string tar, Gunzip(bytes, path));
-    STRATA_ASSIGN_OR_RETURN(json_text, TarMember(tar, ".json", path));
-  }
-  STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(json_text, path));
-  if (!j.is_array()) return util::InvalidArgumentError(fmt::format("{}: not a JSON list", path));
-  std::vector<Pair> out;
-  for (size_t i = 0; i < j.size(); ++i) {
-    const auto& e = j[i];
-    if (!e.is_object() || !e.contains("text_a") || !e.contains("text_b") || !e.contains("label") ||
-        !e["text_a"].is_string() || !e["text_b"].is_string() || !e["label"].is_number_integer()) {
-      return util::InvalidArgumentError(
-          fmt::format("{}: item {} is not {{text_a, text_b, label}}", path, i));
-    }
-    out.push_back({e["text_a"].get<std::string>(), e["text_b"].get<std::string>(),
-                   e["label"].get<int>() == 1 ? 1 : 0});
-  }
-  return out;
-}
-
-// GPTCache mock_data.json: [{"origin", "similar"}], every pair a paraphrase.
-util::StatusOr<std::vector<Pair>> LoadMock(const Env& env, const std::string& path) {
-  STRATA_ASSIGN_OR_RETURN(std::string text, Read(env, path));
-  STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, path));
-  if (!j.is_array()) return util::InvalidArgumentError(fmt::format("{}: not a JSON list", path));
-  std::vector<Pair> out;
-  for (size_t i = 0; i < j.size(); ++i) {
-    const auto& e = j[i];
-    if (!e.is_object() || !e.contains("origin") || !e.contains("similar") ||
-        !e["origin"].is_string() || !e["similar"].is_string()) {
-      return util::InvalidArgumentError(fmt::format("{}: item {} is not {{origin, similar}}", path, i));
-    }
-    out.push_back({e["origin"].get<std::string>(), e["similar"].get<std::string>(), 1});
-  }
-  return out;
-}
-
-struct ArenaPrompt {
-  std::string cluster;  // v0.1 only
-  std::string prompt;
-};
-
-// Arena-Hard question.jsonl: one {"prompt", "cluster"?} per line.
-util::StatusOr<std::vector<ArenaPrompt>> LoadArena(const Env& env, const std::string& path) {
-  STRATA_ASSIGN_OR_RETURN(std::string text, Read(env, path));
-  std::vector<ArenaPrompt> out;
-  std::istringstream in(text);
-  std::string line;
-  size_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.empty()) continue;
-    STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(line, fmt::format("{}:{}", path, line_no)));
-    if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
-      return util::InvalidArgumentError(fmt::format("{}:{}: no \"prompt\" string", path, line_no));
-    }
-    ArenaPrompt p;
-    p.prompt = j["prompt"].get<std::string>();
-    if (j.contains("cluster") && j["cluster"].is_string()) p.cluster = j["cluster"].get<std::string>();
-    out.push_back(std::move(p));
-  }
-  return out;
-}
-
 // Even items to dev, odd to test: deterministic and balanced for shuffled files.
-void SplitHalves(const std::vector<Pair>& all, std::vector<Pair>& dev, std::vector<Pair>& test) {
-  for (size_t i = 0; i < all.size(); ++i) (i % 2 == 0 ? dev : test).push_back(all[i]);
+std::pair<std::vector<Pair>, std::vector<Pair>> SplitHalves(const std::vector<Pair>& all) {
+  std::pair<std::vector<Pair>, std::vector<Pair>> out;
+  for (size_t i = 0; i < all.size(); ++i) (i % 2 == 0 ? out.first : out.second).push_back(all[i]);
+  return out;
 }
 
 void Cap(std::vector<Pair>& v, size_t n) {
@@ -686,17 +562,17 @@ int RunEvalL3(const Env& env, const EvalL3Flags& f) {
 
   // Every file first, so a missing one is reported before any work.
   std::vector<Dataset> datasets(3);
-  auto paws_dev = LoadPaws(env, dir + "paws_wiki_labeled_final_dev.tsv");
+  auto paws_dev = LoadPaws(*env.fs, dir + "paws_wiki_labeled_final_dev.tsv");
   if (!paws_dev.ok()) return ReportError(paws_dev.status());
-  auto paws_test = LoadPaws(env, dir + "paws_wiki_labeled_final_test.tsv");
+  auto paws_test = LoadPaws(*env.fs, dir + "paws_wiki_labeled_final_test.tsv");
   if (!paws_test.ok()) return ReportError(paws_test.status());
-  auto qqp = LoadQqp(env, qqp_path);
+  auto qqp = LoadQqp(*env.fs, qqp_path);
   if (!qqp.ok()) return ReportError(qqp.status());
-  auto mock = LoadMock(env, dir + "gptcache_mock_data.json");
+  auto mock = LoadMock(*env.fs, dir + "gptcache_mock_data.json");
   if (!mock.ok()) return ReportError(mock.status());
-  auto arena1 = LoadArena(env, dir + "arena_hard_v0.1_question.jsonl");
+  auto arena1 = LoadArena(*env.fs, dir + "arena_hard_v0.1_question.jsonl");
   if (!arena1.ok()) return ReportError(arena1.status());
-  auto arena2 = LoadArena(env, dir + "arena_hard_v2.0_question.jsonl");
+  auto arena2 = LoadArena(*env.fs, dir + "arena_hard_v2.0_question.jsonl");
   if (!arena2.ok()) return ReportError(arena2.status());
 
   datasets[0].name = "PAWS-Wiki";
@@ -707,7 +583,7 @@ int RunEvalL3(const Env& env, const EvalL3Flags& f) {
   datasets[1].name = "QQP";
   datasets[1].dev_source = "similiar_qqp_full.json, even items";
   datasets[1].test_source = "similiar_qqp_full.json, odd items";
-  SplitHalves(*qqp, datasets[1].dev, datasets[1].test);
+  std::tie(datasets[1].dev, datasets[1].test) = SplitHalves(*qqp);
   // Mock prompts: its paraphrase pairs are the positives; negatives are each
   // `similar` against the next pair's `origin` (same domain, other question)
   // and the two prompts of each Arena-Hard v0.1 topic cluster.
@@ -724,7 +600,7 @@ int RunEvalL3(const Env& env, const EvalL3Flags& f) {
   datasets[2].name = "GPTCache mock";
   datasets[2].dev_source = "mock_data.json + arena-hard v0.1 clusters, even items";
   datasets[2].test_source = "mock_data.json + arena-hard v0.1 clusters, odd items";
-  SplitHalves(mock_pairs, datasets[2].dev, datasets[2].test);
+  std::tie(datasets[2].dev, datasets[2].test) = SplitHalves(mock_pairs);
   for (Dataset& d : datasets) {
     Cap(d.dev, f.max_pairs);
     Cap(d.test, f.max_pairs);
