@@ -452,7 +452,7 @@ cache::CacheKey Gateway::ResponseKey(const CompletionRequest& r, const std::vect
   constexpr uint64_t kKeyVersion = 1;  // bump when the meaning of any field changes
   cache::CacheKeyBuilder b(r.tenant);
   b.U64(kKeyVersion).U64(model_.fingerprint()).I32s(tokens);
-  b.I32(max_tokens).I32(r.n).I32(r.top_logprobs);
+  b.I32(max_tokens).I32(r.n).I32(r.top_logprobs).Bool(r.ignore_eos);
   // The stop strings: the request's own, then the template's turn ends.
   b.I64(static_cast<int64_t>(stops.size())).I64(static_cast<int64_t>(r.stop.size()));
   for (const std::string& s : stops) b.Str(s);
@@ -623,6 +623,7 @@ util::Status Gateway::Submit(const CompletionRequest& r, const std::vector<int32
     engine::SchedulerRequest sr;
     sr.prompt = tokens;
     sr.max_tokens = max_tokens;
+    sr.stop_at_eog = !r.ignore_eos;
     sr.sink = std::move(sink);
     if (options_.prefix_cache && r.prefix_cache) sr.cache_namespace = CacheNamespace(r.tenant);
     auto id = scheduler_.Submit(std::move(sr));

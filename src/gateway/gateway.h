@@ -86,6 +86,7 @@ struct CompletionRequest {
   int32_t n = 1;
   int32_t top_logprobs = -1;                 // -1: no logprobs; 0..20: chosen token (+ top N)
   bool prefix_cache = true;                  // reuse cached KV blocks of this tenant's prompts
+  bool ignore_eos = false;                   // keep generating past end-of-generation tokens (benchmarks)
   // The client chose sampling.seed: sampling at temperature > 0 is then
   // reproducible, so the response may be cached and shared.
   bool fixed_seed = false;

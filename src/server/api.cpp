@@ -192,6 +192,10 @@ Status ParseSampling(const Fields& f, double temp_max, gateway::CompletionReques
   if (p.mirostat && p.target_entropy >= 0) {
     return InvalidArgumentError("'target_entropy' and 'mirostat' cannot be used together");
   }
+  // llama.cpp's field: generate max_tokens whatever the model emits (for
+  // benchmarks that must compare equal amounts of work).
+  STRATA_ASSIGN_OR_RETURN(auto ignore_eos, f.Bool("ignore_eos"));
+  if (ignore_eos) r.ignore_eos = *ignore_eos;
   r.fixed_seed = seed.has_value();  // sampled output is reproducible, so cacheable
   return util::OkStatus();
 }

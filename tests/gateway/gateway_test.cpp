@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "engine/engine.h"
 #include "testing/fake_clock.h"
 #include "testing/tiny_model.h"
@@ -133,6 +135,60 @@ TEST_F(GatewayTest, ChatRequestsUseTheTemplateAndCountPromptTokens) {
   ASSERT_TRUE(g.ok());
   EXPECT_EQ((*g)->prompt_tokens(), static_cast<int32_t>(tokens->size()));
   Collect(**g);
+}
+
+// ignore_eos: an end-of-generation token no longer ends the choice; the
+// text up to it is the same (same seed, same draws), and generation goes on
+// to max_tokens.
+TEST_F(GatewayTest, IgnoreEosGeneratesPastTheEndOfGeneration) {
+  const int kMax = 48;
+  std::optional<uint64_t> ended_seed;
+  std::string ended_text;
+  for (uint64_t seed = 1; seed <= 200 && !ended_seed; ++seed) {
+    CompletionRequest r = Prompt("Once upon", kMax);
+    // Near uniform over the whole vocabulary: the end token comes up by chance.
+    r.sampling.temperature = 50.0f;
+    r.sampling.top_k = 0;
+    r.sampling.top_p = 1.0f;
+    r.sampling.min_p = 0.0f;
+    r.sampling.seed = seed;
+    r.response_cache = false;
+    auto g = gw_->Start(r);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    Result res = Collect(**g);
+    if (res.finish[0] == FinishReason::kEndOfTurn) {
+      ended_seed = seed;
+      ended_text = res.text[0];
+    }
+  }
+  ASSERT_TRUE(ended_seed.has_value()) << "no seed in 1..200 reached an end-of-generation token";
+  CompletionRequest r = Prompt("Once upon", kMax);
+  r.sampling.temperature = 50.0f;
+  r.sampling.top_k = 0;
+  r.sampling.top_p = 1.0f;
+  r.sampling.min_p = 0.0f;
+  r.sampling.seed = *ended_seed;
+  r.response_cache = false;
+  r.ignore_eos = true;
+  auto g = gw_->Start(r);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  int32_t completion_tokens = 0;
+  FinishReason finish = FinishReason::kCancelled;
+  std::string text;
+  const auto far = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (true) {
+    auto e = (*g)->Next(far);
+    if (!e.ok()) break;
+    if (e->kind == Event::Kind::kDelta) {
+      text += e->text;
+    } else {
+      finish = e->finish;
+      completion_tokens = e->usage.completion_tokens;
+    }
+  }
+  EXPECT_EQ(finish, FinishReason::kLength);
+  EXPECT_EQ(completion_tokens, kMax);
+  EXPECT_EQ(text.substr(0, ended_text.size()), ended_text);
 }
 
 TEST_F(GatewayTest, InvalidRequestsNameTheProblem) {

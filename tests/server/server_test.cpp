@@ -334,7 +334,8 @@ TEST_F(ServerTest, StrataSamplingFieldsAreAcceptedAndValidated) {
                     extra + "}");
   };
   for (const std::string ok : {R"(,"target_entropy":1.5)", R"(,"target_entropy":0.5,"entropy_tail_nats":2)",
-                               R"(,"typical_p":0.9)", R"(,"mirostat":2,"mirostat_tau":3,"mirostat_eta":0.2)"}) {
+                               R"(,"typical_p":0.9)", R"(,"mirostat":2,"mirostat_tau":3,"mirostat_eta":0.2)",
+                               R"(,"ignore_eos":true)"}) {
     auto r = post(ok);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << ok << " -> " << r->body;
@@ -352,6 +353,7 @@ TEST_F(ServerTest, StrataSamplingFieldsAreAcceptedAndValidated) {
       {R"(,"mirostat":1)", "'mirostat'"},
       {R"(,"mirostat":2,"target_entropy":1)", "cannot be used together"},
       {R"(,"mirostat_eta":5)", "'mirostat_eta'"},
+      {R"(,"ignore_eos":1)", "'ignore_eos'"},
   };
   for (const auto& [extra, needle] : bad) {
     auto r = post(extra);
