@@ -5,8 +5,10 @@
 # Node's test runner. Run by ctest from the repository root:
 #   tests/integration/clients_test.sh path/to/strata
 #
-# Needs node >= 20.10 and npm, and the npm registry (`npm ci`); without them it
-# fails with a message saying so, it never passes silently.
+# Needs npm and the npm registry (`npm ci`), and node >= 20.10 (where the
+# machine's node is older, as Debian 12's 18 is, a node 22 binary is taken
+# from the npm registry); without them it fails with a message saying so, it
+# never passes silently.
 #
 # The model: ../shared/models/stories260K.gguf when present (it writes plain
 # English, so stop strings taken from the middle of a reply cut real text at a
@@ -35,11 +37,30 @@ cleanup() {
 trap cleanup EXIT
 
 # --- Node and the SDKs --------------------------------------------------------
-command -v node >/dev/null 2>&1 || die "node is not installed: these tests need Node.js >= 20 and npm"
-command -v npm >/dev/null 2>&1 || die "npm is not installed: these tests need Node.js >= 20 and npm"
-# 20.10 brought --test-concurrency.
-node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 10) ? 0 : 1)' ||
-  die "node $(node --version) is too old: these tests need Node.js >= 20.10"
+command -v npm >/dev/null 2>&1 || die "npm is not installed: these tests need Node.js >= 20.10 and npm"
+# 20.10 brought --test-concurrency; the SDKs need 20 too.
+node_recent() {
+  node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 10) ? 0 : 1)' 2>/dev/null
+}
+# Debian 12 ships node 18: then take a node 22 binary from the npm registry
+# (package node-linux-<arch>), kept in the user's cache for later runs.
+# STRATA_CLIENTS_FETCH_NODE=1 does so even when the machine's node is recent.
+if ! command -v node >/dev/null 2>&1 || ! node_recent || [ -n "${STRATA_CLIENTS_FETCH_NODE:-}" ]; then
+  case "$(uname -m)" in
+    x86_64) arch=x64 ;;
+    aarch64) arch=arm64 ;;
+    *) die "node $(node --version 2>/dev/null || echo '(none)') is too old and no node package exists for $(uname -m)" ;;
+  esac
+  nodedir="${XDG_CACHE_HOME:-$HOME/.cache}/strata/node22-$arch"
+  if [ ! -x "$nodedir/node_modules/node-linux-$arch/bin/node" ]; then
+    echo "node $(node --version 2>/dev/null || echo '(none)') (need >= 20.10, or STRATA_CLIENTS_FETCH_NODE is set): installing node-linux-$arch@22 from the npm registry into $nodedir"
+    mkdir -p "$nodedir" &&
+      npm install --prefix "$nodedir" --no-save --no-audit --no-fund --loglevel=error "node-linux-$arch@22" >"$tmp/node.log" 2>&1 ||
+      { cat "$tmp/node.log" >&2; die "could not install node-linux-$arch@22 from the npm registry"; }
+  fi
+  export PATH="$nodedir/node_modules/node-linux-$arch/bin:$PATH"
+  node_recent || die "node $(node --version) is too old: these tests need Node.js >= 20.10"
+fi
 echo "node $(node --version), npm $(npm --version)"
 
 # npm ci empties node_modules first, so two runs from one source tree (say a
