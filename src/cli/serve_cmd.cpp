@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -138,6 +139,8 @@ int RunServe(const Env& env, const ServeFlags& f) {
   go.l1.ttl_jitter = f.l1_ttl_jitter;
   go.l1_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
   go.coalesce = f.coalesce;
+  // Unseeded requests sample differently each time, as the APIs define.
+  go.unseeded_seed_base = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   auto gw = gateway::Gateway::Create(m, **sched, metrics, go, clock, *log);
   if (!gw.ok()) return ReportError(gw.status());
   if (f.l1_bytes > 0) {

@@ -615,9 +615,16 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
 util::Status Gateway::Submit(const CompletionRequest& r, const std::vector<int32_t>& tokens,
                              int32_t max_tokens, const std::vector<std::string>& stops,
                              const std::shared_ptr<Flight>& flight) {
+  // A request without a seed gets a fresh one (when the server gives a seed
+  // stream): the same prompt must not sample the same text every time.
+  uint64_t base = r.sampling.seed;
+  if (!r.fixed_seed && options_.unseeded_seed_base) {
+    uint64_t x = *options_.unseeded_seed_base + unseeded_count_.fetch_add(1, std::memory_order_relaxed);
+    base = util::Rng::SplitMix64(x);
+  }
   for (int32_t i = 0; i < r.n; ++i) {
     sampling::SamplingParams p = r.sampling;
-    p.seed = r.sampling.seed + static_cast<uint64_t>(i);  // distinct choices, reproducible
+    p.seed = base + static_cast<uint64_t>(i);  // distinct choices, reproducible
     auto sink = std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), stops, r.stop.size(),
                                              r.top_logprobs, flight, clock_, metrics_);
     engine::SchedulerRequest sr;

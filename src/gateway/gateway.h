@@ -38,6 +38,7 @@
 //   }
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -70,6 +71,10 @@ struct GatewayOptions {
   // serve` turns it on (--l1-bytes).
   cache::ResponseCacheOptions l1{.max_bytes = 0};
   uint64_t l1_seed = 0;               // seeds the L1's TTL jitter and early-refresh draws
+  // Requests without a seed: nullopt = seed 0 (reproducible, for tests);
+  // a value = each such choice draws its own seed from a stream started at
+  // this value, so unseeded sampling differs from request to request.
+  std::optional<uint64_t> unseeded_seed_base;
   // Single flight: identical concurrent deterministic requests share one
   // generation (independent of l1; `strata serve` turns it on).
   bool coalesce = false;
@@ -216,6 +221,7 @@ class Gateway {
   const int32_t n_ctx_;
   model::ChatStyle style_;
   std::shared_ptr<GatewayMetrics> metrics_;  // shared with running sinks
+  std::atomic<uint64_t> unseeded_count_{0};  // requests given a seed from unseeded_seed_base
   std::shared_ptr<ResponseTier> tier_;       // L1 and single flight; shared with running flights
 };
 

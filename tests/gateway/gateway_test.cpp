@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <set>
 
 #include "engine/engine.h"
 #include "testing/fake_clock.h"
@@ -189,6 +190,35 @@ TEST_F(GatewayTest, IgnoreEosGeneratesPastTheEndOfGeneration) {
   EXPECT_EQ(finish, FinishReason::kLength);
   EXPECT_EQ(completion_tokens, kMax);
   EXPECT_EQ(text.substr(0, ended_text.size()), ended_text);
+}
+
+// With a seed stream (as strata serve sets), unseeded sampling differs from
+// request to request; a seeded request stays reproducible.
+TEST_F(GatewayTest, UnseededRequestsDrawFreshSeedsFromTheServersStream) {
+  GatewayOptions go;
+  go.model_name = "tiny";
+  go.max_tokens_cap = 64;
+  go.unseeded_seed_base = 12345;
+  obs::MetricsRegistry metrics;  // a second gateway registers its own metrics
+  auto gw = std::move(Gateway::Create(*tiny_.model, *sched_, metrics, go, clock_, *log_)).value();
+  auto run = [&](std::optional<uint64_t> seed) {
+    CompletionRequest r = Prompt("Once upon", 16);
+    r.sampling.temperature = 1.5f;
+    r.sampling.top_k = 0;
+    r.sampling.top_p = 1.0f;
+    r.sampling.min_p = 0.0f;
+    if (seed) {
+      r.sampling.seed = *seed;
+      r.fixed_seed = true;
+    }
+    auto g = gw->Start(r);
+    EXPECT_TRUE(g.ok()) << g.status().ToString();
+    return g.ok() ? Collect(**g).text[0] : std::string();
+  };
+  std::set<std::string> unseeded;
+  for (int i = 0; i < 6; ++i) unseeded.insert(run(std::nullopt));
+  EXPECT_GE(unseeded.size(), 5u) << "unseeded requests kept sampling the same text";
+  EXPECT_EQ(run(7), run(7));
 }
 
 TEST_F(GatewayTest, InvalidRequestsNameTheProblem) {
