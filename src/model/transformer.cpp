@@ -422,8 +422,12 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
   grow(k_, T * KVD);
   grow(v_, T * KVD);
   grow(att_, T * QD);
-  grow(gate_, T * F);
-  grow(up_, T * F);
+  // The feed-forward block runs over chunks of kFfnChunk tokens, so its
+  // widest buffers (gate and up, n_ff floats per token) stay small however
+  // long the batch; each chunk's product still uses whole token tiles.
+  constexpr int64_t kFfnChunk = 64;
+  grow(gate_, std::min(T, kFfnChunk) * F);
+  grow(up_, std::min(T, kFfnChunk) * F);
   grow(rope_cos_, T * half_rot);
   grow(rope_sin_, T * half_rot);
   grow(scores_, static_cast<int64_t>(pool_.size()) * (max_pos + 1));
@@ -535,18 +539,24 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
         RmsNormRow(x_.data() + t * D, L.ffn_norm.data(), D, c.rms_eps, xn_.data() + t * D);
       }
     });
-    act = PrepareAct(L.w_gate, xn_.data(), T, D);
-    MatMul(L.w_gate, act, T, gate_.data(), F);
-    if (ActFormatFor(L.w_up.type) != ActFormatFor(L.w_gate.type)) act = PrepareAct(L.w_up, xn_.data(), T, D);
-    MatMul(L.w_up, act, T, up_.data(), F);
-    pool_.ParallelFor(T * F, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float g = gate_[static_cast<size_t>(i)];
-        gate_[static_cast<size_t>(i)] = g / (1.0f + std::exp(-g)) * up_[static_cast<size_t>(i)];
-      }
-    });
-    act = PrepareAct(L.w_down, gate_.data(), T, F);
-    MatMul(L.w_down, act, T, xn_.data(), D);
+    // Per chunk: its rows of xn_ are read by gate/up, then overwritten with
+    // the chunk's down projection (no other chunk reads them).
+    for (int64_t t0 = 0; t0 < T; t0 += kFfnChunk) {
+      const int64_t n = std::min(kFfnChunk, T - t0);
+      float* xc = xn_.data() + t0 * D;
+      act = PrepareAct(L.w_gate, xc, n, D);
+      MatMul(L.w_gate, act, n, gate_.data(), F);
+      if (ActFormatFor(L.w_up.type) != ActFormatFor(L.w_gate.type)) act = PrepareAct(L.w_up, xc, n, D);
+      MatMul(L.w_up, act, n, up_.data(), F);
+      pool_.ParallelFor(n * F, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const float g = gate_[static_cast<size_t>(i)];
+          gate_[static_cast<size_t>(i)] = g / (1.0f + std::exp(-g)) * up_[static_cast<size_t>(i)];
+        }
+      });
+      act = PrepareAct(L.w_down, gate_.data(), n, F);
+      MatMul(L.w_down, act, n, xc, D);
+    }
     pool_.ParallelFor(T * D, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) x_[static_cast<size_t>(i)] += xn_[static_cast<size_t>(i)];
     });
