@@ -4,13 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
 #include "engine/engine.h"
 #include "gateway/gateway.h"
 #include "testing/fake_clock.h"
+#include "testing/scheduler_gate.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
 
@@ -19,36 +18,7 @@ namespace {
 
 using std::chrono::seconds;
 
-// A scheduler request that holds the scheduler thread inside OnToken until
-// opened: while it waits no other request advances, so tests can line up
-// concurrent requests deterministically.
-class Gate final : public engine::RequestSink {
- public:
-  util::StatusOr<int32_t> Choose(std::span<const float>) override { return 5; }
-  bool OnToken(int32_t) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    holding_ = true;
-    cv_.notify_all();
-    cv_.wait(lock, [this] { return open_; });
-    return true;
-  }
-  void OnFinish(engine::FinishReason, const util::Status&, const engine::Usage&) override {}
-  void WaitHolding() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return holding_; });
-  }
-  void Open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool holding_ = false;  // guarded by mu_
-  bool open_ = false;     // guarded by mu_
-};
+using Gate = testing::SchedulerGate;
 
 // Everything a client could observe of a generation.
 struct Observed {

@@ -4,8 +4,6 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
-#include <condition_variable>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -13,6 +11,7 @@
 #include "engine/scheduler.h"
 #include "gateway/gateway.h"
 #include "server/server.h"
+#include "testing/scheduler_gate.h"
 #include "testing/tiny_model.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -22,35 +21,7 @@ namespace {
 
 using nlohmann::json;
 
-// Holds the scheduler thread in OnToken until opened (see
-// tests/gateway/response_cache_test.cpp).
-class Gate final : public engine::RequestSink {
- public:
-  util::StatusOr<int32_t> Choose(std::span<const float>) override { return 5; }
-  bool OnToken(int32_t) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    holding_ = true;
-    cv_.notify_all();
-    cv_.wait(lock, [this] { return open_; });
-    return true;
-  }
-  void OnFinish(engine::FinishReason, const util::Status&, const engine::Usage&) override {}
-  void WaitHolding() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return holding_; });
-  }
-  void Open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool holding_ = false;  // guarded by mu_
-  bool open_ = false;     // guarded by mu_
-};
+using Gate = testing::SchedulerGate;
 
 class CacheHeaderTest : public ::testing::Test {
  protected:
