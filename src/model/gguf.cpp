@@ -120,14 +120,18 @@ std::optional<std::string_view> GgufValue::AsString() const {
 }
 
 std::optional<int64_t> GgufValue::IntAt(uint64_t i) const {
-  if (!is_array() || i >= count_ || raw_ == nullptr) return std::nullopt;
+  if (!is_array() || i >= count_ || raw_ == nullptr || element_type_ == GgufValueType::kString) {
+    return std::nullopt;
+  }
   const size_t sz = ScalarSize(element_type_);
   if (element_type_ == GgufValueType::kBool) return raw_[i] != 0 ? 1 : 0;
   return ScalarInt(element_type_, raw_ + i * sz);
 }
 
 std::optional<double> GgufValue::FloatAt(uint64_t i) const {
-  if (!is_array() || i >= count_ || raw_ == nullptr) return std::nullopt;
+  if (!is_array() || i >= count_ || raw_ == nullptr || element_type_ == GgufValueType::kString) {
+    return std::nullopt;
+  }
   const size_t sz = ScalarSize(element_type_);
   const uint8_t* p = raw_ + i * sz;
   if (element_type_ == GgufValueType::kFloat32) return Load<float>(p);
@@ -138,8 +142,17 @@ std::optional<double> GgufValue::FloatAt(uint64_t i) const {
   return static_cast<double>(*v);
 }
 
+std::string_view GgufStrings::operator[](size_t i) const {
+  // The parser checked every length prefix and that each string fits.
+  const uint8_t* p = base_ + offsets_[i];
+  uint64_t len = 0;
+  std::memcpy(&len, p, sizeof len);
+  return {reinterpret_cast<const char*>(p + sizeof len), static_cast<size_t>(len)};
+}
+
 std::span<const uint8_t> GgufValue::raw_bytes() const {
   if (type_ == GgufValueType::kString) return {};
+  if (element_type_ == GgufValueType::kString) return {};
   if (type_ != GgufValueType::kArray) return {scalar_, ScalarSize(type_)};
   if (raw_ == nullptr) return {};
   return {raw_, static_cast<size_t>(count_) * ScalarSize(element_type_)};
@@ -166,7 +179,7 @@ std::string GgufValue::DebugString(size_t max_items) const {
       for (uint64_t i = 0; i < n; ++i) {
         if (i) out += ", ";
         if (element_type_ == GgufValueType::kString) {
-          out += fmt::format("\"{}\"", strings_[i].substr(0, 24));
+          out += fmt::format("\"{}\"", strings()[i].substr(0, 24));
         } else if (element_type_ == GgufValueType::kArray) {
           out += arrays_[i].DebugString(2);
         } else if (element_type_ == GgufValueType::kFloat32 ||
@@ -290,10 +303,15 @@ StatusOr<GgufValue> GgufParser::ReadValue(GgufValueType type, std::string_view w
                                      what, v.count_, GgufValueTypeName(v.element_type_), left()));
   }
   if (v.element_type_ == GgufValueType::kString) {
-    v.strings_.reserve(v.count_);
+    v.raw_ = bytes_.data() + pos_;
+    const uint64_t first = pos_;
+    v.string_offsets_.reserve(v.count_);
     for (uint64_t i = 0; i < v.count_; ++i) {
-      STRATA_ASSIGN_OR_RETURN(std::string_view s, ReadString(what));
-      v.strings_.push_back(s);
+      if (pos_ - first > UINT32_MAX) {
+        return Err(pos_, fmt::format("{}: array of strings larger than 4 GiB", what));
+      }
+      v.string_offsets_.push_back(static_cast<uint32_t>(pos_ - first));
+      STRATA_RETURN_IF_ERROR(ReadString(what).status());
     }
   } else if (v.element_type_ == GgufValueType::kArray) {
     v.arrays_.reserve(v.count_);

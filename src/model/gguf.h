@@ -49,6 +49,48 @@ enum class GgufValueType : uint32_t {
 
 std::string_view GgufValueTypeName(GgufValueType t);
 
+// The elements of a GGUF array of strings, read in place: element i is found
+// through a 4-byte offset to its length prefix in the file, so a 150k-entry
+// vocabulary costs 0.6 MB of index instead of 2.4 MB of string_views.
+class GgufStrings {
+ public:
+  GgufStrings() = default;
+  GgufStrings(const uint8_t* base, std::span<const uint32_t> offsets)
+      : base_(base), offsets_(offsets) {}
+  size_t size() const { return offsets_.size(); }
+  bool empty() const { return offsets_.empty(); }
+  std::string_view operator[](size_t i) const;
+
+  class Iterator {
+   public:
+    using value_type = std::string_view;
+    using difference_type = std::ptrdiff_t;
+    Iterator() = default;
+    Iterator(const GgufStrings* owner, size_t i) : owner_(owner), i_(i) {}
+    std::string_view operator*() const { return (*owner_)[i_]; }
+    Iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    Iterator operator++(int) {
+      Iterator old = *this;
+      ++i_;
+      return old;
+    }
+    bool operator==(const Iterator& o) const { return i_ == o.i_; }
+
+   private:
+    const GgufStrings* owner_ = nullptr;
+    size_t i_ = 0;
+  };
+  Iterator begin() const { return Iterator(this, 0); }
+  Iterator end() const { return Iterator(this, size()); }
+
+ private:
+  const uint8_t* base_ = nullptr;
+  std::span<const uint32_t> offsets_;
+};
+
 // One metadata value. Scalars are held by value; strings and arrays of
 // numbers point into the file's bytes.
 class GgufValue {
@@ -71,7 +113,7 @@ class GgufValue {
   std::optional<int64_t> IntAt(uint64_t i) const;
   std::optional<double> FloatAt(uint64_t i) const;
   // Elements of an array of strings (empty for other arrays).
-  std::span<const std::string_view> strings() const { return strings_; }
+  GgufStrings strings() const { return GgufStrings(raw_, string_offsets_); }
   // Elements of an array of arrays (empty for other arrays).
   std::span<const GgufValue> arrays() const { return arrays_; }
 
@@ -93,8 +135,10 @@ class GgufValue {
   // Arrays.
   GgufValueType element_type_ = GgufValueType::kUint8;
   uint64_t count_ = 0;
-  const uint8_t* raw_ = nullptr;  // numeric/bool elements, packed little-endian
-  std::vector<std::string_view> strings_;
+  // Numeric/bool elements, packed little-endian; for an array of strings, the
+  // first element's length prefix, which string_offsets_ count from.
+  const uint8_t* raw_ = nullptr;
+  std::vector<uint32_t> string_offsets_;
   std::vector<GgufValue> arrays_;
 };
 

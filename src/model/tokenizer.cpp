@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "model/internal/bpe.h"
+#include "model/internal/string_table.h"
 #include "util/utf8.h"
 
 namespace strata::model {
@@ -94,8 +95,16 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& gguf) {
     return InvalidArgumentError("tokenizer.ggml.tokens has more than 2^31 entries");
   }
   const size_t n = tokens->size();
-  t->tokens_.resize(n);
-  for (size_t i = 0; i < n; ++i) t->tokens_[i].text = std::string(tokens->strings()[i]);
+  t->n_vocab_ = static_cast<int32_t>(n);
+  t->texts_ = std::make_unique<internal::StringTable>();
+  for (std::string_view text : tokens->strings()) {
+    if (!t->texts_->Append(text)) {
+      return InvalidArgumentError("tokenizer.ggml.tokens holds more than 4 GiB of text");
+    }
+  }
+  t->texts_->BuildIndex();  // the first of duplicate texts wins, as in the reference
+  t->types_.assign(n, static_cast<uint8_t>(TokenType::kNormal));
+  t->strip_.assign(n, 0);
 
   if (const GgufValue* scores = gguf.Find("tokenizer.ggml.scores")) {
     if (!scores->is_array() || scores->size() != n ||
@@ -104,7 +113,8 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& gguf) {
       return InvalidArgumentError(fmt::format(
           "tokenizer.ggml.scores must be an array of {} floats, got {}", n, scores->DebugString(2)));
     }
-    for (size_t i = 0; i < n; ++i) t->tokens_[i].score = static_cast<float>(*scores->FloatAt(i));
+    t->scores_.resize(n);
+    for (size_t i = 0; i < n; ++i) t->scores_[i] = static_cast<float>(*scores->FloatAt(i));
   }
   if (const GgufValue* types = gguf.Find("tokenizer.ggml.token_type")) {
     if (!types->is_array() || types->size() != n) {
@@ -117,7 +127,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& gguf) {
       if (!v || *v < 0 || *v > 6) {
         return InvalidArgumentError(fmt::format("tokenizer.ggml.token_type[{}] is invalid", i));
       }
-      t->tokens_[i].type = static_cast<TokenType>(*v);
+      t->types_[i] = static_cast<uint8_t>(*v);
     }
   }
 
@@ -151,11 +161,6 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& gguf) {
     return InvalidArgumentError("tokenizer asks for a BOS token but has no bos_token_id");
   }
 
-  t->index_.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    // The first of duplicate texts wins, as in the reference tokenizer.
-    t->index_.emplace(std::string_view(t->tokens_[i].text), static_cast<int32_t>(i));
-  }
   if (bpe) {
     const GgufValue* merges = gguf.Find("tokenizer.ggml.merges");
     if (merges == nullptr) {
@@ -167,22 +172,19 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& gguf) {
       return InvalidArgumentError(fmt::format(
           "tokenizer.ggml.merges must be an array of strings, got {}", merges->DebugString(2)));
     }
-    STRATA_ASSIGN_OR_RETURN(t->bpe_, internal::BpeModel::Build(t->index_, static_cast<int32_t>(n),
+    STRATA_ASSIGN_OR_RETURN(t->bpe_, internal::BpeModel::Build(*t->texts_, static_cast<int32_t>(n),
                                                                merges->strings(), pre, t->unk_));
   }
   t->byte_tokens_.assign(256, -1);
-  for (size_t i = 0; i < n; ++i) {
-    if (t->tokens_[i].type != TokenType::kByte) continue;
-    if (auto b = ParseByteToken(t->tokens_[i].text)) t->byte_tokens_[*b] = static_cast<int32_t>(i);
+  for (int32_t i = 0; i < t->n_vocab_; ++i) {
+    if (t->Type(i) != TokenType::kByte) continue;
+    if (auto b = ParseByteToken(t->TokenText(i))) t->byte_tokens_[*b] = i;
   }
-  for (size_t i = 0; i < n; ++i) {
-    if (IsSpecialType(t->tokens_[i].type) && !t->tokens_[i].text.empty()) {
-      t->special_.push_back(static_cast<int32_t>(i));
-    }
+  for (int32_t i = 0; i < t->n_vocab_; ++i) {
+    if (IsSpecialType(t->Type(i)) && !t->TokenText(i).empty()) t->special_.push_back(i);
   }
   std::stable_sort(t->special_.begin(), t->special_.end(), [&](int32_t a, int32_t b) {
-    return t->tokens_[static_cast<size_t>(a)].text.size() >
-           t->tokens_[static_cast<size_t>(b)].text.size();
+    return t->TokenText(a).size() > t->TokenText(b).size();
   });
 
   // Phi-3 vocabularies strip whitespace after their special tokens (their
@@ -191,31 +193,32 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& gguf) {
   std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
-    for (int32_t id : t->special_) t->tokens_[static_cast<size_t>(id)].rstrip = true;
+    for (int32_t id : t->special_) t->strip_[static_cast<size_t>(id)] |= kRstrip;
     for (std::string_view s : {"<unk>", "<s>", "<|endoftext|>"}) {
-      if (auto id = t->Find(s)) t->tokens_[static_cast<size_t>(*id)].rstrip = false;
+      if (auto id = t->Find(s)) t->strip_[static_cast<size_t>(*id)] &= ~kRstrip;
     }
-    if (auto id = t->Find("</s>")) t->tokens_[static_cast<size_t>(*id)].rstrip = true;
+    if (auto id = t->Find("</s>")) t->strip_[static_cast<size_t>(*id)] |= kRstrip;
   }
 
-  t->pieces_.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    const Token& tok = t->tokens_[i];
-    switch (tok.type) {
+  t->pieces_ = std::make_unique<internal::StringTable>();
+  for (int32_t i = 0; i < t->n_vocab_; ++i) {
+    const std::string_view text = t->TokenText(i);
+    std::string piece;
+    switch (t->Type(i)) {
       case TokenType::kNormal:
-        t->pieces_[i] =
-            bpe ? internal::DecodeByteLevel(tok.text) : ReplaceAll(tok.text, kSpaceMarker, " ");
+        piece = bpe ? internal::DecodeByteLevel(text) : ReplaceAll(text, kSpaceMarker, " ");
         break;
       case TokenType::kUserDefined:
-        t->pieces_[i] = tok.text;
+        piece = text;
         break;
       case TokenType::kByte:
-        if (auto b = ParseByteToken(tok.text)) {
-          t->pieces_[i] = std::string(1, static_cast<char>(*b));
-        }
+        if (auto b = ParseByteToken(text)) piece = std::string(1, static_cast<char>(*b));
         break;
       default:
         break;  // control, unknown, unused: no text unless rendered explicitly
+    }
+    if (!t->pieces_->Append(piece)) {
+      return InvalidArgumentError("tokenizer.ggml.tokens decode to more than 4 GiB of text");
     }
   }
 
@@ -224,7 +227,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& gguf) {
     if (id >= 0) t->eog_[static_cast<size_t>(id)] = true;
   }
   for (std::string_view s : kEogTexts) {
-    if (auto id = t->Find(s); id && t->tokens_[static_cast<size_t>(*id)].type == TokenType::kControl) {
+    if (auto id = t->Find(s); id && t->Type(*id) == TokenType::kControl) {
       t->eog_[static_cast<size_t>(*id)] = true;
     }
   }
@@ -236,10 +239,12 @@ bool Tokenizer::IsEog(int32_t id) const {
 }
 
 std::optional<int32_t> Tokenizer::Find(std::string_view text) const {
-  auto it = index_.find(text);
-  if (it == index_.end()) return std::nullopt;
-  return it->second;
+  const int32_t id = texts_->Find(text);
+  if (id < 0) return std::nullopt;
+  return id;
 }
+
+std::string_view Tokenizer::TokenText(int32_t id) const { return (*texts_)[id]; }
 
 int32_t Tokenizer::ByteToken(uint8_t byte) const {
   const int32_t id = byte_tokens_[byte];
@@ -248,11 +253,11 @@ int32_t Tokenizer::ByteToken(uint8_t byte) const {
 
 std::string_view Tokenizer::Piece(int32_t id, bool render_special) const {
   if (!IsValid(id)) return {};
-  const Token& tok = tokens_[static_cast<size_t>(id)];
-  if (render_special && (tok.type == TokenType::kControl || tok.type == TokenType::kUnknown)) {
-    return tok.text;
+  const TokenType type = Type(id);
+  if (render_special && (type == TokenType::kControl || type == TokenType::kUnknown)) {
+    return TokenText(id);
   }
-  return pieces_[static_cast<size_t>(id)];
+  return (*pieces_)[id];
 }
 
 // Splits text around special tokens, longest first. Control and unknown tokens
@@ -262,8 +267,10 @@ std::vector<Tokenizer::Fragment> Tokenizer::SplitSpecial(std::string_view text,
   std::vector<Fragment> frags;
   if (!text.empty()) frags.push_back(Fragment{-1, text});
   for (int32_t id : special_) {
-    const Token& sp = tokens_[static_cast<size_t>(id)];
-    if (!parse_special && (sp.type == TokenType::kControl || sp.type == TokenType::kUnknown)) {
+    const std::string_view sp_text = TokenText(id);
+    const TokenType sp_type = Type(id);
+    const uint8_t sp_strip = strip_[static_cast<size_t>(id)];
+    if (!parse_special && (sp_type == TokenType::kControl || sp_type == TokenType::kUnknown)) {
       continue;
     }
     std::vector<Fragment> next;
@@ -275,21 +282,21 @@ std::vector<Tokenizer::Fragment> Tokenizer::SplitSpecial(std::string_view text,
       }
       std::string_view rest = f.text;
       while (true) {
-        const size_t at = rest.find(sp.text);
+        const size_t at = rest.find(sp_text);
         if (at == std::string_view::npos) {
           if (!rest.empty()) next.push_back(Fragment{-1, rest});
           break;
         }
         std::string_view left = rest.substr(0, at);
-        if (sp.lstrip) {
+        if (sp_strip & kLstrip) {
           while (!left.empty() && std::isspace(static_cast<unsigned char>(left.back()))) {
             left.remove_suffix(1);
           }
         }
         if (!left.empty()) next.push_back(Fragment{-1, left});
         next.push_back(Fragment{id, {}});
-        rest = rest.substr(at + sp.text.size());
-        if (sp.rstrip) {
+        rest = rest.substr(at + sp_text.size());
+        if (sp_strip & kRstrip) {
           while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.front()))) {
             rest.remove_prefix(1);
           }
@@ -335,7 +342,7 @@ std::vector<int32_t> Tokenizer::EncodeSegments(std::span<const TextSegment> segm
       continue;
     }
     if (kind_ == TokenizerKind::kBpe) {
-      bpe_->Encode(f.text, index_, out);
+      bpe_->Encode(f.text, *texts_, out);
       continue;
     }
     std::string raw;
@@ -391,7 +398,8 @@ void Tokenizer::EncodeSpm(std::string_view text, std::vector<int32_t>& out) cons
                                                syms[static_cast<size_t>(right)].len);
     auto id = Find(s);
     if (!id) return;
-    queue.push(Pair{left, right, tokens_[static_cast<size_t>(*id)].score, s.size()});
+    const float score = scores_.empty() ? 0.0f : scores_[static_cast<size_t>(*id)];
+    queue.push(Pair{left, right, score, s.size()});
     merged_from[s] = {left, right};
   };
   for (size_t i = 1; i < syms.size(); ++i) try_pair(static_cast<int>(i) - 1, static_cast<int>(i));

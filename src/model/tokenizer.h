@@ -32,7 +32,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "model/gguf.h"
@@ -58,7 +57,8 @@ enum class TokenizerKind {
 
 namespace internal {
 class BpeModel;
-}
+class StringTable;
+}  // namespace internal
 
 struct EncodeOptions {
   bool add_special = true;     // BOS/EOS as the vocabulary asks (tokenizer.ggml.add_*_token)
@@ -90,7 +90,7 @@ class Tokenizer {
   Tokenizer& operator=(const Tokenizer&) = delete;
 
   TokenizerKind kind() const { return kind_; }
-  int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
+  int32_t n_vocab() const { return n_vocab_; }
   int32_t bos() const { return bos_; }  // -1 when the vocabulary has none
   int32_t eos() const { return eos_; }
   bool add_bos() const { return add_bos_; }
@@ -108,18 +108,14 @@ class Tokenizer {
   // The bytes one token contributes to the text (may be part of a UTF-8 character).
   std::string_view Piece(int32_t id, bool render_special = false) const;
 
-  std::string_view TokenText(int32_t id) const { return tokens_[static_cast<size_t>(id)].text; }
-  TokenType Type(int32_t id) const { return tokens_[static_cast<size_t>(id)].type; }
+  std::string_view TokenText(int32_t id) const;
+  TokenType Type(int32_t id) const { return static_cast<TokenType>(types_[static_cast<size_t>(id)]); }
   std::optional<int32_t> Find(std::string_view text) const;
 
  private:
-  struct Token {
-    std::string text;
-    float score = 0.0f;
-    TokenType type = TokenType::kNormal;
-    bool rstrip = false;  // swallow whitespace after this special token when splitting
-    bool lstrip = false;  // swallow whitespace before it
-  };
+  // Bits of strip_: whether a special token swallows the whitespace after
+  // (rstrip) or before (lstrip) it when text is split around it.
+  static constexpr uint8_t kRstrip = 1, kLstrip = 2;
   struct Fragment {
     int32_t token = -1;          // >= 0: an already-resolved special token
     std::string_view text;       // raw text otherwise
@@ -132,12 +128,17 @@ class Tokenizer {
   void EncodeSpm(std::string_view text, std::vector<int32_t>& out) const;
   int32_t ByteToken(uint8_t byte) const;
 
+  // Per-token data is kept as flat arrays (large vocabularies have 150k+
+  // tokens: a std::string per token and a node-based map cost ~20 MB).
   TokenizerKind kind_ = TokenizerKind::kSpm;
-  std::vector<Token> tokens_;
-  std::unordered_map<std::string_view, int32_t> index_;  // views into tokens_[i].text
+  int32_t n_vocab_ = 0;
+  std::unique_ptr<internal::StringTable> texts_;   // token texts; Find looks them up
+  std::unique_ptr<internal::StringTable> pieces_;  // decoded bytes of every token
+  std::vector<float> scores_;                      // empty when the vocabulary has none
+  std::vector<uint8_t> types_;                     // TokenType
+  std::vector<uint8_t> strip_;                     // kRstrip | kLstrip
   std::vector<int32_t> special_;    // ids split out of text, longest text first
   std::vector<int32_t> byte_tokens_;  // byte -> id of "<0xXX>", -1 when absent
-  std::vector<std::string> pieces_;  // decoded bytes of every token
   std::vector<bool> eog_;
   int32_t bos_ = -1, eos_ = -1, unk_ = -1;
   bool add_bos_ = true, add_eos_ = false, add_space_prefix_ = true;

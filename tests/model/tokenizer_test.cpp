@@ -1,5 +1,6 @@
 #include "model/tokenizer.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "model/gguf_writer.h"
 #include "model/internal/bpe.h"
+#include "model/internal/string_table.h"
 #include "model/internal/unicode.h"
 #include "testing/shared_data.h"
 #include "testing/tiny_model.h"
@@ -87,6 +89,30 @@ void ExpectReferenceTokenization(const std::string& vocab, bool check_round_trip
       EXPECT_EQ(tok->Decode(ids), c.text);
     }
   }
+}
+
+TEST(StringTable, FindsEveryEntryAndTheFirstOfDuplicates) {
+  model::internal::StringTable table;
+  std::vector<std::string> texts;
+  for (int i = 0; i < 5000; ++i) texts.push_back(fmt::format("t{}", i * 7919 % 10007));
+  texts.push_back("");
+  texts.push_back("t0");  // a duplicate of entry 0
+  for (const std::string& t : texts) ASSERT_TRUE(table.Append(t));
+  table.BuildIndex();
+  ASSERT_EQ(table.size(), static_cast<int32_t>(texts.size()));
+  for (int32_t i = 0; i + 1 < table.size(); ++i) {
+    EXPECT_EQ(table[i], texts[static_cast<size_t>(i)]);
+    EXPECT_EQ(table.Find(texts[static_cast<size_t>(i)]), i);
+  }
+  EXPECT_EQ(table[table.size() - 1], "t0");
+  EXPECT_EQ(table.Find("t0"), 0);
+  EXPECT_EQ(table.Find("absent"), -1);
+  EXPECT_EQ(table.Find("t"), -1);
+
+  model::internal::StringTable unindexed;
+  ASSERT_TRUE(unindexed.Append("x"));
+  EXPECT_EQ(unindexed[0], "x");
+  EXPECT_EQ(unindexed.Find("x"), -1);
 }
 
 TEST(Tokenizer, ReproducesLlamaSentencePieceExactly) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <climits>
 #include <queue>
 
@@ -270,7 +271,7 @@ std::string DecodeByteLevel(std::string_view text) {
 
 // ---- BpeModel ---------------------------------------------------------------
 
-size_t BpeModel::PairHash::operator()(uint64_t key) const {
+size_t BpeModel::PairHash(uint64_t key) {
   // A 64-bit finalizer: the identity hash of std::hash would put every pair
   // with the same right id mod the bucket count in one bucket.
   key ^= key >> 33;
@@ -280,7 +281,7 @@ size_t BpeModel::PairHash::operator()(uint64_t key) const {
 }
 
 StatusOr<std::unique_ptr<BpeModel>> BpeModel::Build(const TokenIndex& index, int32_t n_vocab,
-                                                    std::span<const std::string_view> merges,
+                                                    const GgufStrings& merges,
                                                     PreTokenizerSpec pre, int32_t unk) {
   if (merges.size() > static_cast<size_t>(INT32_MAX)) {
     return InvalidArgumentError("tokenizer.ggml.merges has more than 2^31 entries");
@@ -296,7 +297,7 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::Build(const TokenIndex& index, int
   // is then exactly merging by text, as the reference does.
   std::unordered_map<std::string, int32_t> extra_index;
   auto find = [&](std::string_view text) -> int32_t {
-    if (auto it = index.find(text); it != index.end()) return it->second;
+    if (const int32_t id = index.Find(text); id >= 0) return id;
     if (extra_index.empty()) return -1;
     auto it = extra_index.find(std::string(text));
     return it == extra_index.end() ? -1 : it->second;
@@ -335,14 +336,35 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::Build(const TokenIndex& index, int
     joined.append(parsed[i].right);
     STRATA_ASSIGN_OR_RETURN(parsed[i].result, intern(joined));
   }
-  m->merges_.reserve(merges.size());
+  m->merges_.assign(std::bit_ceil(merges.size() + merges.size() / 3 + 1), MergeSlot{});
   for (size_t i = 0; i < merges.size(); ++i) {
     const int32_t left = find(parsed[i].left);
     const int32_t right = find(parsed[i].right);
     if (left < 0 || right < 0) continue;  // can never apply
-    m->merges_.emplace(PairKey(left, right), Merge{static_cast<int32_t>(i), parsed[i].result});
+    m->AddMerge(PairKey(left, right), static_cast<int32_t>(i), parsed[i].result);
   }
   return m;
+}
+
+void BpeModel::AddMerge(uint64_t key, int32_t rank, int32_t result) {
+  const size_t mask = merges_.size() - 1;
+  for (size_t at = PairHash(key) & mask;; at = (at + 1) & mask) {
+    MergeSlot& slot = merges_[at];
+    if (slot.key == key) return;
+    if (slot.key == kNoPair) {
+      slot = MergeSlot{key, rank, result};
+      return;
+    }
+  }
+}
+
+const BpeModel::MergeSlot* BpeModel::FindMerge(uint64_t key) const {
+  const size_t mask = merges_.size() - 1;
+  for (size_t at = PairHash(key) & mask;; at = (at + 1) & mask) {
+    const MergeSlot& slot = merges_[at];
+    if (slot.key == key) return &slot;
+    if (slot.key == kNoPair) return nullptr;
+  }
 }
 
 void BpeModel::Encode(std::string_view text, const TokenIndex& index,
@@ -368,8 +390,8 @@ void BpeModel::EncodeWord(std::string_view bytes, const TokenIndex& index,
     std::string chars;
     chars.reserve(bytes.size() * 2);
     for (char b : bytes) chars.append(kByteCharUtf8[static_cast<uint8_t>(b)].view());
-    if (auto it = index.find(chars); it != index.end()) {
-      out.push_back(it->second);
+    if (const int32_t id = index.Find(chars); id >= 0) {
+      out.push_back(id);
       return;
     }
   }
@@ -410,9 +432,9 @@ void BpeModel::EncodeWord(std::string_view bytes, const TokenIndex& index,
     if (left < 0 || right < 0) return;
     const int32_t left_id = syms[static_cast<size_t>(left)].id;
     const int32_t right_id = syms[static_cast<size_t>(right)].id;
-    auto it = merges_.find(PairKey(left_id, right_id));
-    if (it == merges_.end()) return;
-    queue.push(Pair{it->second.rank, left, right, left_id, right_id, it->second.result});
+    const MergeSlot* merge = FindMerge(PairKey(left_id, right_id));
+    if (merge == nullptr) return;
+    queue.push(Pair{merge->rank, left, right, left_id, right_id, merge->result});
   };
   for (int32_t i = 1; i < n; ++i) try_pair(i - 1, i);
 

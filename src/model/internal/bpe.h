@@ -21,9 +21,10 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
+#include "model/gguf.h"
+#include "model/internal/string_table.h"
 #include "util/status.h"
 
 namespace strata::model::internal {
@@ -66,8 +67,8 @@ std::optional<uint8_t> CharToByte(char32_t c);
 // mapping (and invalid UTF-8) are copied through unchanged.
 std::string DecodeByteLevel(std::string_view text);
 
-// Token text -> id; the string_views point into storage the caller owns.
-using TokenIndex = std::unordered_map<std::string_view, int32_t>;
+// Token text -> id (StringTable::Find).
+using TokenIndex = StringTable;
 
 class BpeModel {
  public:
@@ -79,7 +80,7 @@ class BpeModel {
   // InvalidArgument naming tokenizer.ggml.merges[i] for a string that is not
   // two non-empty parts separated by a space.
   static util::StatusOr<std::unique_ptr<BpeModel>> Build(const TokenIndex& index, int32_t n_vocab,
-                                                         std::span<const std::string_view> merges,
+                                                         const GgufStrings& merges,
                                                          PreTokenizerSpec pre, int32_t unk);
 
   // Appends the ids of text (raw text between special tokens) to out. index
@@ -91,13 +92,14 @@ class BpeModel {
   const PreTokenizerSpec& pre_tokenizer() const { return pre_; }
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t result;  // symbol id of left + right
+  // One slot of the open-addressing merge table (load <= 0.75).
+  struct MergeSlot {
+    uint64_t key = kNoPair;  // PairKey(left, right)
+    int32_t rank = 0;
+    int32_t result = 0;  // symbol id of left + right
   };
-  struct PairHash {
-    size_t operator()(uint64_t key) const;
-  };
+  static constexpr uint64_t kNoPair = UINT64_MAX;  // ids are >= 0: never a real key
+  static size_t PairHash(uint64_t key);
   static uint64_t PairKey(int32_t left, int32_t right) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
            static_cast<uint32_t>(right);
@@ -106,6 +108,9 @@ class BpeModel {
   BpeModel() = default;
   void EncodeWord(std::string_view bytes, const TokenIndex& index, std::vector<int32_t>& out) const;
   void Emit(int32_t symbol, std::vector<int32_t>& out) const;
+  // Inserts unless the pair is present (the first merge of a pair wins).
+  void AddMerge(uint64_t key, int32_t rank, int32_t result);
+  const MergeSlot* FindMerge(uint64_t key) const;
 
   // Symbol ids: [0, n_vocab_) are vocabulary ids; n_vocab_ + i is extra_bytes_[i],
   // a byte character or merge result the vocabulary lacks.
@@ -114,7 +119,7 @@ class BpeModel {
   PreTokenizerSpec pre_;
   int32_t byte_symbol_[256] = {};                         // byte -> symbol id of its character
   std::vector<std::string> extra_bytes_;                  // raw bytes of each extra symbol
-  std::unordered_map<uint64_t, Merge, PairHash> merges_;  // PairKey(left, right) -> merge
+  std::vector<MergeSlot> merges_;                         // power-of-two size
 };
 
 }  // namespace strata::model::internal
