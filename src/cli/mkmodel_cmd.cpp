@@ -18,6 +18,7 @@ struct MkModelFlags {
   std::string dims;
   std::string type = "f32";
   std::string vocab;
+  bool byte_tokens_as_text = false;
   std::string out;
   std::string name;
   uint64_t seed = 42;
@@ -111,11 +112,15 @@ int RunMkModel(const Env& env, const MkModelFlags& f) {
                           : f.name;
   auto log = MakeLogger(f.log_level);
   std::unique_ptr<model::GgufFile> vocab;
+  if (f.byte_tokens_as_text && f.vocab.empty()) {
+    return ReportError(util::InvalidArgumentError("--byte-tokens-as-text needs --vocab"));
+  }
   if (!f.vocab.empty()) {
     auto v = model::GgufFile::Open(*env.fs, f.vocab);
     if (!v.ok()) return ReportError(v.status());
     vocab = std::move(v).value();
     o.vocab = vocab.get();
+    o.byte_tokens_as_text = f.byte_tokens_as_text;
   } else if (f.shape != "demo" && f.shape != "") {
     log->Warn("no --vocab: using the small built-in vocabulary, so the output head is far smaller "
               "than a real model's; give e.g. --vocab ../shared/models/vocab/ggml-vocab-llama-spm.gguf");
@@ -148,6 +153,10 @@ Command RegisterMkModel(CLI::App& app) {
                   "f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m")
       ->capture_default_str();
   cmd->add_option("--vocab", f->vocab, "Copy the tokenizer from this GGUF (e.g. a vocab-only file)");
+  cmd->add_flag("--byte-tokens-as-text", f->byte_tokens_as_text,
+               "Give the vocabulary's <0xNN> byte tokens the normal type, so random weights only "
+               "ever produce valid UTF-8 text (for comparisons with servers that reject "
+               "invalid UTF-8)");
   cmd->add_option("-o,--output", f->out, "Output GGUF file")->required();
   cmd->add_option("--seed", f->seed, "Seed of the random weights")->capture_default_str();
   cmd->add_option("--ctx", f->ctx, "Training context length to record; 0 = the shape's");

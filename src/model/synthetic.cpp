@@ -9,6 +9,7 @@
 
 #include "model/gguf_writer.h"
 #include "model/kernels.h"
+#include "model/tokenizer.h"
 #include "util/random.h"
 
 namespace strata::model {
@@ -207,7 +208,18 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
   int64_t n_vocab = 0;
   if (options.vocab != nullptr) {
     for (const auto& [key, value] : options.vocab->metadata()) {
-      if (key.rfind("tokenizer.", 0) == 0) w.CopyValue(key, value);
+      if (key.rfind("tokenizer.", 0) != 0) continue;
+      if (key == "tokenizer.ggml.token_type" && options.byte_tokens_as_text && value.is_array()) {
+        std::vector<int32_t> types(static_cast<size_t>(value.size()));
+        for (uint64_t i = 0; i < value.size(); ++i) {
+          const int64_t t = value.IntAt(i).value_or(1);
+          types[i] = t == static_cast<int64_t>(TokenType::kByte) ? static_cast<int32_t>(TokenType::kNormal)
+                                                                : static_cast<int32_t>(t);
+        }
+        w.SetInt32Array(key, types);
+        continue;
+      }
+      w.CopyValue(key, value);
     }
     const GgufValue* toks = options.vocab->Find("tokenizer.ggml.tokens");
     if (toks == nullptr || !toks->is_array()) {

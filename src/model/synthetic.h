@@ -72,6 +72,11 @@ struct SyntheticOptions {
   uint64_t seed = 42;
   std::string name = "strata-synthetic";
   const GgufFile* vocab = nullptr;  // copy tokenizer.* from here; nullptr: built-in vocabulary
+  // Give the copied vocabulary's byte tokens ("<0xNN>", token type 6) the
+  // normal type, so they print as that literal text. Random weights emit byte
+  // tokens that do not form valid UTF-8, which some servers refuse to send;
+  // with this, every token decodes to valid text (for server comparisons).
+  bool byte_tokens_as_text = false;
   util::ThreadPool* pool = nullptr; // encode rows in parallel
 };
 

@@ -70,6 +70,41 @@ TEST(Synthetic, SameOptionsSameBytesWhateverTheThreads) {
   EXPECT_EQ(*fs.ReadFile("a.gguf"), *fs.ReadFile("b.gguf"));
 }
 
+TEST(Synthetic, ByteTokensAsTextDecodeToTheirLiteralText) {
+  SyntheticOptions o;
+  o.shape.n_embd = 32;
+  o.shape.n_layers = 1;
+  o.shape.n_heads = 2;
+  o.shape.n_kv_heads = 2;
+  o.shape.n_ff = 64;
+  auto log = util::NewNullLogger();
+  testing::MemFileSystem fs;
+  ASSERT_TRUE(WriteSyntheticModel(fs, "vocab.gguf", o, *log).ok());  // built-in vocabulary
+  auto vocab = GgufFile::Open(fs, "vocab.gguf");
+  ASSERT_TRUE(vocab.ok());
+  o.vocab = vocab->get();
+  o.byte_tokens_as_text = true;
+  ASSERT_TRUE(WriteSyntheticModel(fs, "text.gguf", o, *log).ok());
+  auto plain = Model::Load(fs, "vocab.gguf", {}, *log);
+  auto text = Model::Load(fs, "text.gguf", {}, *log);
+  ASSERT_TRUE(plain.ok() && text.ok());
+  const Tokenizer& before = (*plain)->tokenizer();
+  const Tokenizer& after = (*text)->tokenizer();
+  ASSERT_EQ(before.n_vocab(), after.n_vocab());
+  int bytes = 0;
+  for (int32_t id = 0; id < after.n_vocab(); ++id) {
+    EXPECT_NE(after.Type(id), TokenType::kByte);
+    if (before.Type(id) != TokenType::kByte) {
+      EXPECT_EQ(after.Type(id), before.Type(id));
+      continue;
+    }
+    ++bytes;
+    EXPECT_EQ(after.Type(id), TokenType::kNormal);
+    EXPECT_EQ(after.Piece(id), after.TokenText(id));  // "<0x80>", valid UTF-8 text
+  }
+  EXPECT_EQ(bytes, 256);
+}
+
 TEST(Synthetic, Qwen2ModelLoadsWithBiasesAndHalfRotation) {
   SyntheticOptions o;
   o.shape.architecture = "qwen2";
