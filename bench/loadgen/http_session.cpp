@@ -52,10 +52,12 @@ RequestSample HttpSession::Send(const std::string& body, RequestSample base) {
 
   bool timed_out = false;
   bool interrupted = false;
+  bool answered = false;  // the server sent a status line
   base.sent_s = Now();
   const double deadline_s = base.sent_s + options_.timeout_s;
   StreamRecorder rec(std::move(base));
   req.response_handler = [&](const httplib::Response& res) {
+    answered = true;
     rec.OnStatus(res.status);
     if (stop_.load(std::memory_order_relaxed)) {
       interrupted = true;
@@ -79,7 +81,18 @@ RequestSample HttpSession::Send(const std::string& body, RequestSample base) {
 
   httplib::Response res;
   httplib::Error err = httplib::Error::Success;
-  const bool sent = client_->send(req, res, err);
+  bool sent = client_->send(req, res, err);
+  if (!sent && !answered && reused_ && !stop_.load(std::memory_order_relaxed) &&
+      (err == httplib::Error::Read || err == httplib::Error::Write)) {
+    // The kept-alive connection was closed by the server between requests
+    // (llama-server does this after streamed responses): the request never
+    // reached it. Send it once more on a new connection, as HTTP clients do.
+    client_->stop();
+    res = httplib::Response();
+    err = httplib::Error::Success;
+    sent = client_->send(req, res, err);
+  }
+  reused_ = sent && err == httplib::Error::Success;
   const double end_s = Now();
   if (sent && err == httplib::Error::Success) {
     if (res.status != 0) rec.OnStatus(res.status);

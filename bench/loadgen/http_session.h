@@ -55,6 +55,7 @@ class HttpSession {
   std::chrono::steady_clock::time_point origin_;
   const std::atomic<bool>& stop_;
   std::unique_ptr<httplib::Client> client_;
+  bool reused_ = false;  // the connection served the previous request and was kept alive
 };
 
 }  // namespace strata::loadgen
