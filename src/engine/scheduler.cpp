@@ -35,6 +35,9 @@ util::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(Engine& engine,
   if (o.max_queue < 0 || o.max_queue > 1000000) {
     return util::InvalidArgumentError(fmt::format("max_queue {} is outside [0, 1000000]", o.max_queue));
   }
+  if (o.control != nullptr && o.control->idle_tick().count() <= 0) {
+    return util::InvalidArgumentError("the scheduler control's idle tick must be positive");
+  }
   const int32_t per_ctx = (engine.n_ctx() + engine.kv_pool().block_size() - 1) /
                           engine.kv_pool().block_size();
   if (engine.kv_pool().n_blocks() < per_ctx) {
@@ -165,7 +168,22 @@ void Scheduler::PreemptNewest() {
   waiting_.push_front(std::move(a));
 }
 
-bool Scheduler::StepOnce() {
+int32_t Scheduler::RunningCap() {
+  if (options_.control == nullptr) return options_.max_running;
+  SchedulerStats now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    now = stats_;
+    now.waiting = static_cast<int32_t>(waiting_.size() + incoming_.size());
+    now.draining = draining_;
+  }
+  now.running = static_cast<int32_t>(running_.size());
+  now.kv_blocks_used = engine_.kv_pool().n_used();
+  const int32_t cap = options_.control->BeforeAdmission(now);
+  return cap <= 0 ? options_.max_running : std::min(cap, options_.max_running);
+}
+
+bool Scheduler::StepOnce(int32_t max_running) {
   const KvBlockPool& pool = engine_.kv_pool();
   const int32_t bs = pool.block_size();
   auto blocks_for = [bs](int64_t n) { return static_cast<int32_t>((n + bs - 1) / bs); };
@@ -173,14 +191,19 @@ bool Scheduler::StepOnce() {
   // Admit waiting requests while sequences and KV blocks allow: a request is
   // admitted when its whole sequence fits beside one spare block per running
   // request, so admitting it does not immediately force a preemption.
-  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_running) {
+  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < max_running) {
     Active& head = *waiting_.front();
     const int32_t need = blocks_for(static_cast<int64_t>(head.tokens.size()) + 1);
     const int32_t spare = pool.n_free() - static_cast<int32_t>(running_.size());
     if (need > spare && !running_.empty()) break;
     head.seq = engine_.NewSequence(head.req.cache_namespace);
     head.n_evaluated = engine_.AttachCachedPrefix(head.seq, head.tokens);
-    if (head.cached_tokens < 0) head.cached_tokens = std::min(head.n_evaluated, head.n_prompt);
+    if (head.cached_tokens < 0) {
+      // First admission: the request's terms are fixed now, for good.
+      head.cached_tokens = std::min(head.n_evaluated, head.n_prompt);
+      const int32_t cap = head.req.sink->OnAdmit();
+      if (cap > 0) head.req.max_tokens = std::min(head.req.max_tokens, cap);
+    }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
@@ -313,8 +336,12 @@ void Scheduler::Loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       const bool busy = !running_.empty() || !waiting_.empty();
-      if (!busy) {
-        wake_.wait(lock, [this] { return stop_ || !incoming_.empty() || !cancels_.empty(); });
+      auto woken = [this] { return stop_ || !incoming_.empty() || !cancels_.empty(); };
+      if (!busy && options_.control != nullptr) {
+        // Wake up now and then so the control sees quiet time pass.
+        wake_.wait_for(lock, options_.control->idle_tick(), woken);
+      } else if (!busy) {
+        wake_.wait(lock, woken);
       }
       while (!incoming_.empty()) {
         auto a = std::make_unique<Active>();
@@ -358,7 +385,7 @@ void Scheduler::Loop() {
         Finish(*owned, FinishReason::kCancelled, util::OkStatus());
       }
     }
-    StepOnce();
+    StepOnce(RunningCap());
     std::lock_guard<std::mutex> lock(mu_);
     stats_.waiting = static_cast<int32_t>(waiting_.size());
     stats_.running = static_cast<int32_t>(running_.size());

@@ -10,8 +10,16 @@
 // blocks. A cancelled request (client gone) is removed and its blocks freed
 // within one step. Every request ends with exactly one OnFinish.
 //
+// An optional SchedulerControl (e.g. the RT-Switcher's, gateway/rt_control.h)
+// is asked before every admission round how many sequences may run at once;
+// lowering the cap never preempts: running requests finish, and new ones wait
+// until the running set is below it. Each request's sink is asked once, when
+// it first gets a sequence, for the terms it runs with (RequestSink::OnAdmit):
+// a preempted request keeps them.
+//
 // Threading: the scheduler thread owns the Engine and calls every
-// RequestSink method. Submit, Cancel, Stats and Drain are thread-safe.
+// RequestSink and SchedulerControl method. Submit, Cancel, Stats and Drain
+// are thread-safe.
 //
 // Usage:
 //   auto sched = Scheduler::Start(engine, {.max_running = 16}, log);
@@ -54,6 +62,10 @@ struct Usage {
 class RequestSink {
  public:
   virtual ~RequestSink() = default;
+  // Once, when the request first gets a sequence (not again after a
+  // preemption), before any Choose. Returns a cap on its max_tokens (0 = none):
+  // the request runs to the end on the terms it was admitted with.
+  virtual int32_t OnAdmit() { return 0; }
   // Picks the next token from this step's logits ([n_vocab]).
   virtual util::StatusOr<int32_t> Choose(std::span<const float> logits) = 0;
   // A token was generated. Return false to end the request (stop string found).
@@ -76,12 +88,6 @@ struct SchedulerRequest {
   uint64_t cache_namespace = 0;  // != 0: use the prefix cache within this namespace
 };
 
-struct SchedulerOptions {
-  int32_t max_running = 16;        // [1, 4096] sequences decoding or prefilling at once
-  int32_t max_batch_tokens = 512;  // [1, 65536] tokens per forward pass (decode + prefill)
-  int32_t max_queue = 256;         // [0, 1e6] requests waiting beyond max_running before Submit refuses
-};
-
 struct SchedulerStats {
   int32_t waiting = 0;
   int32_t running = 0;
@@ -92,6 +98,28 @@ struct SchedulerStats {
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
   bool draining = false;
+};
+
+// Step-level control of admission, called on the scheduler thread only.
+class SchedulerControl {
+ public:
+  virtual ~SchedulerControl() = default;
+  // Before each admission round (also when idle, at least every idle_tick()),
+  // with the state the scheduler sees now. Returns the most sequences that may
+  // run at once from now on: 0 = SchedulerOptions::max_running; a value above
+  // it is clamped to it.
+  virtual int32_t BeforeAdmission(const SchedulerStats& stats) = 0;
+  // The longest an idle scheduler sleeps before calling BeforeAdmission again
+  // (so a controller sees quiet periods); > 0.
+  virtual std::chrono::milliseconds idle_tick() const = 0;
+};
+
+struct SchedulerOptions {
+  int32_t max_running = 16;        // [1, 4096] sequences decoding or prefilling at once
+  int32_t max_batch_tokens = 512;  // [1, 65536] tokens per forward pass (decode + prefill)
+  int32_t max_queue = 256;         // [0, 1e6] requests waiting beyond max_running before Submit refuses
+  // Borrowed; nullptr = none. Must outlive the Scheduler; used only on its thread.
+  SchedulerControl* control = nullptr;
 };
 
 class Scheduler {
@@ -124,8 +152,11 @@ class Scheduler {
   struct Active;
   Scheduler(Engine& engine, const SchedulerOptions& options, util::Logger& log);
   void Loop();
-  // One forward pass over decode tokens and prompt chunks; false if idle.
-  bool StepOnce();
+  // One forward pass over decode tokens and prompt chunks, admitting waiting
+  // requests while fewer than `max_running` run; false if idle.
+  bool StepOnce(int32_t max_running);
+  // The cap on running sequences for the next admission round.
+  int32_t RunningCap();
   void Finish(Active& a, FinishReason reason, const util::Status& status);
   void PreemptNewest();
 

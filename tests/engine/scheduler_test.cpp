@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
@@ -321,6 +322,109 @@ TEST_F(SchedulerTest, EmbeddingsAreUnitMeansOfHiddenStatesWhateverTheChunking) {
     }
     EXPECT_NEAR(len, 1.0, 1e-5);
   }
+}
+
+}  // namespace
+}  // namespace strata::engine
+
+namespace strata::engine {
+namespace {
+
+// A control with a fixed cap that remembers what it was shown.
+class FixedCapControl final : public SchedulerControl {
+ public:
+  explicit FixedCapControl(int32_t cap) : cap_(cap) {}
+  int32_t BeforeAdmission(const SchedulerStats& stats) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++calls_;
+    last_ = stats;
+    return cap_;
+  }
+  std::chrono::milliseconds idle_tick() const override { return std::chrono::milliseconds(50); }
+  int calls() { std::lock_guard<std::mutex> l(mu_); return calls_; }
+  SchedulerStats last() { std::lock_guard<std::mutex> l(mu_); return last_; }
+
+ private:
+  const int32_t cap_;
+  std::mutex mu_;
+  int calls_ = 0;        // guarded by mu_
+  SchedulerStats last_;  // guarded by mu_
+};
+
+// Counts how many of its requests hold a sequence at once; each admission
+// returns `max_tokens_cap`. Callbacks run on the scheduler thread.
+struct Concurrency {
+  std::mutex mu;
+  int now = 0, peak = 0, admissions = 0;  // guarded by mu
+};
+class AdmitSink final : public RequestSink {
+ public:
+  AdmitSink(std::shared_ptr<Concurrency> c, int32_t max_tokens_cap)
+      : c_(std::move(c)), cap_(max_tokens_cap) {}
+  int32_t OnAdmit() override {
+    std::lock_guard<std::mutex> lock(c_->mu);
+    ++c_->admissions;
+    c_->peak = std::max(c_->peak, ++c_->now);
+    return cap_;
+  }
+  util::StatusOr<int32_t> Choose(std::span<const float>) override { return 5; }
+  bool OnToken(int32_t) override {
+    ++tokens_;
+    return true;
+  }
+  void OnFinish(FinishReason reason, const util::Status&, const Usage&) override {
+    std::lock_guard<std::mutex> lock(c_->mu);
+    --c_->now;
+    reason_ = reason;
+  }
+  int tokens() const { return tokens_.load(); }
+  FinishReason reason() {
+    std::lock_guard<std::mutex> lock(c_->mu);
+    return reason_;
+  }
+
+ private:
+  std::shared_ptr<Concurrency> c_;
+  const int32_t cap_;
+  std::atomic<int> tokens_{0};
+  FinishReason reason_ = FinishReason::kCancelled;  // guarded by c_->mu
+};
+
+TEST_F(SchedulerTest, TheControlCapsRunningSequencesAndOnAdmitCapsMaxTokens) {
+  auto engine = MakeEngine(256, 256);
+  FixedCapControl control(1);
+  auto sched = Scheduler::Start(*engine, {.max_running = 4, .control = &control}, *log_);
+  ASSERT_TRUE(sched.ok());
+  auto c = std::make_shared<Concurrency>();
+  std::vector<std::shared_ptr<AdmitSink>> sinks;
+  for (int i = 0; i < 3; ++i) {
+    sinks.push_back(std::make_shared<AdmitSink>(c, /*max_tokens_cap=*/3));
+    ASSERT_TRUE((*sched)->Submit({Prompt(6, i), 10, false, sinks.back()}).ok());
+  }
+  EXPECT_TRUE((*sched)->Drain(std::chrono::minutes(1)));
+  EXPECT_EQ(c->peak, 1) << "the control allowed one sequence at a time";
+  EXPECT_EQ(c->admissions, 3);
+  for (auto& s : sinks) {
+    EXPECT_EQ(s->tokens(), 3) << "OnAdmit's cap replaced max_tokens 10";
+    EXPECT_EQ(s->reason(), FinishReason::kLength);
+  }
+  EXPECT_GT(control.calls(), 0);
+  EXPECT_EQ(control.last().kv_blocks_total, 256);
+}
+
+TEST_F(SchedulerTest, APreemptedRequestIsAdmittedOnlyOnce) {
+  // As in PreemptionUnderKvPressureKeepsOutputsExact: preemptions happen, but
+  // OnAdmit (the request's terms) is called once per request.
+  auto engine = MakeEngine(128, 40);
+  auto sched = Scheduler::Start(*engine, {.max_running = 8, .max_batch_tokens = 64}, *log_);
+  ASSERT_TRUE(sched.ok());
+  auto c = std::make_shared<Concurrency>();
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE((*sched)->Submit({Prompt(20, i), 40, false, std::make_shared<AdmitSink>(c, 0)}).ok());
+  }
+  EXPECT_TRUE((*sched)->Drain(std::chrono::minutes(1)));
+  EXPECT_GT((*sched)->Stats().preemptions, 0) << "the test did not exercise preemption";
+  EXPECT_EQ(c->admissions, 6);
 }
 
 }  // namespace
