@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -33,6 +34,74 @@ SamplingParams ApplyTier(SamplingParams p, SamplingTier tier) {
     if (p.top_k == 0 || p.top_k > 40) p.top_k = 40;
   }
   return p;
+}
+
+std::string_view SamplingTierName(SamplingTier tier) {
+  return tier == SamplingTier::kTopK ? "topk" : "entropy";
+}
+
+util::StatusOr<std::vector<Policy>> ParseLevels(std::string_view spec) {
+  std::vector<Policy> out;
+  auto split = [](std::string_view text, char sep) {
+    std::vector<std::string_view> parts;
+    size_t start = 0;
+    while (true) {
+      const size_t end = text.find(sep, start);
+      parts.push_back(text.substr(start, end == std::string_view::npos ? end : end - start));
+      if (end == std::string_view::npos) return parts;
+      start = end + 1;
+    }
+  };
+  for (std::string_view item : split(spec, ',')) {
+    const size_t i = out.size();
+    auto bad = [&](const std::string& why) {
+      return util::InvalidArgumentError(
+          fmt::format("rt levels: item {} '{}': {}", i, item, why));
+    };
+    const std::vector<std::string_view> f = split(item, ':');
+    if (f.size() != 4) return bad("expected TRACE_RATE:TIER:MAX_BATCH:MAX_TOKENS_CAP");
+    Policy p;
+    p.level = static_cast<int32_t>(i);
+    const std::string rate(f[0]);
+    char* end = nullptr;
+    p.trace_sample_rate = std::strtod(rate.c_str(), &end);
+    if (rate.empty() || end != rate.c_str() + rate.size() ||
+        !(p.trace_sample_rate >= 0 && p.trace_sample_rate <= 1)) {
+      return bad(fmt::format("trace rate '{}' is not a number in [0, 1]", rate));
+    }
+    if (f[1] == "entropy") {
+      p.sampling_tier = SamplingTier::kEntropyTargeted;
+    } else if (f[1] == "topk") {
+      p.sampling_tier = SamplingTier::kTopK;
+    } else {
+      return bad(fmt::format("tier '{}' is not entropy or topk", f[1]));
+    }
+    auto integer = [&](std::string_view text, const char* name, int64_t max,
+                       int32_t& into) -> util::Status {
+      const std::string t(text);
+      char* e = nullptr;
+      const long long v = std::strtoll(t.c_str(), &e, 10);
+      if (t.empty() || e != t.c_str() + t.size() || v < 0 || v > max) {
+        return bad(fmt::format("{} '{}' is not an integer in [0, {}]", name, t, max));
+      }
+      into = static_cast<int32_t>(v);
+      return util::OkStatus();
+    };
+    STRATA_RETURN_IF_ERROR(integer(f[2], "max batch", 65536, p.max_batch_size));
+    STRATA_RETURN_IF_ERROR(integer(f[3], "max_tokens cap", 1 << 30, p.max_tokens_cap));
+    out.push_back(p);
+  }
+  return out;
+}
+
+std::string FormatLevels(const std::vector<Policy>& levels) {
+  std::string out;
+  for (const Policy& p : levels) {
+    if (!out.empty()) out += ',';
+    out += fmt::format("{}:{}:{}:{}", p.trace_sample_rate, SamplingTierName(p.sampling_tier),
+                       p.max_batch_size, p.max_tokens_cap);
+  }
+  return out;
 }
 
 std::string_view SwitchActionName(SwitchAction a) {

@@ -86,6 +86,17 @@ struct Policy {
 // 32, 1024 tokens} -> {0.1, top-k, batch 8, 256 tokens}.
 std::vector<Policy> DefaultLevels();
 
+// "entropy" or "topk".
+std::string_view SamplingTierName(SamplingTier tier);
+
+// Levels from text, one per comma-separated item, level 0 first:
+// "TRACE_RATE:TIER:MAX_BATCH:MAX_TOKENS_CAP" with TIER "entropy" or "topk" and
+// 0 meaning no cap, e.g. "1:entropy:0:0,0.5:topk:32:1024,0.1:topk:8:256" (the
+// default ladder). InvalidArgument naming the item and field otherwise.
+util::StatusOr<std::vector<Policy>> ParseLevels(std::string_view spec);
+// The inverse of ParseLevels.
+std::string FormatLevels(const std::vector<Policy>& levels);
+
 // The parameters a request runs with under `tier`: kTopK turns off
 // target_entropy, mirostat and typical-p and uses top_k = 40 when the request
 // had none or more (a request's smaller k is kept).

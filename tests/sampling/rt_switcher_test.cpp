@@ -264,5 +264,37 @@ TEST(RtSwitcher, TheTopKTierTurnsOffTheExpensivePolicies) {
   EXPECT_EQ(ApplyTier(p, SamplingTier::kEntropyTargeted).target_entropy, 2.0f);
 }
 
+TEST(RtSwitcher, LevelsRoundTripThroughTheirTextForm) {
+  const std::string text = FormatLevels(DefaultLevels());
+  EXPECT_EQ(text, "1:entropy:0:0,0.5:topk:32:1024,0.1:topk:8:256");
+  auto parsed = ParseLevels(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->size(), 3u);
+  const std::vector<Policy> defaults = DefaultLevels();
+  for (size_t i = 0; i < 3; ++i) {
+    const Policy& a = (*parsed)[i];
+    const Policy& b = defaults[i];
+    EXPECT_EQ(a.level, static_cast<int32_t>(i));
+    EXPECT_EQ(a.trace_sample_rate, b.trace_sample_rate);
+    EXPECT_EQ(a.sampling_tier, b.sampling_tier);
+    EXPECT_EQ(a.max_batch_size, b.max_batch_size);
+    EXPECT_EQ(a.max_tokens_cap, b.max_tokens_cap);
+  }
+  RtSwitcherOptions o = TestOptions();
+  o.levels = *parsed;
+  EXPECT_TRUE(RtSwitcher::Create(o, kStart).ok());
+}
+
+TEST(RtSwitcher, BadLevelTextNamesTheItemAndField) {
+  auto why = [](std::string_view spec) { return ParseLevels(spec).status().message(); };
+  EXPECT_NE(why("").find("item 0"), std::string::npos);
+  EXPECT_NE(why("1:entropy:0:0,0.5:fast:1:1").find("item 1 '0.5:fast:1:1': tier 'fast'"),
+            std::string::npos);
+  EXPECT_NE(why("1.5:entropy:0:0").find("trace rate '1.5'"), std::string::npos);
+  EXPECT_NE(why("1:entropy:-1:0").find("max batch '-1'"), std::string::npos);
+  EXPECT_NE(why("1:entropy:0:x").find("max_tokens cap 'x'"), std::string::npos);
+  EXPECT_NE(why("1:entropy:0").find("expected TRACE_RATE:TIER"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata::sampling
