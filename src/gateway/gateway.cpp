@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "gateway/internal/flight.h"
+#include "gateway/rt_control.h"
 #include "gateway/stop_matcher.h"
 #include "util/hash.h"
 #include "util/utf8.h"
@@ -76,7 +77,10 @@ struct GatewayMetrics {
         cache_coalesced(reg.Counter("strata_cache_coalesced_total",
                                     "Requests that shared the generation of an identical "
                                     "request in flight (single flight).")
-                            .With({})) {}
+                            .With({})),
+        traced(reg.Counter("strata_traced_choices_total",
+                           "Generated choices that logged their timing line (trace sampling).")
+                   .With({})) {}
   obs::HistogramValue& ttft;
   obs::HistogramValue& tpot;
   obs::HistogramValue& e2e;
@@ -92,6 +96,7 @@ struct GatewayMetrics {
   obs::Family<obs::GaugeValue>& cache_bytes;
   obs::Family<obs::GaugeValue>& cache_entries;
   obs::CounterValue& cache_coalesced;
+  obs::CounterValue& traced;
 };
 
 namespace {
@@ -133,6 +138,15 @@ class TierMetrics final : public cache::TierObserver {
   obs::GaugeValue& entries_;
 };
 
+// What a choice needs besides its sampling: where to report latency and its
+// timing line.
+struct ChoiceContext {
+  std::string request_id;
+  int32_t max_tokens = 0;         // as submitted
+  RtControl* rt = nullptr;        // nullptr: no RT-Switcher
+  util::Logger* log = nullptr;
+};
+
 // One choice: samples, detokenizes, matches stop strings and reports events.
 // Runs on the scheduler thread.
 class ChoiceSink final : public engine::RequestSink {
@@ -140,8 +154,9 @@ class ChoiceSink final : public engine::RequestSink {
   ChoiceSink(int32_t index, const sampling::SamplingParams& params, const model::Tokenizer& tok,
              std::vector<std::string> stops, size_t n_user_stops, int32_t top_logprobs,
              std::shared_ptr<Flight> ch,
-             const util::Clock& clock, std::shared_ptr<GatewayMetrics> metrics)
+             const util::Clock& clock, std::shared_ptr<GatewayMetrics> metrics, ChoiceContext ctx)
       : index_(index),
+        params_(params),
         sampler_(params),
         tok_(tok),
         detok_(tok),
@@ -151,7 +166,29 @@ class ChoiceSink final : public engine::RequestSink {
         ch_(std::move(ch)),
         clock_(clock),
         metrics_(std::move(metrics)),
+        ctx_(std::move(ctx)),
         start_(clock.Now()) {}
+
+  // The RT-Switcher's policy in force now is this choice's to the end.
+  int32_t OnAdmit() override {
+    admitted_ = clock_.Now();
+    if (ctx_.rt == nullptr) {
+      traced_ = true;
+      return 0;
+    }
+    RtControl::Admission a = ctx_.rt->Admit();
+    policy_ = a.policy;
+    traced_ = a.traced;
+    const sampling::SamplingParams p = sampling::ApplyTier(params_, policy_->sampling_tier);
+    const bool simpler = p.top_k != params_.top_k || p.typical_p != params_.typical_p ||
+                         p.target_entropy != params_.target_entropy ||
+                         p.mirostat != params_.mirostat;
+    const bool shorter = policy_->max_tokens_cap > 0 && policy_->max_tokens_cap < ctx_.max_tokens;
+    // The answer is then not what the L1 key describes: serve it, don't store it.
+    if (simpler || shorter) ch_->DoNotStore();
+    if (simpler) sampler_ = sampling::Sampler(p);
+    return policy_->max_tokens_cap;
+  }
 
   util::StatusOr<int32_t> Choose(std::span<const float> logits) override {
     STRATA_ASSIGN_OR_RETURN(int32_t token, sampler_.Sample(logits));
@@ -164,6 +201,7 @@ class ChoiceSink final : public engine::RequestSink {
     if (n_tokens_++ == 0) {
       first_ = now;
       metrics_->ttft.Observe(util::SecondsBetween(start_, now));
+      if (ctx_.rt != nullptr) ctx_.rt->ObserveTtft(now - start_);
     }
     Event e;
     e.index = index_;
@@ -187,7 +225,9 @@ class ChoiceSink final : public engine::RequestSink {
     metrics_->e2e.Observe(util::SecondsBetween(start_, now));
     if (n_tokens_ > 1) {
       metrics_->tpot.Observe(util::SecondsBetween(first_, now) / static_cast<double>(n_tokens_ - 1));
+      if (ctx_.rt != nullptr) ctx_.rt->ObserveTpot((now - first_) / (n_tokens_ - 1));
     }
+    if (traced_) Trace(now, usage);
     Event e;
     e.kind = Event::Kind::kFinish;
     e.index = index_;
@@ -212,6 +252,28 @@ class ChoiceSink final : public engine::RequestSink {
   }
 
  private:
+  // The choice's timing line (queue wait, prefill, decode, TTFT) and the terms it ran on.
+  void Trace(std::chrono::steady_clock::time_point end, const engine::Usage& usage) {
+    metrics_->traced.Inc();
+    if (ctx_.log == nullptr) return;
+    auto ms = [](auto a, auto b) { return fmt::format("{:.1f}", util::SecondsBetween(a, b) * 1e3); };
+    const bool admitted = admitted_ != std::chrono::steady_clock::time_point{};
+    const std::string terms =
+        policy_ == nullptr
+            ? std::string()
+            : fmt::format(" rt_level={} sampling={} max_tokens_cap={}", policy_->level,
+                          sampling::SamplingTierName(policy_->sampling_tier),
+                          policy_->max_tokens_cap);
+    ctx_.log->Info(
+        "[{}] trace choice={} queue_wait_ms={} prefill_ms={} decode_ms={} ttft_ms={} total_ms={} "
+        "prompt_tokens={} cached_tokens={} completion_tokens={} preemptions={} max_tokens={}{}",
+        ctx_.request_id, index_, admitted ? ms(start_, admitted_) : "-",
+        admitted && n_tokens_ > 0 ? ms(admitted_, first_) : "-",
+        n_tokens_ > 0 ? ms(first_, end) : "-", n_tokens_ > 0 ? ms(start_, first_) : "-",
+        ms(start_, end), usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens,
+        usage.preemptions, ctx_.max_tokens, terms);
+  }
+
   TokenLogprob Logprobs(std::span<const float> logits, int32_t token) const {
     double mx = -INFINITY;
     for (float l : logits) mx = std::max(mx, static_cast<double>(l));
@@ -245,7 +307,8 @@ class ChoiceSink final : public engine::RequestSink {
   }
 
   const int32_t index_;
-  sampling::Sampler sampler_;
+  const sampling::SamplingParams params_;  // as the request asked
+  sampling::Sampler sampler_;              // params_, or their RT-Switcher tier from OnAdmit
   const model::Tokenizer& tok_;
   model::Detokenizer detok_;
   const std::vector<std::string> user_stops_;  // the request's own stop strings
@@ -254,7 +317,11 @@ class ChoiceSink final : public engine::RequestSink {
   std::shared_ptr<Flight> ch_;
   const util::Clock& clock_;
   std::shared_ptr<GatewayMetrics> metrics_;
-  const std::chrono::steady_clock::time_point start_;
+  const ChoiceContext ctx_;
+  const std::chrono::steady_clock::time_point start_;  // submitted
+  std::chrono::steady_clock::time_point admitted_{};   // first got a sequence
+  std::shared_ptr<const sampling::Policy> policy_;     // taken at admission (RT-Switcher on)
+  bool traced_ = false;
   std::chrono::steady_clock::time_point first_;
   int32_t n_tokens_ = 0;
   std::optional<TokenLogprob> pending_lp_;
@@ -625,8 +692,10 @@ util::Status Gateway::Submit(const CompletionRequest& r, const std::vector<int32
   for (int32_t i = 0; i < r.n; ++i) {
     sampling::SamplingParams p = r.sampling;
     p.seed = base + static_cast<uint64_t>(i);  // distinct choices, reproducible
-    auto sink = std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), stops, r.stop.size(),
-                                             r.top_logprobs, flight, clock_, metrics_);
+    auto sink = std::make_shared<ChoiceSink>(
+        i, p, model_.tokenizer(), stops, r.stop.size(), r.top_logprobs, flight, clock_, metrics_,
+        ChoiceContext{.request_id = r.request_id, .max_tokens = max_tokens,
+                      .rt = options_.rt_control, .log = &log_});
     engine::SchedulerRequest sr;
     sr.prompt = tokens;
     sr.max_tokens = max_tokens;

@@ -9,7 +9,9 @@
 // appear, even split across tokens; text is always complete UTF-8), then one
 // finish per choice. Destroying a Generation or calling Cancel frees its
 // engine resources within one step. Latency and token counts are recorded as
-// metrics. Nothing of HTTP is known here.
+// metrics. A traced choice (every choice, or the RT-Switcher's sample of them)
+// logs one timing line when it ends: queue wait, prefill, decode, TTFT.
+// Nothing of HTTP is known here.
 //
 // Response cache (L1) and single flight (DESIGN.md §1, §2): a deterministic
 // request (temperature 0, or a seed the client fixed) that did not opt out
@@ -57,6 +59,8 @@
 
 namespace strata::gateway {
 
+class RtControl;
+
 struct GatewayOptions {
   std::string model_name;             // the id clients use ("model" field)
   int32_t max_tokens_cap = 4096;      // [1, n_ctx] hard cap on tokens generated per choice
@@ -78,6 +82,11 @@ struct GatewayOptions {
   // Single flight: identical concurrent deterministic requests share one
   // generation (independent of l1; `strata serve` turns it on).
   bool coalesce = false;
+  // The RT-Switcher (gateway/rt_control.h); borrowed, must outlive the
+  // gateway. nullptr = off: every choice runs as asked and is traced. When
+  // set, each choice takes the policy in force when the scheduler admits it
+  // (sampling tier, max_tokens cap, traced or not) and reports its latency.
+  RtControl* rt_control = nullptr;
 };
 
 struct CompletionRequest {

@@ -30,7 +30,7 @@ void Flight::Push(Event e) {
     }
     log.assign(events_.begin(), events_.end());
     log.push_back(e);
-    succeeded = succeeded_;
+    succeeded = succeeded_ && storable_;
   }
   // The hook (store in L1, leave the single-flight table) runs before the
   // last event is readable, so a client that saw its answer end and asks
@@ -41,6 +41,11 @@ void Flight::Push(Event e) {
     events_.push_back(std::move(e));
   }
   cv_.notify_all();
+}
+
+void Flight::DoNotStore() {
+  std::lock_guard<std::mutex> lock(mu_);
+  storable_ = false;
 }
 
 void Flight::Fail(const util::Status& status) {

@@ -36,7 +36,8 @@ namespace strata::gateway {
 
 class Flight {
  public:
-  // (this flight, whether every choice succeeded, every event in order).
+  // (this flight, whether its answer may be stored — every choice succeeded
+  // on the request's own terms —, every event in order).
   using Hook = std::function<void(const Flight&, bool, const std::vector<Event>&)>;
   // `key` is set for shared flights; `on_complete` may be empty.
   Flight(int32_t n_choices, std::optional<cache::CacheKey> key,
@@ -53,6 +54,9 @@ class Flight {
   // Every choice still running finishes now with `status` (not OK): readers
   // see an error, never a truncated success.
   void Fail(const util::Status& status);
+  // A choice runs on cheaper terms than the request asked (the RT-Switcher's
+  // policy): readers get the answer, the completion hook is told not to store it.
+  void DoNotStore();
   // The next event for a reader at `*cursor` (shared) or the queue's head
   // (unshared); nullopt when none came before `deadline`.
   std::optional<Event> Read(size_t* cursor, std::chrono::steady_clock::time_point deadline);
@@ -73,6 +77,7 @@ class Flight {
   std::vector<bool> finished_;          // guarded by mu_; per choice
   int32_t n_finished_ = 0;              // guarded by mu_
   bool succeeded_ = true;               // guarded by mu_
+  bool storable_ = true;                // guarded by mu_; false after DoNotStore
   std::vector<engine::RequestId> ids_;  // guarded by mu_
 };
 

@@ -1,0 +1,185 @@
+#include "gateway/rt_control.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace strata::gateway {
+
+namespace {
+
+// The tighter of two caps where 0 means "none".
+int32_t TighterCap(int32_t a, int32_t b) {
+  if (a == 0) return b;
+  if (b == 0) return a;
+  return std::min(a, b);
+}
+
+std::string DescribePolicy(const sampling::Policy& p) {
+  auto cap = [](int32_t v) { return v == 0 ? std::string("none") : std::to_string(v); };
+  return fmt::format("level {}: trace {:g}, sampling {}, max batch {}, max_tokens cap {}", p.level,
+                     p.trace_sample_rate, sampling::SamplingTierName(p.sampling_tier),
+                     cap(p.max_batch_size), cap(p.max_tokens_cap));
+}
+
+}  // namespace
+
+sampling::Policy EffectivePolicy(const std::vector<sampling::Policy>& levels, int32_t level,
+                                 bool kv_pressure) {
+  sampling::Policy p = levels[static_cast<size_t>(level)];
+  if (!kv_pressure || level == 0) return p;
+  // Why tighten here: at a degraded level latency is already bad, and with few
+  // free blocks the next admissions are what forces preemptions, each of which
+  // recomputes a whole sequence — work that delays every queued request's
+  // first token. Fewer sequences at once and shorter generations cut the block
+  // demand (each sequence holds prompt + max_tokens positions at most) before
+  // that happens; requests already running keep their terms.
+  if (static_cast<size_t>(level) + 1 < levels.size()) {
+    const sampling::Policy& next = levels[static_cast<size_t>(level) + 1];
+    p.max_batch_size = TighterCap(p.max_batch_size, next.max_batch_size);
+    p.max_tokens_cap = TighterCap(p.max_tokens_cap, next.max_tokens_cap);
+  } else {
+    if (p.max_batch_size > 0) p.max_batch_size = std::max(1, p.max_batch_size / 2);
+    if (p.max_tokens_cap > 0) p.max_tokens_cap = std::max(1, p.max_tokens_cap / 2);
+  }
+  return p;
+}
+
+struct RtControl::Metrics {
+  explicit Metrics(obs::MetricsRegistry& reg)
+      : level(reg.Gauge("strata_rt_level",
+                        "RT-Switcher level in force (0 = full quality; higher = cheaper).")
+                  .With({})),
+        switches(reg.Counter("strata_rt_switch_total",
+                             "RT-Switcher level changes, by direction (down = cheaper).",
+                             {"direction"})),
+        threshold(reg.Gauge("strata_rt_threshold_seconds",
+                            "RT-Switcher breach threshold per signal at the last evaluation "
+                            "(window mean + k sigma of interval P95s, clamped); 0 = none yet.",
+                            {"signal"})),
+        p95(reg.Gauge("strata_rt_p95_seconds",
+                      "P95 of the signal over the last evaluated interval with enough samples.",
+                      {"signal"})),
+        kv_pressure(reg.Gauge("strata_rt_kv_pressure",
+                              "1 while free KV blocks are below the pressure fraction, else 0.")
+                        .With({})),
+        max_batch(reg.Gauge("strata_rt_max_batch_size",
+                            "Sequences the scheduler may run at once under the policy in force "
+                            "(0 = no cap beyond --parallel).")
+                      .With({})),
+        max_tokens(reg.Gauge("strata_rt_max_tokens_cap",
+                             "max_tokens cap for requests admitted now (0 = none).")
+                       .With({})) {}
+  obs::GaugeValue& level;
+  obs::Family<obs::CounterValue>& switches;
+  obs::Family<obs::GaugeValue>& threshold;
+  obs::Family<obs::GaugeValue>& p95;
+  obs::GaugeValue& kv_pressure;
+  obs::GaugeValue& max_batch;
+  obs::GaugeValue& max_tokens;
+};
+
+util::StatusOr<std::unique_ptr<RtControl>> RtControl::Create(const RtControlOptions& options,
+                                                             obs::MetricsRegistry& metrics,
+                                                             const util::Clock& clock,
+                                                             util::Logger& log) {
+  if (!(options.kv_pressure_free_fraction >= 0 && options.kv_pressure_free_fraction < 1)) {
+    return util::InvalidArgumentError(fmt::format(
+        "rt_control: kv_pressure_free_fraction {} is outside [0, 1)",
+        options.kv_pressure_free_fraction));
+  }
+  STRATA_ASSIGN_OR_RETURN(auto sw, sampling::RtSwitcher::Create(options.switcher, clock.Now()));
+  return std::unique_ptr<RtControl>(new RtControl(options, std::move(sw), metrics, clock, log));
+}
+
+RtControl::RtControl(const RtControlOptions& options,
+                     std::unique_ptr<sampling::RtSwitcher> switcher,
+                     obs::MetricsRegistry& metrics, const util::Clock& clock, util::Logger& log)
+    : options_(options),
+      clock_(clock),
+      log_(log),
+      metrics_(std::make_unique<Metrics>(metrics)),
+      switcher_(std::move(switcher)),
+      rng_(options.trace_seed) {
+  Publish();
+}
+
+RtControl::~RtControl() = default;
+
+std::chrono::milliseconds RtControl::idle_tick() const {
+  // One evaluation per interval is all the switcher needs; never sleep past a second.
+  const auto iv = std::chrono::duration_cast<std::chrono::milliseconds>(options_.switcher.interval);
+  return std::clamp(iv, std::chrono::milliseconds(1), std::chrono::milliseconds(1000));
+}
+
+int32_t RtControl::level() const { return switcher_->current()->level; }
+
+int32_t RtControl::BeforeAdmission(const engine::SchedulerStats& stats) {
+  Apply(switcher_->Tick(clock_.Now()));
+  if (stats.kv_blocks_total > 0 && options_.kv_pressure_free_fraction > 0) {
+    const double free = 1.0 - static_cast<double>(stats.kv_blocks_used) / stats.kv_blocks_total;
+    const double enter = options_.kv_pressure_free_fraction;
+    const bool pressure = kv_pressure_ ? free < 1.5 * enter : free < enter;
+    if (pressure != kv_pressure_) {
+      kv_pressure_ = pressure;
+      log_.Info("rt-switcher: KV pressure {}: {} of {} blocks free ({:.1f}%, {} below {:.1f}%)",
+                pressure ? "on" : "off", stats.kv_blocks_total - stats.kv_blocks_used,
+                stats.kv_blocks_total, 100 * free, pressure ? "entered" : "left",
+                100 * (pressure ? enter : 1.5 * enter));
+      Publish();
+    }
+  }
+  return policy_->max_batch_size;
+}
+
+RtControl::Admission RtControl::Admit() {
+  Admission a;
+  a.policy = policy_;
+  const double rate = policy_->trace_sample_rate;
+  // Always draw, so the sequence of decisions depends only on the seed and the
+  // number of admissions.
+  const double u = rng_.Uniform();
+  a.traced = rate >= 1.0 || u < rate;
+  return a;
+}
+
+void RtControl::ObserveTtft(std::chrono::nanoseconds ttft) {
+  Apply(switcher_->Observe(sampling::LatencySignal::kTtft, ttft, clock_.Now()));
+}
+
+void RtControl::ObserveTpot(std::chrono::nanoseconds tpot) {
+  Apply(switcher_->Observe(sampling::LatencySignal::kTpot, tpot, clock_.Now()));
+}
+
+void RtControl::Apply(const std::vector<sampling::Decision>& decisions) {
+  bool moved = false;
+  for (const sampling::Decision& d : decisions) {
+    for (const auto& [name, s] : {std::pair{"ttft", &d.ttft}, std::pair{"tpot", &d.tpot}}) {
+      metrics_->threshold.With({name}).Set(s->has_threshold ? s->threshold_s : 0.0);
+      if (s->p95_known) metrics_->p95.With({name}).Set(s->p95_s);
+    }
+    if (d.action == sampling::SwitchAction::kHold) {
+      log_.Debug("rt-switcher: {}", d.Reason());
+      continue;
+    }
+    metrics_->switches.With({d.action == sampling::SwitchAction::kStepDown ? "down" : "up"}).Inc();
+    moved = true;
+    const sampling::Policy now = EffectivePolicy(switcher_->options().levels, d.to_level, kv_pressure_);
+    log_.Warn("rt-switcher: {}; new requests get {}{}", d.Reason(), DescribePolicy(now),
+              kv_pressure_ ? " (caps tightened: KV pressure)" : "");
+  }
+  if (moved) Publish();
+}
+
+void RtControl::Publish() {
+  const int32_t level = switcher_->level();
+  policy_ = std::make_shared<const sampling::Policy>(
+      EffectivePolicy(switcher_->options().levels, level, kv_pressure_));
+  metrics_->level.Set(level);
+  metrics_->kv_pressure.Set(kv_pressure_ ? 1 : 0);
+  metrics_->max_batch.Set(policy_->max_batch_size);
+  metrics_->max_tokens.Set(policy_->max_tokens_cap);
+}
+
+}  // namespace strata::gateway

@@ -1,0 +1,109 @@
+// gateway/rt_control.h — the RT-Switcher (sampling/rt_switcher.h) wired to the
+// scheduler: latency in, admission terms out.
+//
+// Promise: RtControl is the scheduler's SchedulerControl. It feeds the TTFT
+// and time per output token of every generated choice into one RtSwitcher,
+// evaluates it on the scheduler loop (idle time included), and turns the
+// level in force into admission terms: a request being admitted takes the
+// level's policy (sampling tier, max_tokens cap, whether it is traced) and
+// keeps it to the end; the scheduler admits no more sequences than the
+// policy's max batch size. Every switch is a log line with the decision's
+// reason (window statistics, threshold) and a metric.
+//
+// KV-memory pressure: while a degraded level (>= 1) is in force and the free
+// KV blocks fall below `kv_pressure_free_fraction` of the pool, the caps
+// (max batch, max_tokens) are those of the next level down (halved at the
+// bottom); see EffectivePolicy. Pressure ends when the free fraction is back
+// above 1.5 times that (hysteresis, so the caps do not flap with every step).
+//
+// Threading: owned by the scheduler thread: BeforeAdmission, Admit and the
+// Observe methods run there only (the scheduler calls the first, request
+// sinks the others, all on its thread). level() is thread-safe.
+//
+// Usage (the composition root):
+//   STRATA_ASSIGN_OR_RETURN(auto rt, RtControl::Create({}, metrics, clock, log));
+//   auto sched = Scheduler::Start(engine, {.max_running = 16, .control = rt.get()}, log);
+//   GatewayOptions go{.rt_control = rt.get()};   // sinks call Admit/Observe*
+//   // rt must outlive the scheduler and the gateway.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "obs/metrics.h"
+#include "sampling/rt_switcher.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/random.h"
+#include "util/status.h"
+
+namespace strata::gateway {
+
+struct RtControlOptions {
+  sampling::RtSwitcherOptions switcher;   // levels, interval, window, thresholds, dwell
+  double kv_pressure_free_fraction = 0.1;  // [0, 1); below it a degraded level tightens its caps;
+                                           // 0 = never
+  uint64_t trace_seed = 0;                 // seeds the trace-sampling draws
+};
+
+// The policy a request admitted now gets at `level`: levels[level], and under
+// KV pressure at a degraded level (level >= 1) the tighter of its caps and
+// those of levels[level + 1], or half its own (at least 1) at the bottom. A
+// cap of 0 ("none") never wins over a set one. Level 0 is never tightened:
+// at full quality the latency is fine, and the scheduler's own admission rule
+// and preemption keep a full KV pool correct.
+sampling::Policy EffectivePolicy(const std::vector<sampling::Policy>& levels, int32_t level,
+                                 bool kv_pressure);
+
+class RtControl final : public engine::SchedulerControl {
+ public:
+  // InvalidArgument naming the option when one is out of range.
+  static util::StatusOr<std::unique_ptr<RtControl>> Create(const RtControlOptions& options,
+                                                           obs::MetricsRegistry& metrics,
+                                                           const util::Clock& clock,
+                                                           util::Logger& log);
+  ~RtControl() override;
+
+  // engine::SchedulerControl: evaluates the intervals that have ended, then
+  // returns the max batch size of the policy in force (0 = no cap).
+  int32_t BeforeAdmission(const engine::SchedulerStats& stats) override;
+  std::chrono::milliseconds idle_tick() const override;
+
+  // The terms of a request admitted now (scheduler thread).
+  struct Admission {
+    std::shared_ptr<const sampling::Policy> policy;  // immutable; kept by the request
+    bool traced = false;  // drawn with probability policy->trace_sample_rate
+  };
+  Admission Admit();
+
+  // A choice's time to first token (submission to first token) and its mean
+  // time per output token after the first (scheduler thread).
+  void ObserveTtft(std::chrono::nanoseconds ttft);
+  void ObserveTpot(std::chrono::nanoseconds tpot);
+
+  // The switcher's level (thread-safe).
+  int32_t level() const;
+
+ private:
+  struct Metrics;
+  RtControl(const RtControlOptions& options, std::unique_ptr<sampling::RtSwitcher> switcher,
+            obs::MetricsRegistry& metrics, const util::Clock& clock, util::Logger& log);
+  // Logs and counts `decisions`; republishes the policy when the level moved.
+  void Apply(const std::vector<sampling::Decision>& decisions);
+  void Publish();
+
+  const RtControlOptions options_;
+  const util::Clock& clock_;
+  util::Logger& log_;
+  std::unique_ptr<Metrics> metrics_;
+  // Owned by the scheduler thread.
+  std::unique_ptr<sampling::RtSwitcher> switcher_;
+  util::Rng rng_;                                   // trace-sampling draws
+  bool kv_pressure_ = false;
+  std::shared_ptr<const sampling::Policy> policy_;  // what Admit hands out
+};
+
+}  // namespace strata::gateway
