@@ -17,6 +17,8 @@
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "gateway/gateway.h"
+#include "gateway/rt_control.h"
+#include "sampling/rt_switcher.h"
 #include "model/transformer.h"
 #include "obs/metrics.h"
 #include "server/auth.h"
@@ -49,7 +51,55 @@ struct ServeFlags {
   double l1_ttl_s = 600;
   double l1_ttl_jitter = 0.1;
   bool coalesce = true;
+  std::string rt_switcher = "off";
+  std::string rt_levels = sampling::FormatLevels(sampling::DefaultLevels());
+  double rt_interval_s = 1;
+  int32_t rt_window = 60;
+  double rt_ttft_floor_s = 0;
+  double rt_ttft_slo_s = 0;
+  double rt_tpot_floor_s = 0;
+  double rt_tpot_slo_s = 0;
+  int32_t rt_breach = 5;
+  int32_t rt_calm = 10;
+  double rt_dwell_s = 10;
+  double rt_kv_pressure = 0.1;
 };
+
+// The RT-Switcher's options from the flags; InvalidArgument naming the flag.
+util::StatusOr<gateway::RtControlOptions> RtOptions(const ServeFlags& f) {
+  gateway::RtControlOptions o;
+  auto levels = sampling::ParseLevels(f.rt_levels);
+  if (!levels.ok()) return util::InvalidArgumentError("--rt-levels: " + levels.status().message());
+  o.switcher.levels = std::move(levels).value();
+  if (!(f.rt_interval_s >= 0.01 && f.rt_interval_s <= 3600)) {
+    return util::InvalidArgumentError(
+        fmt::format("--rt-interval {} is outside [0.01, 3600] seconds", f.rt_interval_s));
+  }
+  if (!(f.rt_dwell_s >= 0 && f.rt_dwell_s <= 86400)) {
+    return util::InvalidArgumentError(
+        fmt::format("--rt-dwell {} is outside [0, 86400] seconds", f.rt_dwell_s));
+  }
+  auto ns = [](double s) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s));
+  };
+  o.switcher.interval = ns(f.rt_interval_s);
+  o.switcher.window_intervals = f.rt_window;
+  o.switcher.min_window_intervals = std::min(10, f.rt_window);
+  o.switcher.ttft = {.floor_s = f.rt_ttft_floor_s, .ceiling_s = f.rt_ttft_slo_s};
+  o.switcher.tpot = {.floor_s = f.rt_tpot_floor_s, .ceiling_s = f.rt_tpot_slo_s};
+  o.switcher.breach_intervals = f.rt_breach;
+  o.switcher.calm_intervals = f.rt_calm;
+  o.switcher.min_dwell = ns(f.rt_dwell_s);
+  o.kv_pressure_free_fraction = f.rt_kv_pressure;
+  if (!(o.kv_pressure_free_fraction >= 0 && o.kv_pressure_free_fraction < 1)) {
+    return util::InvalidArgumentError(
+        fmt::format("--rt-kv-pressure {} is outside [0, 1)", f.rt_kv_pressure));
+  }
+  // The switcher checks the rest (window, streaks, floors and ceilings).
+  STRATA_RETURN_IF_ERROR(
+      sampling::RtSwitcher::Create(o.switcher, std::chrono::steady_clock::time_point{}).status());
+  return o;
+}
 
 int RunServe(const Env& env, const ServeFlags& f) {
   auto log = MakeLogger(f.log_level);
@@ -69,6 +119,11 @@ int RunServe(const Env& env, const ServeFlags& f) {
   if (f.l1_bytes > (1ull << 40)) {
     return UsageError(fmt::format("--l1-bytes {} is above 2^40", f.l1_bytes));
   }
+  if (f.rt_switcher != "on" && f.rt_switcher != "off") {
+    return UsageError(fmt::format("--rt-switcher '{}' is not on or off", f.rt_switcher));
+  }
+  auto rt_options = RtOptions(f);
+  if (!rt_options.ok()) return UsageError(rt_options.status().message());
   std::optional<model::ChatFormat> chat_format;
   if (!f.chat_format.empty()) {
     chat_format = model::ParseChatFormat(f.chat_format);
@@ -124,10 +179,21 @@ int RunServe(const Env& env, const ServeFlags& f) {
   eo.n_kv_blocks = (kv_tokens + eo.block_size - 1) / eo.block_size;
   auto eng = engine::Engine::Create(m, eo, *log);
   if (!eng.ok()) return ReportError(eng.status());
+  // The RT-Switcher outlives the scheduler (whose thread owns it) and the gateway.
+  std::unique_ptr<gateway::RtControl> rt;
+  if (f.rt_switcher == "on") {
+    rt_options->trace_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
+    auto created = gateway::RtControl::Create(*rt_options, metrics, clock, *log);
+    if (!created.ok()) return ReportError(created.status());
+    rt = std::move(created).value();
+    log->Info("RT-Switcher: on; levels {}; interval {} s, window {}, TTFT SLO {} s, TPOT SLO {} s",
+              f.rt_levels, f.rt_interval_s, f.rt_window, f.rt_ttft_slo_s, f.rt_tpot_slo_s);
+  }
   auto sched = engine::Scheduler::Start(**eng,
                                         {.max_running = f.parallel,
                                          .max_batch_tokens = f.batch_tokens,
-                                         .max_queue = f.queue},
+                                         .max_queue = f.queue,
+                                         .control = rt.get()},
                                         *log);
   if (!sched.ok()) return ReportError(sched.status());
   gateway::GatewayOptions go;
@@ -139,6 +205,7 @@ int RunServe(const Env& env, const ServeFlags& f) {
   go.l1.ttl_jitter = f.l1_ttl_jitter;
   go.l1_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
   go.coalesce = f.coalesce;
+  go.rt_control = rt.get();
   // Unseeded requests sample differently each time, as the APIs define.
   go.unseeded_seed_base = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   auto gw = gateway::Gateway::Create(m, **sched, metrics, go, clock, *log);
@@ -209,6 +276,39 @@ Command RegisterServe(CLI::App& app) {
   cmd->add_flag("--coalesce,!--no-coalesce", f->coalesce,
                 "Identical concurrent deterministic requests share one generation (single "
                 "flight; default: on)");
+  cmd->add_option("--rt-switcher", f->rt_switcher,
+                  "RT-Switcher: trade sampling quality, tracing and batch/max_tokens caps for "
+                  "latency when TTFT or time per token breaches (on|off)")
+      ->capture_default_str();
+  cmd->add_option("--rt-levels", f->rt_levels,
+                  "RT-Switcher levels, best first: TRACE_RATE:entropy|topk:MAX_BATCH:MAX_TOKENS_CAP,"
+                  "... (0 = no cap)")
+      ->capture_default_str();
+  cmd->add_option("--rt-interval", f->rt_interval_s, "RT-Switcher evaluation interval, seconds")
+      ->capture_default_str();
+  cmd->add_option("--rt-window", f->rt_window, "Intervals in the threshold's sliding window")
+      ->capture_default_str();
+  cmd->add_option("--rt-ttft-floor", f->rt_ttft_floor_s,
+                  "The TTFT threshold is never below this, seconds")
+      ->capture_default_str();
+  cmd->add_option("--rt-ttft-slo", f->rt_ttft_slo_s,
+                  "The TTFT threshold is never above this, seconds (0 = no ceiling)")
+      ->capture_default_str();
+  cmd->add_option("--rt-tpot-floor", f->rt_tpot_floor_s,
+                  "The time-per-token threshold is never below this, seconds")
+      ->capture_default_str();
+  cmd->add_option("--rt-tpot-slo", f->rt_tpot_slo_s,
+                  "The time-per-token threshold is never above this, seconds (0 = no ceiling)")
+      ->capture_default_str();
+  cmd->add_option("--rt-breach", f->rt_breach, "Breaching intervals in a row to step down")
+      ->capture_default_str();
+  cmd->add_option("--rt-calm", f->rt_calm, "Calm intervals in a row to step up")
+      ->capture_default_str();
+  cmd->add_option("--rt-dwell", f->rt_dwell_s, "Seconds between two switches at least")
+      ->capture_default_str();
+  cmd->add_option("--rt-kv-pressure", f->rt_kv_pressure,
+                  "Free KV fraction below which a degraded level tightens its caps (0 = never)")
+      ->capture_default_str();
   return {cmd, [f](const Env& env) { return RunServe(env, *f); }};
 }
 
