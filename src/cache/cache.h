@@ -8,6 +8,7 @@
 // and mark their answers.
 #pragma once
 
+#include "cache/admission.h"
 #include "cache/cache_key.h"
 #include "cache/eviction_policy.h"
 #include "cache/near_dup.h"

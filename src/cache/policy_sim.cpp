@@ -8,17 +8,28 @@
 
 namespace strata::cache {
 
-SimResult SimulatePolicy(EvictionPolicy& policy, std::span<const KeyAccess> stream, size_t capacity) {
+SimResult SimulatePolicy(EvictionPolicy& policy, std::span<const KeyAccess> stream, size_t capacity,
+                         const AdmissionOptions& admission, uint64_t seed) {
   SimResult r;
+  AdmissionGate gate(admission);
+  util::Rng rng(seed);
   std::unordered_set<uint64_t> present;
   present.reserve(capacity * 2);
   for (const KeyAccess& a : stream) {
-    if (present.count(a.key)) {
+    const bool hit = present.count(a.key) > 0;
+    gate.RecordLookup(a.key, hit);
+    if (hit) {
       ++r.hits;
       policy.Access(a.key, a.time);
       continue;
     }
     ++r.misses;
+    // Only an entry that needs room asks the gate (as in the tiers).
+    if (present.size() >= capacity && !gate.Admit(a.key, present.size(), rng.Uniform())) {
+      ++r.rejected;
+      continue;
+    }
+    ++r.stores;
     policy.Insert(a.key, 1, a.time);
     present.insert(a.key);
     while (present.size() > capacity) {
@@ -29,6 +40,7 @@ SimResult SimulatePolicy(EvictionPolicy& policy, std::span<const KeyAccess> stre
       ++r.evictions;
     }
   }
+  r.final_admission_probability = gate.probability();
   return r;
 }
 

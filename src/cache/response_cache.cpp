@@ -35,6 +35,7 @@ util::StatusOr<std::unique_ptr<ResponseCache>> ResponseCache::Create(
     return InvalidArgumentError(
         fmt::format("L1 early_refresh_beta {} is outside [0, 100]", o.early_refresh_beta));
   }
+  if (o.admission.enabled) STRATA_RETURN_IF_ERROR(ValidateAdmission(o.admission));
   return std::unique_ptr<ResponseCache>(new ResponseCache(o, clock, std::move(rng), observer));
 }
 
@@ -46,7 +47,8 @@ ResponseCache::ResponseCache(const ResponseCacheOptions& o, const util::Clock& c
       clock_(clock),
       observer_(observer),
       rng_(std::move(rng)),
-      policy_(NewEvictionPolicy(o.policy, o.policy_options)) {}
+      policy_(NewEvictionPolicy(o.policy, o.policy_options)),
+      admission_(o.admission) {}
 
 Lookup ResponseCache::Find(const CacheKey& key) {
   const TimePoint now = clock_.Now();
@@ -58,9 +60,11 @@ Lookup ResponseCache::Find(const CacheKey& key) {
   }
   if (it == map_.end()) {
     ++stats_.misses;
+    admission_.RecordLookup(key.hash, false);
     if (observer_) observer_->OnMiss();
     return {};
   }
+  admission_.RecordLookup(key.hash, true);
   Entry& e = it->second;
   policy_->Access(e.id, now);
   Lookup out;
@@ -92,7 +96,8 @@ std::shared_ptr<const CachedValue> ResponseCache::Peek(const CacheKey& key) cons
 }
 
 bool ResponseCache::Insert(const CacheKey& key, std::shared_ptr<const CachedValue> value,
-                           std::chrono::nanoseconds compute_time) {
+                           std::chrono::nanoseconds compute_time,
+                           std::optional<std::chrono::nanoseconds> ttl_override) {
   STRATA_CHECK_MSG(value != nullptr, "L1: null value inserted");
   const uint64_t bytes = key.bytes.size() + value->ByteSize() + kEntryOverheadBytes;
   const TimePoint now = clock_.Now();
@@ -102,17 +107,27 @@ bool ResponseCache::Insert(const CacheKey& key, std::shared_ptr<const CachedValu
     return false;
   }
   auto old = map_.find(key);
-  if (old != map_.end()) RemoveLocked(old, RemoveReason::kReplaced);
-  // Expired entries go first, then the policy's victims.
+  const bool replacing = old != map_.end() && old->second.expires > now;
+  // Expired entries go first; then, if it still needs room, a new entry must
+  // pass the admission gate before the policy's victims make that room.
   if (stats_.bytes + bytes > options_.max_bytes) DropExpiredLocked(now);
+  old = map_.find(key);
+  const uint64_t freed = old != map_.end() ? old->second.bytes : 0;
+  if (!replacing && options_.admission.enabled && stats_.bytes - freed + bytes > options_.max_bytes &&
+      !admission_.Admit(key.hash, stats_.entries, rng_.Uniform())) {
+    ++stats_.not_admitted;
+    return false;
+  }
+  if (old != map_.end()) RemoveLocked(old, RemoveReason::kReplaced);
   while (stats_.bytes + bytes > options_.max_bytes) {
     const std::optional<uint64_t> victim = policy_->Victim(now);
     STRATA_CHECK_MSG(victim.has_value(), "L1: over budget with nothing to evict");
     RemoveLocked(map_.find(*by_id_.at(*victim)), RemoveReason::kEvicted);
   }
   const double jitter = options_.ttl_jitter * (2.0 * rng_.Uniform() - 1.0);
-  const auto ttl = std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::chrono::duration<double>(options_.ttl) * (1.0 + jitter));
+  const auto ttl = ttl_override ? *ttl_override
+                                : std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::duration<double>(options_.ttl) * (1.0 + jitter));
   Entry e;
   e.id = next_id_++;
   e.value = std::move(value);

@@ -5,7 +5,10 @@
 // (its key, its value's ByteSize and a fixed per-entry overhead) never sum
 // above max_bytes; room is made by dropping expired entries first, then the
 // eviction policy's victims (eviction_policy.h; dual-factor by default). An
-// entry larger than max_entry_bytes is not stored.
+// entry larger than max_entry_bytes is not stored. With admission enabled
+// (admission.h), a new entry that would need room is stored only with the
+// probability the tier's recent hit ratio gives; an entry that fits, or
+// that replaces one under the same key, is always stored.
 //
 // Expiry: each entry lives ttl × U[1 − jitter, 1 + jitter] (drawn from the
 // injected Rng at insertion), so entries written together do not expire
@@ -37,9 +40,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
+#include "cache/admission.h"
 #include "cache/cache_key.h"
 #include "cache/eviction_policy.h"
 #include "util/clock.h"
@@ -79,6 +84,7 @@ struct ResponseCacheOptions {
   double early_refresh_beta = 1.0;    // [0, 100]; XFetch beta, 0 = no early refresh
   PolicyKind policy = PolicyKind::kDualFactor;
   PolicyOptions policy_options{};
+  AdmissionOptions admission{};       // off by default: every entry that fits the limits is stored
 };
 
 // Fixed bookkeeping charged to every entry on top of its key and value.
@@ -102,6 +108,7 @@ struct ResponseCacheStats {
   uint64_t early_refreshes = 0;  // kRefresh answers
   uint64_t stores = 0;
   uint64_t rejected = 0;         // Insert refused: larger than max_entry_bytes
+  uint64_t not_admitted = 0;     // Insert refused by the admission gate (the cache was full)
   uint64_t evictions = 0;        // removed for room
   uint64_t expirations = 0;      // removed because their TTL ran out
 };
@@ -128,10 +135,13 @@ class ResponseCache {
   // re-check under the single-flight lock); nullptr when absent or expired.
   std::shared_ptr<const CachedValue> Peek(const CacheKey& key) const;
   // Stores `value` (replacing any entry under `key`) with a fresh jittered
-  // TTL; `compute_time` is what producing it cost (the XFetch delta). False
-  // when it is larger than max_entry_bytes (nothing changes then).
+  // TTL, or with `ttl` when given (an entry copied from a shared tier keeps
+  // the time it has left there); `compute_time` is what producing it cost
+  // (the XFetch delta). False when it is larger than max_entry_bytes or the
+  // admission gate turned it away (nothing changes then).
   bool Insert(const CacheKey& key, std::shared_ptr<const CachedValue> value,
-              std::chrono::nanoseconds compute_time);
+              std::chrono::nanoseconds compute_time,
+              std::optional<std::chrono::nanoseconds> ttl = std::nullopt);
   // True when an entry was removed.
   bool Erase(const CacheKey& key);
 
@@ -165,6 +175,7 @@ class ResponseCache {
   std::unordered_map<uint64_t, const CacheKey*> by_id_;  // policy key -> map_ key (node-stable)
   std::set<std::pair<TimePoint, uint64_t>> by_expiry_;   // (expires, id), soonest first
   std::unique_ptr<EvictionPolicy> policy_;
+  AdmissionGate admission_;
   uint64_t next_id_ = 1;
   ResponseCacheStats stats_;  // entries and bytes kept current
 };

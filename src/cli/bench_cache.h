@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "cache/admission.h"
 #include "cli/commands.h"
 
 namespace strata::cli {
@@ -13,6 +14,10 @@ struct BenchCacheFlags {
   double lambda = 0.01;        // dual-factor age decay (1/s)
   double k = 0.5;              // dual-factor frequency saturation
   double half_life_s = 600;    // dual-factor access-count half-life (s)
+  bool admission = false;      // compare always-admit with cache-aware admission instead
+  double admission_gain = cache::AdmissionOptions{}.gain;
+  double admission_min = cache::AdmissionOptions{}.min_probability;
+  double admission_watch = cache::AdmissionOptions{}.watch_factor;
   std::string data_dir = "../shared/data";
   std::string json;
 };

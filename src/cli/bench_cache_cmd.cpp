@@ -1,6 +1,7 @@
 // `strata bench cache`: hit ratios of the eviction policies (LRU, dual-factor,
 // W-TinyLFU) at several cache sizes, on Zipf workloads and on the key streams
-// of real traces (Mooncake prefix blocks, BurstGPT conversation sessions).
+// of real traces (Mooncake prefix blocks, BurstGPT conversation sessions);
+// with --admission, always-admit against cache-aware admission.
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -8,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cache/admission.h"
 #include "cache/eviction_policy.h"
 #include "cache/policy_sim.h"
 #include "cli/bench_cache.h"
@@ -77,10 +79,8 @@ util::StatusOr<std::vector<KeyAccess>> LoadBurstSessions(util::FileSystem& fs, c
   return out;
 }
 
-}  // namespace
-
-int RunBenchCache(const Env& env, const BenchCacheFlags& f) {
-  if (f.accesses < 1000 || f.keys < 100) return UsageError("--accesses >= 1000 and --keys >= 100");
+// The Zipf workloads, then every trace of `data_dir` that is present.
+util::StatusOr<std::vector<Workload>> LoadWorkloads(const Env& env, const BenchCacheFlags& f) {
   std::vector<Workload> workloads;
   for (double skew : {0.6, 0.8, 1.0, 1.2}) {
     workloads.push_back({fmt::format("zipf-{:.1f}", skew),
@@ -94,20 +94,90 @@ int RunBenchCache(const Env& env, const BenchCacheFlags& f) {
       std::fprintf(stderr, "skip: %s is not present\n", path.c_str());
       continue;
     }
-    auto s = LoadMooncake(*env.fs, path);
-    if (!s.ok()) return ReportError(s.status());
-    workloads.push_back({std::string("mooncake-") + (file[9] == 'c' ? "conversation" : "synthetic"), std::move(s).value()});
+    STRATA_ASSIGN_OR_RETURN(auto s, LoadMooncake(*env.fs, path));
+    workloads.push_back({std::string("mooncake-") + (file[9] == 'c' ? "conversation" : "synthetic"), std::move(s)});
   }
-  {
-    const std::string path = traces + "burstgpt_3_first400.csv";
-    if (env.fs->Exists(path)) {
-      auto s = LoadBurstSessions(*env.fs, path);
-      if (!s.ok()) return ReportError(s.status());
-      workloads.push_back({"burstgpt-sessions", std::move(s).value()});
-    } else {
-      std::fprintf(stderr, "skip: %s is not present\n", path.c_str());
+  const std::string path = traces + "burstgpt_3_first400.csv";
+  if (env.fs->Exists(path)) {
+    STRATA_ASSIGN_OR_RETURN(auto s, LoadBurstSessions(*env.fs, path));
+    workloads.push_back({"burstgpt-sessions", std::move(s)});
+  } else {
+    std::fprintf(stderr, "skip: %s is not present\n", path.c_str());
+  }
+  return workloads;
+}
+
+// Always-admit against hit-ratio-weighted admission (cache/admission.h), for
+// the two policies the response tiers use, at sizes from churning to roomy.
+int RunAdmission(const Env& env, const BenchCacheFlags& f, const std::vector<Workload>& workloads) {
+  cache::AdmissionOptions adm;
+  adm.enabled = true;
+  adm.gain = f.admission_gain;
+  adm.min_probability = f.admission_min;
+  adm.watch_factor = f.admission_watch;
+  if (util::Status st = cache::ValidateAdmission(adm); !st.ok()) return UsageError(st.message());
+  const cache::PolicyKind kinds[] = {cache::PolicyKind::kLru, cache::PolicyKind::kDualFactor};
+  nlohmann::json out = nlohmann::json::array();
+  fmt::print("admission (asked only when the cache is full): keys that came back are admitted; a new "
+             "key with p = clamp({} x hit ratio of new keys over {} outcomes, {}, 1); watch list "
+             "{} x entries\n\n",
+             adm.gain, adm.window, adm.min_probability, adm.watch_factor);
+  fmt::print("| {:<22} | {:>10} | {:<11} | {:>8} | {:>8} | {:>7} | {:>10} | {:>10} | {:>7} | {:>4} |\n",
+             "workload", "size", "policy", "hit all", "hit adm", "delta", "repl all", "repl adm",
+             "repl", "p end");
+  fmt::print("|{:-<24}|{:->12}|{:-<13}|{:->10}|{:->10}|{:->9}|{:->12}|{:->12}|{:->9}|{:->6}|\n", "", "", "",
+             "", "", "", "", "", "", "");
+  for (const Workload& w : workloads) {
+    const size_t distinct = cache::DistinctKeys(w.stream);
+    for (double frac : {0.01, 0.05, 0.10, 0.25}) {
+      const size_t cap = std::max<size_t>(4, static_cast<size_t>(static_cast<double>(distinct) * frac));
+      for (cache::PolicyKind kind : kinds) {
+        cache::PolicyOptions o;
+        o.capacity = cap;
+        o.lambda_per_s = f.lambda;
+        o.k = f.k;
+        o.count_half_life_s = f.half_life_s;
+        auto p_all = cache::NewEvictionPolicy(kind, o);
+        const cache::SimResult all = cache::SimulatePolicy(*p_all, w.stream, cap);
+        auto p_adm = cache::NewEvictionPolicy(kind, o);
+        const cache::SimResult gated = cache::SimulatePolicy(*p_adm, w.stream, cap, adm, 11);
+        const double repl_change =
+            all.evictions == 0 ? 0.0
+                               : (static_cast<double>(gated.evictions) / static_cast<double>(all.evictions) - 1) * 100;
+        fmt::print("| {:<22} | {:>5}({:>2.0f}%) | {:<11} | {:>7.2f}% | {:>7.2f}% | {:>+7.2f} | {:>10} | {:>10} | {:>+6.0f}% | {:>4.2f} |\n",
+                   w.name, cap, frac * 100, cache::PolicyKindName(kind), all.hit_ratio() * 100,
+                   gated.hit_ratio() * 100, (gated.hit_ratio() - all.hit_ratio()) * 100,
+                   all.evictions, gated.evictions, repl_change, gated.final_admission_probability);
+        out.push_back({{"workload", w.name},
+                       {"accesses", w.stream.size()},
+                       {"distinct_keys", distinct},
+                       {"capacity", cap},
+                       {"policy", cache::PolicyKindName(kind)},
+                       {"always", {{"hit_ratio", all.hit_ratio()}, {"replacements", all.evictions}}},
+                       {"admission",
+                        {{"hit_ratio", gated.hit_ratio()},
+                         {"replacements", gated.evictions},
+                         {"rejected", gated.rejected},
+                         {"final_probability", gated.final_admission_probability}}}});
+      }
     }
   }
+  if (!f.json.empty()) {
+    if (util::Status st = env.fs->WriteFileAtomic(f.json, out.dump(2) + "\n"); !st.ok()) {
+      return ReportError(st);
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunBenchCache(const Env& env, const BenchCacheFlags& f) {
+  if (f.accesses < 1000 || f.keys < 100) return UsageError("--accesses >= 1000 and --keys >= 100");
+  auto loaded = LoadWorkloads(env, f);
+  if (!loaded.ok()) return ReportError(loaded.status());
+  const std::vector<Workload>& workloads = *loaded;
+  if (f.admission) return RunAdmission(env, f, workloads);
 
   const cache::PolicyKind kinds[] = {cache::PolicyKind::kLru, cache::PolicyKind::kDualFactor,
                                      cache::PolicyKind::kWTinyLfu};

@@ -318,6 +318,16 @@ Command RegisterBench(CLI::App& app) {
   cache_cmd->add_option("--k", cf->k, "Dual-factor frequency saturation")->capture_default_str();
   cache_cmd->add_option("--half-life", cf->half_life_s, "Dual-factor access-count half-life (s)")
       ->capture_default_str();
+  cache_cmd->add_flag("--admission", cf->admission,
+                      "Compare always-admit with cache-aware admission (LRU and dual-factor)");
+  cache_cmd->add_option("--admission-gain", cf->admission_gain,
+                        "Admission probability of a new key per unit of the new keys' hit ratio")
+      ->capture_default_str();
+  cache_cmd->add_option("--admission-watch", cf->admission_watch,
+                        "Keys the admission gate watches per cache entry")
+      ->capture_default_str();
+  cache_cmd->add_option("--admission-min", cf->admission_min, "Lowest admission probability")
+      ->capture_default_str();
   cache_cmd->add_option("--data", cf->data_dir, "Directory holding traces/")->capture_default_str();
   cache_cmd->add_option("--json", cf->json, "Also write the results as JSON to FILE");
   return {cmd, [f, cf, cache_cmd](const Env& env) {
