@@ -493,12 +493,16 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
     });
 
     // Causal attention of every (entry, head) over its own sequence's positions.
+    // A pair costs in proportion to its position, so contiguous chunks would
+    // hand the last thread the longest rows of a prefill (3x the first one's
+    // work for two threads); pairs are dealt round-robin instead, which gives
+    // every thread the same heads of every token. Each pair is computed the
+    // same way whichever thread takes it.
     const int64_t n_pairs = T * c.n_heads;
     const int n_threads = pool_.size();
     pool_.RunOnAll([&](int thread) {
-      const auto [begin, end] = util::ThreadPool::Chunk(n_pairs, n_threads, thread);
       float* scores = scores_.data() + static_cast<size_t>(thread) * (max_pos + 1);
-      for (int64_t pair = begin; pair < end; ++pair) {
+      for (int64_t pair = thread; pair < n_pairs; pair += n_threads) {
         const int64_t t = pair / c.n_heads;
         const int32_t h = static_cast<int32_t>(pair % c.n_heads);
         const BatchEntry& e = batch.entries[static_cast<size_t>(t)];
