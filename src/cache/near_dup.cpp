@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <utility>
 
@@ -284,7 +285,8 @@ struct Entry {
   uint32_t ns = 0;
   uint64_t payload = 0;
   std::shared_ptr<const NearDupText> text;
-  TimePoint inserted;
+  std::shared_ptr<const CachedValue> value;  // may be null
+  TimePoint expires = TimePoint::max();      // never matches from then on
   size_t bytes = 0;
 };
 
@@ -300,13 +302,18 @@ struct StringHash {
 };
 
 // Per entry: the bucket items and roughly what the maps spend on it.
-constexpr size_t kEntryOverheadBytes = sizeof(Entry) + 3 * 64;
+constexpr size_t kIndexEntryOverheadBytes = sizeof(Entry) + 3 * 64;
 
 }  // namespace
 
 struct NearDupIndex::State {
-  State(const NearDupOptions& o, const util::Clock& c)
-      : options(o), clock(c), policy(NewEvictionPolicy(o.policy, o.policy_options)) {
+  State(const NearDupOptions& o, const util::Clock& c, util::Rng r, TierObserver* obs)
+      : options(o),
+        clock(c),
+        observer(obs),
+        policy(NewEvictionPolicy(o.policy, o.policy_options)),
+        admission(o.admission),
+        rng(std::move(r)) {
     int start = 0;
     for (int b = 0; b < o.bands; ++b) {
       const int width = 64 / o.bands + (b < 64 % o.bands ? 1 : 0);
@@ -369,11 +376,13 @@ struct NearDupIndex::State {
     ++namespaces.find(ns_names.at(e.ns))->second.entries;
     bytes += e.bytes;
     policy->Insert(id, e.bytes, clock.Now());
+    by_expiry.emplace(e.expires, id);
+    if (observer) observer->OnStore(e.bytes);
     entries.emplace(id, std::move(e));
   }
 
   // Removes an entry everywhere; returns what the caller should be told.
-  NearDupDropped RemoveEntry(uint64_t id) {
+  NearDupDropped RemoveEntry(uint64_t id, RemoveReason reason) {
     auto it = entries.find(id);
     STRATA_CHECK(it != entries.end());
     Entry& e = it->second;
@@ -394,7 +403,11 @@ struct NearDupIndex::State {
     auto seq = by_sequence.find({e.ns, e.text->sequence_hash});
     if (seq != by_sequence.end() && seq->second == id) by_sequence.erase(seq);
     policy->Erase(id);
+    by_expiry.erase({e.expires, id});
     bytes -= e.bytes;
+    if (reason == RemoveReason::kEvicted) ++stats.evictions;
+    if (reason == RemoveReason::kExpired) ++stats.expired;
+    if (observer) observer->OnRemove(e.bytes, reason);
     const std::string& name = ns_names.at(e.ns);
     NearDupDropped dropped{name, e.payload};
     auto ns_it = namespaces.find(name);
@@ -407,8 +420,25 @@ struct NearDupIndex::State {
     return dropped;
   }
 
-  bool Expired(const Entry& e, TimePoint now) const {
-    return options.ttl.count() > 0 && now - e.inserted >= options.ttl;
+  bool Expired(const Entry& e, TimePoint now) const { return now >= e.expires; }
+
+  // Expired entries, soonest first, until one is live.
+  void DropExpired(TimePoint now, std::vector<NearDupDropped>& dropped) {
+    while (!by_expiry.empty() && by_expiry.begin()->first <= now) {
+      dropped.push_back(RemoveEntry(by_expiry.begin()->second, RemoveReason::kExpired));
+    }
+  }
+
+  bool OverBudget(size_t extra_entries, size_t extra_bytes) const {
+    return entries.size() + extra_entries > options.max_entries ||
+           bytes + extra_bytes > options.max_bytes;
+  }
+
+  TimePoint ExpiryFor(TimePoint now) {
+    if (options.ttl.count() <= 0) return TimePoint::max();
+    const double jitter = options.ttl_jitter * (2.0 * rng.Uniform() - 1.0);
+    return now + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::duration<double>(options.ttl) * (1.0 + jitter));
   }
 
   struct NsInfo {
@@ -418,10 +448,14 @@ struct NearDupIndex::State {
 
   const NearDupOptions options;
   const util::Clock& clock;
+  TierObserver* const observer;
   std::vector<int> block_shift, block_width;  // per band, fixed at construction
 
   mutable std::mutex mu;  // guards everything below
   std::unique_ptr<EvictionPolicy> policy;
+  AdmissionGate admission;
+  util::Rng rng;  // TTL jitter and admission draws
+  std::set<std::pair<TimePoint, uint64_t>> by_expiry;  // (expires, id), soonest first
   std::unordered_map<uint64_t, Entry> entries;                  // id → entry
   std::unordered_map<uint64_t, std::vector<BucketItem>> buckets;  // BucketKey → items
   std::unordered_map<std::pair<uint32_t, uint64_t>, uint64_t, PairHash> by_payload;   // (ns, payload) → id
@@ -435,12 +469,15 @@ struct NearDupIndex::State {
   NearDupStats stats;
 };
 
-NearDupIndex::NearDupIndex(const NearDupOptions& options, const util::Clock& clock)
-    : state_(std::make_unique<State>(options, clock)) {}
+NearDupIndex::NearDupIndex(const NearDupOptions& options, const util::Clock& clock,
+                           util::Rng rng, TierObserver* observer)
+    : state_(std::make_unique<State>(options, clock, std::move(rng), observer)) {}
 NearDupIndex::~NearDupIndex() = default;
 
 util::StatusOr<std::unique_ptr<NearDupIndex>> NearDupIndex::Create(const NearDupOptions& o,
-                                                                   const util::Clock& clock) {
+                                                                   const util::Clock& clock,
+                                                                   util::Rng rng,
+                                                                   TierObserver* observer) {
   auto bad = [](std::string what) { return util::InvalidArgumentError("l3 options: " + what); };
   if (o.max_entries < 1 || o.max_entries > (size_t{1} << 26)) {
     return bad(fmt::format("max_entries {} is outside [1, 2^26]", o.max_entries));
@@ -455,6 +492,10 @@ util::StatusOr<std::unique_ptr<NearDupIndex>> NearDupIndex::Create(const NearDup
   }
   if (o.max_candidates < 1) return bad("max_candidates must be >= 1");
   if (o.ttl.count() < 0) return bad(fmt::format("ttl {}s is negative", o.ttl.count()));
+  if (!(o.ttl_jitter >= 0 && o.ttl_jitter <= 0.9)) {
+    return bad(fmt::format("ttl_jitter {} is outside [0, 0.9]", o.ttl_jitter));
+  }
+  if (o.admission.enabled) STRATA_RETURN_IF_ERROR(ValidateAdmission(o.admission));
   if (o.prepare.max_words < 1 || o.prepare.max_words > 65536) {
     return bad(fmt::format("prepare.max_words {} is outside [1, 65536]", o.prepare.max_words));
   }
@@ -462,7 +503,7 @@ util::StatusOr<std::unique_ptr<NearDupIndex>> NearDupIndex::Create(const NearDup
       !(o.policy_options.count_half_life_s > 0)) {
     return bad("policy_options: k and count_half_life_s must be > 0, lambda_per_s >= 0");
   }
-  return std::unique_ptr<NearDupIndex>(new NearDupIndex(o, clock));
+  return std::unique_ptr<NearDupIndex>(new NearDupIndex(o, clock, std::move(rng), observer));
 }
 
 const NearDupOptions& NearDupIndex::options() const { return state_->options; }
@@ -480,6 +521,12 @@ std::optional<NearDupMatch> NearDupIndex::Lookup(std::string_view ns, const Near
     int distance;
     uint64_t payload;
     std::shared_ptr<const NearDupText> text;
+    std::shared_ptr<const CachedValue> value;
+  };
+  auto miss = [&s, &text]() -> std::optional<NearDupMatch> {  // s.mu held
+    s.admission.RecordLookup(text.sequence_hash, false);
+    if (s.observer) s.observer->OnMiss();
+    return std::nullopt;
   };
   std::vector<Candidate> candidates;
   std::vector<uint64_t> expired;
@@ -488,7 +535,7 @@ std::optional<NearDupMatch> NearDupIndex::Lookup(std::string_view ns, const Near
     std::lock_guard lock(s.mu);
     ++s.stats.lookups;
     const std::optional<uint32_t> found_ns = s.FindNamespace(ns);
-    if (!found_ns) return std::nullopt;
+    if (!found_ns) return miss();
     ns_id = *found_ns;
     std::vector<std::pair<int, uint64_t>> found;  // (distance, id)
     for (int band = 0; band < s.options.bands; ++band) {
@@ -516,13 +563,11 @@ std::optional<NearDupMatch> NearDupIndex::Lookup(std::string_view ns, const Near
         expired.push_back(id);
         continue;
       }
-      candidates.push_back({id, d, e.payload, e.text});
+      candidates.push_back({id, d, e.payload, e.text, e.value});
     }
-    for (uint64_t id : expired) {
-      s.RemoveEntry(id);
-      ++s.stats.expired;
-    }
+    for (uint64_t id : expired) s.RemoveEntry(id, RemoveReason::kExpired);
     s.stats.candidates += candidates.size();
+    if (candidates.empty()) return miss();
   }
 
   // Score outside the lock: the texts are immutable and shared.
@@ -532,18 +577,19 @@ std::optional<NearDupMatch> NearDupIndex::Lookup(std::string_view ns, const Near
     const PairScore score = ScorePair(text, *c.text, s.options.similarity, threshold);
     if (score.rejected_by != Guard::kNone || score.similarity < threshold) continue;
     if (!best || score.similarity > best->similarity) {
-      best = NearDupMatch{c.payload, score.similarity, c.distance};
+      best = NearDupMatch{c.payload, c.value, score.similarity, c.distance};
       best_id = c.id;
     }
   }
-  if (!best) return std::nullopt;
-
   std::lock_guard lock(s.mu);
+  if (!best) return miss();
   auto it = s.entries.find(best_id);
-  if (it == s.entries.end()) return std::nullopt;  // erased meanwhile
+  if (it == s.entries.end()) return miss();  // erased meanwhile
   STRATA_CHECK_MSG(it->second.ns == ns_id, "l3: a match from another namespace");
   s.policy->Access(best_id, s.clock.Now());
   ++s.stats.hits;
+  s.admission.RecordLookup(text.sequence_hash, true);
+  if (s.observer) s.observer->OnHit();
   return best;
 }
 
@@ -553,41 +599,55 @@ util::StatusOr<std::optional<NearDupMatch>> NearDupIndex::Lookup(std::string_vie
   return Lookup(ns, t);
 }
 
-util::StatusOr<std::vector<NearDupDropped>> NearDupIndex::Insert(std::string_view ns,
-                                                                 const NearDupText& text,
-                                                                 uint64_t payload) {
+util::StatusOr<std::vector<NearDupDropped>> NearDupIndex::Insert(
+    std::string_view ns, const NearDupText& text, uint64_t payload,
+    std::shared_ptr<const CachedValue> value) {
   State& s = *state_;
   auto shared = std::make_shared<const NearDupText>(text);
-  const size_t entry_bytes = shared->MemoryBytes() + kEntryOverheadBytes +
+  const size_t entry_bytes = shared->MemoryBytes() + kIndexEntryOverheadBytes +
                              static_cast<size_t>(s.options.bands) * (sizeof(BucketItem) + 16) +
-                             ns.size();
+                             ns.size() + (value ? value->ByteSize() : 0);
   if (entry_bytes > s.options.max_bytes) {
     return util::ResourceExhaustedError(fmt::format(
         "l3: an entry of {} bytes does not fit max_bytes {}", entry_bytes, s.options.max_bytes));
   }
   std::vector<NearDupDropped> dropped;
+  const TimePoint now = s.clock.Now();
   std::lock_guard lock(s.mu);
+  auto same_payload = [&]() -> std::optional<uint64_t> {
+    const auto ns_id = s.FindNamespace(ns);
+    if (!ns_id) return std::nullopt;
+    auto it = s.by_payload.find({*ns_id, payload});
+    return it == s.by_payload.end() ? std::nullopt : std::optional<uint64_t>(it->second);
+  };
+  auto same_sequence = [&]() -> std::optional<uint64_t> {
+    const auto ns_id = s.FindNamespace(ns);
+    if (!ns_id) return std::nullopt;
+    auto it = s.by_sequence.find({*ns_id, shared->sequence_hash});
+    return it == s.by_sequence.end() ? std::nullopt : std::optional<uint64_t>(it->second);
+  };
+  // Expired entries make room first; then a new entry (not a replacement)
+  // that still needs room asks the admission gate.
+  if (s.OverBudget(1, entry_bytes)) s.DropExpired(now, dropped);
+  const bool replacing = same_payload() || same_sequence();
+  if (!replacing && s.options.admission.enabled && s.OverBudget(1, entry_bytes) &&
+      !s.admission.Admit(shared->sequence_hash, s.entries.size(), s.rng.Uniform())) {
+    ++s.stats.not_admitted;
+    return dropped;
+  }
   // Replace an entry with the same payload or the same token sequence. (The
   // namespace is looked up again each time: removing its last entry frees it.)
-  if (auto ns_id = s.FindNamespace(ns)) {
-    if (auto it = s.by_payload.find({*ns_id, payload}); it != s.by_payload.end()) {
-      dropped.push_back(s.RemoveEntry(it->second));
-    }
-  }
-  if (auto ns_id = s.FindNamespace(ns)) {
-    if (auto it = s.by_sequence.find({*ns_id, shared->sequence_hash}); it != s.by_sequence.end()) {
-      dropped.push_back(s.RemoveEntry(it->second));
-    }
-  }
+  if (auto id = same_payload()) dropped.push_back(s.RemoveEntry(*id, RemoveReason::kReplaced));
+  if (auto id = same_sequence()) dropped.push_back(s.RemoveEntry(*id, RemoveReason::kReplaced));
   const uint32_t final_ns = s.NamespaceId(ns);
   const uint64_t id = s.next_id++;
-  s.AddEntry(id, Entry{final_ns, payload, std::move(shared), s.clock.Now(), entry_bytes});
+  s.AddEntry(id, Entry{final_ns, payload, std::move(shared), std::move(value), s.ExpiryFor(now),
+                       entry_bytes});
   ++s.stats.inserts;
   while (s.entries.size() > s.options.max_entries || s.bytes > s.options.max_bytes) {
-    const std::optional<uint64_t> victim = s.policy->Victim(s.clock.Now());
+    const std::optional<uint64_t> victim = s.policy->Victim(now);
     STRATA_CHECK_MSG(victim.has_value(), "l3: over budget with nothing to evict");
-    dropped.push_back(s.RemoveEntry(*victim));
-    ++s.stats.evictions;
+    dropped.push_back(s.RemoveEntry(*victim, RemoveReason::kEvicted));
   }
   return dropped;
 }
@@ -606,7 +666,7 @@ bool NearDupIndex::Erase(std::string_view ns, uint64_t payload) {
   if (!ns_id) return false;
   auto it = s.by_payload.find({*ns_id, payload});
   if (it == s.by_payload.end()) return false;
-  s.RemoveEntry(it->second);
+  s.RemoveEntry(it->second, RemoveReason::kErased);
   return true;
 }
 

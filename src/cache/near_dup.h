@@ -23,16 +23,26 @@
 //     order, or where a capitalised name of one is missing from the other.
 // Namespaces (NearDupNamespace: tenant + model) are part of every bucket key
 // and checked on every candidate, so a lookup never sees another namespace's
-// entries. The index is bounded by max_entries and max_bytes; when over, an
-// EvictionPolicy (dual-factor by default) picks the victims. Entries older
-// than ttl never match and are dropped when met.
+// entries. The index is bounded by max_entries and max_bytes (an entry's
+// value counts too); when over, expired entries go first, then an
+// EvictionPolicy (dual-factor by default) picks the victims, and with
+// admission enabled (admission.h) a new entry that needs room must first pass
+// the gate (an entry's key for the gate is its token sequence). Each entry
+// lives ttl × U[1 − ttl_jitter, 1 + ttl_jitter] (drawn from the injected Rng)
+// and never matches after that.
 //
 // The caller decides whether an approximate answer is allowed (request or
 // tenant policy) and marks such answers (`x-strata-cache: l3` and the
-// similarity). The payload is opaque: a key into the caller's response store.
+// similarity). The payload is opaque (an id of the caller's); an entry may
+// also carry the answer itself (a CachedValue), returned with the match.
+// EncodeNearDupText/DecodeNearDupText give a prepared text a versioned byte
+// form, so a shared tier (shared_store.h) can confirm candidates from another
+// process with the same measure.
 //
 // Threading: NearDupIndex is thread-safe. One mutex guards all of its state;
-// the scoring of candidates runs outside it on immutable snapshots.
+// the scoring of candidates runs outside it on immutable snapshots. The
+// observer is called with the mutex held: it must be quick and must not call
+// back into the index.
 //
 // Usage:
 //   NearDupOptions options;
@@ -54,9 +64,12 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/admission.h"
 #include "cache/eviction_policy.h"
+#include "cache/response_cache.h"
 #include "cache/text_normalize.h"
 #include "util/clock.h"
+#include "util/random.h"
 #include "util/status.h"
 
 namespace strata::cache {
@@ -93,6 +106,12 @@ struct PrepareOptions {
 // OutOfRange for more than max_words tokens.
 util::StatusOr<NearDupText> PrepareNearDupText(std::string_view text,
                                                const PrepareOptions& options = {});
+
+// A prepared text as bytes (version 1, little-endian), and back. Decode
+// checks every length and returns DataLoss naming what is wrong; it never
+// reads out of bounds.
+std::string EncodeNearDupText(const NearDupText& text);
+util::StatusOr<NearDupText> DecodeNearDupText(std::string_view bytes);
 
 struct SimilarityOptions {
   enum class Measure {
@@ -132,14 +151,17 @@ struct NearDupOptions {
   int probe_radius = 2;          // bits flipped per block when probing, [0, 3]
   size_t max_candidates = 16;    // candidates confirmed per lookup, closest first; >= 1
   std::chrono::seconds ttl{0};   // entries older than this never match; 0 = no TTL; >= 0
+  double ttl_jitter = 0;         // [0, 0.9]; each entry lives ttl × U[1 − j, 1 + j]
   PolicyKind policy = PolicyKind::kDualFactor;
   PolicyOptions policy_options;
   PrepareOptions prepare;        // for the overloads that take raw text
   SimilarityOptions similarity;
+  AdmissionOptions admission;    // off by default: every entry is stored
 };
 
 struct NearDupMatch {
   uint64_t payload = 0;
+  std::shared_ptr<const CachedValue> value;  // what Insert stored with it (may be null)
   double similarity = 0;  // ScorePair similarity, >= min_similarity
   int distance = 0;       // Hamming distance of the fingerprints
 };
@@ -153,16 +175,20 @@ struct NearDupDropped {
 
 struct NearDupStats {
   uint64_t lookups = 0, hits = 0, inserts = 0, evictions = 0, expired = 0;
+  uint64_t not_admitted = 0;  // inserts the admission gate turned away
   uint64_t candidates = 0;  // candidates scored by ScorePair, over all lookups
   size_t entries = 0, bytes = 0, namespaces = 0;
 };
 
 class NearDupIndex {
  public:
-  // InvalidArgument names the first option outside its range. `clock` is
-  // borrowed and must outlive the index.
+  // InvalidArgument names the first option outside its range. `clock` and
+  // `observer` (may be null; told of hits, misses, stores and removals) are
+  // borrowed and must outlive the index; `rng` draws TTL jitter and admission.
   static util::StatusOr<std::unique_ptr<NearDupIndex>> Create(const NearDupOptions& options,
-                                                              const util::Clock& clock);
+                                                              const util::Clock& clock,
+                                                              util::Rng rng = util::Rng(0),
+                                                              TierObserver* observer = nullptr);
   ~NearDupIndex();
   NearDupIndex(const NearDupIndex&) = delete;
   NearDupIndex& operator=(const NearDupIndex&) = delete;
@@ -173,11 +199,14 @@ class NearDupIndex {
                                      std::optional<double> min_similarity = std::nullopt);
   util::StatusOr<std::optional<NearDupMatch>> Lookup(std::string_view ns, std::string_view text);
 
-  // Remembers `text` under `ns` with `payload`; returns what left the index.
-  // An entry with the same payload, or the same token sequence, in `ns` is
-  // replaced. ResourceExhausted if the entry alone is over max_bytes.
+  // Remembers `text` under `ns` with `payload` (and `value`, whose ByteSize
+  // counts against max_bytes); returns what left the index. An entry with
+  // the same payload, or the same token sequence, in `ns` is replaced.
+  // ResourceExhausted if the entry alone is over max_bytes. Nothing changes
+  // (an empty list) when the admission gate turns a new entry away.
   util::StatusOr<std::vector<NearDupDropped>> Insert(std::string_view ns, const NearDupText& text,
-                                                     uint64_t payload);
+                                                     uint64_t payload,
+                                                     std::shared_ptr<const CachedValue> value = nullptr);
   util::StatusOr<std::vector<NearDupDropped>> Insert(std::string_view ns, std::string_view text,
                                                      uint64_t payload);
 
@@ -190,7 +219,8 @@ class NearDupIndex {
 
  private:
   struct State;
-  NearDupIndex(const NearDupOptions& options, const util::Clock& clock);
+  NearDupIndex(const NearDupOptions& options, const util::Clock& clock, util::Rng rng,
+               TierObserver* observer);
   std::unique_ptr<State> state_;
 };
 
