@@ -281,8 +281,10 @@ Command RegisterServe(CLI::App& app) {
                   "latency when TTFT or time per token breaches (on|off)")
       ->capture_default_str();
   cmd->add_option("--rt-levels", f->rt_levels,
-                  "RT-Switcher levels, best first: TRACE_RATE:entropy|topk:MAX_BATCH:MAX_TOKENS_CAP,"
-                  "... (0 = no cap)")
+                  "RT-Switcher levels, best first: "
+                  "TRACE_RATE:entropy|topk:MAX_BATCH:MAX_TOKENS_CAP[:MAX_QUEUE_WAIT_S],... (0 = no "
+                  "cap; the queue wait limits how long waiting requests may take to start, by "
+                  "refusing new ones)")
       ->capture_default_str();
   cmd->add_option("--rt-interval", f->rt_interval_s, "RT-Switcher evaluation interval, seconds")
       ->capture_default_str();

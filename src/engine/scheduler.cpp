@@ -89,8 +89,19 @@ util::StatusOr<RequestId> Scheduler::Submit(SchedulerRequest request) {
   std::lock_guard<std::mutex> lock(mu_);
   if (draining_ || stop_) return util::UnavailableError("the server is shutting down");
   if (in_flight_ >= options_.max_running + options_.max_queue) {
+    ++stats_.refused;
     return util::ResourceExhaustedError(
         fmt::format("the request queue is full ({} waiting)", options_.max_queue));
+  }
+  // Requests submitted and not running wait for a slot (stats_.running is as
+  // of the last step).
+  const int32_t waiting = in_flight_ - stats_.running;
+  if (max_waiting_ >= 0 && waiting >= max_waiting_) {
+    ++stats_.refused;
+    return util::ResourceExhaustedError(fmt::format(
+        "the server is shedding load: {} requests already wait for a slot, as many as can start "
+        "soon enough",
+        waiting));
   }
   const RequestId id = next_id_++;
   incoming_.emplace_back(id, std::move(request));
@@ -179,8 +190,13 @@ int32_t Scheduler::RunningCap() {
   }
   now.running = static_cast<int32_t>(running_.size());
   now.kv_blocks_used = engine_.kv_pool().n_used();
-  const int32_t cap = options_.control->BeforeAdmission(now);
-  return cap <= 0 ? options_.max_running : std::min(cap, options_.max_running);
+  const AdmissionLimits limits = options_.control->BeforeAdmission(now);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    max_waiting_ = limits.max_waiting >= 1 ? limits.max_waiting : -1;
+  }
+  return limits.max_running <= 0 ? options_.max_running
+                                 : std::min(limits.max_running, options_.max_running);
 }
 
 bool Scheduler::StepOnce(int32_t max_running) {
@@ -206,6 +222,11 @@ bool Scheduler::StepOnce(int32_t max_running) {
     }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
+  }
+  {
+    // Submit counts the waiting requests against the control's limit.
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.running = static_cast<int32_t>(running_.size());
   }
   if (running_.empty()) return false;
 

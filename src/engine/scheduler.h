@@ -11,9 +11,11 @@
 // within one step. Every request ends with exactly one OnFinish.
 //
 // An optional SchedulerControl (e.g. the RT-Switcher's, gateway/rt_control.h)
-// is asked before every admission round how many sequences may run at once;
-// lowering the cap never preempts: running requests finish, and new ones wait
-// until the running set is below it. Each request's sink is asked once, when
+// is asked before every admission round how many sequences may run at once
+// and how many requests may wait: lowering the first never preempts (running
+// requests finish, new ones wait until the running set is below it); the
+// second makes Submit refuse new requests (ResourceExhausted) while that many
+// wait, and never drops a request already accepted. Each request's sink is asked once, when
 // it first gets a sequence, for the terms it runs with (RequestSink::OnAdmit):
 // a preempted request keeps them.
 //
@@ -97,7 +99,15 @@ struct SchedulerStats {
   int64_t prompt_tokens = 0;      // prompt tokens evaluated (recomputation included)
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
+  int64_t refused = 0;            // Submit calls refused for load (full queue or the control's limit)
   bool draining = false;
+};
+
+// What a SchedulerControl allows from now on.
+struct AdmissionLimits {
+  int32_t max_running = 0;   // sequences at once; 0 = SchedulerOptions::max_running (the most)
+  int32_t max_waiting = -1;  // >= 1: Submit refuses while this many requests wait for a slot;
+                             // -1 = only SchedulerOptions::max_queue applies
 };
 
 // Step-level control of admission, called on the scheduler thread only.
@@ -105,10 +115,9 @@ class SchedulerControl {
  public:
   virtual ~SchedulerControl() = default;
   // Before each admission round (also when idle, at least every idle_tick()),
-  // with the state the scheduler sees now. Returns the most sequences that may
-  // run at once from now on: 0 = SchedulerOptions::max_running; a value above
-  // it is clamped to it.
-  virtual int32_t BeforeAdmission(const SchedulerStats& stats) = 0;
+  // with the state the scheduler sees now. Returns the limits from now on; a
+  // max_running above SchedulerOptions::max_running is clamped to it.
+  virtual AdmissionLimits BeforeAdmission(const SchedulerStats& stats) = 0;
   // The longest an idle scheduler sleeps before calling BeforeAdmission again
   // (so a controller sees quiet periods); > 0.
   virtual std::chrono::milliseconds idle_tick() const = 0;
@@ -135,8 +144,8 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // InvalidArgument for a malformed request, OutOfRange when the prompt does
-  // not fit the context, ResourceExhausted when the queue is full, Unavailable
-  // while draining.
+  // not fit the context, ResourceExhausted when the queue is full (or as long
+  // as the control's max_waiting allows), Unavailable while draining.
   util::StatusOr<RequestId> Submit(SchedulerRequest request);
   // Ends the request with kCancelled at the next step (no-op if it is done).
   void Cancel(RequestId id);
@@ -172,6 +181,7 @@ class Scheduler {
   std::vector<RequestId> cancels_;
   RequestId next_id_ = 1;
   int32_t in_flight_ = 0;  // submitted and not yet finished
+  int32_t max_waiting_ = -1;  // the control's limit on waiting requests; -1 = none
   bool draining_ = false;
   bool stop_ = false;
   SchedulerStats stats_;   // published by the scheduler thread after each step

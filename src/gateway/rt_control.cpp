@@ -9,6 +9,8 @@ namespace strata::gateway {
 
 namespace {
 
+constexpr size_t kRateIntervals = 5;  // intervals the admission rate is measured over
+
 // The tighter of two caps where 0 means "none".
 int32_t TighterCap(int32_t a, int32_t b) {
   if (a == 0) return b;
@@ -18,9 +20,11 @@ int32_t TighterCap(int32_t a, int32_t b) {
 
 std::string DescribePolicy(const sampling::Policy& p) {
   auto cap = [](int32_t v) { return v == 0 ? std::string("none") : std::to_string(v); };
-  return fmt::format("level {}: trace {:g}, sampling {}, max batch {}, max_tokens cap {}", p.level,
-                     p.trace_sample_rate, sampling::SamplingTierName(p.sampling_tier),
-                     cap(p.max_batch_size), cap(p.max_tokens_cap));
+  return fmt::format(
+      "level {}: trace {:g}, sampling {}, max batch {}, max_tokens cap {}, queue wait {}", p.level,
+      p.trace_sample_rate, sampling::SamplingTierName(p.sampling_tier), cap(p.max_batch_size),
+      cap(p.max_tokens_cap),
+      p.max_queue_wait_s > 0 ? fmt::format("{:g} s", p.max_queue_wait_s) : std::string("none"));
 }
 
 }  // namespace
@@ -70,7 +74,11 @@ struct RtControl::Metrics {
                       .With({})),
         max_tokens(reg.Gauge("strata_rt_max_tokens_cap",
                              "max_tokens cap for requests admitted now (0 = none).")
-                       .With({})) {}
+                       .With({})),
+        max_waiting(reg.Gauge("strata_rt_max_waiting",
+                              "Requests that may wait for a slot before new ones are refused "
+                              "(admission shaping; 0 = no limit but --queue).")
+                        .With({})) {}
   obs::GaugeValue& level;
   obs::Family<obs::CounterValue>& switches;
   obs::Family<obs::GaugeValue>& threshold;
@@ -78,6 +86,7 @@ struct RtControl::Metrics {
   obs::GaugeValue& kv_pressure;
   obs::GaugeValue& max_batch;
   obs::GaugeValue& max_tokens;
+  obs::GaugeValue& max_waiting;
 };
 
 util::StatusOr<std::unique_ptr<RtControl>> RtControl::Create(const RtControlOptions& options,
@@ -115,8 +124,25 @@ std::chrono::milliseconds RtControl::idle_tick() const {
 
 int32_t RtControl::level() const { return switcher_->current()->level; }
 
-int32_t RtControl::BeforeAdmission(const engine::SchedulerStats& stats) {
-  Apply(switcher_->Tick(clock_.Now()));
+double RtControl::AdmissionRate() const {
+  if (admitted_.empty()) return 0;
+  int64_t n = 0;
+  for (int32_t a : admitted_) n += a;
+  const double span_s =
+      std::chrono::duration<double>(options_.switcher.interval).count() * admitted_.size();
+  return n / span_s;
+}
+
+engine::AdmissionLimits RtControl::BeforeAdmission(const engine::SchedulerStats& stats) {
+  const auto now = clock_.Now();
+  // Refusals since the last call (the scheduler counts them on the threads that submit).
+  if (refused_seen_ >= 0 && stats.refused > refused_seen_) {
+    Apply(switcher_->ObserveRefusals(static_cast<int32_t>(std::min<int64_t>(
+                                         stats.refused - refused_seen_, 1 << 30)),
+                                     now));
+  }
+  refused_seen_ = stats.refused;
+  Apply(switcher_->Tick(now));
   if (stats.kv_blocks_total > 0 && options_.kv_pressure_free_fraction > 0) {
     const double free = 1.0 - static_cast<double>(stats.kv_blocks_used) / stats.kv_blocks_total;
     const double enter = options_.kv_pressure_free_fraction;
@@ -130,10 +156,20 @@ int32_t RtControl::BeforeAdmission(const engine::SchedulerStats& stats) {
       Publish();
     }
   }
-  return policy_->max_batch_size;
+  engine::AdmissionLimits limits{.max_running = policy_->max_batch_size, .max_waiting = -1};
+  if (policy_->max_queue_wait_s > 0) {
+    double wait_s = policy_->max_queue_wait_s;
+    const double slo_s = options_.switcher.ttft.ceiling_s;
+    if (slo_s > 0) wait_s = std::min(wait_s, 0.5 * slo_s);
+    const double n = std::ceil(AdmissionRate() * wait_s);
+    limits.max_waiting = static_cast<int32_t>(std::clamp(n, 1.0, 1e6));
+  }
+  metrics_->max_waiting.Set(limits.max_waiting < 0 ? 0 : limits.max_waiting);
+  return limits;
 }
 
 RtControl::Admission RtControl::Admit() {
+  ++admitted_open_;
   Admission a;
   a.policy = policy_;
   const double rate = policy_->trace_sample_rate;
@@ -155,6 +191,10 @@ void RtControl::ObserveTpot(std::chrono::nanoseconds tpot) {
 void RtControl::Apply(const std::vector<sampling::Decision>& decisions) {
   bool moved = false;
   for (const sampling::Decision& d : decisions) {
+    // One closed interval: its admissions join the rate window.
+    admitted_.push_back(admitted_open_);
+    admitted_open_ = 0;
+    if (admitted_.size() > kRateIntervals) admitted_.pop_front();
     for (const auto& [name, s] : {std::pair{"ttft", &d.ttft}, std::pair{"tpot", &d.tpot}}) {
       metrics_->threshold.With({name}).Set(s->has_threshold ? s->threshold_s : 0.0);
       if (s->p95_known) metrics_->p95.With({name}).Set(s->p95_s);

@@ -10,6 +10,16 @@
 // policy's max batch size. Every switch is a log line with the decision's
 // reason (window statistics, threshold) and a metric.
 //
+// Admission shaping: at a level with max_queue_wait_s, the scheduler refuses
+// new requests (429) while max(1, ceil(rate x max_queue_wait_s)) wait, rate
+// being the admissions per second over the last 5 intervals (Little's law:
+// that many waiting requests start within about max_queue_wait_s), and never
+// more than half the TTFT ceiling (the SLO) when one is set: under overload
+// the queue stays full, so every request waits about that long, and the other
+// half is for its prefill and first step. Requests
+// the scheduler refused for load are reported to the switcher, for which an
+// interval with refusals is a breach: it never steps up while shedding.
+//
 // KV-memory pressure: while a degraded level (>= 1) is in force and the free
 // KV blocks fall below `kv_pressure_free_fraction` of the pool, the caps
 // (max batch, max_tokens) are those of the next level down (halved at the
@@ -29,6 +39,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -67,9 +78,10 @@ class RtControl final : public engine::SchedulerControl {
                                                            util::Logger& log);
   ~RtControl() override;
 
-  // engine::SchedulerControl: evaluates the intervals that have ended, then
-  // returns the max batch size of the policy in force (0 = no cap).
-  int32_t BeforeAdmission(const engine::SchedulerStats& stats) override;
+  // engine::SchedulerControl: reports new refusals, evaluates the intervals
+  // that have ended, then returns the policy's max batch size (0 = no cap)
+  // and the shaped queue limit (-1 = none).
+  engine::AdmissionLimits BeforeAdmission(const engine::SchedulerStats& stats) override;
   std::chrono::milliseconds idle_tick() const override;
 
   // The terms of a request admitted now (scheduler thread).
@@ -94,6 +106,8 @@ class RtControl final : public engine::SchedulerControl {
   // Logs and counts `decisions`; republishes the policy when the level moved.
   void Apply(const std::vector<sampling::Decision>& decisions);
   void Publish();
+  // Admissions per second over the closed intervals kept in admitted_.
+  double AdmissionRate() const;
 
   const RtControlOptions options_;
   const util::Clock& clock_;
@@ -104,6 +118,9 @@ class RtControl final : public engine::SchedulerControl {
   util::Rng rng_;                                   // trace-sampling draws
   bool kv_pressure_ = false;
   std::shared_ptr<const sampling::Policy> policy_;  // what Admit hands out
+  int32_t admitted_open_ = 0;      // admissions in the open interval
+  std::deque<int32_t> admitted_;   // admissions of the last closed intervals, oldest first
+  int64_t refused_seen_ = -1;      // SchedulerStats::refused last reported; -1 = none yet
 };
 
 }  // namespace strata::gateway

@@ -18,11 +18,13 @@ std::vector<Policy> DefaultLevels() {
   v[1].sampling_tier = SamplingTier::kTopK;
   v[1].max_batch_size = 32;
   v[1].max_tokens_cap = 1024;
+  v[1].max_queue_wait_s = 1.0;
   v[2].level = 2;
   v[2].trace_sample_rate = 0.1;
   v[2].sampling_tier = SamplingTier::kTopK;
   v[2].max_batch_size = 8;
   v[2].max_tokens_cap = 256;
+  v[2].max_queue_wait_s = 0.5;
   return v;
 }
 
@@ -59,7 +61,9 @@ util::StatusOr<std::vector<Policy>> ParseLevels(std::string_view spec) {
           fmt::format("rt levels: item {} '{}': {}", i, item, why));
     };
     const std::vector<std::string_view> f = split(item, ':');
-    if (f.size() != 4) return bad("expected TRACE_RATE:TIER:MAX_BATCH:MAX_TOKENS_CAP");
+    if (f.size() != 4 && f.size() != 5) {
+      return bad("expected TRACE_RATE:TIER:MAX_BATCH:MAX_TOKENS_CAP[:MAX_QUEUE_WAIT_S]");
+    }
     Policy p;
     p.level = static_cast<int32_t>(i);
     const std::string rate(f[0]);
@@ -89,6 +93,15 @@ util::StatusOr<std::vector<Policy>> ParseLevels(std::string_view spec) {
     };
     STRATA_RETURN_IF_ERROR(integer(f[2], "max batch", 65536, p.max_batch_size));
     STRATA_RETURN_IF_ERROR(integer(f[3], "max_tokens cap", 1 << 30, p.max_tokens_cap));
+    if (f.size() == 5) {
+      const std::string w(f[4]);
+      char* e = nullptr;
+      p.max_queue_wait_s = std::strtod(w.c_str(), &e);
+      if (w.empty() || e != w.c_str() + w.size() ||
+          !(p.max_queue_wait_s >= 0 && p.max_queue_wait_s <= 3600)) {
+        return bad(fmt::format("max queue wait '{}' is not a number of seconds in [0, 3600]", w));
+      }
+    }
     out.push_back(p);
   }
   return out;
@@ -98,8 +111,8 @@ std::string FormatLevels(const std::vector<Policy>& levels) {
   std::string out;
   for (const Policy& p : levels) {
     if (!out.empty()) out += ',';
-    out += fmt::format("{}:{}:{}:{}", p.trace_sample_rate, SamplingTierName(p.sampling_tier),
-                       p.max_batch_size, p.max_tokens_cap);
+    out += fmt::format("{}:{}:{}:{}:{}", p.trace_sample_rate, SamplingTierName(p.sampling_tier),
+                       p.max_batch_size, p.max_tokens_cap, p.max_queue_wait_s);
   }
   return out;
 }
@@ -127,7 +140,9 @@ std::string Describe(std::string_view name, const SignalStats& s, double sigmas)
   }
   const char* rel = s.breach ? ">" : (s.calm ? "< calm fraction of" : "<=");
   const std::string how =
-      s.n_window < 2 ? std::string("the ceiling; window too short")
+      !s.from_window
+          ? fmt::format("the ceiling; {} intervals in the window, too few for a threshold",
+                        s.n_window)
                      : fmt::format("window mean {:.4f} s + {} sigma {:.4f} s over {} intervals{}",
                                    s.mean_s, sigmas, s.stddev_s, s.n_window,
                                    s.clamped ? ", clamped to the floor/ceiling" : "");
@@ -141,6 +156,7 @@ std::string Decision::Reason() const {
   std::string streak;
   if (breach) {
     streak = fmt::format("breach for {} intervals", breach_streak);
+    if (n_refused > 0) streak += fmt::format(" ({} requests refused for load)", n_refused);
   } else if (calm) {
     streak = fmt::format("calm for {} intervals", calm_streak);
   } else {
@@ -170,6 +186,10 @@ util::StatusOr<std::unique_ptr<RtSwitcher>> RtSwitcher::Create(
     }
     if (p.max_tokens_cap < 0) {
       return bad(fmt::format("levels[{}].max_tokens_cap {} is negative", i, p.max_tokens_cap));
+    }
+    if (!(p.max_queue_wait_s >= 0 && p.max_queue_wait_s <= 3600)) {
+      return bad(fmt::format("levels[{}].max_queue_wait_s {} is outside [0, 3600]", i,
+                             p.max_queue_wait_s));
     }
   }
   if (o.interval.count() <= 0) return bad("interval must be positive");
@@ -225,6 +245,14 @@ std::vector<Decision> RtSwitcher::Observe(LatencySignal signal, std::chrono::nan
   return out;
 }
 
+std::vector<Decision> RtSwitcher::ObserveRefusals(int32_t n,
+                                                  std::chrono::steady_clock::time_point now) {
+  std::vector<Decision> out;
+  CloseIntervals(now, out);
+  refused_ += std::max(n, 0);
+  return out;
+}
+
 std::vector<Decision> RtSwitcher::Tick(std::chrono::steady_clock::time_point now) {
   std::vector<Decision> out;
   CloseIntervals(now, out);
@@ -264,6 +292,7 @@ SignalStats RtSwitcher::Evaluate(Signal& s, const SignalLimits& limits) {
     st.threshold_s = std::max(limits.floor_s, raw);
     if (limits.ceiling_s > 0) st.threshold_s = std::min(st.threshold_s, limits.ceiling_s);
     st.clamped = st.threshold_s != raw;
+    st.from_window = true;
     st.has_threshold = true;
   } else if (limits.ceiling_s > 0) {
     st.threshold_s = limits.ceiling_s;  // no history yet: the SLO alone
@@ -288,7 +317,9 @@ Decision RtSwitcher::CloseOne(std::chrono::steady_clock::time_point end) {
   d.ttft = Evaluate(ttft_, options_.ttft);
   d.tpot = Evaluate(tpot_, options_.tpot);
   auto calm_or_idle = [](const SignalStats& s) { return s.calm || s.idle; };
-  d.breach = d.ttft.breach || d.tpot.breach;
+  d.n_refused = refused_;
+  refused_ = 0;
+  d.breach = d.ttft.breach || d.tpot.breach || d.n_refused > 0;
   d.calm = !d.breach && calm_or_idle(d.ttft) && calm_or_idle(d.tpot);
   if (d.breach) {
     ++breach_streak_;

@@ -15,6 +15,13 @@
 //   neutral:  otherwise (the hysteresis band [0.7, 1] x threshold, or too
 //             little data) — both streaks reset.
 //
+// Refusals: a request the server turned away for load (a full queue, or a
+// level's queue-wait limit) never gets a first token; its latency is
+// unbounded. An interval with any refusal (ObserveRefusals) is a breach,
+// whatever the latencies: shedding work is a worse degradation than any
+// level's, and an interval that is calm only because requests were refused
+// must not step back up.
+//
 // Why P95s on both sides: a P95 compared with mean + 1.5 sigma of the raw
 // samples would breach in steady state for any right-skewed latency
 // (exponential: P95 = 3 mean > 2.5 mean); compared with the spread of past
@@ -53,6 +60,9 @@
 //   if (pol->max_tokens_cap > 0) max_tokens = std::min(max_tokens, pol->max_tokens_cap);
 //   params = ApplyTier(params, pol->sampling_tier);   // scheduler caps at pol->max_batch_size
 //   traced = rng.Uniform() < pol->trace_sample_rate;
+//   // the queue: refuse new requests while those waiting need more than
+//   // pol->max_queue_wait_s to be admitted, and report the refusals:
+//   sw->ObserveRefusals(n_refused, clock.Now());
 #pragma once
 
 #include <atomic>
@@ -80,19 +90,26 @@ struct Policy {
   SamplingTier sampling_tier = SamplingTier::kEntropyTargeted;
   int32_t max_batch_size = 0;       // [0, 65536] sequences per step; 0 = no cap
   int32_t max_tokens_cap = 0;       // >= 0 generated tokens per request; 0 = no cap
+  // [0, 3600] seconds; 0 = no limit. Admission shaping: new requests are
+  // refused while those already waiting would take longer than this to be
+  // admitted at the recent admission rate (so a queue never holds more wait
+  // than this; under overload a long queue adds latency, not throughput).
+  double max_queue_wait_s = 0;
 };
 
 // The default ladder: {1.0, entropy-targeted, no caps} -> {0.5, top-k, batch
-// 32, 1024 tokens} -> {0.1, top-k, batch 8, 256 tokens}.
+// 32, 1024 tokens, queue wait 1 s} -> {0.1, top-k, batch 8, 256 tokens, queue
+// wait 0.5 s}.
 std::vector<Policy> DefaultLevels();
 
 // "entropy" or "topk".
 std::string_view SamplingTierName(SamplingTier tier);
 
 // Levels from text, one per comma-separated item, level 0 first:
-// "TRACE_RATE:TIER:MAX_BATCH:MAX_TOKENS_CAP" with TIER "entropy" or "topk" and
-// 0 meaning no cap, e.g. "1:entropy:0:0,0.5:topk:32:1024,0.1:topk:8:256" (the
-// default ladder). InvalidArgument naming the item and field otherwise.
+// "TRACE_RATE:TIER:MAX_BATCH:MAX_TOKENS_CAP[:MAX_QUEUE_WAIT_S]" with TIER
+// "entropy" or "topk" and 0 meaning no cap (or limit), e.g.
+// "1:entropy:0:0:0,0.5:topk:32:1024:1,0.1:topk:8:256:0.5" (the default
+// ladder). InvalidArgument naming the item and field otherwise.
 util::StatusOr<std::vector<Policy>> ParseLevels(std::string_view spec);
 // The inverse of ParseLevels.
 std::string FormatLevels(const std::vector<Policy>& levels);
@@ -139,6 +156,7 @@ struct SignalStats {
   double stddev_s = 0;         // of the window's P95s (population)
   bool has_threshold = false;
   double threshold_s = 0;      // clamp(mean + k sigma, floor, ceiling)
+  bool from_window = false;    // mean and sigma were computed (enough intervals in the window)
   bool clamped = false;        // the floor or ceiling decided the threshold
   bool breach = false;
   bool calm = false;           // below calm_fraction * threshold
@@ -154,6 +172,7 @@ struct Decision {
   bool calm = false;
   int32_t breach_streak = 0;    // consecutive intervals, including this one
   int32_t calm_streak = 0;
+  int32_t n_refused = 0;        // requests refused for load in the interval (a breach if > 0)
   bool dwell_blocked = false;   // a sustained streak waits for min_dwell
   double threshold_sigmas = 0;  // k of the options, for the reason text
   // e.g. "step down 0 -> 1: breach for 3 intervals; tpot p95 0.0600 s >
@@ -174,6 +193,9 @@ class RtSwitcher {
   // open interval's start is taken as its start.
   std::vector<Decision> Observe(LatencySignal signal, std::chrono::nanoseconds latency,
                                 std::chrono::steady_clock::time_point now);
+  // Closes (and evaluates) every interval that ended at or before `now`, then
+  // records `n` requests refused for load at `now` in the open interval.
+  std::vector<Decision> ObserveRefusals(int32_t n, std::chrono::steady_clock::time_point now);
   // Closes and evaluates every interval that ended at or before `now`.
   std::vector<Decision> Tick(std::chrono::steady_clock::time_point now);
 
@@ -201,6 +223,7 @@ class RtSwitcher {
   bool switched_ = false;
   std::chrono::steady_clock::time_point last_switch_{};
   int32_t breach_streak_ = 0, calm_streak_ = 0;
+  int32_t refused_ = 0;  // in the open interval
 };
 
 }  // namespace strata::sampling

@@ -9,6 +9,7 @@
 
 #include "engine/generate.h"
 #include "testing/fake_clock.h"
+#include "testing/scheduler_gate.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
 
@@ -330,15 +331,16 @@ TEST_F(SchedulerTest, EmbeddingsAreUnitMeansOfHiddenStatesWhateverTheChunking) {
 namespace strata::engine {
 namespace {
 
-// A control with a fixed cap that remembers what it was shown.
+// A control with fixed limits that remembers what it was shown.
 class FixedCapControl final : public SchedulerControl {
  public:
-  explicit FixedCapControl(int32_t cap) : cap_(cap) {}
-  int32_t BeforeAdmission(const SchedulerStats& stats) override {
+  explicit FixedCapControl(int32_t cap, int32_t max_waiting = -1)
+      : cap_(cap), max_waiting_(max_waiting) {}
+  AdmissionLimits BeforeAdmission(const SchedulerStats& stats) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++calls_;
     last_ = stats;
-    return cap_;
+    return {.max_running = cap_, .max_waiting = max_waiting_};
   }
   std::chrono::milliseconds idle_tick() const override { return std::chrono::milliseconds(50); }
   int calls() { std::lock_guard<std::mutex> l(mu_); return calls_; }
@@ -346,6 +348,7 @@ class FixedCapControl final : public SchedulerControl {
 
  private:
   const int32_t cap_;
+  const int32_t max_waiting_;
   std::mutex mu_;
   int calls_ = 0;        // guarded by mu_
   SchedulerStats last_;  // guarded by mu_
@@ -410,6 +413,28 @@ TEST_F(SchedulerTest, TheControlCapsRunningSequencesAndOnAdmitCapsMaxTokens) {
   }
   EXPECT_GT(control.calls(), 0);
   EXPECT_EQ(control.last().kv_blocks_total, 256);
+}
+
+TEST_F(SchedulerTest, TheControlsWaitingLimitRefusesNewRequestsButKeepsAcceptedOnes) {
+  auto engine = MakeEngine(256, 256);
+  FixedCapControl control(/*cap=*/1, /*max_waiting=*/1);
+  auto sched = Scheduler::Start(*engine, {.max_running = 4, .control = &control}, *log_);
+  ASSERT_TRUE(sched.ok());
+  // The gate runs (the one slot) and holds the scheduler thread.
+  auto gate = std::make_shared<testing::SchedulerGate>();
+  ASSERT_TRUE((*sched)->Submit({Prompt(6, 0), 1, false, gate}).ok());
+  gate->WaitHolding();
+  auto c = std::make_shared<Concurrency>();
+  auto waiting = std::make_shared<AdmitSink>(c, 0);
+  ASSERT_TRUE((*sched)->Submit({Prompt(6, 1), 4, false, waiting}).ok()) << "nobody waits yet";
+  auto refused = (*sched)->Submit({Prompt(6, 2), 4, false, std::make_shared<AdmitSink>(c, 0)});
+  EXPECT_EQ(refused.status().code(), util::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("shedding load"), std::string::npos);
+  EXPECT_EQ((*sched)->Stats().refused, 1);
+  gate->Open();
+  EXPECT_TRUE((*sched)->Drain(std::chrono::minutes(1)));
+  EXPECT_EQ(waiting->tokens(), 4) << "the accepted request ran";
+  EXPECT_EQ(c->admissions, 1);
 }
 
 TEST_F(SchedulerTest, APreemptedRequestIsAdmittedOnlyOnce) {

@@ -72,14 +72,14 @@ TEST(EffectivePolicy, ACapOfNoneNeverWinsOverASetOne) {
 
 // Thresholds from the TTFT ceiling alone (the window never fills), one
 // breaching interval to step down, three calm ones to step up, no dwell.
-RtControlOptions CeilingOptions(std::vector<sampling::Policy> levels) {
+RtControlOptions CeilingOptions(std::vector<sampling::Policy> levels, double ceiling_s = 0.5) {
   RtControlOptions o;
   o.switcher.levels = std::move(levels);
   o.switcher.interval = seconds(1);
   o.switcher.min_interval_samples = 1;
   o.switcher.window_intervals = 1000;
   o.switcher.min_window_intervals = 1000;
-  o.switcher.ttft.ceiling_s = 0.5;
+  o.switcher.ttft.ceiling_s = ceiling_s;
   o.switcher.breach_intervals = 1;
   o.switcher.calm_intervals = 3;
   o.switcher.min_dwell = seconds(0);
@@ -103,11 +103,13 @@ class RtControlTest : public ::testing::Test {
     rt_ = std::move(c).value();
   }
   // One interval with `n` TTFT samples of `ttft`, then the tick that closes it.
+  // Returns the batch cap the scheduler is given.
   int32_t Interval(milliseconds ttft, int n = 3, engine::SchedulerStats kv = Kv(0, 100)) {
     for (int i = 0; i < n; ++i) rt_->ObserveTtft(ttft);
     clock_.Advance(seconds(1));
-    return rt_->BeforeAdmission(kv);
+    return Batch(kv);
   }
+  int32_t Batch(engine::SchedulerStats kv) { return rt_->BeforeAdmission(kv).max_running; }
   bool Rendered(const std::string& line) const {
     return metrics_.Render().find(line + "\n") != std::string::npos;
   }
@@ -183,23 +185,82 @@ TEST_F(RtControlTest, TracingFollowsTheLevelsSampleRate) {
 TEST_F(RtControlTest, KvPressureTightensADegradedLevelWithHysteresis) {
   Make(CeilingOptions(sampling::DefaultLevels()));
   // Level 0: a nearly full pool changes nothing but the gauge.
-  EXPECT_EQ(rt_->BeforeAdmission(Kv(95, 100)), 0);
+  EXPECT_EQ(Batch(Kv(95, 100)), 0);
   EXPECT_TRUE(Rendered("strata_rt_kv_pressure 1"));
   EXPECT_EQ(rt_->Admit().policy->max_tokens_cap, 0);
-  EXPECT_EQ(rt_->BeforeAdmission(Kv(50, 100)), 0);
+  EXPECT_EQ(Batch(Kv(50, 100)), 0);
   EXPECT_TRUE(Rendered("strata_rt_kv_pressure 0"));
   // Level 1 with 5% free: level 2's caps.
   Interval(milliseconds(2000));
   ASSERT_EQ(rt_->level(), 1);
-  EXPECT_EQ(rt_->BeforeAdmission(Kv(95, 100)), 8);
+  EXPECT_EQ(Batch(Kv(95, 100)), 8);
   EXPECT_EQ(rt_->Admit().policy->max_tokens_cap, 256);
   EXPECT_TRUE(log_.Contains("rt-switcher: KV pressure on: 5 of 100 blocks free"));
   // 12% free is above the 10% that started it but below 15%: still on.
-  EXPECT_EQ(rt_->BeforeAdmission(Kv(88, 100)), 8);
+  EXPECT_EQ(Batch(Kv(88, 100)), 8);
   // 20% free: off, level 1's own caps again.
-  EXPECT_EQ(rt_->BeforeAdmission(Kv(80, 100)), 32);
+  EXPECT_EQ(Batch(Kv(80, 100)), 32);
   EXPECT_EQ(rt_->Admit().policy->max_tokens_cap, 1024);
   EXPECT_TRUE(log_.Contains("rt-switcher: KV pressure off: 20 of 100 blocks free"));
+}
+
+TEST_F(RtControlTest, ADegradedLevelBoundsTheQueueByTheAdmissionRate) {
+  // Queue wait: none, 1 s, 0.5 s; a TTFT SLO of 4 s (half of it is above both).
+  Make(CeilingOptions(sampling::DefaultLevels(), 4.0));
+  // TTFT of 3 s: neither a breach nor calm (the band [2.8, 4] s).
+  auto interval_with_admissions = [&](int n) {
+    for (int i = 0; i < n; ++i) rt_->Admit();
+    for (int i = 0; i < 3; ++i) rt_->ObserveTtft(milliseconds(3000));
+    clock_.Advance(seconds(1));
+    return rt_->BeforeAdmission(Kv(0, 100));
+  };
+  EXPECT_EQ(interval_with_admissions(20).max_waiting, -1) << "level 0: only --queue";
+  EXPECT_TRUE(Rendered("strata_rt_max_waiting 0"));
+  // A breach (with 20 admissions in it): level 1, 1 s of queue at 20/s.
+  for (int i = 0; i < 20; ++i) rt_->Admit();
+  EXPECT_EQ(Interval(milliseconds(5000)), 32);
+  EXPECT_EQ(rt_->level(), 1);
+  EXPECT_EQ(rt_->BeforeAdmission(Kv(0, 100)).max_waiting, 20);
+  EXPECT_TRUE(Rendered("strata_rt_max_waiting 20"));
+  // Level 2 (0.5 s); the rate is over the last 5 intervals: 20, 0, 10, 10, 10.
+  Interval(milliseconds(5000));
+  ASSERT_EQ(rt_->level(), 2);
+  for (int k = 0; k < 3; ++k) interval_with_admissions(10);
+  ASSERT_EQ(rt_->level(), 2);
+  EXPECT_EQ(rt_->BeforeAdmission(Kv(0, 100)).max_waiting, 5) << "10/s x 0.5 s";
+  // No admissions at all: still one may wait.
+  for (int k = 0; k < 5; ++k) interval_with_admissions(0);
+  EXPECT_EQ(rt_->BeforeAdmission(Kv(0, 100)).max_waiting, 1);
+}
+
+TEST_F(RtControlTest, TheQueueNeverHoldsMoreThanHalfTheTtftSlo) {
+  Make(CeilingOptions(sampling::DefaultLevels(), 0.5));  // level 1 would allow 1 s
+  for (int i = 0; i < 40; ++i) rt_->Admit();
+  Interval(milliseconds(2000));
+  ASSERT_EQ(rt_->level(), 1);
+  EXPECT_EQ(rt_->BeforeAdmission(Kv(0, 100)).max_waiting, 10) << "40/s x 0.25 s";
+}
+
+TEST_F(RtControlTest, RefusedRequestsAreABreachAndBlockTheWayBackUp) {
+  Make(CeilingOptions(sampling::DefaultLevels()));
+  engine::SchedulerStats s = Kv(0, 100);
+  rt_->BeforeAdmission(s);
+  // Fast first tokens, but 4 requests refused for load: a breach.
+  s.refused = 4;
+  for (int i = 0; i < 3; ++i) rt_->ObserveTtft(milliseconds(10));
+  rt_->BeforeAdmission(s);
+  clock_.Advance(seconds(1));
+  rt_->BeforeAdmission(s);
+  EXPECT_EQ(rt_->level(), 1);
+  EXPECT_TRUE(log_.Contains("breach for 1 intervals (4 requests refused for load)"));
+  // Calm latency, but still refusing: level 1 -> 2, never back up.
+  for (int k = 0; k < 6; ++k) {
+    s.refused += 1;
+    rt_->BeforeAdmission(s);
+    Interval(milliseconds(10), 3, s);
+  }
+  EXPECT_EQ(rt_->level(), 2);
+  EXPECT_FALSE(log_.Contains("step up"));
 }
 
 TEST_F(RtControlTest, BadOptionsAreRefused) {

@@ -266,7 +266,7 @@ TEST(RtSwitcher, TheTopKTierTurnsOffTheExpensivePolicies) {
 
 TEST(RtSwitcher, LevelsRoundTripThroughTheirTextForm) {
   const std::string text = FormatLevels(DefaultLevels());
-  EXPECT_EQ(text, "1:entropy:0:0,0.5:topk:32:1024,0.1:topk:8:256");
+  EXPECT_EQ(text, "1:entropy:0:0:0,0.5:topk:32:1024:1,0.1:topk:8:256:0.5");
   auto parsed = ParseLevels(text);
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   ASSERT_EQ(parsed->size(), 3u);
@@ -279,7 +279,12 @@ TEST(RtSwitcher, LevelsRoundTripThroughTheirTextForm) {
     EXPECT_EQ(a.sampling_tier, b.sampling_tier);
     EXPECT_EQ(a.max_batch_size, b.max_batch_size);
     EXPECT_EQ(a.max_tokens_cap, b.max_tokens_cap);
+    EXPECT_EQ(a.max_queue_wait_s, b.max_queue_wait_s);
   }
+  // The queue wait may be left out (no limit).
+  auto four = ParseLevels("1:entropy:0:0,0.5:topk:32:1024");
+  ASSERT_TRUE(four.ok()) << four.status().ToString();
+  EXPECT_EQ((*four)[1].max_queue_wait_s, 0.0);
   RtSwitcherOptions o = TestOptions();
   o.levels = *parsed;
   EXPECT_TRUE(RtSwitcher::Create(o, kStart).ok());
@@ -294,6 +299,51 @@ TEST(RtSwitcher, BadLevelTextNamesTheItemAndField) {
   EXPECT_NE(why("1:entropy:-1:0").find("max batch '-1'"), std::string::npos);
   EXPECT_NE(why("1:entropy:0:x").find("max_tokens cap 'x'"), std::string::npos);
   EXPECT_NE(why("1:entropy:0").find("expected TRACE_RATE:TIER"), std::string::npos);
+  EXPECT_NE(why("1:entropy:0:0:-1").find("max queue wait '-1'"), std::string::npos);
+}
+
+TEST(RtSwitcher, RefusalsAreABreachWhateverTheLatency) {
+  // Latency stays at 20 ms (no threshold could be breached), but from interval
+  // 30 on the server refuses requests: three breaching intervals step down at
+  // 33 s, the next after the dwell at 43 s. No interval with refusals is calm,
+  // so nothing steps back up while they continue.
+  auto sw = *RtSwitcher::Create(TestOptions(), kStart);
+  std::vector<Switch> got;
+  std::vector<Decision> all;
+  for (int k = 0; k < 90; ++k) {
+    for (int j = 0; j < 10; ++j) {
+      const TimePoint t = kStart + seconds(k) + milliseconds(100 * j);
+      for (const Decision& d : sw->Observe(LatencySignal::kTpot, milliseconds(20), t)) {
+        all.push_back(d);
+        if (d.action != SwitchAction::kHold) {
+          got.push_back({std::chrono::duration<double>(d.interval_end - kStart).count(),
+                         d.from_level, d.to_level});
+        }
+      }
+      if (k >= 30) sw->ObserveRefusals(2, t);
+    }
+  }
+  EXPECT_EQ(got, (std::vector<Switch>{{33, 0, 1}, {43, 1, 2}}));
+  ASSERT_GE(all.size(), 40u);
+  EXPECT_EQ(all[31].n_refused, 20);
+  EXPECT_TRUE(all[31].breach);
+  EXPECT_FALSE(all[31].tpot.breach) << "the latency itself is fine";
+  EXPECT_NE(all[32].Reason().find("(20 requests refused for load)"), std::string::npos)
+      << all[32].Reason();
+}
+
+TEST(RtSwitcher, AnIdleIntervalWithRefusalsIsNotCalm) {
+  RtSwitcherOptions o = TestOptions();
+  o.breach_intervals = 1;
+  o.min_dwell = seconds(0);
+  auto sw = *RtSwitcher::Create(o, kStart);
+  sw->ObserveRefusals(1, kStart + milliseconds(500));
+  const std::vector<Decision> ds = sw->Tick(kStart + seconds(1));
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_TRUE(ds[0].ttft.idle && ds[0].tpot.idle);
+  EXPECT_TRUE(ds[0].breach);
+  EXPECT_FALSE(ds[0].calm);
+  EXPECT_EQ(ds[0].action, SwitchAction::kStepDown);
 }
 
 }  // namespace
