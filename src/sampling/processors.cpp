@@ -106,8 +106,11 @@ Candidates TopP(Candidates c, float p) {
   }
   // Language models put most of the mass on a few tokens: try the best 64
   // first (partial selection), which is exact when they already reach p.
+  // Each weighs at most 1 (the most likely token's weight), so when 64 cannot
+  // reach the target the attempt is skipped: a flat distribution's nucleus
+  // goes straight to the histogram.
   constexpr size_t kHead = 64;
-  if (c.items.size() > 4 * kHead) {
+  if (c.items.size() > 4 * kHead && target <= static_cast<double>(kHead)) {
     PartialSelect(c.items, kHead);
     double cum = 0;
     for (size_t i = 0; i < kHead; ++i) {

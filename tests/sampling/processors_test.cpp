@@ -198,6 +198,77 @@ TEST(TopP, SelectsLargeNucleiWithoutSorting) {
   EXPECT_EQ(got_ids, want_ids);
 }
 
+// Logits shaped like the sampling benchmark's: a Gaussian body over a
+// Qwen2-sized vocabulary with a few dozen boosted tokens.
+std::vector<float> LanguageModelLogits(size_t n, uint64_t seed) {
+  util::Rng rng(seed);
+  std::vector<float> l(n);
+  for (auto& x : l) x = static_cast<float>(2.0 * rng.Normal());
+  for (int i = 0; i < 40; ++i) l[rng.Below(n)] += 4.0f + 8.0f * static_cast<float>(rng.Uniform());
+  return l;
+}
+
+// The first `size` ids of `ranked`, sorted.
+std::vector<int32_t> Prefix(const std::vector<Candidate>& ranked, size_t size) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < size && i < ranked.size(); ++i) ids.push_back(ranked[i].id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// Where the cumulative softmax mass of `ranked` first reaches p (double exps).
+size_t ReferenceCut(const std::vector<Candidate>& ranked, double p) {
+  double mx = -INFINITY, z = 0;
+  for (const auto& x : ranked) mx = std::max(mx, static_cast<double>(x.logit));
+  for (const auto& x : ranked) z += std::exp(x.logit - mx);
+  double cum = 0;
+  size_t n = 0;
+  while (n < ranked.size() && cum < p * z) cum += std::exp(ranked[n++].logit - mx);
+  return n;
+}
+
+TEST(TopP, AtQwenVocabularySizeKeepsTheReferenceNucleus) {
+  for (uint64_t seed : {1, 2, 3}) {
+    const std::vector<float> l = LanguageModelLogits(152064, seed);
+    for (float p : {0.5f, 0.9f, 0.95f, 0.99f}) {
+      const Candidates c = TopP(Make(l), p);
+      std::vector<Candidate> ref = Make(l).items;
+      std::sort(ref.begin(), ref.end(), Before);
+      EXPECT_NEAR(static_cast<double>(c.items.size()), static_cast<double>(ReferenceCut(ref, p)),
+                  2.0)
+          << "seed " << seed << " p " << p;
+      // Exactly the top of the ranking, whatever its size.
+      EXPECT_EQ(SortedIds(c), Prefix(ref, c.items.size())) << "seed " << seed << " p " << p;
+    }
+  }
+}
+
+TEST(TypicalP, AtQwenVocabularySizeKeepsTheReferenceSet) {
+  for (uint64_t seed : {4, 5}) {
+    const std::vector<float> l = LanguageModelLogits(152064, seed);
+    // Reference: rank by |logit - E[logit]| under the softmax (ties by Before).
+    double mx = -INFINITY, z = 0, zx = 0;
+    for (float x : l) mx = std::max(mx, static_cast<double>(x));
+    for (float x : l) {
+      z += std::exp(x - mx);
+      zx += std::exp(x - mx) * x;
+    }
+    const float center = static_cast<float>(zx / z);
+    for (float p : {0.5f, 0.95f}) {
+      const Candidates c = TypicalP(Make(l), p);
+      std::vector<Candidate> ref = Make(l).items;
+      std::sort(ref.begin(), ref.end(), [&](const Candidate& a, const Candidate& b) {
+        const float ka = std::abs(a.logit - center), kb = std::abs(b.logit - center);
+        return ka < kb || (ka == kb && Before(a, b));
+      });
+      EXPECT_NEAR(static_cast<double>(c.items.size()), static_cast<double>(ReferenceCut(ref, p)),
+                  2.0)
+          << "seed " << seed << " p " << p;
+      EXPECT_EQ(SortedIds(c), Prefix(ref, c.items.size())) << "seed " << seed << " p " << p;
+    }
+  }
+}
+
 TEST(MinP, CutsRelativeToTheMostLikely) {
   // p_i / p_max = e^-i.
   EXPECT_EQ(Ids(MinP(Make({0, -1, -2, -3}), 0.3f)), (std::vector<int32_t>{0, 1}));

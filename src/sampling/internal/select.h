@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "sampling/internal/fast_exp.h"
 #include "sampling/internal/vector_math.h"
@@ -73,8 +74,14 @@ inline void PartialSelectBest(std::span<Candidate> c, size_t m) {
 // Histogram selection instead of sorting: bin the keys in [0, key_hi) (1024
 // bins; larger keys share an overflow bin), find the bin where the
 // cumulative weight crosses the target, move the bins before it to the front
-// (kept) and repeat inside the crossing bin until few candidates remain,
-// which are sorted. Two passes over c for smooth key distributions.
+// (kept, in their input order) and repeat inside the crossing bin until few
+// candidates remain, which are sorted. Two passes over c for smooth key
+// distributions. The move is a branch-free compaction (every candidate is
+// written, the write position advances only for kept ones): with a nucleus of
+// tens of thousands of tokens, whether a token is kept is a coin flip to the
+// branch predictor, and a partition that branches on it mispredicts about
+// every other token. The few candidates of the crossing bin go to a side
+// buffer on a rarely taken branch.
 template <class Key>
 size_t KeepByKeyUntilMass(std::span<Candidate> c, Key key, float mx, double target, float key_hi) {
   constexpr size_t kBins = 1024;
@@ -89,6 +96,7 @@ size_t KeepByKeyUntilMass(std::span<Candidate> c, Key key, float mx, double targ
   std::array<double, kBins + 1> mass;
   float w[kBlock];
   int32_t bins[kBlock];
+  std::vector<Candidate> crossing;  // the crossing bin's candidates, each round
   while (true) {
     if (region.size() <= kSortBelow || !(hi > lo)) {
       std::sort(region.begin(), region.end(), [&](const Candidate& a, const Candidate& b) {
@@ -131,20 +139,27 @@ size_t KeepByKeyUntilMass(std::span<Candidate> c, Key key, float mx, double targ
       cum += mass[b];
     }
     if (cross > kBins) return kept + region.size();  // rounding: the target is the total
-    // [before the crossing bin | in it | after]. std::partition swaps only
-    // misplaced pairs, so the usual case (a small front, a huge tail) costs
-    // one bin computation per candidate and few moves.
-    auto in_or_before = std::partition(region.begin(), region.end(), [&](const Candidate& x) {
-      return static_cast<size_t>(bin(x)) <= cross;
-    });
-    auto before = std::partition(region.begin(), in_or_before, [&](const Candidate& x) {
-      return static_cast<size_t>(bin(x)) < cross;
-    });
-    const size_t lt = static_cast<size_t>(before - region.begin());
-    const size_t gt = static_cast<size_t>(in_or_before - region.begin());
+    // [before the crossing bin | in it], the rest dropped: candidates before
+    // it are compacted to the front in order (each write lands at or behind
+    // the one being read, so nothing unread is overwritten), those in it are
+    // set aside and appended.
+    const int32_t cross_bin = static_cast<int32_t>(cross);
+    crossing.clear();
+    size_t lt = 0;
+    for (size_t i = 0; i < region.size(); i += kBlock) {
+      const size_t len = std::min(kBlock, region.size() - i);
+      for (size_t j = 0; j < len; ++j) bins[j] = bin(region[i + j]);
+      for (size_t j = 0; j < len; ++j) {
+        const Candidate x = region[i + j];
+        region[lt] = x;
+        lt += static_cast<size_t>(bins[j] < cross_bin);
+        if (bins[j] == cross_bin) [[unlikely]] crossing.push_back(x);
+      }
+    }
+    std::copy(crossing.begin(), crossing.end(), region.begin() + static_cast<std::ptrdiff_t>(lt));
     kept += lt;
     need -= cum;
-    region = region.subspan(lt, gt - lt);
+    region = region.subspan(lt, crossing.size());
     // The crossing bin's actual key range, for the next round.
     lo = hi = key(region[0]);
     for (const Candidate& x : region) {
