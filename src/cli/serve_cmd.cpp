@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/serve_cache.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "gateway/gateway.h"
@@ -51,6 +52,7 @@ struct ServeFlags {
   double l1_ttl_s = 600;
   double l1_ttl_jitter = 0.1;
   bool coalesce = true;
+  CacheFlags cache;  // L3 and admission (cli/serve_cache.h)
   std::string rt_switcher = "off";
   std::string rt_levels = sampling::FormatLevels(sampling::DefaultLevels());
   double rt_interval_s = 1;
@@ -124,6 +126,9 @@ int RunServe(const Env& env, const ServeFlags& f) {
   }
   auto rt_options = RtOptions(f);
   if (!rt_options.ok()) return UsageError(rt_options.status().message());
+  if (gateway::GatewayOptions check; !ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check).ok()) {
+    return UsageError(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check).message());
+  }
   std::optional<model::ChatFormat> chat_format;
   if (!f.chat_format.empty()) {
     chat_format = model::ParseChatFormat(f.chat_format);
@@ -205,6 +210,9 @@ int RunServe(const Env& env, const ServeFlags& f) {
   go.l1.ttl_jitter = f.l1_ttl_jitter;
   go.l1_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
   go.coalesce = f.coalesce;
+  if (util::Status st = ApplyCacheFlags(f.cache, f.l1_ttl_jitter, go.l1_seed, go); !st.ok()) {
+    return UsageError(st.message());  // checked above: does not happen
+  }
   go.rt_control = rt.get();
   // Unseeded requests sample differently each time, as the APIs define.
   go.unseeded_seed_base = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
@@ -217,6 +225,7 @@ int RunServe(const Env& env, const ServeFlags& f) {
   } else {
     log->Info("response cache (L1): off; single flight {}", f.coalesce ? "on" : "off");
   }
+  log->Info("{}", DescribeCacheFlags(f.cache, go));
   const double load_s = util::SecondsBetween(t0, clock.Now());
   metrics.Gauge("strata_model_load_seconds", "Seconds from start to ready.").With({}).Set(load_s);
   (*srv)->SetGateway(gw->get());
@@ -276,6 +285,7 @@ Command RegisterServe(CLI::App& app) {
   cmd->add_flag("--coalesce,!--no-coalesce", f->coalesce,
                 "Identical concurrent deterministic requests share one generation (single "
                 "flight; default: on)");
+  RegisterCacheFlags(*cmd, f->cache);
   cmd->add_option("--rt-switcher", f->rt_switcher,
                   "RT-Switcher: trade sampling quality, tracing and batch/max_tokens caps for "
                   "latency when TTFT or time per token breaches (on|off)")

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "gateway/internal/flight.h"
+#include "gateway/internal/near_dup_request.h"
 #include "gateway/rt_control.h"
 #include "gateway/stop_matcher.h"
 #include "util/hash.h"
@@ -25,6 +26,22 @@ std::string_view CacheOutcomeName(CacheOutcome outcome) {
     case CacheOutcome::kCoalesced: return "coalesced";
   }
   return "miss";
+}
+
+std::string_view L3ModeName(L3Mode mode) {
+  switch (mode) {
+    case L3Mode::kOff: return "off";
+    case L3Mode::kOptIn: return "opt-in";
+    case L3Mode::kOn: return "on";
+  }
+  return "off";
+}
+
+std::optional<L3Mode> ParseL3Mode(std::string_view name) {
+  for (L3Mode m : {L3Mode::kOff, L3Mode::kOptIn, L3Mode::kOn}) {
+    if (name == L3ModeName(m)) return m;
+  }
+  return std::nullopt;
 }
 
 namespace {
@@ -465,6 +482,12 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const model::Model& mod
                             cache::ResponseCache::Create(options.l1, clock, util::Rng(options.l1_seed),
                                                          g->tier_->observer.get()));
   }
+  if (options.l3_mode != L3Mode::kOff) {
+    g->tier_->l3_observer = std::make_unique<TierMetrics>(*g->metrics_, "l3");
+    STRATA_ASSIGN_OR_RETURN(g->tier_->l3, cache::NearDupIndex::Create(
+                                              options.l3, clock, util::Rng(options.l3_seed),
+                                              g->tier_->l3_observer.get()));
+  }
   // Live engine state, read at render time. The scheduler must outlive any
   // render of `metrics` (the server stops serving /metrics before it goes).
   engine::Scheduler* s = &scheduler;
@@ -506,16 +529,22 @@ std::optional<cache::ResponseCacheStats> Gateway::l1_stats() const {
   return tier_->l1->Stats();
 }
 
+std::optional<cache::NearDupStats> Gateway::l3_stats() const {
+  if (!tier_->l3) return std::nullopt;
+  return tier_->l3->stats();
+}
+
+bool Gateway::L3Allowed(const CompletionRequest& r) const {
+  if (!tier_->l3) return false;
+  if (r.l3) return *r.l3;  // the request's own word, in opt-in and on alike
+  if (options_.l3_mode == L3Mode::kOn) return true;
+  return std::find(options_.l3_tenants.begin(), options_.l3_tenants.end(), r.tenant) !=
+         options_.l3_tenants.end();
+}
+
 cache::CacheKey Gateway::ResponseKey(const CompletionRequest& r, const std::vector<int32_t>& tokens,
                                      int32_t max_tokens,
                                      const std::vector<std::string>& stops) const {
-  // Every field of SamplingParams goes into the key: a parameter left out
-  // would let two requests that differ only in it share an answer. This
-  // assertion fails when the struct changes size, so whoever adds a field
-  // sees this list (a field hiding in padding would slip past it).
-  static_assert(sizeof(sampling::SamplingParams) == 64,
-                "SamplingParams changed: add the new field to the L1 key below");
-  const sampling::SamplingParams& p = r.sampling;
   constexpr uint64_t kKeyVersion = 1;  // bump when the meaning of any field changes
   cache::CacheKeyBuilder b(r.tenant);
   b.U64(kKeyVersion).U64(model_.fingerprint()).I32s(tokens);
@@ -523,10 +552,7 @@ cache::CacheKey Gateway::ResponseKey(const CompletionRequest& r, const std::vect
   // The stop strings: the request's own, then the template's turn ends.
   b.I64(static_cast<int64_t>(stops.size())).I64(static_cast<int64_t>(r.stop.size()));
   for (const std::string& s : stops) b.Str(s);
-  b.F32(p.temperature).I32(p.top_k).F32(p.top_p).F32(p.min_p);
-  b.F32(p.presence_penalty).F32(p.frequency_penalty).F32(p.repetition_penalty);
-  b.U64(p.seed).F32(p.typical_p).F32(p.target_entropy).F32(p.entropy_tail_nats);
-  b.Bool(p.mirostat).F32(p.mirostat_tau_bits).F32(p.mirostat_eta);
+  AppendSamplingParams(b, r.sampling);  // every field (a static_assert guards the list)
   return b.Build();
 }
 
@@ -603,8 +629,16 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   // Only deterministic requests are cached or coalesced: greedy, or sampled
   // with a seed the client chose (choice i then uses seed + i, below).
   const bool deterministic = r.sampling.temperature == 0.0f || r.fixed_seed;
-  const bool shared = r.response_cache && deterministic && (tier_->l1 || tier_->coalesce);
-  if (!shared) {
+  const bool use_l1 = r.response_cache && deterministic && tier_->l1 != nullptr;
+  const bool use_coalesce = r.response_cache && deterministic && tier_->coalesce;
+  // L3 needs a text with words to compare; the same rule as L1 otherwise.
+  std::shared_ptr<const NearDupRequest> near;
+  if (deterministic && L3Allowed(r)) {
+    if (auto n = MakeNearDupRequest(r, model_.fingerprint(), stops, options_.l3.prepare)) {
+      near = std::make_shared<const NearDupRequest>(std::move(*n));
+    }
+  }
+  if (!use_l1 && !use_coalesce && !near) {
     auto flight = std::make_shared<Flight>(r.n, std::nullopt, clock_.Now(), Flight::Hook());
     STRATA_RETURN_IF_ERROR(Submit(r, tokens, max_tokens, stops, flight));
     log_.Debug("[{}] tenant={} prompt_tokens={} n={} max_tokens={}", r.request_id, r.tenant,
@@ -615,7 +649,7 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
 
   cache::CacheKey key = ResponseKey(r, tokens, max_tokens, stops);
   bool refresh = false;  // L1 chose this request to regenerate an entry near expiry
-  if (tier_->l1) {
+  if (use_l1) {
     const cache::Lookup found = tier_->l1->Find(key);
     if (found.kind == cache::Lookup::Kind::kHit) {
       log_.Debug("[{}] tenant={} L1 hit", r.request_id, r.tenant);
@@ -624,17 +658,29 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
     }
     refresh = found.kind == cache::Lookup::Kind::kRefresh;
   }
-  // A shared flight stores its answer in L1 (when every choice succeeded)
-  // and leaves the single-flight table, in that order: a request that finds
-  // no flight under the table's lock then finds the answer in L1.
+  if (near && !refresh) {
+    if (auto match = tier_->l3->Lookup(near->ns, near->text); match && match->value) {
+      log_.Debug("[{}] tenant={} L3 hit, similarity {:.3f}", r.request_id, r.tenant,
+                 match->similarity);
+      return std::unique_ptr<Generation>(new ReplayGeneration(
+          std::static_pointer_cast<const StoredResponse>(match->value), match->similarity,
+          n_prompt));
+    }
+  }
+  // A shared flight stores its answer in L1 and L3 (when every choice
+  // succeeded on the request's own terms) and leaves the single-flight table,
+  // in that order: a request that finds no flight under the table's lock then
+  // finds the answer in L1. This runs on the scheduler thread.
   std::shared_ptr<ResponseTier> tier = tier_;
   const int32_t n_choices = r.n;
   const util::Clock* clock = &clock_;
-  Flight::Hook on_complete = [tier, n_choices, n_prompt, clock](
+  Flight::Hook on_complete = [tier, n_choices, n_prompt, clock, use_l1, near](
                                  const Flight& f, bool succeeded, const std::vector<Event>& log) {
-    if (tier->l1 && succeeded) {
-      tier->l1->Insert(f.key(), std::make_shared<StoredResponse>(log, n_choices, n_prompt),
-                       clock->Now() - f.started());
+    if (succeeded && (use_l1 || near)) {
+      auto stored = std::make_shared<StoredResponse>(log, n_choices, n_prompt);
+      if (use_l1) tier->l1->Insert(f.key(), stored, clock->Now() - f.started());
+      // Too large for the L3 budget: not stored (ResourceExhausted), nothing else changes.
+      if (near) (void)tier->l3->Insert(near->ns, near->text, f.key().hash, stored);
     }
     tier->flights.Finish(f.key(), &f);
   };
@@ -642,7 +688,7 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   auto make_flight = [&]() -> std::shared_ptr<Flight> {
     // Under the single-flight lock: an identical request may have finished
     // (and stored its answer) since the lookup above.
-    if (tier_->l1 && !refresh) {
+    if (use_l1 && !refresh) {
       stored_meanwhile = tier_->l1->Peek(key);
       if (stored_meanwhile) return nullptr;
     }
@@ -650,7 +696,7 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   };
   std::shared_ptr<Flight> flight;
   bool registered = false;
-  if (tier_->coalesce) {
+  if (use_coalesce) {
     auto joined = tier_->flights.Join(key, make_flight);
     if (joined.role == cache::SingleFlight<Flight>::Role::kNone) {
       return std::unique_ptr<Generation>(new ReplayGeneration(

@@ -26,6 +26,18 @@
 // when the client that started it goes away, and stops when nobody reads it.
 // Generation::cache_outcome says how a response was served.
 //
+// Near-duplicate tier (L3): a deterministic request whose tenant policy or
+// own "l3" field allows it (L3Mode) may be answered with the stored answer
+// of an earlier request of the same tenant whose wording differs but whose
+// everything else matches exactly (internal/near_dup_request.h): same model,
+// earlier messages, max_tokens, n, stop strings, logprobs and sampling
+// parameters. Its text is compared by cache::NearDupIndex (weighted SimHash
+// candidates, confirmed by the weighted-LCS similarity and its guards). Such
+// an answer is marked (CacheOutcome::kL3 and Generation::cache_similarity).
+// A generation is stored in L3 under the same rule as in L1 (every choice
+// succeeded, on the request's own terms); a request allowed to read L3 also
+// fills it.
+//
 // Threading: Gateway is thread-safe (any HTTP thread may Start); a
 // Generation is used by one thread, its events produced on the scheduler
 // thread and handed over through a locked queue.
@@ -47,6 +59,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/near_dup.h"
 #include "cache/response_cache.h"
 #include "engine/scheduler.h"
 #include "model/chat_template.h"
@@ -60,6 +73,15 @@
 namespace strata::gateway {
 
 class RtControl;
+
+// Who may be answered by the near-duplicate tier (L3).
+enum class L3Mode {
+  kOff,    // no L3 at all
+  kOptIn,  // a request that asks ("cache": {"l3": true}) or whose tenant is in l3_tenants
+  kOn,     // every request, unless it refuses ("cache": {"l3": false})
+};
+std::string_view L3ModeName(L3Mode mode);  // "off", "opt-in", "on"
+std::optional<L3Mode> ParseL3Mode(std::string_view name);
 
 struct GatewayOptions {
   std::string model_name;             // the id clients use ("model" field)
@@ -82,6 +104,12 @@ struct GatewayOptions {
   // Single flight: identical concurrent deterministic requests share one
   // generation (independent of l1; `strata serve` turns it on).
   bool coalesce = false;
+  // L3 near-duplicate tier; off by default here (`strata serve`: opt-in).
+  L3Mode l3_mode = L3Mode::kOff;
+  std::vector<std::string> l3_tenants;  // tenants L3 answers by default in kOptIn
+  // Budget (max_bytes, max_entries), TTL and jitter, similarity, admission.
+  cache::NearDupOptions l3;
+  uint64_t l3_seed = 0;  // seeds the L3's TTL jitter and admission draws
   // The RT-Switcher (gateway/rt_control.h); borrowed, must outlive the
   // gateway. nullptr = off: every choice runs as asked and is traced. When
   // set, each choice takes the policy in force when the scheduler admits it
@@ -107,6 +135,9 @@ struct CompletionRequest {
   // L1 and single flight for this request; false = neither served from the
   // response cache, nor coalesced, nor stored (the header still says "miss").
   bool response_cache = true;
+  // L3 for this request: true asks for near-duplicate answers, false refuses
+  // them (and does not fill L3); nullopt = the tenant's default (L3Mode).
+  std::optional<bool> l3;
 };
 
 // How a response was served (the HTTP header x-strata-cache).
@@ -176,6 +207,8 @@ class Generation {
   virtual int32_t n_choices() const = 0;
   // Known when Start returns; constant.
   virtual CacheOutcome cache_outcome() const { return CacheOutcome::kMiss; }
+  // kL3 answers: the similarity of this request's text to the stored one's.
+  virtual std::optional<double> cache_similarity() const { return std::nullopt; }
 };
 
 struct GatewayMetrics;
@@ -205,6 +238,8 @@ class Gateway {
   util::StatusOr<std::vector<int32_t>> Tokenize(const CompletionRequest& request) const;
   // The L1's counters; nullopt when L1 is off.
   std::optional<cache::ResponseCacheStats> l1_stats() const;
+  // The L3's counters; nullopt when L3 is off.
+  std::optional<cache::NearDupStats> l3_stats() const;
 
  private:
   Gateway(const model::Model& model, engine::Scheduler& scheduler, const GatewayOptions& options,
@@ -221,6 +256,8 @@ class Gateway {
   // The L1 and single-flight key: everything that decides the events.
   cache::CacheKey ResponseKey(const CompletionRequest& r, const std::vector<int32_t>& tokens,
                               int32_t max_tokens, const std::vector<std::string>& stops) const;
+  // May L3 answer (and be filled by) this request? (L3Mode, l3_tenants, r.l3)
+  bool L3Allowed(const CompletionRequest& r) const;
 
   const model::Model& model_;
   engine::Scheduler& scheduler_;

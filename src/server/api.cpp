@@ -202,12 +202,16 @@ Status ParseSampling(const Fields& f, double temp_max, gateway::CompletionReques
 
 // strata's cache controls: "no_cache": true turns every tier off for the
 // request; "cache": {"prefix": false} the KV prefix cache (L2) only,
-// "cache": {"l1": false} the response cache (L1) and single flight only.
+// "cache": {"l1": false} the response cache (L1) and single flight only;
+// "cache": {"l3": true} asks for near-duplicate answers (L3), false refuses
+// them whatever the tenant's default.
 Status ParseCacheControls(const Fields& f, gateway::CompletionRequest& r) {
   STRATA_ASSIGN_OR_RETURN(auto no_cache, f.Bool("no_cache"));
-  if (no_cache && *no_cache) {
+  const bool none = no_cache && *no_cache;
+  if (none) {
     r.prefix_cache = false;
     r.response_cache = false;
+    r.l3 = false;
   }
   if (f.Has("cache")) {
     const json& c = f.Get("cache");
@@ -217,6 +221,8 @@ Status ParseCacheControls(const Fields& f, gateway::CompletionRequest& r) {
     if (prefix) r.prefix_cache = *prefix && r.prefix_cache;
     STRATA_ASSIGN_OR_RETURN(auto l1, cf.Bool("l1"));
     if (l1) r.response_cache = *l1 && r.response_cache;
+    STRATA_ASSIGN_OR_RETURN(auto l3, cf.Bool("l3"));
+    if (l3 && !none) r.l3 = *l3;
   }
   return util::OkStatus();
 }

@@ -256,9 +256,13 @@ class HttpServer::Impl {
     parsed->request.tenant = *tenant;
     auto started = g->Start(parsed->request);
     if (!started.ok()) return fail(started.status());
-    // How this response is served: miss, l1, l3 or coalesced (docs/api.md).
+    // How this response is served: miss, l1, l3 or coalesced (docs/api.md);
+    // a near-duplicate's answer also says how similar the request was.
     res.set_header("x-strata-cache",
                    std::string(gateway::CacheOutcomeName((*started)->cache_outcome())));
+    if (const auto similarity = (*started)->cache_similarity()) {
+      res.set_header("x-strata-cache-similarity", fmt::format("{:.3f}", *similarity));
+    }
 
     ResponseMeta meta;
     meta.id = (kind == ApiKind::kAnthropicMessages ? "msg_" : kind == ApiKind::kOpenAIChat ? "chatcmpl-" : "cmpl-") + rid;

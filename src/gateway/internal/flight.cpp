@@ -136,7 +136,12 @@ void FlightGeneration::Cancel() {
 
 util::StatusOr<Event> ReplayGeneration::Next(std::chrono::steady_clock::time_point) {
   if (next_ == stored_->events().size()) return util::OutOfRangeError("every choice has finished");
-  return stored_->events()[next_++];
+  Event e = stored_->events()[next_++];
+  if (prompt_tokens_ && e.kind == Event::Kind::kFinish) {
+    e.usage.prompt_tokens = *prompt_tokens_;
+    e.usage.cached_tokens = 0;
+  }
+  return e;
 }
 
 }  // namespace strata::gateway

@@ -27,6 +27,7 @@
 #include <optional>
 #include <vector>
 
+#include "cache/near_dup.h"
 #include "cache/response_cache.h"
 #include "cache/single_flight.h"
 #include "engine/scheduler.h"
@@ -99,11 +100,13 @@ class StoredResponse final : public cache::CachedValue {
   uint64_t bytes_ = 0;  // set once by the constructor
 };
 
-// The L1 cache and the single-flight table, shared by the gateway and the
-// completion hooks of running flights (which may outlive the gateway).
+// The L1 and L3 caches and the single-flight table, shared by the gateway and
+// the completion hooks of running flights (which may outlive the gateway).
 struct ResponseTier {
   std::unique_ptr<cache::TierObserver> observer;  // declared first: outlives l1, which calls it
   std::unique_ptr<cache::ResponseCache> l1;       // null when off
+  std::unique_ptr<cache::TierObserver> l3_observer;  // outlives l3, which calls it
+  std::unique_ptr<cache::NearDupIndex> l3;           // null when off
   cache::SingleFlight<Flight> flights;            // used when coalesce is on
   bool coalesce = false;
   obs::CounterValue* coalesced = nullptr;         // strata_cache_coalesced_total
@@ -136,19 +139,32 @@ class FlightGeneration final : public Generation {
   bool left_ = false;
 };
 
-// An L1 hit: the stored events, read without waiting.
+// An L1 or L3 hit: the stored events, read without waiting. An L3 hit
+// reports this request's own prompt tokens (none of them from the prefix
+// cache) with the stored completion.
 class ReplayGeneration final : public Generation {
  public:
   explicit ReplayGeneration(std::shared_ptr<const StoredResponse> stored)
       : stored_(std::move(stored)) {}
+  // A near-duplicate's answer (kL3) for a request of `prompt_tokens` tokens.
+  ReplayGeneration(std::shared_ptr<const StoredResponse> stored, double similarity,
+                   int32_t prompt_tokens)
+      : stored_(std::move(stored)), similarity_(similarity), prompt_tokens_(prompt_tokens) {}
   util::StatusOr<Event> Next(std::chrono::steady_clock::time_point) override;
   void Cancel() override {}
-  int32_t prompt_tokens() const override { return stored_->prompt_tokens(); }
+  int32_t prompt_tokens() const override {
+    return prompt_tokens_ ? *prompt_tokens_ : stored_->prompt_tokens();
+  }
   int32_t n_choices() const override { return stored_->n_choices(); }
-  CacheOutcome cache_outcome() const override { return CacheOutcome::kL1; }
+  CacheOutcome cache_outcome() const override {
+    return similarity_ ? CacheOutcome::kL3 : CacheOutcome::kL1;
+  }
+  std::optional<double> cache_similarity() const override { return similarity_; }
 
  private:
   const std::shared_ptr<const StoredResponse> stored_;
+  const std::optional<double> similarity_;      // set for L3 answers
+  const std::optional<int32_t> prompt_tokens_;  // set for L3 answers
   size_t next_ = 0;
 };
 
