@@ -7,6 +7,7 @@ STRATA_PACKAGES=(
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libxxhash-dev libutf8proc-dev
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libhiredis-dev redis-server
   clang libclang-rt-14-dev
 )
 

@@ -1,0 +1,108 @@
+#include "cache/internal/redis_conn.h"
+
+#include <hiredis/hiredis.h>
+#include <sys/time.h>
+
+#include <fmt/format.h>
+
+namespace strata::cache::internal {
+namespace {
+
+timeval ToTimeval(std::chrono::milliseconds d) {
+  timeval tv;
+  tv.tv_sec = static_cast<time_t>(d.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((d.count() % 1000) * 1000);
+  return tv;
+}
+
+RedisReply Copy(const redisReply* r) {
+  RedisReply out;
+  switch (r->type) {
+    case REDIS_REPLY_STRING: out.type = RedisReply::Type::kString; break;
+    case REDIS_REPLY_STATUS: out.type = RedisReply::Type::kStatus; break;
+    case REDIS_REPLY_ERROR: out.type = RedisReply::Type::kError; break;
+    case REDIS_REPLY_INTEGER: out.type = RedisReply::Type::kInteger; break;
+    case REDIS_REPLY_ARRAY: out.type = RedisReply::Type::kArray; break;
+    default: out.type = RedisReply::Type::kNil; break;
+  }
+  if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS ||
+      r->type == REDIS_REPLY_ERROR) {
+    out.str.assign(r->str, r->len);
+  }
+  if (r->type == REDIS_REPLY_INTEGER) out.integer = r->integer;
+  if (r->type == REDIS_REPLY_ARRAY) {
+    out.elements.reserve(r->elements);
+    for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(Copy(r->element[i]));
+  }
+  return out;
+}
+
+redisContext* Ctx(void* p) { return static_cast<redisContext*>(p); }
+
+}  // namespace
+
+util::StatusOr<std::unique_ptr<RedisConn>> RedisConn::Connect(const std::string& host, int port,
+                                                              std::chrono::milliseconds timeout) {
+  redisContext* c = redisConnectWithTimeout(host.c_str(), port, ToTimeval(timeout));
+  if (c == nullptr) {
+    return util::UnavailableError(fmt::format("redis {}:{}: cannot allocate a connection", host, port));
+  }
+  if (c->err != 0) {
+    util::Status st = util::UnavailableError(fmt::format("redis {}:{}: {}", host, port, c->errstr));
+    redisFree(c);
+    return st;
+  }
+  if (redisSetTimeout(c, ToTimeval(timeout)) != REDIS_OK) {
+    util::Status st =
+        util::UnavailableError(fmt::format("redis {}:{}: cannot set the timeout", host, port));
+    redisFree(c);
+    return st;
+  }
+  redisEnableKeepAlive(c);
+  return std::unique_ptr<RedisConn>(new RedisConn(c));
+}
+
+RedisConn::~RedisConn() { redisFree(Ctx(ctx_)); }
+
+util::Status RedisConn::Fail(const char* what) {
+  broken_ = true;
+  const redisContext* c = Ctx(ctx_);
+  return util::UnavailableError(
+      fmt::format("redis {}: {}", what, c->err != 0 ? c->errstr : "no reply"));
+}
+
+util::StatusOr<RedisReply> RedisConn::Command(const RedisCommand& argv) {
+  STRATA_ASSIGN_OR_RETURN(std::vector<RedisReply> replies, Pipeline({argv}));
+  return std::move(replies.front());
+}
+
+util::StatusOr<std::vector<RedisReply>> RedisConn::Pipeline(
+    const std::vector<RedisCommand>& commands) {
+  if (broken_) return util::UnavailableError("redis: the connection is broken");
+  std::vector<const char*> args;
+  std::vector<size_t> lens;
+  for (const RedisCommand& cmd : commands) {
+    args.clear();
+    lens.clear();
+    for (const std::string& a : cmd) {
+      args.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    if (redisAppendCommandArgv(Ctx(ctx_), static_cast<int>(args.size()), args.data(),
+                               lens.data()) != REDIS_OK) {
+      return Fail("send");
+    }
+  }
+  std::vector<RedisReply> out;
+  out.reserve(commands.size());
+  for (size_t i = 0; i < commands.size(); ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(Ctx(ctx_), &raw) != REDIS_OK || raw == nullptr) return Fail("receive");
+    redisReply* r = static_cast<redisReply*>(raw);
+    out.push_back(Copy(r));
+    freeReplyObject(r);
+  }
+  return out;
+}
+
+}  // namespace strata::cache::internal

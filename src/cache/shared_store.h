@@ -1,0 +1,155 @@
+// cache/shared_store.h — the shared tier: L1 and L3 entries kept in Redis so
+// that several strata instances serve each other's answers.
+//
+// Promise: nothing the shared tier does can fail or stall a request for
+// longer than its timeout. Lookups answer a value or nullopt (absent, expired,
+// Redis down, timed out, undecodable: all the same to the caller, counted in
+// stats()); stores are queued and never block their caller.
+//
+// Keys (docs/api.md, "Shared tier"): every key is namespaced by the model
+// fingerprint and the tenant, so instances of another model version or
+// another tenant never see an entry:
+//   <prefix>:<model:016x>:<tenant>:l1:<32 hex>        L1 entry (string)
+//   <prefix>:<model:016x>:<tenant>:l3:<scope>:e:<id>   L3 entry (hash: t = text, v = value)
+//   <prefix>:<model:016x>:<tenant>:l3:<scope>:b:<band>:<bits>   L3 bucket (set of "<id><fingerprint>")
+// with the tenant percent-encoded outside [A-Za-z0-9_.-]. Each entry and
+// bucket carries a Redis TTL (the tier's TTL, jittered). An L1 value starts
+// with the full CacheKey bytes, compared on every hit, so a hash collision
+// can never serve another key's answer. An L3 lookup asks the buckets within
+// the probe radius of the request's SimHash blocks (one SUNION), keeps the
+// candidates within the index's Hamming distance, closest first, and confirms
+// them with the same ScorePair measure and guards as the local NearDupIndex.
+// Values travel as bytes through the caller's ValueCodec.
+//
+// Threading and latency: thread-safe. Lookups run on the calling thread (an
+// HTTP request thread in strata serve) on a pooled connection, each command
+// bounded by `timeout`; when no connection frees up within `timeout`, the
+// lookup is skipped. Stores go into a bounded queue consumed by the store's
+// own writer thread, which also owns reconnection; the scheduler thread only
+// ever enqueues. A transport error marks Redis down (logged once, "redis
+// down: ..."): from then on lookups are skipped and stores dropped without
+// any I/O, while the writer thread reconnects with exponential backoff
+// (backoff_min doubling to backoff_max) and marks it up again ("redis back").
+// The injected clock dates the retries; the writer sleeps on a condition
+// variable for the real duration.
+//
+// Usage:
+//   auto store = SharedStore::Create(options, codec, clock, rng, log).value();
+//   if (auto hit = store->GetExact(scope, key)) return Replay(hit->value);
+//   ... generate ...
+//   store->PutExact(scope, key, value, ttl);
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "cache/cache_key.h"
+#include "cache/near_dup.h"
+#include "cache/response_cache.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/random.h"
+#include "util/status.h"
+
+namespace strata::cache {
+
+struct SharedStoreOptions {
+  std::string host = "127.0.0.1";
+  int port = 6379;                              // [1, 65535]
+  std::chrono::milliseconds timeout{50};        // [1 ms, 10 s] connect, and each command
+  std::chrono::milliseconds backoff_min{100};   // [1 ms, backoff_max] first reconnect delay
+  std::chrono::milliseconds backoff_max{5000};  // [backoff_min, 10 min]
+  size_t read_connections = 4;                  // [1, 256] connections lookups share
+  size_t max_pending_writes = 1024;             // [1, 2^20] queued stores; more are dropped
+  double ttl_jitter = 0.1;                      // [0, 0.9] Redis TTL × U[1 − j, 1 + j]
+  std::string prefix = "strata:v1";             // key prefix; printable, no spaces
+  // L3 layout and confirmation: bands, probe_radius, max_candidates,
+  // min_similarity and similarity are used (as in NearDupIndex).
+  NearDupOptions near_dup;
+};
+
+// "HOST:PORT", "redis://HOST:PORT" or "HOST" (port 6379). InvalidArgument
+// naming the text otherwise.
+util::StatusOr<std::pair<std::string, int>> ParseRedisAddress(std::string_view text);
+
+// How a tier's values become bytes and back. Decode gets bytes from Redis:
+// it must check everything and return an error, never crash.
+class ValueCodec {
+ public:
+  virtual ~ValueCodec() = default;
+  virtual std::string Encode(const CachedValue& value) const = 0;
+  virtual util::StatusOr<std::shared_ptr<const CachedValue>> Decode(std::string_view bytes) const = 0;
+};
+
+// Whose entries: the namespace of every key.
+struct SharedScope {
+  std::string tenant;
+  uint64_t model = 0;  // model fingerprint (a new model version is a new namespace)
+};
+
+struct SharedHit {
+  std::shared_ptr<const CachedValue> value;
+  std::chrono::milliseconds ttl_left{0};  // what Redis has left of the entry's TTL
+  double similarity = 1.0;                // L3: ScorePair similarity; L1: 1
+};
+
+struct SharedStoreStats {
+  bool up = false;
+  uint64_t lookups = 0;         // lookups sent to Redis
+  uint64_t hits = 0;            // of those, answered
+  uint64_t skipped = 0;         // lookups not sent: Redis down, or no connection free in time
+  uint64_t writes = 0;          // stores written
+  uint64_t dropped_writes = 0;  // stores not written: down, queue full, or failed
+  uint64_t errors = 0;          // transport errors and undecodable entries
+  uint64_t reconnects = 0;      // down → up transitions
+};
+
+class SharedStore {
+ public:
+  // InvalidArgument naming the option out of range. Tries to connect once
+  // (bounded by the timeout); an unreachable Redis is not an error: the
+  // store starts down and reconnects in the background. `codec`, `clock` and
+  // `log` are borrowed and must outlive the store; `rng` draws TTL jitter.
+  static util::StatusOr<std::unique_ptr<SharedStore>> Create(const SharedStoreOptions& options,
+                                                             const ValueCodec& codec,
+                                                             const util::Clock& clock,
+                                                             util::Rng rng, util::Logger& log);
+  ~SharedStore();  // stops the writer thread; stores still queued are dropped
+  SharedStore(const SharedStore&) = delete;
+  SharedStore& operator=(const SharedStore&) = delete;
+
+  // L1: the value stored under `key` in `scope` (full key bytes compared).
+  std::optional<SharedHit> GetExact(const SharedScope& scope, const CacheKey& key);
+  // Queues SET with a Redis TTL of `ttl` (jittered).
+  void PutExact(const SharedScope& scope, const CacheKey& key,
+                std::shared_ptr<const CachedValue> value, std::chrono::nanoseconds ttl);
+
+  // L3: the most similar entry of `scope` and `ns_id` (what must match
+  // exactly, e.g. a hash of the parameters) with similarity >=
+  // near_dup.min_similarity and no guard objecting.
+  std::optional<SharedHit> FindNear(const SharedScope& scope, std::string_view ns_id,
+                                    const NearDupText& text);
+  // Queues the entry (keyed by the text's token sequence) and its bucket
+  // memberships, with a Redis TTL of `ttl` (jittered).
+  void PutNear(const SharedScope& scope, std::string_view ns_id,
+               std::shared_ptr<const NearDupText> text, std::shared_ptr<const CachedValue> value,
+               std::chrono::nanoseconds ttl);
+
+  bool up() const;
+  SharedStoreStats stats() const;
+  // Waits until every queued store has been written or dropped; false if
+  // that took longer than `timeout` (for tests and shutdown).
+  bool Flush(std::chrono::milliseconds timeout);
+
+ private:
+  struct State;
+  explicit SharedStore(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace strata::cache
