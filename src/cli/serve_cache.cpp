@@ -21,6 +21,13 @@ void RegisterCacheFlags(CLI::App& cmd, CacheFlags& f) {
   cmd.add_option("--l3-similarity", f.l3_similarity,
                  "Least similarity of a near-duplicate (weighted LCS of the normalized words)")
       ->capture_default_str();
+  cmd.add_option("--redis", f.redis,
+                 "Share L1 and L3 with other instances through Redis at HOST:PORT (or "
+                 "redis://HOST:PORT); losing it never fails a request");
+  cmd.add_option("--redis-timeout-ms", f.redis_timeout_ms,
+                 "Milliseconds a Redis connect or command may take before the request goes on "
+                 "without it")
+      ->capture_default_str();
   cmd.add_option("--admission", f.admission,
                  "Cache-aware admission for full L1/L3 tiers: on | off (off stores every "
                  "answer that fits)")
@@ -58,19 +65,39 @@ util::Status ApplyCacheFlags(const CacheFlags& f, double ttl_jitter, uint64_t se
   const bool admit = f.admission == "on";
   go.l1.admission.enabled = admit;
   go.l3.admission.enabled = admit;
+  go.shared.reset();
+  if (!f.redis.empty()) {
+    auto address = cache::ParseRedisAddress(f.redis);
+    if (!address.ok()) return util::InvalidArgumentError("--redis: " + address.status().message());
+    if (f.redis_timeout_ms < 1 || f.redis_timeout_ms > 10000) {
+      return util::InvalidArgumentError(
+          fmt::format("--redis-timeout-ms {} is outside [1, 10000]", f.redis_timeout_ms));
+    }
+    cache::SharedStoreOptions so;
+    so.host = address->first;
+    so.port = address->second;
+    so.timeout = std::chrono::milliseconds(f.redis_timeout_ms);
+    so.ttl_jitter = ttl_jitter;
+    go.shared = so;
+  }
   return util::OkStatus();
 }
 
 std::string DescribeCacheFlags(const CacheFlags& f, const gateway::GatewayOptions& go) {
   std::string tenants;
   for (const auto& t : go.l3_tenants) tenants += (tenants.empty() ? "" : ",") + t;
+  const std::string shared =
+      go.shared ? fmt::format("; shared tier: redis {}:{} (timeout {} ms)", go.shared->host,
+                              go.shared->port, go.shared->timeout.count())
+                : "; shared tier: off";
   if (go.l3_mode == gateway::L3Mode::kOff) {
-    return fmt::format("near-duplicate cache (L3): off; admission {}", f.admission);
+    return fmt::format("near-duplicate cache (L3): off; admission {}{}", f.admission, shared);
   }
   return fmt::format(
-      "near-duplicate cache (L3): {}{}, {:.1f} MiB, TTL {} s, similarity >= {}; admission {}",
+      "near-duplicate cache (L3): {}{}, {:.1f} MiB, TTL {} s, similarity >= {}; admission {}{}",
       gateway::L3ModeName(go.l3_mode), tenants.empty() ? "" : " (by default for " + tenants + ")",
-      static_cast<double>(f.l3_bytes) / (1 << 20), f.l3_ttl_s, f.l3_similarity, f.admission);
+      static_cast<double>(f.l3_bytes) / (1 << 20), f.l3_ttl_s, f.l3_similarity, f.admission,
+      shared);
 }
 
 }  // namespace strata::cli

@@ -1,5 +1,6 @@
-// cli/serve_cache.h — the `strata serve` flags of the L3 near-duplicate tier
-// and of cache-aware admission, and how they fill the gateway's options.
+// cli/serve_cache.h — the `strata serve` flags of the L3 near-duplicate tier,
+// cache-aware admission and the shared tier (Redis), and how they fill the
+// gateway's options.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -18,12 +19,15 @@ struct CacheFlags {
   double l3_ttl_s = 600;                // seconds (before jitter)
   double l3_similarity = cache::kDefaultNearDupSimilarity;
   std::string admission = "on";         // on | off, both tiers
+  std::string redis;                    // HOST:PORT or redis://HOST:PORT; empty = no shared tier
+  int32_t redis_timeout_ms = 50;        // [1, 10000] connect and each command
 };
 
 void RegisterCacheFlags(CLI::App& cmd, CacheFlags& flags);
 
-// Fills the L3 and admission parts of `go` (TTL jitter as L1's, `seed` for
-// the L3's draws). InvalidArgument naming the flag that is out of range.
+// Fills the L3, admission and shared-tier parts of `go` (TTL jitter as L1's,
+// `seed` for the L3's draws). InvalidArgument naming the flag that is out of
+// range.
 util::Status ApplyCacheFlags(const CacheFlags& flags, double ttl_jitter, uint64_t seed,
                              gateway::GatewayOptions& go);
 

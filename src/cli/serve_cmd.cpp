@@ -237,6 +237,7 @@ int RunServe(const Env& env, const ServeFlags& f) {
   log->Info("received {}: draining (grace {} s)", sig == SIGTERM ? "SIGTERM" : "SIGINT", f.grace_s);
   (*srv)->StartDraining();
   const bool clean = (*sched)->Drain(std::chrono::seconds(f.grace_s));
+  (*gw)->FlushShared(std::chrono::seconds(2));  // answers still queued for Redis
   (*srv)->Stop();
   sched->reset();
   log->Info("stopped{}", clean ? "" : " (some requests were cancelled at the end of the grace period)");

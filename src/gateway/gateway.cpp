@@ -9,6 +9,7 @@
 
 #include "gateway/internal/flight.h"
 #include "gateway/internal/near_dup_request.h"
+#include "gateway/internal/stored_codec.h"
 #include "gateway/rt_control.h"
 #include "gateway/stop_matcher.h"
 #include "util/hash.h"
@@ -97,7 +98,13 @@ struct GatewayMetrics {
                             .With({})),
         traced(reg.Counter("strata_traced_choices_total",
                            "Generated choices that logged their timing line (trace sampling).")
-                   .With({})) {}
+                   .With({})),
+        remote_hits(reg.Counter("strata_cache_remote_hits_total",
+                                "Local misses answered by the shared tier (Redis).", {"tier"})),
+        remote_misses(reg.Counter("strata_cache_remote_misses_total",
+                                  "Local misses the shared tier did not answer (absent, or "
+                                  "Redis down or slow).",
+                                  {"tier"})) {}
   obs::HistogramValue& ttft;
   obs::HistogramValue& tpot;
   obs::HistogramValue& e2e;
@@ -114,6 +121,9 @@ struct GatewayMetrics {
   obs::Family<obs::GaugeValue>& cache_entries;
   obs::CounterValue& cache_coalesced;
   obs::CounterValue& traced;
+  // The shared tier (Redis), by "tier" label ("l1", "l3").
+  obs::Family<obs::CounterValue>& remote_hits;
+  obs::Family<obs::CounterValue>& remote_misses;
 };
 
 namespace {
@@ -488,6 +498,50 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const model::Model& mod
                                               options.l3, clock, util::Rng(options.l3_seed),
                                               g->tier_->l3_observer.get()));
   }
+  if (options.shared && (g->tier_->l1 || g->tier_->l3)) {
+    cache::SharedStoreOptions so = *options.shared;
+    so.near_dup.bands = options.l3.bands;
+    so.near_dup.probe_radius = options.l3.probe_radius;
+    so.near_dup.max_candidates = options.l3.max_candidates;
+    so.near_dup.min_similarity = options.l3.min_similarity;
+    so.near_dup.similarity = options.l3.similarity;
+    g->tier_->codec = std::make_unique<StoredResponseCodec>();
+    STRATA_ASSIGN_OR_RETURN(g->tier_->shared,
+                            cache::SharedStore::Create(so, *g->tier_->codec, clock,
+                                                       util::Rng(options.l1_seed ^ 0x5348'5244ULL),
+                                                       log));
+    for (int t = 0; t < 2; ++t) {
+      const std::string label = t == 0 ? "l1" : "l3";
+      g->tier_->remote_hits[t] = &g->metrics_->remote_hits.With({label});
+      g->tier_->remote_misses[t] = &g->metrics_->remote_misses.With({label});
+    }
+    // Read at render time; a weak pointer, so the registry never keeps the
+    // store (and its thread) alive.
+    std::weak_ptr<ResponseTier> weak = g->tier_;
+    auto read = [weak](auto field) {
+      return [weak, field]() -> double {
+        const auto tier = weak.lock();
+        return tier && tier->shared ? static_cast<double>(field(tier->shared->stats())) : 0.0;
+      };
+    };
+    metrics.GaugeCallback("strata_cache_remote_up",
+                          "1 while the shared tier (Redis) answers, 0 while it is down.",
+                          read([](const cache::SharedStoreStats& s) { return s.up ? 1 : 0; }));
+    metrics.CounterCallback("strata_cache_remote_errors_total",
+                            "Shared tier transport errors and undecodable entries.",
+                            read([](const cache::SharedStoreStats& s) { return s.errors; }));
+    metrics.CounterCallback("strata_cache_remote_skipped_total",
+                            "Shared tier lookups not sent: Redis down, or no connection free "
+                            "within the timeout.",
+                            read([](const cache::SharedStoreStats& s) { return s.skipped; }));
+    metrics.CounterCallback("strata_cache_remote_writes_total",
+                            "Answers written to the shared tier.",
+                            read([](const cache::SharedStoreStats& s) { return s.writes; }));
+    metrics.CounterCallback("strata_cache_remote_dropped_writes_total",
+                            "Answers not written to the shared tier: Redis down, the write "
+                            "queue full, or the write failed.",
+                            read([](const cache::SharedStoreStats& s) { return s.dropped_writes; }));
+  }
   // Live engine state, read at render time. The scheduler must outlive any
   // render of `metrics` (the server stops serving /metrics before it goes).
   engine::Scheduler* s = &scheduler;
@@ -532,6 +586,15 @@ std::optional<cache::ResponseCacheStats> Gateway::l1_stats() const {
 std::optional<cache::NearDupStats> Gateway::l3_stats() const {
   if (!tier_->l3) return std::nullopt;
   return tier_->l3->stats();
+}
+
+std::optional<cache::SharedStoreStats> Gateway::shared_stats() const {
+  if (!tier_->shared) return std::nullopt;
+  return tier_->shared->stats();
+}
+
+bool Gateway::FlushShared(std::chrono::milliseconds timeout) {
+  return !tier_->shared || tier_->shared->Flush(timeout);
 }
 
 bool Gateway::L3Allowed(const CompletionRequest& r) const {
@@ -648,6 +711,8 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   }
 
   cache::CacheKey key = ResponseKey(r, tokens, max_tokens, stops);
+  const cache::SharedScope scope{r.tenant, model_.fingerprint()};
+  cache::SharedStore* shared = tier_->shared.get();
   bool refresh = false;  // L1 chose this request to regenerate an entry near expiry
   if (use_l1) {
     const cache::Lookup found = tier_->l1->Find(key);
@@ -657,6 +722,18 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
           std::static_pointer_cast<const StoredResponse>(found.value)));
     }
     refresh = found.kind == cache::Lookup::Kind::kRefresh;
+    // Another instance may have it. (Redis I/O on this request's thread,
+    // bounded by the shared tier's timeout.) The copy keeps Redis's TTL.
+    if (!refresh && shared) {
+      if (auto hit = shared->GetExact(scope, key)) {
+        tier_->remote_hits[0]->Inc();
+        tier_->l1->Insert(key, hit->value, std::chrono::nanoseconds::zero(), hit->ttl_left);
+        log_.Debug("[{}] tenant={} L1 hit in the shared tier", r.request_id, r.tenant);
+        return std::unique_ptr<Generation>(new ReplayGeneration(
+            std::static_pointer_cast<const StoredResponse>(hit->value)));
+      }
+      tier_->remote_misses[0]->Inc();
+    }
   }
   if (near && !refresh) {
     if (auto match = tier_->l3->Lookup(near->ns, near->text); match && match->value) {
@@ -666,6 +743,17 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
           std::static_pointer_cast<const StoredResponse>(match->value), match->similarity,
           n_prompt));
     }
+    if (shared) {
+      if (auto hit = shared->FindNear(scope, near->scope, near->text)) {
+        tier_->remote_hits[1]->Inc();
+        (void)tier_->l3->Insert(near->ns, near->text, key.hash, hit->value);
+        log_.Debug("[{}] tenant={} L3 hit in the shared tier, similarity {:.3f}", r.request_id,
+                   r.tenant, hit->similarity);
+        return std::unique_ptr<Generation>(new ReplayGeneration(
+            std::static_pointer_cast<const StoredResponse>(hit->value), hit->similarity, n_prompt));
+      }
+      tier_->remote_misses[1]->Inc();
+    }
   }
   // A shared flight stores its answer in L1 and L3 (when every choice
   // succeeded on the request's own terms) and leaves the single-flight table,
@@ -674,13 +762,29 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   std::shared_ptr<ResponseTier> tier = tier_;
   const int32_t n_choices = r.n;
   const util::Clock* clock = &clock_;
-  Flight::Hook on_complete = [tier, n_choices, n_prompt, clock, use_l1, near](
-                                 const Flight& f, bool succeeded, const std::vector<Event>& log) {
+  // With a shared tier, the answer is also queued for Redis (never blocking:
+  // the shared store's writer thread writes it).
+  const std::chrono::nanoseconds l1_ttl = options_.l1.ttl;
+  const std::chrono::nanoseconds l3_ttl =
+      options_.l3.ttl.count() > 0 ? std::chrono::nanoseconds(options_.l3.ttl) : l1_ttl;
+  Flight::Hook on_complete = [tier, n_choices, n_prompt, clock, use_l1, near, scope, l1_ttl,
+                              l3_ttl](const Flight& f, bool succeeded,
+                                      const std::vector<Event>& log) {
     if (succeeded && (use_l1 || near)) {
       auto stored = std::make_shared<StoredResponse>(log, n_choices, n_prompt);
-      if (use_l1) tier->l1->Insert(f.key(), stored, clock->Now() - f.started());
-      // Too large for the L3 budget: not stored (ResourceExhausted), nothing else changes.
-      if (near) (void)tier->l3->Insert(near->ns, near->text, f.key().hash, stored);
+      if (use_l1) {
+        tier->l1->Insert(f.key(), stored, clock->Now() - f.started());
+        if (tier->shared) tier->shared->PutExact(scope, f.key(), stored, l1_ttl);
+      }
+      if (near) {
+        // Too large for the L3 budget: not stored (ResourceExhausted), nothing else changes.
+        (void)tier->l3->Insert(near->ns, near->text, f.key().hash, stored);
+        if (tier->shared) {
+          tier->shared->PutNear(scope, near->scope,
+                                std::shared_ptr<const cache::NearDupText>(near, &near->text),
+                                stored, l3_ttl);
+        }
+      }
     }
     tier->flights.Finish(f.key(), &f);
   };

@@ -38,6 +38,13 @@
 // succeeded, on the request's own terms); a request allowed to read L3 also
 // fills it.
 //
+// Shared tier (GatewayOptions::shared, Redis): an L1 or L3 miss is looked up
+// in Redis next (on the calling thread, bounded by the shared tier's
+// timeout); a hit there is copied into the local tier and served as l1 or
+// l3. Every answer stored locally is also queued for Redis (the scheduler
+// thread only enqueues; the shared store's writer thread writes). Redis being
+// slow or down never fails a request: the local tiers keep serving.
+//
 // Threading: Gateway is thread-safe (any HTTP thread may Start); a
 // Generation is used by one thread, its events produced on the scheduler
 // thread and handed over through a locked queue.
@@ -61,6 +68,7 @@
 
 #include "cache/near_dup.h"
 #include "cache/response_cache.h"
+#include "cache/shared_store.h"
 #include "engine/scheduler.h"
 #include "model/chat_template.h"
 #include "model/transformer.h"
@@ -110,6 +118,9 @@ struct GatewayOptions {
   // Budget (max_bytes, max_entries), TTL and jitter, similarity, admission.
   cache::NearDupOptions l3;
   uint64_t l3_seed = 0;  // seeds the L3's TTL jitter and admission draws
+  // The shared tier (Redis) for L1 and L3, whichever are on; nullopt = local
+  // tiers only. Its L3 layout and threshold are taken from `l3`.
+  std::optional<cache::SharedStoreOptions> shared;
   // The RT-Switcher (gateway/rt_control.h); borrowed, must outlive the
   // gateway. nullptr = off: every choice runs as asked and is traced. When
   // set, each choice takes the policy in force when the scheduler admits it
@@ -240,6 +251,10 @@ class Gateway {
   std::optional<cache::ResponseCacheStats> l1_stats() const;
   // The L3's counters; nullopt when L3 is off.
   std::optional<cache::NearDupStats> l3_stats() const;
+  // The shared tier's counters; nullopt without Redis.
+  std::optional<cache::SharedStoreStats> shared_stats() const;
+  // Waits until every answer queued for the shared tier is written (tests, shutdown).
+  bool FlushShared(std::chrono::milliseconds timeout);
 
  private:
   Gateway(const model::Model& model, engine::Scheduler& scheduler, const GatewayOptions& options,

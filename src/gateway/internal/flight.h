@@ -107,6 +107,13 @@ struct ResponseTier {
   std::unique_ptr<cache::ResponseCache> l1;       // null when off
   std::unique_ptr<cache::TierObserver> l3_observer;  // outlives l3, which calls it
   std::unique_ptr<cache::NearDupIndex> l3;           // null when off
+  // The shared tier (Redis); null without it. It borrows the codec (declared
+  // first, so destroyed after it) and the gateway's logger. Destroying it
+  // joins its writer thread, bounded by one command's timeout.
+  std::unique_ptr<cache::ValueCodec> codec;
+  std::unique_ptr<cache::SharedStore> shared;
+  obs::CounterValue* remote_hits[2] = {nullptr, nullptr};    // [0] l1, [1] l3
+  obs::CounterValue* remote_misses[2] = {nullptr, nullptr};  // [0] l1, [1] l3
   cache::SingleFlight<Flight> flights;            // used when coalesce is on
   bool coalesce = false;
   obs::CounterValue* coalesced = nullptr;         // strata_cache_coalesced_total

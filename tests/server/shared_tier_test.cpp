@@ -1,0 +1,213 @@
+// Two strata instances (gateway + HTTP server each) sharing L1 and L3
+// through a real redis-server on a loopback port (skipped, saying why, when
+// redis-server is not installed): one instance's answers serve the other's
+// requests, tenants stay apart, and Redis dying mid-test never fails a
+// request while the metrics say it is down.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/engine.h"
+#include "engine/scheduler.h"
+#include "gateway/gateway.h"
+#include "server/server.h"
+#include "testing/redis_server.h"
+#include "testing/tiny_model.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+namespace strata::server {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// Waiting for other threads and processes: poll with a deadline (readiness,
+// never a timing assertion).
+template <typename F>
+bool Eventually(F&& f) {
+  const auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (f()) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return f();
+}
+
+// One strata instance: its own model copy, engine, scheduler, gateway, HTTP
+// server and metrics.
+struct Instance {
+  Instance(int redis_port, util::Logger& log) {
+    tiny = testing::MakeTinyModel();
+    engine::EngineOptions eo;
+    eo.n_ctx = 128;
+    eo.n_seq_max = 8;
+    engine = std::move(engine::Engine::Create(*tiny.model, eo, log)).value();
+    sched = std::move(engine::Scheduler::Start(*engine, {}, log)).value();
+    gateway::GatewayOptions go;
+    go.model_name = "tiny";
+    go.max_tokens_cap = 64;
+    go.l1.max_bytes = 4u << 20;
+    go.coalesce = true;
+    go.l3_mode = gateway::L3Mode::kOptIn;
+    go.l3.max_bytes = 4u << 20;
+    go.l3.ttl = seconds(600);
+    cache::SharedStoreOptions so;
+    so.port = redis_port;
+    so.timeout = milliseconds(200);
+    so.backoff_min = milliseconds(10);
+    so.backoff_max = milliseconds(50);
+    go.shared = so;
+    gw = std::move(gateway::Gateway::Create(*tiny.model, *sched, metrics, go, util::RealClock(), log))
+             .value();
+    ServerOptions sopt;
+    sopt.port = 0;
+    sopt.http_threads = 8;
+    auto keys = ApiKeys::Parse("key-alpha-1 alpha\nkey-beta-22 beta\n", "test").value();
+    srv = std::move(HttpServer::Create(sopt, std::move(keys), metrics, util::RealClock(), log)).value();
+    port = srv->Start().value();
+    srv->SetGateway(gw.get());
+    client = std::make_unique<httplib::Client>("127.0.0.1", port);
+    client->set_read_timeout(60, 0);
+  }
+  ~Instance() {
+    srv->Stop();
+    srv.reset();
+    gw.reset();
+    sched.reset();
+  }
+  httplib::Result Post(const json& body, const std::string& key = "key-alpha-1") {
+    httplib::Headers h = {{"Authorization", "Bearer " + key}};
+    return client->Post("/v1/chat/completions", h, body.dump(), "application/json");
+  }
+  double Metric(const std::string& series) const {
+    const std::string text = metrics.Render();
+    const size_t at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + series.size() + 2));
+  }
+
+  testing::TinyModel tiny;
+  obs::MetricsRegistry metrics;
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<engine::Scheduler> sched;
+  std::unique_ptr<gateway::Gateway> gw;
+  std::unique_ptr<HttpServer> srv;
+  std::unique_ptr<httplib::Client> client;
+  int port = 0;
+};
+
+json Chat(const std::string& text, bool l3 = false) {
+  json j = {{"model", "tiny"},
+            {"messages", {{{"role", "user"}, {"content", text}}}},
+            {"max_tokens", 6},
+            {"temperature", 0}};
+  if (l3) j["cache"] = {{"l3", true}};
+  return j;
+}
+
+std::string Content(const httplib::Result& r) {
+  return json::parse(r->body)["choices"][0]["message"]["content"].get<std::string>();
+}
+
+class SharedTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    redis_ = testing::RedisServer::Start();
+    if (!redis_) GTEST_SKIP() << testing::RedisServer::kMissing;
+    a_ = std::make_unique<Instance>(redis_->port(), log_);
+    b_ = std::make_unique<Instance>(redis_->port(), log_);
+    ASSERT_TRUE(a_->gw->shared_stats()->up);
+  }
+  void TearDown() override {
+    a_.reset();
+    b_.reset();
+  }
+
+  util::CapturingLogger log_;
+  std::unique_ptr<testing::RedisServer> redis_;
+  std::unique_ptr<Instance> a_, b_;
+};
+
+TEST_F(SharedTierTest, OneInstancesAnswerIsAnotherInstancesL1Hit) {
+  auto first = a_->Post(Chat("the little red hen"));
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  EXPECT_EQ(first->get_header_value("x-strata-cache"), "miss");
+  ASSERT_TRUE(a_->gw->FlushShared(seconds(5)));
+  auto second = b_->Post(Chat("the little red hen"));
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->get_header_value("x-strata-cache"), "l1");
+  EXPECT_EQ(Content(second), Content(first));
+  EXPECT_EQ(json::parse(second->body)["usage"], json::parse(first->body)["usage"]);
+  EXPECT_EQ(b_->Metric("strata_cache_remote_hits_total{tier=\"l1\"}"), 1);
+  EXPECT_EQ(b_->Metric("strata_generated_tokens_total"), 0) << "B generated nothing";
+  // B copied it into its own L1: the next hit does not need Redis.
+  EXPECT_EQ(b_->Post(Chat("the little red hen"))->get_header_value("x-strata-cache"), "l1");
+  EXPECT_EQ(b_->Metric("strata_cache_remote_hits_total{tier=\"l1\"}"), 1);
+  EXPECT_EQ(b_->Metric("strata_cache_hits_total{tier=\"l1\"}"), 1);
+}
+
+TEST_F(SharedTierTest, OneInstancesAnswerIsAnotherInstancesNearDuplicate) {
+  auto first = a_->Post(Chat("What is the capital city of Australia?", true));
+  ASSERT_EQ(first->status, 200) << first->body;
+  ASSERT_TRUE(a_->gw->FlushShared(seconds(5)));
+  auto near = b_->Post(Chat("what's the capital city of australia", true));
+  ASSERT_TRUE(near);
+  EXPECT_EQ(near->get_header_value("x-strata-cache"), "l3");
+  EXPECT_GE(std::stod(near->get_header_value("x-strata-cache-similarity")), 0.93);
+  EXPECT_EQ(Content(near), Content(first));
+  EXPECT_EQ(b_->Metric("strata_cache_remote_hits_total{tier=\"l3\"}"), 1);
+  // Not asked for: no near-duplicate, even through Redis.
+  EXPECT_EQ(b_->Post(Chat("What is the capital city of australia ?"))->get_header_value("x-strata-cache"),
+            "miss");
+}
+
+TEST_F(SharedTierTest, TenantsStayApartThroughRedis) {
+  ASSERT_EQ(a_->Post(Chat("a tale of two cities", true))->status, 200);
+  ASSERT_TRUE(a_->gw->FlushShared(seconds(5)));
+  auto near = b_->Post(Chat("A tale of two cities!", true), "key-beta-22");
+  EXPECT_EQ(near->get_header_value("x-strata-cache"), "miss");
+  auto exact = b_->Post(Chat("a tale of two cities"), "key-beta-22");
+  EXPECT_EQ(exact->get_header_value("x-strata-cache"), "miss");
+  EXPECT_EQ(b_->Metric("strata_cache_remote_hits_total{tier=\"l1\"}"), 0);
+  EXPECT_EQ(b_->Metric("strata_cache_remote_hits_total{tier=\"l3\"}"), 0);
+  // alpha on B still gets alpha's answer.
+  EXPECT_EQ(b_->Post(Chat("a tale of two cities", true))->get_header_value("x-strata-cache"), "l1");
+}
+
+TEST_F(SharedTierTest, RedisDyingMidTestNeverFailsARequestAndTheMetricsSaySo) {
+  ASSERT_EQ(a_->Post(Chat("once upon a time"))->status, 200);
+  ASSERT_TRUE(a_->gw->FlushShared(seconds(5)));
+  EXPECT_EQ(a_->Metric("strata_cache_remote_up"), 1);
+  redis_->Kill();
+  // B never saw this prompt and Redis is gone: generated, not failed.
+  for (const char* text : {"once upon a time", "the end of the story", "a third prompt"}) {
+    auto r = b_->Post(Chat(text, true));
+    ASSERT_TRUE(r) << text;
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->get_header_value("x-strata-cache"), "miss");
+  }
+  auto again = a_->Post(Chat("once upon a time"));
+  EXPECT_EQ(again->get_header_value("x-strata-cache"), "l1") << "A's local tier keeps serving";
+  auto fresh = a_->Post(Chat("something new"));
+  EXPECT_EQ(fresh->status, 200);
+  EXPECT_EQ(b_->Metric("strata_cache_remote_up"), 0);
+  EXPECT_GE(b_->Metric("strata_cache_remote_errors_total"), 1);
+  EXPECT_GE(b_->Metric("strata_cache_remote_skipped_total"), 1);
+  EXPECT_TRUE(log_.Contains("redis down"));
+
+  ASSERT_TRUE(redis_->Restart());
+  EXPECT_TRUE(Eventually([&] { return b_->Metric("strata_cache_remote_up") == 1; }));
+  EXPECT_TRUE(Eventually([&] { return a_->Metric("strata_cache_remote_up") == 1; }));
+  EXPECT_TRUE(log_.Contains("redis back"));
+  ASSERT_EQ(a_->Post(Chat("after the storm"))->status, 200);
+  ASSERT_TRUE(a_->gw->FlushShared(seconds(5)));
+  EXPECT_EQ(b_->Post(Chat("after the storm"))->get_header_value("x-strata-cache"), "l1");
+}
+
+}  // namespace
+}  // namespace strata::server
