@@ -173,8 +173,10 @@ struct SharedStore::State {
     ++stats.errors;
     if (!up) return std::nullopt;
     up = false;
+    // A new epoch counts its own connections: those still borrowed belong to
+    // the old one and are closed when they come back.
     ++epoch;
-    pool_size -= idle.size();
+    pool_size = 0;
     idle.clear();
     stats.dropped_writes += queue.size();
     queue.clear();
