@@ -88,6 +88,7 @@ util::StatusOr<RequestId> Scheduler::Submit(SchedulerRequest request) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (draining_ || stop_) return util::UnavailableError("the server is shutting down");
+  ++stats_.submitted;
   if (in_flight_ >= options_.max_running + options_.max_queue) {
     ++stats_.refused;
     return util::ResourceExhaustedError(

@@ -99,6 +99,7 @@ struct SchedulerStats {
   int64_t prompt_tokens = 0;      // prompt tokens evaluated (recomputation included)
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
+  int64_t submitted = 0;          // well-formed Submit calls: accepted, or refused for load
   int64_t refused = 0;            // Submit calls refused for load (full queue or the control's limit)
   bool draining = false;
 };

@@ -93,6 +93,9 @@ util::StatusOr<std::unique_ptr<RtControl>> RtControl::Create(const RtControlOpti
                                                              obs::MetricsRegistry& metrics,
                                                              const util::Clock& clock,
                                                              util::Logger& log) {
+  if (options.capacity_memory.count() < 0) {
+    return util::InvalidArgumentError("rt_control: capacity_memory must be >= 0");
+  }
   if (!(options.kv_pressure_free_fraction >= 0 && options.kv_pressure_free_fraction < 1)) {
     return util::InvalidArgumentError(fmt::format(
         "rt_control: kv_pressure_free_fraction {} is outside [0, 1)",
@@ -110,7 +113,8 @@ RtControl::RtControl(const RtControlOptions& options,
       log_(log),
       metrics_(std::make_unique<Metrics>(metrics)),
       switcher_(std::move(switcher)),
-      rng_(options.trace_seed) {
+      rng_(options.trace_seed),
+      capacity_(options.switcher.levels.size()) {
   Publish();
 }
 
@@ -133,6 +137,40 @@ double RtControl::AdmissionRate() const {
   return n / span_s;
 }
 
+double RtControl::DemandRate() const {
+  if (submitted_.empty()) return 0;
+  int64_t n = 0;
+  for (int64_t a : submitted_) n += a;
+  const double span_s =
+      std::chrono::duration<double>(options_.switcher.interval).count() * submitted_.size();
+  return n / span_s;
+}
+
+void RtControl::GuardStepUp(std::chrono::steady_clock::time_point now) {
+  const int32_t level = switcher_->level();
+  std::string why;
+  if (level > 0 && options_.capacity_memory.count() > 0) {
+    const Capacity& above = capacity_[static_cast<size_t>(level - 1)];
+    const double demand = DemandRate();
+    if (above.per_s > 0 && now - above.measured < options_.capacity_memory &&
+        demand > 0.9 * above.per_s) {
+      why = fmt::format("{:.1f} requests/s submitted, above 90% of the {:.1f}/s level {} served "
+                        "when it last breached {:.0f} s ago",
+                        demand, above.per_s, level - 1,
+                        std::chrono::duration<double>(now - above.measured).count());
+    }
+  }
+  if (why.empty() != !holding_) {
+    holding_ = !why.empty();
+    if (holding_) {
+      log_.Info("rt-switcher: holding level {}: {}", level, why);
+    } else {
+      log_.Info("rt-switcher: level {} may step up again", level);
+    }
+  }
+  switcher_->HoldStepUp(std::move(why));
+}
+
 engine::AdmissionLimits RtControl::BeforeAdmission(const engine::SchedulerStats& stats) {
   const auto now = clock_.Now();
   // Refusals since the last call (the scheduler counts them on the threads that submit).
@@ -142,6 +180,9 @@ engine::AdmissionLimits RtControl::BeforeAdmission(const engine::SchedulerStats&
                                      now));
   }
   refused_seen_ = stats.refused;
+  if (submitted_seen_ >= 0) submitted_open_ += std::max<int64_t>(0, stats.submitted - submitted_seen_);
+  submitted_seen_ = stats.submitted;
+  GuardStepUp(now);
   Apply(switcher_->Tick(now));
   if (stats.kv_blocks_total > 0 && options_.kv_pressure_free_fraction > 0) {
     const double free = 1.0 - static_cast<double>(stats.kv_blocks_used) / stats.kv_blocks_total;
@@ -191,10 +232,13 @@ void RtControl::ObserveTpot(std::chrono::nanoseconds tpot) {
 void RtControl::Apply(const std::vector<sampling::Decision>& decisions) {
   bool moved = false;
   for (const sampling::Decision& d : decisions) {
-    // One closed interval: its admissions join the rate window.
+    // One closed interval: its admissions and submissions join the rate windows.
     admitted_.push_back(admitted_open_);
     admitted_open_ = 0;
     if (admitted_.size() > kRateIntervals) admitted_.pop_front();
+    submitted_.push_back(submitted_open_);
+    submitted_open_ = 0;
+    if (submitted_.size() > kRateIntervals) submitted_.pop_front();
     for (const auto& [name, s] : {std::pair{"ttft", &d.ttft}, std::pair{"tpot", &d.tpot}}) {
       metrics_->threshold.With({name}).Set(s->has_threshold ? s->threshold_s : 0.0);
       if (s->p95_known) metrics_->p95.With({name}).Set(s->p95_s);
@@ -205,6 +249,12 @@ void RtControl::Apply(const std::vector<sampling::Decision>& decisions) {
     }
     metrics_->switches.With({d.action == sampling::SwitchAction::kStepDown ? "down" : "up"}).Inc();
     moved = true;
+    if (d.action == sampling::SwitchAction::kStepDown && DemandRate() > 1.05 * AdmissionRate()) {
+      // The level could not keep up (more submitted than admitted): what it
+      // served is its capacity. A breach without that (a slow host, long
+      // prompts) says nothing about load, and holds nothing back.
+      capacity_[static_cast<size_t>(d.from_level)] = {AdmissionRate(), d.interval_end};
+    }
     const sampling::Policy now = EffectivePolicy(switcher_->options().levels, d.to_level, kv_pressure_);
     log_.Warn("rt-switcher: {}; new requests get {}{}", d.Reason(), DescribePolicy(now),
               kv_pressure_ ? " (caps tightened: KV pressure)" : "");

@@ -20,6 +20,17 @@
 // the scheduler refused for load are reported to the switcher, for which an
 // interval with refusals is a breach: it never steps up while shedding.
 //
+// Holding step-ups: when the switcher steps down from a level that could not
+// keep up (more requests submitted than admitted over the last 5 intervals),
+// its admissions per second are kept as the level's capacity, for
+// `capacity_memory`. While
+// the requests submitted per second (over the last 5 intervals) exceed 90 %
+// of the capacity of the level above, a sustained calm does not step up: the
+// calm is the cheaper level's doing, and stepping up would breach again (a
+// cycle of steps whose every up-step is a latency spike). Requests differ, so
+// the capacity is an estimate; after capacity_memory one more attempt
+// re-measures it.
+//
 // KV-memory pressure: while a degraded level (>= 1) is in force and the free
 // KV blocks fall below `kv_pressure_free_fraction` of the pool, the caps
 // (max batch, max_tokens) are those of the next level down (halved at the
@@ -58,6 +69,8 @@ struct RtControlOptions {
   double kv_pressure_free_fraction = 0.1;  // [0, 1); below it a degraded level tightens its caps;
                                            // 0 = never
   uint64_t trace_seed = 0;                 // seeds the trace-sampling draws
+  // >= 0; how long a level's measured capacity holds step-ups back; 0 = never.
+  std::chrono::nanoseconds capacity_memory = std::chrono::minutes(5);
 };
 
 // The policy a request admitted now gets at `level`: levels[level], and under
@@ -106,8 +119,12 @@ class RtControl final : public engine::SchedulerControl {
   // Logs and counts `decisions`; republishes the policy when the level moved.
   void Apply(const std::vector<sampling::Decision>& decisions);
   void Publish();
-  // Admissions per second over the closed intervals kept in admitted_.
+  // Admissions (submissions) per second over the closed intervals kept.
   double AdmissionRate() const;
+  double DemandRate() const;
+  // Holds the switcher's step-ups while demand exceeds the capacity measured
+  // for the level above (logs when that starts and ends).
+  void GuardStepUp(std::chrono::steady_clock::time_point now);
 
   const RtControlOptions options_;
   const util::Clock& clock_;
@@ -121,6 +138,15 @@ class RtControl final : public engine::SchedulerControl {
   int32_t admitted_open_ = 0;      // admissions in the open interval
   std::deque<int32_t> admitted_;   // admissions of the last closed intervals, oldest first
   int64_t refused_seen_ = -1;      // SchedulerStats::refused last reported; -1 = none yet
+  int64_t submitted_seen_ = -1;    // SchedulerStats::submitted last seen; -1 = none yet
+  int64_t submitted_open_ = 0;     // submissions seen in the open interval
+  std::deque<int64_t> submitted_;  // submissions of the last closed intervals, oldest first
+  struct Capacity {
+    double per_s = 0;  // admissions per second while the level breached
+    std::chrono::steady_clock::time_point measured{};
+  };
+  std::vector<Capacity> capacity_;  // per level; per_s 0 = not measured
+  bool holding_ = false;            // step-ups are held
 };
 
 }  // namespace strata::gateway

@@ -162,8 +162,10 @@ std::string Decision::Reason() const {
   } else {
     streak = "neutral";
   }
-  return fmt::format("{} {} -> {}: {}{}; {}; {}", SwitchActionName(action), from_level, to_level,
-                     streak, dwell_blocked ? " (waiting for the minimum dwell)" : "",
+  if (dwell_blocked) streak += " (waiting for the minimum dwell)";
+  if (!step_up_held.empty()) streak += fmt::format(" (step up held: {})", step_up_held);
+  return fmt::format("{} {} -> {}: {}; {}; {}", SwitchActionName(action), from_level, to_level,
+                     streak,
                      Describe("ttft", ttft, threshold_sigmas), Describe("tpot", tpot, threshold_sigmas));
 }
 
@@ -337,6 +339,10 @@ Decision RtSwitcher::CloseOne(std::chrono::steady_clock::time_point end) {
   if (d.breach && breach_streak_ >= options_.breach_intervals && level_ < bottom) {
     next = level_ + 1;
   } else if (d.calm && calm_streak_ >= options_.calm_intervals && level_ > 0) {
+    if (!hold_up_.empty()) {
+      d.step_up_held = hold_up_;
+      return d;
+    }
     next = level_ - 1;
   }
   if (next == level_) return d;

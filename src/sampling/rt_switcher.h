@@ -22,6 +22,13 @@
 // level's, and an interval that is calm only because requests were refused
 // must not step back up.
 //
+// Holding step-ups: the controller sees latency, not load, so a level whose
+// cheaper terms are what keeps latency calm would step up, breach and step
+// down again, over and over. A caller that knows the level above cannot hold
+// the present load (gateway/rt_control.h measures it) says so with
+// HoldStepUp(why); a sustained calm then holds the level, and the decision
+// says why.
+//
 // Why P95s on both sides: a P95 compared with mean + 1.5 sigma of the raw
 // samples would breach in steady state for any right-skewed latency
 // (exponential: P95 = 3 mean > 2.5 mean); compared with the spread of past
@@ -174,6 +181,7 @@ struct Decision {
   int32_t calm_streak = 0;
   int32_t n_refused = 0;        // requests refused for load in the interval (a breach if > 0)
   bool dwell_blocked = false;   // a sustained streak waits for min_dwell
+  std::string step_up_held;     // a sustained calm did not step up, because of this
   double threshold_sigmas = 0;  // k of the options, for the reason text
   // e.g. "step down 0 -> 1: breach for 3 intervals; tpot p95 0.0600 s >
   // threshold 0.0215 s (window mean 0.0200 s + 1.5 sigma 0.0010 s over 60
@@ -198,6 +206,9 @@ class RtSwitcher {
   std::vector<Decision> ObserveRefusals(int32_t n, std::chrono::steady_clock::time_point now);
   // Closes and evaluates every interval that ended at or before `now`.
   std::vector<Decision> Tick(std::chrono::steady_clock::time_point now);
+  // While `why` is not empty, a sustained calm does not step up (evaluations
+  // that follow see it; the decision carries `why`). Empty: step-ups allowed.
+  void HoldStepUp(std::string why) { hold_up_ = std::move(why); }
 
   // The policy in force; thread-safe.
   std::shared_ptr<const Policy> current() const { return current_.load(); }
@@ -224,6 +235,7 @@ class RtSwitcher {
   std::chrono::steady_clock::time_point last_switch_{};
   int32_t breach_streak_ = 0, calm_streak_ = 0;
   int32_t refused_ = 0;  // in the open interval
+  std::string hold_up_;  // non-empty: step-ups are held, for this reason
 };
 
 }  // namespace strata::sampling

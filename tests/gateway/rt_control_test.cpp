@@ -260,7 +260,50 @@ TEST_F(RtControlTest, RefusedRequestsAreABreachAndBlockTheWayBackUp) {
     Interval(milliseconds(10), 3, s);
   }
   EXPECT_EQ(rt_->level(), 2);
-  EXPECT_FALSE(log_.Contains("step up"));
+  EXPECT_FALSE(log_.Contains("rt-switcher: step up"));
+}
+
+// One interval of load: `submitted` requests arrive, `admitted` start, three
+// first tokens after `ttft`; returns the level after the interval closes.
+int32_t Load(RtControl& rt, testing::FakeClock& clock, engine::SchedulerStats& s, int submitted,
+             int admitted, milliseconds ttft) {
+  s.submitted += submitted;
+  rt.BeforeAdmission(s);
+  for (int i = 0; i < admitted; ++i) rt.Admit();
+  for (int i = 0; i < 3; ++i) rt.ObserveTtft(ttft);
+  clock.Advance(seconds(1));
+  rt.BeforeAdmission(s);
+  return rt.level();
+}
+
+TEST_F(RtControlTest, AStepUpWaitsWhileDemandExceedsWhatTheLevelAboveServed) {
+  Make(CeilingOptions(sampling::DefaultLevels()));
+  engine::SchedulerStats s = Kv(0, 100);
+  rt_->BeforeAdmission(s);
+  // Level 0 serves 10 of 16 requests a second and breaches: its capacity is 10/s.
+  ASSERT_EQ(Load(*rt_, clock_, s, 16, 10, milliseconds(2000)), 1);
+  // Level 1 keeps up with 16/s and is calm, but level 0 could not: held.
+  for (int k = 0; k < 6; ++k) EXPECT_EQ(Load(*rt_, clock_, s, 16, 16, milliseconds(10)), 1);
+  EXPECT_TRUE(log_.Contains("rt-switcher: holding level 1: 16.0 requests/s submitted, above 90% "
+                            "of the 10.0/s level 0 served when it last breached"));
+  EXPECT_FALSE(log_.Contains("step up 1 -> 0"));
+  // Demand falls to 5/s: once the 5-interval mean is below 9/s, it steps up.
+  int32_t level = 1;
+  for (int k = 0; k < 6 && level == 1; ++k) level = Load(*rt_, clock_, s, 5, 5, milliseconds(10));
+  EXPECT_EQ(level, 0);
+  EXPECT_TRUE(log_.Contains("rt-switcher: level 1 may step up again"));
+}
+
+TEST_F(RtControlTest, ABreachWithoutExcessDemandHoldsNothingBack) {
+  Make(CeilingOptions(sampling::DefaultLevels()));
+  engine::SchedulerStats s = Kv(0, 100);
+  rt_->BeforeAdmission(s);
+  // Slow first tokens at 5 requests/s, all admitted: latency, not load.
+  ASSERT_EQ(Load(*rt_, clock_, s, 5, 5, milliseconds(2000)), 1);
+  int32_t level = 1;
+  for (int k = 0; k < 3; ++k) level = Load(*rt_, clock_, s, 5, 5, milliseconds(10));
+  EXPECT_EQ(level, 0) << "three calm intervals step up";
+  EXPECT_FALSE(log_.Contains("holding level"));
 }
 
 TEST_F(RtControlTest, BadOptionsAreRefused) {

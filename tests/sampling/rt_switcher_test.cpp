@@ -205,6 +205,40 @@ TEST(RtSwitcher, EveryDecisionCarriesItsReason) {
   EXPECT_NE(r.find("ttft idle"), std::string::npos) << r;
 }
 
+TEST(RtSwitcher, AHeldStepUpWaitsUntilReleased) {
+  // The overload series steps down at 33 s and, back at 20 ms, would step up
+  // at 65 s (five calm intervals from 60). Held from the start of the calm,
+  // it stays down; released just before interval 69 closes (at 70 s), the
+  // calm streak already suffices: up at that evaluation.
+  auto sw = *RtSwitcher::Create(TestOptions(), kStart);
+  const std::vector<double> v = Overload();
+  std::vector<Switch> got;
+  std::vector<Decision> held;
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (k == 60) sw->HoldStepUp("the level above served 10/s; demand is 16/s");
+    if (k == 70) sw->HoldStepUp("");
+    for (int j = 0; j < 10; ++j) {
+      const TimePoint t = kStart + seconds(k) + milliseconds(100 * j);
+      for (const Decision& d : sw->Observe(
+               LatencySignal::kTpot,
+               std::chrono::duration_cast<nanoseconds>(std::chrono::duration<double, std::milli>(v[k])),
+               t)) {
+        if (!d.step_up_held.empty()) held.push_back(d);
+        if (d.action != SwitchAction::kHold) {
+          got.push_back({std::chrono::duration<double>(d.interval_end - kStart).count(),
+                         d.from_level, d.to_level});
+        }
+      }
+    }
+  }
+  EXPECT_EQ(got, (std::vector<Switch>{{33, 0, 1}, {70, 1, 0}}));
+  ASSERT_EQ(held.size(), 5u);  // intervals 64-68, closing at 65-69 s
+  EXPECT_NE(held[0].Reason().find("calm for 5 intervals (step up held: the level above served "
+                                  "10/s; demand is 16/s)"),
+            std::string::npos)
+      << held[0].Reason();
+}
+
 TEST(RtSwitcher, UsesTheNearestRankP95AndNeedsEnoughSamples) {
   RtSwitcherOptions o = TestOptions();
   auto sw = *RtSwitcher::Create(o, kStart);
