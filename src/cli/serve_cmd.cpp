@@ -67,7 +67,9 @@ struct ServeFlags {
   double rt_kv_pressure = 0.1;
 };
 
-// The RT-Switcher's options from the flags; InvalidArgument naming the flag.
+// The RT-Switcher's options from the flags; InvalidArgument naming the flag
+// the user typed (each range is the switcher's own, checked here so that no
+// message names an internal option).
 util::StatusOr<gateway::RtControlOptions> RtOptions(const ServeFlags& f) {
   gateway::RtControlOptions o;
   auto levels = sampling::ParseLevels(f.rt_levels);
@@ -77,9 +79,41 @@ util::StatusOr<gateway::RtControlOptions> RtOptions(const ServeFlags& f) {
     return util::InvalidArgumentError(
         fmt::format("--rt-interval {} is outside [0.01, 3600] seconds", f.rt_interval_s));
   }
+  if (f.rt_window < 2 || f.rt_window > 100'000) {
+    return util::InvalidArgumentError(
+        fmt::format("--rt-window {} is outside [2, 100000] intervals", f.rt_window));
+  }
+  for (const auto& [flag, v] : {std::pair{"--rt-ttft-floor", f.rt_ttft_floor_s},
+                                std::pair{"--rt-ttft-slo", f.rt_ttft_slo_s},
+                                std::pair{"--rt-tpot-floor", f.rt_tpot_floor_s},
+                                std::pair{"--rt-tpot-slo", f.rt_tpot_slo_s}}) {
+    if (!(v >= 0 && v <= 86400)) {
+      return util::InvalidArgumentError(
+          fmt::format("{} {} is outside [0, 86400] seconds", flag, v));
+    }
+  }
+  if (f.rt_ttft_slo_s > 0 && f.rt_ttft_slo_s < f.rt_ttft_floor_s) {
+    return util::InvalidArgumentError(fmt::format("--rt-ttft-slo {} is below --rt-ttft-floor {}",
+                                                  f.rt_ttft_slo_s, f.rt_ttft_floor_s));
+  }
+  if (f.rt_tpot_slo_s > 0 && f.rt_tpot_slo_s < f.rt_tpot_floor_s) {
+    return util::InvalidArgumentError(fmt::format("--rt-tpot-slo {} is below --rt-tpot-floor {}",
+                                                  f.rt_tpot_slo_s, f.rt_tpot_floor_s));
+  }
+  for (const auto& [flag, v] : {std::pair{"--rt-breach", f.rt_breach},
+                                std::pair{"--rt-calm", f.rt_calm}}) {
+    if (v < 1 || v > 1'000'000) {
+      return util::InvalidArgumentError(
+          fmt::format("{} {} is outside [1, 1000000] intervals", flag, v));
+    }
+  }
   if (!(f.rt_dwell_s >= 0 && f.rt_dwell_s <= 86400)) {
     return util::InvalidArgumentError(
         fmt::format("--rt-dwell {} is outside [0, 86400] seconds", f.rt_dwell_s));
+  }
+  if (!(f.rt_kv_pressure >= 0 && f.rt_kv_pressure < 1)) {
+    return util::InvalidArgumentError(
+        fmt::format("--rt-kv-pressure {} is outside [0, 1)", f.rt_kv_pressure));
   }
   auto ns = [](double s) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s));
@@ -93,13 +127,12 @@ util::StatusOr<gateway::RtControlOptions> RtOptions(const ServeFlags& f) {
   o.switcher.calm_intervals = f.rt_calm;
   o.switcher.min_dwell = ns(f.rt_dwell_s);
   o.kv_pressure_free_fraction = f.rt_kv_pressure;
-  if (!(o.kv_pressure_free_fraction >= 0 && o.kv_pressure_free_fraction < 1)) {
-    return util::InvalidArgumentError(
-        fmt::format("--rt-kv-pressure {} is outside [0, 1)", f.rt_kv_pressure));
+  // Every flag is checked above; this only guards against the two drifting apart.
+  if (util::Status st =
+          sampling::RtSwitcher::Create(o.switcher, std::chrono::steady_clock::time_point{}).status();
+      !st.ok()) {
+    return util::InvalidArgumentError("--rt-* flags: " + st.message());
   }
-  // The switcher checks the rest (window, streaks, floors and ceilings).
-  STRATA_RETURN_IF_ERROR(
-      sampling::RtSwitcher::Create(o.switcher, std::chrono::steady_clock::time_point{}).status());
   return o;
 }
 

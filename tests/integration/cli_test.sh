@@ -43,6 +43,26 @@ expect 2 "-t 0 is outside" -- generate -t 0
 expect 2 "Could not convert: --n-predict = abc" -- generate -n abc
 expect 1 "cannot open" -- inspect "$tmp/missing.gguf"
 
+# strata serve: every --rt-* flag's bad value is refused before anything
+# starts, naming the flag as typed (the missing model is never reached, so a
+# value that slipped through fails with "cannot open" instead of hanging).
+serve_bad() { expect 2 "$1" -- serve --port 0 -m "$tmp/missing.gguf" "${@:2}"; }
+serve_bad "--rt-switcher 'maybe' is not on or off" --rt-switcher maybe
+serve_bad "--rt-levels: rt levels: item 1 '2:topk:0:0'" --rt-levels 1:entropy:0:0,2:topk:0:0
+serve_bad "--rt-interval 0 is outside [0.01, 3600] seconds" --rt-interval 0
+serve_bad "--rt-window 1 is outside [2, 100000] intervals" --rt-window 1
+serve_bad "--rt-window 100001 is outside" --rt-window 100001
+serve_bad "Could not convert: --rt-window = abc" --rt-window abc
+serve_bad "--rt-ttft-floor -1 is outside [0, 86400] seconds" --rt-ttft-floor -1
+serve_bad "--rt-ttft-slo -0.5 is outside" --rt-ttft-slo -0.5
+serve_bad "--rt-tpot-floor inf is outside" --rt-tpot-floor inf
+serve_bad "--rt-tpot-slo 0.1 is below --rt-tpot-floor 0.5" --rt-tpot-floor 0.5 --rt-tpot-slo 0.1
+serve_bad "--rt-ttft-slo 1 is below --rt-ttft-floor 2" --rt-ttft-floor 2 --rt-ttft-slo 1
+serve_bad "--rt-breach 0 is outside [1, 1000000] intervals" --rt-breach 0
+serve_bad "--rt-calm -3 is outside [1, 1000000] intervals" --rt-calm -3
+serve_bad "--rt-dwell -1 is outside [0, 86400] seconds" --rt-dwell -1
+serve_bad "--rt-kv-pressure 1 is outside [0, 1)" --rt-kv-pressure 1
+
 shared=../shared/models
 if [ -f "$shared/stories260K.gguf" ]; then
   expect 0 "Once upon a time, there was a little girl named Lily" -- generate -m "$shared/stories260K.gguf" --temp 0 -n 12
