@@ -169,6 +169,7 @@ class TierMetrics final : public cache::TierObserver {
 // timing line.
 struct ChoiceContext {
   std::string request_id;
+  std::string session_id;         // "" = none
   int32_t max_tokens = 0;         // as submitted
   RtControl* rt = nullptr;        // nullptr: no RT-Switcher
   util::Logger* log = nullptr;
@@ -293,12 +294,13 @@ class ChoiceSink final : public engine::RequestSink {
                           policy_->max_tokens_cap);
     ctx_.log->Info(
         "[{}] trace choice={} queue_wait_ms={} prefill_ms={} decode_ms={} ttft_ms={} total_ms={} "
-        "prompt_tokens={} cached_tokens={} completion_tokens={} preemptions={} max_tokens={}{}",
+        "prompt_tokens={} cached_tokens={} completion_tokens={} preemptions={} max_tokens={}{}{}",
         ctx_.request_id, index_, admitted ? ms(start_, admitted_) : "-",
         admitted && n_tokens_ > 0 ? ms(admitted_, first_) : "-",
         n_tokens_ > 0 ? ms(first_, end) : "-", n_tokens_ > 0 ? ms(start_, first_) : "-",
         ms(start_, end), usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens,
-        usage.preemptions, ctx_.max_tokens, terms);
+        usage.preemptions, ctx_.max_tokens, terms,
+        ctx_.session_id.empty() ? std::string() : " session=" + ctx_.session_id);
   }
 
   TokenLogprob Logprobs(std::span<const float> logits, int32_t token) const {
@@ -844,7 +846,8 @@ util::Status Gateway::Submit(const CompletionRequest& r, const std::vector<int32
     p.seed = base + static_cast<uint64_t>(i);  // distinct choices, reproducible
     auto sink = std::make_shared<ChoiceSink>(
         i, p, model_.tokenizer(), stops, r.stop.size(), r.top_logprobs, flight, clock_, metrics_,
-        ChoiceContext{.request_id = r.request_id, .max_tokens = max_tokens,
+        ChoiceContext{.request_id = r.request_id, .session_id = r.session_id,
+                      .max_tokens = max_tokens,
                       .rt = options_.rt_control, .log = &log_});
     engine::SchedulerRequest sr;
     sr.prompt = tokens;

@@ -131,6 +131,10 @@ struct GatewayOptions {
 struct CompletionRequest {
   std::string request_id;
   std::string tenant = "default";
+  // The conversation this request belongs to, as the client names it ("" =
+  // none). Scoped to the tenant: equal ids of two tenants are two sessions.
+  // Labels the request's log lines; it never changes what is generated.
+  std::string session_id;
   std::vector<model::ChatMessage> messages;  // chat: rendered with the chat template
   std::optional<std::string> prompt;         // completion: raw text (used when set)
   std::optional<int32_t> max_tokens;         // default: what is left of the context, capped

@@ -1,5 +1,6 @@
 #include "server/api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -227,6 +228,23 @@ Status ParseCacheControls(const Fields& f, gateway::CompletionRequest& r) {
   return util::OkStatus();
 }
 
+// strata's "session_id": the conversation a request belongs to. 1-128
+// characters of [A-Za-z0-9._:@-], so it is safe in a header and a log line.
+Status ParseSessionId(const Fields& f, gateway::CompletionRequest& r) {
+  STRATA_ASSIGN_OR_RETURN(auto id, f.String("session_id"));
+  if (!id) return util::OkStatus();
+  const bool valid_chars = std::all_of(id->begin(), id->end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == ':' || c == '@' || c == '-';
+  });
+  if (id->empty() || id->size() > 128 || !valid_chars) {
+    return InvalidArgumentError(
+        "'session_id' must be 1-128 characters of letters, digits and . _ : @ -");
+  }
+  r.session_id = std::move(*id);
+  return util::OkStatus();
+}
+
 StatusOr<ParsedRequest> ParseOpenAI(ApiKind kind, const json& j) {
   ParsedRequest out;
   gateway::CompletionRequest& r = out.request;
@@ -308,6 +326,7 @@ StatusOr<ParsedRequest> ParseOpenAI(ApiKind kind, const json& j) {
   }
   STRATA_ASSIGN_OR_RETURN(auto user, f.String("user"));
   (void)user;  // accepted for compatibility; not used
+  STRATA_RETURN_IF_ERROR(ParseSessionId(f, r));
   STRATA_RETURN_IF_ERROR(ParseCacheControls(f, r));
   return out;
 }
@@ -355,6 +374,7 @@ StatusOr<ParsedRequest> ParseAnthropic(const json& j) {
   if (f.Has("metadata") && !f.Get("metadata").is_object()) {
     return InvalidArgumentError("'metadata' must be an object");
   }
+  STRATA_RETURN_IF_ERROR(ParseSessionId(f, r));
   STRATA_RETURN_IF_ERROR(ParseCacheControls(f, r));
   return out;
 }

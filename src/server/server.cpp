@@ -236,10 +236,11 @@ class HttpServer::Impl {
     if (kind == ApiKind::kAnthropicMessages) res.set_header("request-id", rid);
     util::PrefixLogger log(log_, "req=" + rid);
     const char* endpoint = EndpointLabel(kind);
+    std::string session_note;  // " session=ID" once the body named one
     auto fail = [&](const util::Status& st) {
       Error(res, kind, st, endpoint);
-      log.Info("{} {} {} ({}) {:.1f} ms", req.method, req.path, res.status, st.message(),
-               util::SecondsBetween(t0, clock_.Now()) * 1e3);
+      log.Info("{} {} {}{} ({}) {:.1f} ms", req.method, req.path, res.status, session_note,
+               st.message(), util::SecondsBetween(t0, clock_.Now()) * 1e3);
     };
     if (draining_.load()) return fail(util::UnavailableError("the server is shutting down"));
     gateway::Gateway* g = gateway_.load();
@@ -254,6 +255,12 @@ class HttpServer::Impl {
     }
     parsed->request.request_id = rid;
     parsed->request.tenant = *tenant;
+    // The session (a client-chosen, checked name) comes back so a proxy can
+    // see it, and labels this request's log lines.
+    if (const std::string& session = parsed->request.session_id; !session.empty()) {
+      res.set_header("x-strata-session-id", session);
+      session_note = " session=" + session;
+    }
     auto started = g->Start(parsed->request);
     if (!started.ok()) return fail(started.status());
     // How this response is served: miss, l1, l3 or coalesced (docs/api.md);
@@ -300,8 +307,8 @@ class HttpServer::Impl {
       requests_.With({endpoint, "200"}).Inc();
       int32_t completion = 0;
       for (const auto& c : results) completion += c.completion_tokens;
-      log.Info("{} {} 200 tenant={} prompt={} completion={} cache={} {:.1f} ms", req.method,
-               req.path, *tenant, meta.prompt_tokens, completion,
+      log.Info("{} {} 200 tenant={}{} prompt={} completion={} cache={} {:.1f} ms", req.method,
+               req.path, *tenant, session_note, meta.prompt_tokens, completion,
                gateway::CacheOutcomeName(gen->cache_outcome()),
                util::SecondsBetween(t0, clock_.Now()) * 1e3);
       return;
@@ -312,7 +319,7 @@ class HttpServer::Impl {
       std::unique_ptr<gateway::Generation> gen;
       ResponseMeta meta;
       ParsedRequest parsed;
-      std::string tenant, method, path, rid;
+      std::string tenant, method, path, rid, session_note;
     };
     auto s = std::make_shared<Stream>();
     s->gen = std::move(started).value();
@@ -322,6 +329,7 @@ class HttpServer::Impl {
     s->method = req.method;
     s->path = req.path;
     s->rid = rid;
+    s->session_note = session_note;
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     requests_.With({endpoint, "200"}).Inc();
@@ -371,8 +379,8 @@ class HttpServer::Impl {
             s->gen->Cancel();
             end_note = "client disconnected";
           }
-          slog.Info("{} {} 200 stream tenant={} prompt={} completion={} cache={} {} {:.1f} ms",
-                    s->method, s->path, s->tenant, s->meta.prompt_tokens, completion,
+          slog.Info("{} {} 200 stream tenant={}{} prompt={} completion={} cache={} {} {:.1f} ms",
+                    s->method, s->path, s->tenant, s->session_note, s->meta.prompt_tokens, completion,
                     gateway::CacheOutcomeName(s->gen->cache_outcome()), end_note,
                     util::SecondsBetween(t0, clock_.Now()) * 1e3);
           if (ok) sink.done();

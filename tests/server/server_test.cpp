@@ -62,7 +62,7 @@ class ServerTest : public ::testing::Test {
   }
 
   testing::TinyModel tiny_;
-  std::unique_ptr<util::Logger> log_ = util::NewNullLogger();
+  std::unique_ptr<util::CapturingLogger> log_ = std::make_unique<util::CapturingLogger>();
   obs::MetricsRegistry metrics_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<engine::Scheduler> sched_;
@@ -382,6 +382,62 @@ TEST_F(ServerTest, StrataSamplingFieldsAreAcceptedAndValidated) {
     EXPECT_EQ(r->status, 400) << extra << " -> " << r->body;
     EXPECT_NE(r->body.find(needle), std::string::npos) << extra << " -> " << r->body;
   }
+}
+
+// session_id names a conversation: it comes back in x-strata-session-id and
+// labels the request's log lines (the access line and the choice's trace
+// line); a malformed one is a 400 naming the field, in either API's shape.
+TEST_F(ServerTest, SessionIdIsEchoedLoggedAndChecked) {
+  Start();
+  srv_->SetGateway(gw_.get());
+  auto chat = Post("/v1/chat/completions",
+                   R"({"model":"tiny","max_tokens":3,"session_id":"conv-42:user@x.y",)"
+                   R"("messages":[{"role":"user","content":"hi"}]})",
+                   {{"X-Request-ID", "sess-1"}});
+  ASSERT_TRUE(chat);
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  EXPECT_EQ(chat->get_header_value("x-strata-session-id"), "conv-42:user@x.y");
+  bool access = false, trace = false;
+  for (const std::string& line : log_->Lines()) {
+    if (line.find("sess-1") == std::string::npos) continue;
+    if (line.find("POST /v1/chat/completions 200") != std::string::npos) {
+      access = access || line.find("session=conv-42:user@x.y") != std::string::npos;
+    }
+    if (line.find("trace") != std::string::npos) {
+      trace = trace || line.find("session=conv-42:user@x.y") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(access) << "no access log line names the session";
+  EXPECT_TRUE(trace) << "no trace line names the session";
+
+  auto anthropic = Post("/v1/messages",
+                        R"({"model":"tiny","max_tokens":2,"session_id":"s1","stream":true,)"
+                        R"("messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_TRUE(anthropic);
+  EXPECT_EQ(anthropic->status, 200) << anthropic->body;
+  EXPECT_EQ(anthropic->get_header_value("x-strata-session-id"), "s1");
+  // Without a session there is no header.
+  auto none = Post("/v1/chat/completions", kChat);
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none->has_header("x-strata-session-id"));
+
+  const std::string too_long = "\"" + std::string(129, 'a') + "\"";
+  for (const std::string& bad : {std::string(R"("")"), std::string(R"(7)"), std::string(R"("a b")"),
+                                 std::string(R"("x\ny")"), too_long}) {
+    auto r = Post("/v1/chat/completions",
+                  R"({"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":"hi"}],"session_id":)" +
+                      bad + "}");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << bad << " -> " << r->body;
+    EXPECT_NE(r->body.find("'session_id'"), std::string::npos) << bad << " -> " << r->body;
+    EXPECT_FALSE(r->has_header("x-strata-session-id"));
+  }
+  auto bad_anthropic = Post("/v1/messages",
+                            R"({"model":"tiny","max_tokens":2,"session_id":"no spaces",)"
+                            R"("messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_TRUE(bad_anthropic);
+  EXPECT_EQ(bad_anthropic->status, 400);
+  EXPECT_EQ(json::parse(bad_anthropic->body)["type"], "error");
 }
 
 }  // namespace
