@@ -35,6 +35,9 @@ function(strata_test name)
   endif()
   add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
+  if("unit" IN_LIST ARG_LABELS AND TARGET strata_unit_tests)
+    add_dependencies(strata_unit_tests ${name})
+  endif()
 endfunction()
 
 # strata_bench(NAME SOURCES ... DEPS ...): a Google Benchmark executable.

@@ -38,12 +38,18 @@ strata_ensure_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# strata_build PRESET: configure (once) and build a CMake preset.
+# strata_build PRESET [TARGET...]: configure (once) and build a CMake preset
+# (all of it, or only the named targets).
 strata_build() {
   local preset="$1"
-  strata_log "building ($preset)"
+  shift
+  strata_log "building ($preset${*:+: $*})"
   if [ ! -f "build/$preset/build.ninja" ]; then
     cmake --preset "$preset" >/dev/null || return 1
   fi
-  cmake --build --preset "$preset"
+  if [ $# -gt 0 ]; then
+    cmake --build --preset "$preset" --target "$@"
+  else
+    cmake --build --preset "$preset"
+  fi
 }
