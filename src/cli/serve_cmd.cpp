@@ -128,11 +128,9 @@ util::StatusOr<gateway::RtControlOptions> RtOptions(const ServeFlags& f) {
   o.switcher.min_dwell = ns(f.rt_dwell_s);
   o.kv_pressure_free_fraction = f.rt_kv_pressure;
   // Every flag is checked above; this only guards against the two drifting apart.
-  if (util::Status st =
-          sampling::RtSwitcher::Create(o.switcher, std::chrono::steady_clock::time_point{}).status();
-      !st.ok()) {
-    return util::InvalidArgumentError("--rt-* flags: " + st.message());
-  }
+  const util::Status st =
+      sampling::RtSwitcher::Create(o.switcher, std::chrono::steady_clock::time_point{}).status();
+  if (!st.ok()) return util::InvalidArgumentError("--rt-* flags: " + st.message());
   return o;
 }
 
