@@ -59,6 +59,7 @@ RequestSample HttpSession::Send(const std::string& body, RequestSample base) {
   req.response_handler = [&](const httplib::Response& res) {
     answered = true;
     rec.OnStatus(res.status);
+    if (res.has_header("x-strata-cache")) rec.OnCacheHeader(res.get_header_value("x-strata-cache"));
     if (stop_.load(std::memory_order_relaxed)) {
       interrupted = true;
       return false;

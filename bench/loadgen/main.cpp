@@ -6,6 +6,11 @@
 //   open loop    --rate R: Poisson arrivals (seeded), up to --max-in-flight at once
 //   trace replay --trace FILE [--trace-format azure|mooncake|burstgpt]: the
 //                arrival times and token counts of a real serving trace
+// Prompts are made-up words of a target length (after an optional shared
+// system prompt, --system-prompt-tokens), or read from --prompt-file (a
+// workload of real questions written in request order); --extra-body adds
+// server-specific fields (strata's "cache" controls) to every request. The
+// x-strata-cache header of each response is recorded and counted.
 // Every request streams (stream_options.include_usage) so TTFT and TPOT can be
 // measured; see recorder.h for the measuring rules and stats.h for the
 // percentile method. Prints a table; --json FILE writes the same numbers plus
@@ -81,6 +86,9 @@ struct Flags {
   int64_t prompt_tokens = 128;
   int64_t max_tokens = 64;
   int64_t system_prompt_tokens = 0;
+  std::optional<uint64_t> system_seed;
+  std::string prompt_file;
+  std::string extra_body;
   bool ignore_eos = false;
   std::optional<double> temperature;
   uint64_t seed = 0;
@@ -203,6 +211,31 @@ int Run(const Flags& f, const CLI::App& app) {
     fmt::print(stderr, "loadgen: give --requests N or --duration SECONDS\n");
     return 2;
   }
+  if (!f.extra_body.empty()) {
+    const auto extra = nlohmann::json::parse(f.extra_body, nullptr, /*allow_exceptions=*/false);
+    if (!extra.is_object()) {
+      fmt::print(stderr, "loadgen: --extra-body '{}' is not a JSON object\n", f.extra_body);
+      return 2;
+    }
+  }
+  std::vector<std::string> file_prompts;  // --prompt-file: request i sends [i mod n]
+  if (!f.prompt_file.empty()) {
+    if (trace_mode) {
+      fmt::print(stderr, "loadgen: --prompt-file and --trace both choose prompts; give one\n");
+      return 2;
+    }
+    const auto text = ReadFile(f.prompt_file, why);
+    if (!text) {
+      fmt::print(stderr, "loadgen: {}\n", why);
+      return 1;
+    }
+    auto parsed = ParsePromptFile(*text);
+    if (!parsed.ok()) {
+      fmt::print(stderr, "loadgen: {}: {}\n", f.prompt_file, parsed.status().message());
+      return 1;
+    }
+    file_prompts = std::move(parsed).value();
+  }
 
   // The requests to send.
   std::vector<RequestSpec> specs;  // trace mode only
@@ -273,12 +306,17 @@ int Run(const Flags& f, const CLI::App& app) {
   }
 
   const PromptBuilder prompts({.seed = f.seed, .words_per_token = f.words_per_token});
-  const std::string system = prompts.System(f.system_prompt_tokens);
+  // The system prompt has its own seed when asked, so runs with different
+  // --seed (different questions) can share it byte for byte.
+  const PromptBuilder system_prompts(
+      {.seed = f.system_seed.value_or(f.seed), .words_per_token = f.words_per_token});
+  const std::string system = system_prompts.System(f.system_prompt_tokens);
   const BodyOptions body_options{.endpoint = endpoint,
                                  .model = model,
                                  .ignore_eos = f.ignore_eos,
                                  .temperature = f.temperature,
-                                 .seed = std::nullopt};
+                                 .seed = std::nullopt,
+                                 .extra_json = f.extra_body};
   const int64_t block_tokens =
       std::max<int64_t>(1, std::llround(static_cast<double>(kMooncakeBlockTokens) * f.block_scale));
   const bool max_tokens_given = app.count("--max-tokens") > 0;
@@ -291,6 +329,13 @@ int Run(const Flags& f, const CLI::App& app) {
                                   : prompts.Mooncake(s.hash_ids, s.prompt_tokens, block_tokens, i);
       p.base.target_prompt_tokens = s.prompt_tokens + f.system_prompt_tokens;
       p.base.max_tokens = std::max<int64_t>(1, max_tokens_given ? f.max_tokens : s.output_tokens);
+    } else if (!file_prompts.empty()) {
+      prompt = file_prompts[static_cast<size_t>(i) % file_prompts.size()];
+      // No tokenizer here: the target is the prompt's words (the server's count is reported).
+      const int64_t words =
+          std::count(prompt.begin(), prompt.end(), ' ') + (prompt.empty() ? 0 : 1);
+      p.base.target_prompt_tokens = words + f.system_prompt_tokens;
+      p.base.max_tokens = f.max_tokens;
     } else {
       prompt = prompts.Unique(i, f.prompt_tokens);
       p.base.target_prompt_tokens = f.prompt_tokens + f.system_prompt_tokens;
@@ -348,6 +393,10 @@ int Run(const Flags& f, const CLI::App& app) {
         {"prompt_tokens", f.prompt_tokens},
         {"max_tokens", f.max_tokens},
         {"system_prompt_tokens", f.system_prompt_tokens},
+        {"system_seed", f.system_seed ? nlohmann::json(*f.system_seed) : nlohmann::json()},
+        {"prompt_file", f.prompt_file},
+        {"prompts_in_file", file_prompts.size()},
+        {"extra_body", f.extra_body},
         {"ignore_eos", f.ignore_eos},
         {"temperature", f.temperature ? nlohmann::json(*f.temperature) : nlohmann::json()},
         {"seed", f.seed},
@@ -440,6 +489,15 @@ int Main(int argc, char** argv) {
                  "Prepend the same system prompt of this many tokens to every request")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--system-seed", f.system_seed,
+                 "Seed of the system prompt's words (default: --seed); the same value gives a "
+                 "byte-identical system prompt whatever --seed is");
+  app.add_option("--prompt-file", f.prompt_file,
+                 "Closed/open loop: user messages from this file (JSON lines: a string or "
+                 "{\"prompt\": ...}); request i sends line i mod n, in place of --prompt-tokens");
+  app.add_option("--extra-body", f.extra_body,
+                 "A JSON object whose members are added to every request body, e.g. "
+                 "'{\"cache\":{\"prefix\":false}}'");
   app.add_flag("--ignore-eos", f.ignore_eos, "Also send \"ignore_eos\": true (llama-server)");
   app.add_option("--temperature", f.temperature, "Sampling temperature to send (default: not sent)")
       ->check(CLI::NonNegativeNumber);

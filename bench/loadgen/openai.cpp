@@ -1,6 +1,7 @@
 #include "loadgen/openai.h"
 
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 namespace strata::loadgen {
 namespace {
@@ -56,6 +57,11 @@ std::string BuildRequestBody(const BodyOptions& options, const std::string& syst
   if (options.ignore_eos) body["ignore_eos"] = true;
   if (options.temperature) body["temperature"] = *options.temperature;
   if (options.seed) body["seed"] = *options.seed;
+  if (!options.extra_json.empty()) {
+    const json extra = json::parse(options.extra_json, nullptr, /*allow_exceptions=*/false);
+    if (!extra.is_object()) throw std::invalid_argument("the extra body is not a JSON object");
+    for (const auto& [key, value] : extra.items()) body[key] = value;
+  }
   return body.dump();
 }
 

@@ -35,6 +35,11 @@ struct BodyOptions {
   bool ignore_eos = false;            // also send "ignore_eos": true (llama-server)
   std::optional<double> temperature;  // sent only when set
   std::optional<uint64_t> seed;       // sent only when set
+  // The text of a JSON object whose members are set in every body after the
+  // fields above (so they may add fields or override them), e.g. strata's
+  // {"cache": {"prefix": false}}; empty = nothing. BuildRequestBody throws
+  // std::invalid_argument when it is not a JSON object (main.cpp checks first).
+  std::string extra_json;
 };
 
 // The JSON body of one streaming request. Chat: a system message (when

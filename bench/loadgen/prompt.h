@@ -27,6 +27,9 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "util/status.h"
 
 namespace strata::loadgen {
 
@@ -65,5 +68,12 @@ class PromptBuilder {
 
   PromptOptions options_;
 };
+
+// The prompts of a --prompt-file: JSON lines, each a JSON string (the user
+// message) or an object with a string "prompt"; blank lines are skipped. A
+// line that is neither, or a file without prompts, is an error naming the line.
+// Request i of a run sends prompt i mod n, so a file written in request order
+// replays a workload (repetition, popularity, paraphrases) exactly.
+util::StatusOr<std::vector<std::string>> ParsePromptFile(std::string_view text);
 
 }  // namespace strata::loadgen

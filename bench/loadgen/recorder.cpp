@@ -31,6 +31,8 @@ std::string_view OutcomeName(Outcome outcome) {
 
 void StreamRecorder::OnStatus(int http_status) { s_.http_status = http_status; }
 
+void StreamRecorder::OnCacheHeader(std::string_view value) { s_.cache = std::string(value); }
+
 void StreamRecorder::OnBytes(std::string_view bytes, double now_s) {
   if (s_.http_status != 200) {
     const size_t room = kMaxErrorBody - std::min(kMaxErrorBody, error_body_.size());

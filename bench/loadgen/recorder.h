@@ -56,6 +56,8 @@ struct RequestSample {
   std::string error_kind;     // empty when ok
   std::string error_message;  // the server's or the transport's words
   std::string finish_reason;  // "length", "stop", ... when sent
+  std::string cache;          // the x-strata-cache response header ("miss", "l1", "l3",
+                              // "coalesced"); empty when the server sent none
 
   std::optional<double> TtftS() const;
   std::optional<double> TpotS() const;
@@ -81,6 +83,9 @@ class StreamRecorder {
   explicit StreamRecorder(RequestSample base) : s_(std::move(base)) {}
 
   void OnStatus(int http_status);
+  // The value of the response header x-strata-cache (strata says how it
+  // served the request: docs/api.md); not called when the header is absent.
+  void OnCacheHeader(std::string_view value);
   // Body bytes read at `now_s`.
   void OnBytes(std::string_view bytes, double now_s);
   // Ends the exchange at `end_s`; `transport_message` explains a non-complete end.

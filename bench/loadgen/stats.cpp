@@ -75,6 +75,7 @@ Summary Summarize(std::span<const RequestSample> samples, double duration_s) {
       continue;
     }
     ++s.ok;
+    if (!r.cache.empty()) ++s.cache[r.cache];
     if (auto t = r.TtftS()) ttft.push_back(*t * 1e3);
     if (auto t = r.TpotS()) tpot.push_back(*t * 1e3);
     e2e.push_back(r.E2eS() * 1e3);
@@ -129,6 +130,13 @@ std::string RenderTable(const Summary& s, const std::string& title) {
   out += DistributionRow("TPOT", s.tpot_ms);
   out += DistributionRow("end-to-end", s.e2e_ms);
   out += DistributionRow("send lag", s.send_lag_ms);
+  if (!s.cache.empty()) {
+    std::string served;
+    for (const auto& [value, n] : s.cache) {
+      served += fmt::format("{}{} {}", served.empty() ? "" : ", ", value, n);
+    }
+    out += "  x-strata-cache " + served + "\n";
+  }
   if (s.errors.empty()) {
     out += "  errors        none\n";
   } else {
@@ -168,6 +176,7 @@ nlohmann::json SummaryJson(const Summary& s) {
           {"max_tokens_mean", s.max_tokens_mean},
           {"output_tokens_mean", s.output_tokens_mean},
           {"errors", std::move(errors)},
+          {"cache", s.cache},
           {"percentile_method", "nearest-rank: sorted[ceil(p/100*n)-1]"}};
 }
 
@@ -191,7 +200,8 @@ nlohmann::json SampleJson(const RequestSample& r) {
        r.completion_tokens >= 0 ? nlohmann::json(r.completion_tokens) : nlohmann::json()},
       {"content_chunks", r.content_chunks},
       {"http_status", r.http_status},
-      {"finish_reason", r.finish_reason}};
+      {"finish_reason", r.finish_reason},
+      {"cache", r.cache.empty() ? nlohmann::json() : nlohmann::json(r.cache)}};
   if (r.outcome != Outcome::kOk) {
     j["error_kind"] = r.error_kind;
     j["error_message"] = r.error_message;

@@ -67,7 +67,10 @@ struct Summary {
   double max_tokens_mean = 0;     // asked for, ok requests
   double output_tokens_mean = 0;  // received, ok requests
 
-  std::map<std::string, int64_t> errors;              // kind -> count
+  std::map<std::string, int64_t> errors;  // kind -> count
+  // x-strata-cache value -> ok requests that carried it ("miss", "l1", "l3",
+  // "coalesced"); empty when the server sends no such header (llama-server).
+  std::map<std::string, int64_t> cache;
   std::map<std::string, std::string> error_examples;  // kind -> first message
 };
 

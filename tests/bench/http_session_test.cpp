@@ -23,7 +23,8 @@ namespace {
 // answer == false: reads the request and closes without a byte in reply.
 class OneShotServer {
  public:
-  OneShotServer(int connections, bool answer) {
+  // `header`: an extra response header line ("Name: value"), or empty.
+  OneShotServer(int connections, bool answer, std::string header = "") {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -36,7 +37,7 @@ class OneShotServer {
     socklen_t len = sizeof addr;
     ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
     port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this, connections, answer] {
+    thread_ = std::thread([this, connections, answer, header] {
       for (int i = 0; i < connections; ++i) {
         const int c = ::accept(fd_, nullptr, nullptr);
         if (c < 0) return;
@@ -47,9 +48,9 @@ class OneShotServer {
                 "data: {\"choices\":[{\"index\":0,\"text\":\"hi\",\"finish_reason\":null}]}\n\n"
                 "data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n"
                 "data: [DONE]\n\n";
-            const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                                     "Content-Length: " +
-                                     std::to_string(body.size()) + "\r\n\r\n";
+            const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" +
+                                     (header.empty() ? "" : header + "\r\n") +
+                                     "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
             const std::string all = head + body;
             (void)!::send(c, all.data(), all.size(), MSG_NOSIGNAL);
           }
@@ -125,6 +126,23 @@ TEST(HttpSession, ARequestTheServerDroppedStillFails) {
   EXPECT_EQ(s.outcome, Outcome::kFailed);
   EXPECT_EQ(s.error_kind, "dropped");
   EXPECT_EQ(server.requests(), 1);  // a fresh connection is not retried
+}
+
+TEST(HttpSession, RecordsTheXStrataCacheHeader) {
+  OneShotServer marked(1, /*answer=*/true, "x-strata-cache: l3");
+  ASSERT_GT(marked.port(), 0);
+  std::atomic<bool> stop{false};
+  HttpSession a(Options(marked.port()), std::chrono::steady_clock::now(), stop);
+  const RequestSample s = a.Send(R"({"prompt":"x","stream":true})", RequestSample{});
+  EXPECT_EQ(s.outcome, Outcome::kOk) << s.error_kind << " " << s.error_message;
+  EXPECT_EQ(s.cache, "l3");
+
+  OneShotServer plain(1, /*answer=*/true);
+  ASSERT_GT(plain.port(), 0);
+  HttpSession b(Options(plain.port()), std::chrono::steady_clock::now(), stop);
+  const RequestSample t = b.Send(R"({"prompt":"x","stream":true})", RequestSample{});
+  EXPECT_EQ(t.outcome, Outcome::kOk);
+  EXPECT_EQ(t.cache, "");
 }
 
 }  // namespace

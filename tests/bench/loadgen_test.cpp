@@ -5,8 +5,11 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
+#include <span>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -313,7 +316,8 @@ TEST(RequestBody, ChatCarriesSystemAndUserMessagesAndAlwaysStreams) {
                                                          .model = "m",
                                                          .ignore_eos = true,
                                                          .temperature = 0.5,
-                                                         .seed = std::nullopt},
+                                                         .seed = std::nullopt,
+                                                         .extra_json = ""},
                                                         "sys words", "user words", 16));
   EXPECT_EQ(j["model"], "m");
   ASSERT_EQ(j["messages"].size(), 2u);
@@ -333,7 +337,8 @@ TEST(RequestBody, CompletionsJoinSystemAndPromptAndOmitUnsetFields) {
                                                          .model = "",
                                                          .ignore_eos = false,
                                                          .temperature = std::nullopt,
-                                                         .seed = std::nullopt},
+                                                         .seed = std::nullopt,
+                                                         .extra_json = ""},
                                                         "sys", "prompt", 4));
   EXPECT_EQ(j["prompt"], "sys\nprompt");
   EXPECT_FALSE(j.contains("model"));
@@ -341,6 +346,48 @@ TEST(RequestBody, CompletionsJoinSystemAndPromptAndOmitUnsetFields) {
   EXPECT_FALSE(j.contains("temperature"));
   EXPECT_FALSE(j.contains("messages"));
   EXPECT_EQ(EndpointPath(Endpoint::kCompletions), "/v1/completions");
+}
+
+TEST(RequestBody, ExtraBodyMembersAreAddedAndOverrideTheDefaults) {
+  const auto j = nlohmann::json::parse(
+      BuildRequestBody({.endpoint = Endpoint::kChat,
+                        .model = "m",
+                        .ignore_eos = false,
+                        .temperature = 0.0,
+                        .seed = std::nullopt,
+                        .extra_json = R"({"cache":{"prefix":false},"temperature":0.7})"},
+                       "", "q", 8));
+  EXPECT_EQ(j["cache"]["prefix"], false);  // added
+  EXPECT_EQ(j["temperature"], 0.7);        // overridden
+  EXPECT_EQ(j["messages"].size(), 1u);     // the rest untouched
+  EXPECT_EQ(j["stream"], true);
+  BodyOptions bad;
+  bad.extra_json = "[1]";
+  EXPECT_THROW(BuildRequestBody(bad, "", "q", 8), std::invalid_argument);
+  bad.extra_json = "{oops";
+  EXPECT_THROW(BuildRequestBody(bad, "", "q", 8), std::invalid_argument);
+}
+
+TEST(PromptFile, ReadsStringsAndPromptObjectsInOrderSkippingBlankLines) {
+  const auto p = ParsePromptFile(
+      "\"What is a GGUF file?\"\r\n"
+      "\n"
+      "   \n"
+      "{\"prompt\": \"two\\nlines\", \"id\": 7}\n"
+      "\"What is a GGUF file?\"");  // repeats are kept: they are the workload
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_EQ(p->size(), 3u);
+  EXPECT_EQ((*p)[0], "What is a GGUF file?");
+  EXPECT_EQ((*p)[1], "two\nlines");
+  EXPECT_EQ((*p)[2], (*p)[0]);
+}
+
+TEST(PromptFile, ABadLineOrNoPromptIsAnErrorNamingTheLine) {
+  const auto bad = ParsePromptFile("\"ok\"\n\nplain text\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("line 3"), std::string::npos) << bad.status().message();
+  EXPECT_FALSE(ParsePromptFile("{\"prompt\": 3}").ok());
+  EXPECT_FALSE(ParsePromptFile("\n\n").ok());
 }
 
 // ---------------------------------------------------------------- SSE
@@ -640,6 +687,39 @@ TEST(Summarize, CountsOutcomesThroughputAndErrorsByKind) {
   EXPECT_EQ(sj["outcome"], "failed");
   EXPECT_EQ(sj["error_kind"], "http_429");
   EXPECT_TRUE(sj["ttft_ms"].is_null());
+}
+
+TEST(Summarize, CountsHowStrataServedTheOkRequests) {
+  std::vector<RequestSample> samples;
+  for (const char* c : {"miss", "l1", "l3", "l1", ""}) {  // "": no header (llama-server)
+    StreamRecorder r(Base());
+    r.OnStatus(200);
+    if (*c != '\0') r.OnCacheHeader(c);
+    r.OnBytes(ChatChunk("a") + "data: [DONE]\n\n", 1.2);
+    samples.push_back(r.Finish(1.3, TransportEnd::kComplete));
+  }
+  EXPECT_EQ(samples[2].cache, "l3");
+  EXPECT_EQ(samples[4].cache, "");
+  StreamRecorder failed(Base());  // a failed request's header is not counted
+  failed.OnStatus(200);
+  failed.OnCacheHeader("l1");
+  samples.push_back(failed.Finish(1.3, TransportEnd::kDropped, "reset"));
+
+  const Summary s = Summarize(samples, 1.0);
+  EXPECT_EQ(s.ok, 5);
+  EXPECT_EQ(s.failed, 1);
+  const std::map<std::string, int64_t> want = {{"l1", 2}, {"l3", 1}, {"miss", 1}};
+  EXPECT_EQ(s.cache, want);
+  EXPECT_EQ(SummaryJson(s)["cache"]["l1"], 2);
+  EXPECT_NE(RenderTable(s, "t").find("x-strata-cache l1 2, l3 1, miss 1"), std::string::npos)
+      << RenderTable(s, "t");
+  EXPECT_EQ(SampleJson(samples[2])["cache"], "l3");
+  EXPECT_TRUE(SampleJson(samples[4])["cache"].is_null());
+  // Without any header the summary has nothing to say about caching.
+  EXPECT_TRUE(Summarize(std::span(samples).subspan(4, 1), 1.0).cache.empty());
+  EXPECT_EQ(
+      RenderTable(Summarize(std::span(samples).subspan(4, 1), 1.0), "t").find("x-strata-cache"),
+      std::string::npos);
 }
 
 }  // namespace
