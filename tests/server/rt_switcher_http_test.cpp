@@ -37,8 +37,12 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 
-// Real time; only a broken test waits this long.
-constexpr auto kPatience = std::chrono::seconds(120);
+// Every wait gives up after this many polls of at least 1 ms (two minutes
+// or more of this process running): counted in polls, not in wall time, so
+// that a process paused from outside (SIGSTOP, a starved host) does not find
+// its deadline gone the moment it resumes. Only a broken test waits this long.
+constexpr int kPolls = 120'000;
+constexpr auto kPoll = std::chrono::milliseconds(1);
 
 // A scheduler request that parks the scheduler thread in each OnToken until
 // released (one step at a time) or opened (then it ends at its next token).
@@ -58,10 +62,13 @@ class StepGate final : public engine::RequestSink {
   void OnFinish(engine::FinishReason, const util::Status&, const engine::Usage&) override {}
 
   // True once the scheduler thread is parked in the gate's n-th OnToken (or
-  // a later one); false after kPatience.
+  // a later one); false after kPolls.
   bool WaitToken(int n) {
     std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, kPatience, [&] { return tokens_ >= n; });
+    for (int i = 0; i < kPolls; ++i) {
+      if (cv_.wait_for(lock, kPoll, [&] { return tokens_ >= n; })) return true;
+    }
+    return false;
   }
   // Lets the parked OnToken return and waits until the scheduler parks in
   // the next one: exactly one more scheduler iteration (admission round and
@@ -145,6 +152,7 @@ class RtSwitcherHttpTest : public ::testing::Test {
     ServerOptions so;
     so.port = 0;
     so.http_threads = 16;
+    so.request_timeout = std::chrono::hours(1);  // real time: never the test's limit
     srv_ = std::move(HttpServer::Create(so, ApiKeys(), metrics_, util::RealClock(), *log_)).value();
     auto port = srv_->Start();
     ASSERT_TRUE(port.ok()) << port.status().ToString();
@@ -186,7 +194,7 @@ class RtSwitcherHttpTest : public ::testing::Test {
     const int port = port_;
     clients_.emplace_back([reply, body, request_id, port] {
       httplib::Client c("127.0.0.1", port);
-      c.set_read_timeout(120, 0);
+      c.set_read_timeout(3600, 0);
       auto r = c.Post("/v1/completions", {{"X-Request-ID", request_id}}, body.dump(),
                       "application/json");
       if (r) {
@@ -198,14 +206,13 @@ class RtSwitcherHttpTest : public ::testing::Test {
     return reply;
   }
 
-  // Waits (bounded) until `pred` holds.
+  // Waits (at most kPolls polls) until `pred` holds.
   static bool WaitFor(const std::function<bool()>& pred) {
-    const auto deadline = std::chrono::steady_clock::now() + kPatience;
-    while (!pred()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(milliseconds(1));
+    for (int i = 0; i < kPolls; ++i) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(kPoll);
     }
-    return true;
+    return pred();
   }
   bool WaitDone(const std::vector<std::shared_ptr<Reply>>& replies) {
     return WaitFor([&] {
@@ -336,7 +343,10 @@ TEST_F(RtSwitcherHttpTest, ABreachStepsDownInFlightRequestsKeepTheirTermsAndCalm
   // holds the scheduler): a request that arrives now gets level 1's terms.
   EXPECT_FALSE(inflight->done) << "the in-flight request must outlive the step-down";
   auto after = Launch("after", 16);
-  ASSERT_TRUE(WaitSubmitted(before + 5));
+  ASSERT_TRUE(WaitSubmitted(before + 5))
+      << "'after' was not submitted; "
+      << (after->done ? "answered " + std::to_string(after->status) + ": " + after->body.dump()
+                      : std::string("no answer"));
   gate->Open();
   ASSERT_TRUE(WaitDone(slow));
   ASSERT_TRUE(WaitDone({inflight, after}));
