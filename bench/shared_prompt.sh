@@ -23,8 +23,8 @@
 #                the host-memory prompt cache (--cache-ram, default 8 GiB: an
 #                idle slot's prompt is saved and can be restored into any slot)
 #                and --cache-reuse 256. Not --kv-unified: with one buffer shared
-#                by 32 slots every slot's attention spans all of it, and batched
-#                prefill fell from ~120 to 15-50 tokens/s (docs/benchmarks.md).
+#                by 32 slots its first phase prefilled at about 55 tokens/s in
+#                all, against about 100 with a buffer per slot (docs/benchmarks.md).
 # Both servers get a KV room of $USERS x (SYSTEM + QUESTION + GEN + 128) tokens.
 #
 # Env: THREADS (2), USERS (32), ROUNDS (3), FIRST_ROUND (1), WARM_REQUESTS
