@@ -37,7 +37,7 @@
 # issue's two ratios.
 set -euo pipefail
 if [ $# -lt 3 ] || [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
-  sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'
   [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ] && exit 0
   exit 2
 fi
