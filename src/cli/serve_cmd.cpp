@@ -13,11 +13,14 @@
 
 #include <fmt/format.h>
 
+#include "cache/eviction_policy.h"
 #include "cli/commands.h"
 #include "cli/serve_cache.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
+#include "gateway/block_eviction_adapter.h"
 #include "gateway/gateway.h"
+#include "gateway/prefix_metrics.h"
 #include "gateway/rt_control.h"
 #include "sampling/rt_switcher.h"
 #include "model/transformer.h"
@@ -53,6 +56,7 @@ struct ServeFlags {
   double l1_ttl_jitter = 0.1;
   bool coalesce = true;
   CacheFlags cache;  // L3 and admission (cli/serve_cache.h)
+  std::string l2_policy = "dual-factor";  // eviction of cached KV prefix blocks
   std::string rt_switcher = "off";
   std::string rt_levels = sampling::FormatLevels(sampling::DefaultLevels());
   double rt_interval_s = 1;
@@ -157,6 +161,11 @@ int RunServe(const Env& env, const ServeFlags& f) {
   }
   auto rt_options = RtOptions(f);
   if (!rt_options.ok()) return UsageError(rt_options.status().message());
+  const std::optional<cache::PolicyKind> l2_policy = cache::ParsePolicyKind(f.l2_policy);
+  if (!l2_policy) {
+    return UsageError(
+        fmt::format("--l2-policy '{}' is not lru, dual-factor or w-tinylfu", f.l2_policy));
+  }
   if (gateway::GatewayOptions check; !ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check).ok()) {
     return UsageError(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check).message());
   }
@@ -213,6 +222,7 @@ int RunServe(const Env& env, const ServeFlags& f) {
   eo.n_ctx = n_ctx;
   const int32_t kv_tokens = std::max(n_ctx, f.kv_tokens > 0 ? f.kv_tokens : 8 * n_ctx);
   eo.n_kv_blocks = (kv_tokens + eo.block_size - 1) / eo.block_size;
+  eo.block_eviction = gateway::BlockEvictionFactory(*l2_policy, clock);
   auto eng = engine::Engine::Create(m, eo, *log);
   if (!eng.ok()) return ReportError(eng.status());
   // The RT-Switcher outlives the scheduler (whose thread owns it) and the gateway.
@@ -249,6 +259,7 @@ int RunServe(const Env& env, const ServeFlags& f) {
   go.unseeded_seed_base = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   auto gw = gateway::Gateway::Create(m, **sched, metrics, go, clock, *log);
   if (!gw.ok()) return ReportError(gw.status());
+  gateway::ExportPrefixCacheMetrics(metrics, **sched);  // after the gateway's per-tier families
   if (f.l1_bytes > 0) {
     log->Info("response cache (L1): {:.1f} MiB, TTL {} s +/- {:.0f}%; single flight {}",
               static_cast<double>(f.l1_bytes) / (1 << 20), f.l1_ttl_s, f.l1_ttl_jitter * 100,
@@ -257,6 +268,8 @@ int RunServe(const Env& env, const ServeFlags& f) {
     log->Info("response cache (L1): off; single flight {}", f.coalesce ? "on" : "off");
   }
   log->Info("{}", DescribeCacheFlags(f.cache, go));
+  log->Info("prefix cache (L2): {} KV blocks of {} tokens, eviction {}", eo.n_kv_blocks,
+            eo.block_size, cache::PolicyKindName(*l2_policy));
   const double load_s = util::SecondsBetween(t0, clock.Now());
   metrics.Gauge("strata_model_load_seconds", "Seconds from start to ready.").With({}).Set(load_s);
   (*srv)->SetGateway(gw->get());
@@ -318,6 +331,11 @@ Command RegisterServe(CLI::App& app) {
                 "Identical concurrent deterministic requests share one generation (single "
                 "flight; default: on)");
   RegisterCacheFlags(*cmd, f->cache);
+  cmd->add_option("--l2-policy", f->l2_policy,
+                  "Eviction policy of cached KV prefix blocks (L2): lru, dual-factor or w-tinylfu "
+                  "(dual-factor: the best prefix hit rate on the Mooncake replay, LRU a close "
+                  "second; docs/benchmarks.md)")
+      ->capture_default_str();
   cmd->add_option("--rt-switcher", f->rt_switcher,
                   "RT-Switcher: trade sampling quality, tracing and batch/max_tokens caps for "
                   "latency when TTFT or time per token breaches (on|off)")

@@ -34,7 +34,7 @@ std::optional<int32_t> KvBlockPool::Allocate() {
     b = *victim;
     const size_t i = static_cast<size_t>(b);
     STRATA_CHECK_MSG(refs_[i] == 0 && hashes_[i] != 0, "eviction picked a block in use");
-    eviction_->Erase(b);
+    eviction_->Evict(b);
     index_.erase(hashes_[i]);
     hashes_[i] = 0;
     --n_cached_;
@@ -53,13 +53,14 @@ void KvBlockPool::Ref(int32_t block) {
     eviction_->Erase(block);
     --n_cached_;
   }
-  ++refs_[i];
+  if (++refs_[i] == 2) ++n_shared_;
 }
 
 void KvBlockPool::Unref(int32_t block) {
   STRATA_CHECK(block >= 0 && block < n_blocks_ && refs_[static_cast<size_t>(block)] > 0);
   const size_t i = static_cast<size_t>(block);
-  if (--refs_[i] > 0) return;
+  if (--refs_[i] == 1) --n_shared_;
+  if (refs_[i] > 0) return;
   if (hashes_[i] != 0) {
     eviction_->Insert(block);
     ++n_cached_;

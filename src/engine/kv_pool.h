@@ -64,6 +64,10 @@ class KvBlockPool {
   int32_t n_cached() const { return n_cached_; }
   // Blocks some sequence references.
   int32_t n_used() const { return n_blocks_ - n_free(); }
+  // Blocks more than one sequence references (a shared prefix).
+  int32_t n_shared() const { return n_shared_; }
+  // Published blocks, referenced or not: what the prefix cache holds.
+  int32_t n_published() const { return static_cast<int32_t>(index_.size()); }
   size_t bytes() const { return bytes_; }
   size_t bytes_per_block() const { return floats_per_block_ * sizeof(float); }
 
@@ -103,6 +107,7 @@ class KvBlockPool {
   std::unordered_map<uint64_t, int32_t> index_;  // published hash -> block
   std::unique_ptr<BlockEvictionPolicy> eviction_;
   int32_t n_cached_ = 0;            // published blocks without references
+  int32_t n_shared_ = 0;            // blocks with more than one reference
   PrefixCacheStats stats_;
 };
 

@@ -148,7 +148,7 @@ void Scheduler::Finish(Active& a, FinishReason reason, const util::Status& statu
     // Publish the freed blocks before the sink hears of the end, so whoever it
     // wakes sees them.
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.kv_blocks_used = engine_.kv_pool().n_used();
+    PublishPoolStats();
   }
   Usage u;
   u.prompt_tokens = a.n_prompt;
@@ -162,6 +162,20 @@ void Scheduler::Finish(Active& a, FinishReason reason, const util::Status& statu
     --in_flight_;
   }
   finished_.notify_all();
+}
+
+void Scheduler::PublishPoolStats() {
+  // Read here, on the scheduler thread that owns the pool, and copied under
+  // mu_: /metrics reads the copy (Stats()), never the pool.
+  const KvBlockPool& pool = engine_.kv_pool();
+  const PrefixCacheStats& p = pool.prefix_stats();
+  stats_.kv_blocks_used = pool.n_used();
+  stats_.kv_blocks_shared = pool.n_shared();
+  stats_.prefix_lookups = p.lookups;
+  stats_.prefix_hits = p.hits;
+  stats_.prefix_evictions = p.evictions;
+  stats_.prefix_blocks = pool.n_published();
+  stats_.prefix_bytes = static_cast<int64_t>(pool.bytes_per_block()) * pool.n_published();
 }
 
 void Scheduler::PreemptNewest() {
@@ -208,6 +222,7 @@ bool Scheduler::StepOnce(int32_t max_running) {
   // Admit waiting requests while sequences and KV blocks allow: a request is
   // admitted when its whole sequence fits beside one spare block per running
   // request, so admitting it does not immediately force a preemption.
+  int64_t prefix_prompt_tokens = 0, prefix_cached_tokens = 0;
   while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < max_running) {
     Active& head = *waiting_.front();
     const int32_t need = blocks_for(static_cast<int64_t>(head.tokens.size()) + 1);
@@ -218,6 +233,10 @@ bool Scheduler::StepOnce(int32_t max_running) {
     if (head.cached_tokens < 0) {
       // First admission: the request's terms are fixed now, for good.
       head.cached_tokens = std::min(head.n_evaluated, head.n_prompt);
+      if (head.req.cache_namespace != 0) {
+        prefix_prompt_tokens += head.n_prompt;
+        prefix_cached_tokens += head.cached_tokens;
+      }
       const int32_t cap = head.req.sink->OnAdmit();
       if (cap > 0) head.req.max_tokens = std::min(head.req.max_tokens, cap);
     }
@@ -228,6 +247,8 @@ bool Scheduler::StepOnce(int32_t max_running) {
     // Submit counts the waiting requests against the control's limit.
     std::lock_guard<std::mutex> lock(mu_);
     stats_.running = static_cast<int32_t>(running_.size());
+    stats_.prefix_prompt_tokens += prefix_prompt_tokens;
+    stats_.prefix_cached_tokens += prefix_cached_tokens;
   }
   if (running_.empty()) return false;
 
@@ -411,7 +432,7 @@ void Scheduler::Loop() {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.waiting = static_cast<int32_t>(waiting_.size());
     stats_.running = static_cast<int32_t>(running_.size());
-    stats_.kv_blocks_used = engine_.kv_pool().n_used();
+    PublishPoolStats();
   }
 }
 

@@ -102,6 +102,17 @@ struct SchedulerStats {
   int64_t submitted = 0;          // well-formed Submit calls: accepted, or refused for load
   int64_t refused = 0;            // Submit calls refused for load (full queue or the control's limit)
   bool draining = false;
+  // The prefix cache (L2), as of the last step (engine/kv_pool.h). Blocks:
+  int64_t prefix_lookups = 0;     // looked up (each admission looks up to the first miss)
+  int64_t prefix_hits = 0;        // ... and found cached: prefix blocks reused
+  int64_t prefix_evictions = 0;   // cached blocks reclaimed for new data
+  int32_t prefix_blocks = 0;      // published blocks held, referenced or not
+  int64_t prefix_bytes = 0;       // their KV bytes
+  int32_t kv_blocks_shared = 0;   // blocks referenced by more than one sequence
+  // Tokens, counted once per request at its first admission (requests with a
+  // cache namespace only):
+  int64_t prefix_prompt_tokens = 0;  // prompt tokens of requests that looked the cache up
+  int64_t prefix_cached_tokens = 0;  // ... of them adopted from the cache
 };
 
 // What a SchedulerControl allows from now on.
@@ -168,6 +179,8 @@ class Scheduler {
   // The cap on running sequences for the next admission round.
   int32_t RunningCap();
   void Finish(Active& a, FinishReason reason, const util::Status& status);
+  // Copies the KV pool's state into stats_; the caller holds mu_.
+  void PublishPoolStats();
   void PreemptNewest();
 
   Engine& engine_;

@@ -104,6 +104,7 @@ template <typename V>
 V& Family<V>::With(const std::vector<std::string>& label_values) {
   STRATA_CHECK_MSG(label_values.size() == labels_.size(), "wrong number of label values");
   std::lock_guard<std::mutex> lock(mu_);
+  STRATA_CHECK_MSG(read_children_.count(label_values) == 0, "label set is read from a callback");
   auto& slot = children_[label_values];
   if (!slot) slot = make_();
   return *slot;
@@ -181,6 +182,46 @@ void MetricsRegistry::CounterCallback(const std::string& name, const std::string
   e.callback = std::move(read);
 }
 
+void MetricsRegistry::ChildCallback(const std::string& name, std::vector<std::string> label_values,
+                                    std::function<double()> read) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto attach = [&](auto& family) {
+    STRATA_CHECK_MSG(label_values.size() == family.labels_.size(), "wrong number of label values");
+    std::lock_guard<std::mutex> l(family.mu_);
+    STRATA_CHECK_MSG(family.children_.count(label_values) == 0 &&
+                         family.read_children_.count(label_values) == 0,
+                     "label set registered twice");
+    family.read_children_.emplace(std::move(label_values), std::move(read));
+  };
+  for (const auto& e : entries_) {
+    if (e->name != name) continue;
+    STRATA_CHECK_MSG(e->counter || e->gauge, "ChildCallback needs a labelled counter or gauge");
+    if (e->counter) attach(*e->counter);
+    else attach(*e->gauge);
+    return;
+  }
+  STRATA_CHECK_MSG(false, "ChildCallback: no such metric family");
+}
+
+// A counter or gauge family's samples, stored and read-at-render-time
+// children merged in label order.
+template <typename V>
+void MetricsRegistry::RenderChildren(const std::string& name, const Family<V>& family,
+                                     std::string& out) {
+  std::map<std::vector<std::string>, double> samples;
+  std::vector<std::pair<std::vector<std::string>, std::function<double()>>> reads;
+  {
+    std::lock_guard<std::mutex> l(family.mu_);
+    for (const auto& [values, v] : family.children_) samples.emplace(values, v->Get());
+    reads.assign(family.read_children_.begin(), family.read_children_.end());
+  }
+  // Outside the family's lock: a callback may take its owner's lock.
+  for (const auto& [values, read] : reads) samples.emplace(values, read());
+  for (const auto& [values, v] : samples) {
+    out += name + Labels(family.labels_, values) + " " + FormatValue(v) + "\n";
+  }
+}
+
 std::string MetricsRegistry::Render() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
@@ -190,15 +231,9 @@ std::string MetricsRegistry::Render() const {
     if (e->callback) {
       out += e->name + " " + FormatValue(e->callback()) + "\n";
     } else if (e->counter) {
-      std::lock_guard<std::mutex> l(e->counter->mu_);
-      for (const auto& [values, v] : e->counter->children_) {
-        out += e->name + Labels(e->counter->labels_, values) + " " + FormatValue(v->Get()) + "\n";
-      }
+      RenderChildren(e->name, *e->counter, out);
     } else if (e->gauge) {
-      std::lock_guard<std::mutex> l(e->gauge->mu_);
-      for (const auto& [values, v] : e->gauge->children_) {
-        out += e->name + Labels(e->gauge->labels_, values) + " " + FormatValue(v->Get()) + "\n";
-      }
+      RenderChildren(e->name, *e->gauge, out);
     } else if (e->histogram) {
       std::lock_guard<std::mutex> l(e->histogram->mu_);
       for (const auto& [values, h] : e->histogram->children_) {

@@ -80,7 +80,9 @@ class Family {
   const std::vector<std::string> labels_;
   const std::function<std::unique_ptr<V>()> make_;
   mutable std::mutex mu_;
-  std::map<std::vector<std::string>, std::unique_ptr<V>> children_;  // guarded by mu_
+  // Guarded by mu_; a label set is in at most one of the two maps.
+  std::map<std::vector<std::string>, std::unique_ptr<V>> children_;
+  std::map<std::vector<std::string>, std::function<double()>> read_children_;  // ChildCallback
 };
 
 class MetricsRegistry {
@@ -103,10 +105,22 @@ class MetricsRegistry {
   void CounterCallback(const std::string& name, const std::string& help,
                        std::function<double()> read);
 
+  // One child of the labelled counter or gauge family `name` whose value is
+  // read from `read` at render time: a tier of a per-tier family that another
+  // component keeps (the KV pool's prefix cache as
+  // strata_cache_hits_total{tier="l2"}). The family's owner registers it
+  // first. A missing family, a histogram, the wrong number of label values or
+  // a label set already in use is a programming error (CHECK). `read` runs
+  // under the registry's lock: it must not call back into the registry.
+  void ChildCallback(const std::string& name, std::vector<std::string> label_values,
+                     std::function<double()> read);
+
   std::string Render() const;
 
  private:
   struct Entry;
+  template <typename V>
+  static void RenderChildren(const std::string& name, const Family<V>& family, std::string& out);
   Entry& Add(const std::string& name, const std::string& help, const char* type);
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Entry>> entries_;  // guarded by mu_ (registration order)

@@ -66,6 +66,34 @@ TEST(MetricsDeathTest, BadNamesAndDuplicatesAreProgrammingErrors) {
   EXPECT_DEATH(reg.Histogram("h2", "x", {"le"}, {1}), "invalid label name");
 }
 
+TEST(Metrics, ACallbackChildJoinsALabelledFamilyInLabelOrder) {
+  MetricsRegistry reg;
+  auto& hits = reg.Counter("strata_cache_hits_total", "Hits.", {"tier"});
+  hits.With({"l3"}).Inc(2);
+  hits.With({"l1"}).Inc(5);
+  double l2 = 7;
+  reg.ChildCallback("strata_cache_hits_total", {"l2"}, [&l2] { return l2; });
+  reg.Gauge("strata_cache_entries", "Entries.", {"tier"});
+  reg.ChildCallback("strata_cache_entries", {"l2"}, [] { return 4.0; });
+  l2 = 9;  // read at render time
+  const std::string text = reg.Render();
+  EXPECT_NE(text.find("strata_cache_hits_total{tier=\"l1\"} 5\n"
+                      "strata_cache_hits_total{tier=\"l2\"} 9\n"
+                      "strata_cache_hits_total{tier=\"l3\"} 2\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("strata_cache_entries{tier=\"l2\"} 4\n"), std::string::npos) << text;
+}
+
+TEST(MetricsDeathTest, CallbackChildrenNeedTheirFamilyAndAFreeLabelSet) {
+  MetricsRegistry reg;
+  reg.Counter("c_total", "C.", {"tier"}).With({"l1"});
+  EXPECT_DEATH(reg.ChildCallback("missing_total", {"l2"}, [] { return 0.0; }),
+               "no such metric family");
+  EXPECT_DEATH(reg.ChildCallback("c_total", {"l1"}, [] { return 0.0; }), "registered twice");
+  EXPECT_DEATH(reg.ChildCallback("c_total", {"l2", "x"}, [] { return 0.0; }), "wrong number");
+}
+
 TEST(Metrics, ExponentialBuckets) {
   EXPECT_EQ(ExponentialBuckets(0.01, 2, 3), (std::vector<double>{0.01, 0.02, 0.04}));
 }
