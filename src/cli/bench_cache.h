@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cache/admission.h"
+#include "cache/eviction_policy.h"
 #include "cli/commands.h"
 
 namespace strata::cli {
@@ -18,10 +19,15 @@ struct BenchCacheFlags {
   double admission_gain = cache::AdmissionOptions{}.gain;
   double admission_min = cache::AdmissionOptions{}.min_probability;
   double admission_watch = cache::AdmissionOptions{}.watch_factor;
+  bool l2 = false;             // replay the Mooncake traces through the L2 prefix cache instead
+  double l2_tpot_ms = 20;      // L2 replay: a request holds its blocks for output_length x this
+  double l2_window = cache::PolicyOptions{}.window_fraction;  // L2 replay: W-TinyLFU window share
   std::string data_dir = "../shared/data";
   std::string json;
 };
 
 int RunBenchCache(const Env& env, const BenchCacheFlags& flags);
+// `strata bench cache --l2` (cli/bench_l2.cpp).
+int RunBenchL2(const Env& env, const BenchCacheFlags& flags);
 
 }  // namespace strata::cli

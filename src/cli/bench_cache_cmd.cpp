@@ -173,6 +173,7 @@ int RunAdmission(const Env& env, const BenchCacheFlags& f, const std::vector<Wor
 }  // namespace
 
 int RunBenchCache(const Env& env, const BenchCacheFlags& f) {
+  if (f.l2) return RunBenchL2(env, f);
   if (f.accesses < 1000 || f.keys < 100) return UsageError("--accesses >= 1000 and --keys >= 100");
   auto loaded = LoadWorkloads(env, f);
   if (!loaded.ok()) return ReportError(loaded.status());

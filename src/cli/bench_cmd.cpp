@@ -328,6 +328,16 @@ Command RegisterBench(CLI::App& app) {
       ->capture_default_str();
   cache_cmd->add_option("--admission-min", cf->admission_min, "Lowest admission probability")
       ->capture_default_str();
+  cache_cmd->add_flag("--l2", cf->l2,
+                      "Replay the Mooncake traces through the KV prefix cache (L2) with each "
+                      "policy, against the ideal (Belady's MIN) at the same capacity");
+  cache_cmd->add_option("--l2-tpot-ms", cf->l2_tpot_ms,
+                        "L2 replay: a request holds its blocks for output_length x this many ms "
+                        "(0 = only while it is admitted)")
+      ->capture_default_str();
+  cache_cmd->add_option("--l2-window", cf->l2_window,
+                        "L2 replay: W-TinyLFU's window, share of the pool in (0, 1)")
+      ->capture_default_str();
   cache_cmd->add_option("--data", cf->data_dir, "Directory holding traces/")->capture_default_str();
   cache_cmd->add_option("--json", cf->json, "Also write the results as JSON to FILE");
   return {cmd, [f, cf, cache_cmd](const Env& env) {
