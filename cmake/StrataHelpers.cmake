@@ -30,6 +30,12 @@ function(strata_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} strata_testing GTest::gtest GTest::gtest_main)
   strata_apply_common(${name})
+  # The test code itself is compiled at -O1: it is most of the build's
+  # compile time and none of its run time; the code under test is the
+  # modules' libraries, compiled with the build type's own optimisation.
+  if(CMAKE_BUILD_TYPE MATCHES "^(Release|RelWithDebInfo)$")
+    target_compile_options(${name} PRIVATE -O1)
+  endif()
   if(NOT ARG_LABELS)
     set(ARG_LABELS unit)
   endif()
