@@ -10,6 +10,7 @@
 #include "engine/kv_pool.h"
 #include "engine/scheduler.h"
 #include "sampling/sampler.h"
+#include "testing/recording_sink.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
 #include "util/random.h"
@@ -140,35 +141,7 @@ TEST_F(PrefixCacheTest, TruncatingIntoASharedBlockCopiesIt) {
   EXPECT_EQ(0, std::memcmp(after.data(), want.data(), want.size() * sizeof(float)));
 }
 
-// A sink that samples with a seeded sampler (or greedily) and records tokens.
-class Sink final : public RequestSink {
- public:
-  explicit Sink(const sampling::SamplingParams& p) : sampler_(p) {}
-  util::StatusOr<int32_t> Choose(std::span<const float> logits) override { return sampler_.Sample(logits); }
-  bool OnToken(int32_t t) override {
-    tokens_.push_back(t);
-    return true;
-  }
-  void OnFinish(FinishReason, const util::Status& st, const Usage& u) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    EXPECT_TRUE(st.ok()) << st.ToString();
-    usage_ = u;
-    done_ = true;
-    cv_.notify_all();
-  }
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return done_; });
-  }
-  std::vector<int32_t> tokens_;  // written on the scheduler thread, read after Wait
-  Usage usage_;
-
- private:
-  sampling::Sampler sampler_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-};
+using Sink = testing::RecordingSink;
 
 TEST_F(PrefixCacheTest, HundredsOfSharedPrefixPromptsMatchTheUncachedRunsExactly) {
   // Prompts share a few "system prompts" of different lengths, then differ.
