@@ -48,15 +48,8 @@ for f in gptcache_mock_data.json mt_bench_question.jsonl; do
 done
 mkdir -p "$out"
 
-pid=""
-stop_server() {
-  if [ -n "$pid" ]; then
-    kill -TERM "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    pid=""
-  fi
-}
-trap stop_server EXIT
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # make_workload ROUND: writes OUT_DIR/faq-rROUND.jsonl.
 make_workload() {

@@ -36,15 +36,8 @@ RT_FLAGS=${RT_FLAGS:---rt-switcher on --rt-ttft-slo 0.8}
 MODES=${MODES:-off on}
 mkdir -p "$OUT"
 
-server_pid=""
-stop_server() {
-  if [[ -n "$server_pid" ]]; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=""
-  fi
-}
-trap stop_server EXIT
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # P50 and P99 (nearest rank, as loadgen) of ttft_ms over ok samples sent at or
 # after $2 seconds; "-" when none.
@@ -68,11 +61,11 @@ for run in $(seq 1 "$RUNS"); do
     if [[ $mode == on ]]; then read -r -a flags <<< "$RT_FLAGS"; fi
     "$STRATA" serve -m "$MODEL" --port "$PORT" -t "$THREADS" --parallel "$PARALLEL" \
       --queue "$QUEUE" --http-threads "$HTTP_THREADS" --ctx 512 --log-level warn "${flags[@]}" > "$tag.server.log" 2>&1 &
-    server_pid=$!
+    pid=$!
     # A shared machine: note whether anything paused the server (SIGSTOP) during
     # the run, which would make its latencies meaningless.
-    ( while kill -0 "$server_pid" 2>/dev/null; do
-        grep -q '^State:.*T' "/proc/$server_pid/status" 2>/dev/null && echo paused > "$tag.paused"
+    ( while kill -0 "$pid" 2>/dev/null; do
+        grep -q '^State:.*T' "/proc/$pid/status" 2>/dev/null && echo paused > "$tag.paused"
         sleep 0.5
       done ) &
     monitor_pid=$!

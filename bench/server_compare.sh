@@ -35,15 +35,8 @@ prompt="${PROMPT:-128}" gen="${GEN:-64}" port="${PORT:-18180}"
 [ -f "$model" ] || { echo "error: no model file '$model'" >&2; exit 2; }
 mkdir -p "$out"
 
-pid=""
-stop_server() {
-  if [ -n "$pid" ]; then
-    kill -TERM "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    pid=""
-  fi
-}
-trap stop_server EXIT
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # run_side NAME C ROUND: start that server, warm it up, measure, stop it.
 run_side() {

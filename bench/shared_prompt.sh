@@ -58,15 +58,8 @@ mkdir -p "$out"
 kv=$((users * (system + question + gen + 128)))
 ctx=$(( (system + question + gen + 128 + 255) / 256 * 256 ))
 
-pid=""
-stop_server() {
-  if [ -n "$pid" ]; then
-    kill -TERM "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    pid=""
-  fi
-}
-trap stop_server EXIT
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # run_side SIDE ROUND INDEX: start that server, warm it up, measure, stop it.
 run_side() {
