@@ -24,6 +24,7 @@ set -euo pipefail
 
 if [[ $# -ne 3 ]]; then
   sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+  [[ "${1:-}" == -h || "${1:-}" == --help ]] && exit 0
   exit 2
 fi
 STRATA=$1 LOADGEN=$2 MODEL=$3
