@@ -54,11 +54,34 @@ struct MatMulArgs {
   int64_t out_stride = 0;
 };
 
+// Causal softmax attention of query vectors that share one KV head of one
+// sequence (the query heads of a GQA group, for one or more tokens):
+//   out[m] = Σ_{p < n_pos[m]} softmax_p(scale · q[m]·k_p) · v_p
+// Key and value rows of position p are k_base + row_off[p] and
+// v_base + row_off[p] (head_dim floats each), for p below the largest n_pos.
+// Each output depends only on its own query, n_pos and those rows: computing
+// a query alone or in any group gives bitwise the same result.
+inline constexpr int kMaxAttendQueries = 64;
+struct AttendArgs {
+  int64_t head_dim = 0;
+  int n_q = 0;                        // 1 .. kMaxAttendQueries
+  const float* const* q = nullptr;    // q[m]: head_dim floats
+  const int32_t* n_pos = nullptr;     // n_pos[m] >= 1
+  float scale = 1.0f;
+  const float* k_base = nullptr;
+  const float* v_base = nullptr;
+  const size_t* row_off = nullptr;    // floats from the base to position p's row
+  float* const* out = nullptr;        // out[m]: head_dim floats
+  float* scratch = nullptr;           // AttendScratchFloats(n_q, max n_pos, head_dim) floats
+};
+size_t AttendScratchFloats(int n_q, int32_t max_pos, int64_t head_dim);
+
 struct KernelTable {
   Isa isa = Isa::kScalar;
   // Quantizes n floats (n a multiple of ActBlockSize(fmt)) into `out`.
   void (*quantize_act)(ActFormat fmt, const float* x, int64_t n, void* out) = nullptr;
   void (*matmul)(const MatMulArgs& args) = nullptr;
+  void (*attend)(const AttendArgs& args) = nullptr;
 };
 
 // The table for `isa`, or nullptr when this build or this CPU lacks it.

@@ -577,7 +577,7 @@ namespace strata::model::internal {
 const KernelTable* Avx2Kernels() {
   static const bool supported = __builtin_cpu_supports("avx2") &&
                                 __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  static const KernelTable kTable{Isa::kAvx2, &QuantizeAct, &MatMul};
+  static const KernelTable kTable{Isa::kAvx2, &QuantizeAct, &MatMul, &AttendScalar};
   return supported ? &kTable : nullptr;
 }
 

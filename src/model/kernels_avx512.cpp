@@ -671,7 +671,7 @@ const KernelTable* Avx512Kernels() {
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c");
-  static const KernelTable kTable{Isa::kAvx512, &QuantizeAct, &MatMul};
+  static const KernelTable kTable{Isa::kAvx512, &QuantizeAct, &MatMul, &AttendAvx512};
   return supported ? &kTable : nullptr;
 }
 

@@ -263,7 +263,7 @@ void MatMulScalar(const MatMulArgs& a) {
 }  // namespace
 
 const KernelTable& ScalarKernels() {
-  static const KernelTable kTable{Isa::kScalar, &QuantizeActScalar, &MatMulScalar};
+  static const KernelTable kTable{Isa::kScalar, &QuantizeActScalar, &MatMulScalar, &AttendScalar};
   return kTable;
 }
 

@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,23 +12,6 @@
 
 namespace strata::model {
 namespace {
-
-// Dot product with 16 independent partial sums in a fixed order (so a result
-// never depends on the batch), which the compiler turns into vector code. A
-// left-to-right sum is one long chain of dependent adds: it made attention a
-// quarter of a 512-token prefill.
-inline float Dot16(const float* a, const float* b, int64_t n) {
-  float acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int k = 0; k < 16; ++k) acc[k] += a[i + k] * b[i + k];
-  }
-  for (; i < n; ++i) acc[i % 16] += a[i] * b[i];
-  for (int w = 8; w >= 1; w /= 2) {
-    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
-  }
-  return acc[0];
-}
 
 using util::InvalidArgumentError;
 using util::Status;
@@ -430,7 +414,6 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
   grow(up_, std::min(T, kFfnChunk) * F);
   grow(rope_cos_, T * half_rot);
   grow(rope_sin_, T * half_rot);
-  grow(scores_, static_cast<int64_t>(pool_.size()) * (max_pos + 1));
 
   // Token embeddings and per-entry rotation angles.
   pool_.ParallelFor(T, [&](int64_t begin, int64_t end) {
@@ -457,6 +440,45 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
   };
   const int32_t group = c.n_heads / c.n_kv_heads;
   const float kq_scale = 1.0f / std::sqrt(static_cast<float>(HD));
+
+  // Attention tiles: runs of consecutive entries of one sequence, at most
+  // kMaxAttendQueries query heads each, times the KV heads; and each
+  // sequence's row offsets, positions 0 .. its largest position in the batch.
+  {
+    std::vector<int32_t> seq_max(batch.block_tables.size(), -1);
+    for (const BatchEntry& e : batch.entries) {
+      seq_max[static_cast<size_t>(e.seq)] = std::max(seq_max[static_cast<size_t>(e.seq)], e.pos);
+    }
+    std::vector<size_t> seq_at(seq_max.size(), 0);
+    row_off_.clear();
+    for (size_t s = 0; s < seq_max.size(); ++s) {
+      seq_at[s] = row_off_.size();
+      const auto& table = batch.block_tables[s];
+      for (int32_t p = 0; p <= seq_max[s]; ++p) {
+        const size_t block = static_cast<size_t>(table[static_cast<size_t>(p / bs)]);
+        row_off_.push_back(block * static_cast<size_t>(c.n_layers) * layer_floats +
+                           static_cast<size_t>(p % bs) * static_cast<size_t>(KVD));
+      }
+    }
+    // A group wider than a tile (not in any model we know) is split by heads.
+    const int32_t heads_per_tile = std::min(group, kMaxAttendQueries);
+    const int32_t per_tile = std::max(1, kMaxAttendQueries / group);
+    attend_tiles_.clear();
+    for (int64_t t = 0; t < T;) {
+      const int32_t seq = batch.entries[static_cast<size_t>(t)].seq;
+      int32_t n = 1;
+      while (n < per_tile && t + n < T && batch.entries[static_cast<size_t>(t + n)].seq == seq) ++n;
+      for (int32_t g = 0; g < c.n_kv_heads; ++g) {
+        for (int32_t h0 = 0; h0 < group; h0 += heads_per_tile) {
+          attend_tiles_.push_back({t, n, g, h0, std::min(heads_per_tile, group - h0),
+                                   seq_at[static_cast<size_t>(seq)]});
+        }
+      }
+      t += n;
+    }
+  }
+  const size_t scratch_per_thread = AttendScratchFloats(kMaxAttendQueries, max_pos + 1, HD);
+  grow(scores_, static_cast<int64_t>(pool_.size()) * static_cast<int64_t>(scratch_per_thread));
 
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const Model::Layer& L = m_.layers_[static_cast<size_t>(l)];
@@ -492,44 +514,47 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
       }
     });
 
-    // Causal attention of every (entry, head) over its own sequence's positions.
-    // A pair costs in proportion to its position, so contiguous chunks would
-    // hand the last thread the longest rows of a prefill (3x the first one's
-    // work for two threads); pairs are dealt round-robin instead, which gives
-    // every thread the same heads of every token. Each pair is computed the
-    // same way whichever thread takes it.
-    const int64_t n_pairs = T * c.n_heads;
-    const int n_threads = pool_.size();
-    pool_.RunOnAll([&](int thread) {
-      float* scores = scores_.data() + static_cast<size_t>(thread) * (max_pos + 1);
-      for (int64_t pair = thread; pair < n_pairs; pair += n_threads) {
-        const int64_t t = pair / c.n_heads;
-        const int32_t h = static_cast<int32_t>(pair % c.n_heads);
-        const BatchEntry& e = batch.entries[static_cast<size_t>(t)];
-        const float* qh = q_.data() + t * QD + h * HD;
-        const int64_t kv_off = static_cast<int64_t>(h / group) * HD;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int32_t p = 0; p <= e.pos; ++p) {
-          const float* kp = kv_row(e.seq, p, l, 0) + kv_off;
-          float s = Dot16(qh, kp, HD) * kq_scale;
-          scores[p] = s;
-          mx = std::max(mx, s);
+    // Causal attention, one tile (entries of one sequence x the query heads
+    // of one KV head) at a time; the kernel computes each query the same way
+    // in whatever tile it lands. Tiles are taken from a shared counter,
+    // longest (latest positions) first, so threads finish together.
+    {
+      const float* layer_base = kv.data + static_cast<size_t>(l) * layer_floats;
+      std::atomic<int64_t> next{0};
+      const int64_t n_tiles = static_cast<int64_t>(attend_tiles_.size());
+      pool_.RunOnAll([&](int thread) {
+        float* scratch = scores_.data() + static_cast<size_t>(thread) * scratch_per_thread;
+        const float* q[kMaxAttendQueries];
+        float* out[kMaxAttendQueries];
+        int32_t n_pos[kMaxAttendQueries];
+        for (int64_t i = next.fetch_add(1); i < n_tiles; i = next.fetch_add(1)) {
+          const AttendTile& tile = attend_tiles_[static_cast<size_t>(n_tiles - 1 - i)];
+          int n_q = 0;
+          for (int32_t k = 0; k < tile.n_entries; ++k) {
+            const int64_t t = tile.first_entry + k;
+            for (int32_t j = tile.head_begin; j < tile.head_begin + tile.n_heads; ++j) {
+              const int64_t h = static_cast<int64_t>(tile.kv_head) * group + j;
+              q[n_q] = q_.data() + t * QD + h * HD;
+              out[n_q] = att_.data() + t * QD + h * HD;
+              n_pos[n_q] = batch.entries[static_cast<size_t>(t)].pos + 1;
+              ++n_q;
+            }
+          }
+          AttendArgs a;
+          a.head_dim = HD;
+          a.n_q = n_q;
+          a.q = q;
+          a.n_pos = n_pos;
+          a.scale = kq_scale;
+          a.k_base = layer_base + static_cast<size_t>(tile.kv_head) * HD;
+          a.v_base = a.k_base + static_cast<size_t>(bs) * KVD;
+          a.row_off = row_off_.data() + tile.row_off;
+          a.out = out;
+          a.scratch = scratch;
+          kernels_.attend(a);
         }
-        double sum = 0.0;
-        for (int32_t p = 0; p <= e.pos; ++p) {
-          scores[p] = std::exp(scores[p] - mx);
-          sum += scores[p];
-        }
-        const float inv = static_cast<float>(1.0 / sum);
-        float* out = att_.data() + t * QD + h * HD;
-        std::fill(out, out + HD, 0.0f);
-        for (int32_t p = 0; p <= e.pos; ++p) {
-          const float* vp = kv_row(e.seq, p, l, 1) + kv_off;
-          const float w = scores[p] * inv;
-          for (int64_t i = 0; i < HD; ++i) out[i] += w * vp[i];
-        }
-      }
-    });
+      });
+    }
 
     act = PrepareAct(L.wo, att_.data(), T, QD);
     MatMul(L.wo, act, T, xn_.data(), D);

@@ -12,4 +12,9 @@ const KernelTable& ScalarKernels();
 const KernelTable* Avx2Kernels();
 const KernelTable* Avx512Kernels();
 
+// Attention kernels (attention.cpp, attention_avx512.cpp); the AVX2 table
+// uses the scalar one.
+void AttendScalar(const AttendArgs& args);
+void AttendAvx512(const AttendArgs& args);
+
 }  // namespace strata::model::internal
