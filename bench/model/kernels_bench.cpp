@@ -8,6 +8,7 @@
 //   build/release/bench/kernels_bench --benchmark_filter='Q8_0'
 #include <benchmark/benchmark.h>
 
+#include <string>
 #include <vector>
 
 #include "model/kernels.h"
@@ -78,7 +79,65 @@ void BM_MatMul(benchmark::State& state, Isa isa, TensorType type, int64_t tokens
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Attention of `queries` query vectors (the heads of one KV head, for
+// queries / 8 tokens of one sequence) over `positions` cached positions,
+// head_dim 64, rows stored as in a KV block (kv_dim 256 floats apart).
+void BM_Attend(benchmark::State& state, Isa isa, int queries, int32_t positions) {
+  const KernelTable* k = GetKernels(isa);
+  if (k == nullptr) {
+    state.SkipWithError("ISA not available on this CPU");
+    return;
+  }
+  const int64_t hd = 64, stride = 256;
+  util::Rng rng(5);
+  std::vector<float> kv(static_cast<size_t>(2 * positions * stride));
+  for (float& x : kv) x = static_cast<float>(rng.Normal());
+  std::vector<size_t> row_off(static_cast<size_t>(positions));
+  for (int32_t p = 0; p < positions; ++p) row_off[static_cast<size_t>(p)] = static_cast<size_t>(p * stride);
+  std::vector<float> q(static_cast<size_t>(queries * hd)), out(q.size());
+  for (float& x : q) x = static_cast<float>(rng.Normal());
+  std::vector<const float*> qp;
+  std::vector<float*> op;
+  std::vector<int32_t> n_pos;
+  for (int m = 0; m < queries; ++m) {
+    qp.push_back(q.data() + m * hd);
+    op.push_back(out.data() + m * hd);
+    n_pos.push_back(positions - (queries - 1 - m) / 8);  // consecutive tokens, 8 heads each
+  }
+  std::vector<float> scratch(AttendScratchFloats(queries, positions, hd));
+  AttendArgs a;
+  a.head_dim = hd;
+  a.n_q = queries;
+  a.q = qp.data();
+  a.n_pos = n_pos.data();
+  a.scale = 0.125f;
+  a.k_base = kv.data();
+  a.v_base = kv.data() + static_cast<size_t>(positions * stride);
+  a.row_off = row_off.data();
+  a.out = op.data();
+  a.scratch = scratch.data();
+  for (auto _ : state) {
+    k->attend(a);
+    benchmark::DoNotOptimize(out.data());
+  }
+  // Two MACs per (query, position, dimension): the score and the value sum.
+  state.counters["GMAC/s"] = benchmark::Counter(2.0 * queries * positions * hd * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void Register() {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx512}) {
+    for (int queries : {8, 64}) {
+      for (int32_t positions : {128, 1024}) {
+        const std::string name = std::string("Attend/") + std::string(IsaName(isa)) +
+                                 "/queries:" + std::to_string(queries) +
+                                 "/positions:" + std::to_string(positions);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Attend, isa, queries, positions)
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.3);
+      }
+    }
+  }
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     for (TensorType t : {TensorType::kF16, TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
                           TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K,
