@@ -61,6 +61,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -228,6 +229,7 @@ class Generation {
 
 struct GatewayMetrics;
 struct ResponseTier;
+struct NearDupRequest;
 class Flight;
 
 class Gateway {
@@ -277,6 +279,19 @@ class Gateway {
                               int32_t max_tokens, const std::vector<std::string>& stops) const;
   // May L3 answer (and be filled by) this request? (L3Mode, l3_tenants, r.l3)
   bool L3Allowed(const CompletionRequest& r) const;
+  // The response tiers' part of Start (response_tiers.cpp). FindCached: an
+  // answer from L1, the shared tier or L3, or nullptr; sets *refresh when L1
+  // chose this request to regenerate an entry near expiry (L3 is then not
+  // asked). StoreHook: what the request's shared flight does when it
+  // completes — store the answer in L1 and L3 (and queue it for the shared
+  // tier) if every choice succeeded on the request's own terms, then leave the
+  // single-flight table.
+  std::unique_ptr<Generation> FindCached(const CompletionRequest& r, const cache::CacheKey& key,
+                                         const NearDupRequest* near, bool use_l1,
+                                         int32_t n_prompt, bool* refresh);
+  std::function<void(const Flight&, bool, const std::vector<Event>&)> StoreHook(
+      const CompletionRequest& r, int32_t n_prompt, bool use_l1,
+      std::shared_ptr<const NearDupRequest> near) const;
 
   const model::Model& model_;
   engine::Scheduler& scheduler_;
