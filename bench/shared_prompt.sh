@@ -95,8 +95,9 @@ for round in $(seq "$first" $((first + rounds - 1))); do
   k=$(( (round - 1) % ${#side_list[@]} ))
   order=("${side_list[@]:$k}" "${side_list[@]:0:$k}")
   for side in "${order[@]}"; do
-    idx=0
-    for s in "${side_list[@]}"; do [ "$s" = "$side" ] && break; idx=$((idx + 1)); done
+    # The port depends on the side's name, not its place in $SIDES, so calls
+    # with one side each (as docs/benchmarks.md runs them) never reuse a port.
+    case "$side" in strata) idx=0 ;; llama) idx=1 ;; *) idx=2 ;; esac
     run_side "$side" "$round" "$idx"
   done
   python3 - "$out" "$round" <<'PY'
