@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "testing/fake_clock.h"
+#include "testing/serving_stack.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
 
@@ -16,22 +17,9 @@ namespace {
 class GatewayTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    tiny_ = testing::MakeTinyModel();
-    ASSERT_NE(tiny_.model, nullptr);
-    engine::EngineOptions eo;
-    eo.n_ctx = 128;
-    eo.n_seq_max = 8;
-    engine_ = std::move(engine::Engine::Create(*tiny_.model, eo, *log_)).value();
-    sched_ = std::move(engine::Scheduler::Start(*engine_, {}, *log_)).value();
-    GatewayOptions go;
-    go.model_name = "tiny";
-    go.max_tokens_cap = 64;
-    gw_ = std::move(Gateway::Create(*tiny_.model, *sched_, metrics_, go, clock_, *log_)).value();
+    testing::StartServingStack(s_, testing::TinyGatewayOptions(), metrics_, clock_, *log_);
   }
-  void TearDown() override {
-    gw_.reset();
-    sched_.reset();
-  }
+  void TearDown() override { s_.Stop(); }
 
   struct Result {
     std::vector<std::string> text;
@@ -69,17 +57,14 @@ class GatewayTest : public ::testing::Test {
     return r;
   }
 
-  testing::TinyModel tiny_;
   std::unique_ptr<util::Logger> log_ = util::NewNullLogger();
   testing::FakeClock clock_;
   obs::MetricsRegistry metrics_;
-  std::unique_ptr<engine::Engine> engine_;
-  std::unique_ptr<engine::Scheduler> sched_;
-  std::unique_ptr<Gateway> gw_;
+  testing::ServingStack s_;
 };
 
 TEST_F(GatewayTest, StopStringsCutTheTextWhereverTokensSplit) {
-  auto full = gw_->Start(Prompt("once upon a time the little dog", 40));
+  auto full = s_.gw->Start(Prompt("once upon a time the little dog", 40));
   ASSERT_TRUE(full.ok()) << full.status().ToString();
   const std::string text = Collect(**full).text[0];
   ASSERT_GT(text.size(), 12u) << "the random model produced too little text: " << text;
@@ -88,7 +73,7 @@ TEST_F(GatewayTest, StopStringsCutTheTextWhereverTokensSplit) {
     const std::string stop = text.substr(at, 3);
     CompletionRequest r = Prompt("once upon a time the little dog", 40);
     r.stop = {stop};
-    auto g = gw_->Start(r);
+    auto g = s_.gw->Start(r);
     ASSERT_TRUE(g.ok());
     Result res = Collect(**g);
     EXPECT_EQ(res.text[0], text.substr(0, text.find(stop))) << "stop '" << stop << "'";
@@ -104,8 +89,8 @@ TEST_F(GatewayTest, SeveralChoicesAreSeededDistinctlyAndReproducibly) {
   r.sampling.min_p = 0.0f;
   r.sampling.seed = 99;
   r.n = 3;
-  auto a = Collect(**gw_->Start(r));
-  auto b = Collect(**gw_->Start(r));
+  auto a = Collect(**s_.gw->Start(r));
+  auto b = Collect(**s_.gw->Start(r));
   EXPECT_EQ(a.text, b.text);
   EXPECT_FALSE(a.text[0] == a.text[1] && a.text[1] == a.text[2]) << "choices were identical";
   // Sampling at temperature 1.5 may draw the end-of-sequence token early.
@@ -115,7 +100,7 @@ TEST_F(GatewayTest, SeveralChoicesAreSeededDistinctlyAndReproducibly) {
 TEST_F(GatewayTest, LogprobsComeWithEveryToken) {
   CompletionRequest r = Prompt("the cat", 6);
   r.top_logprobs = 3;
-  auto res = Collect(**gw_->Start(r));
+  auto res = Collect(**s_.gw->Start(r));
   ASSERT_EQ(res.logprobs[0].size(), 6u);
   for (const auto& lp : res.logprobs[0]) {
     EXPECT_LE(lp.logprob, 0.0f);
@@ -130,9 +115,9 @@ TEST_F(GatewayTest, ChatRequestsUseTheTemplateAndCountPromptTokens) {
   r.messages = {{"system", "be short"}, {"user", "hello"}};
   r.max_tokens = 4;
   r.sampling.temperature = 0.0f;
-  auto tokens = gw_->Tokenize(r);
+  auto tokens = s_.gw->Tokenize(r);
   ASSERT_TRUE(tokens.ok());
-  auto g = gw_->Start(r);
+  auto g = s_.gw->Start(r);
   ASSERT_TRUE(g.ok());
   EXPECT_EQ((*g)->prompt_tokens(), static_cast<int32_t>(tokens->size()));
   Collect(**g);
@@ -154,7 +139,7 @@ TEST_F(GatewayTest, IgnoreEosGeneratesPastTheEndOfGeneration) {
     r.sampling.min_p = 0.0f;
     r.sampling.seed = seed;
     r.response_cache = false;
-    auto g = gw_->Start(r);
+    auto g = s_.gw->Start(r);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
     Result res = Collect(**g);
     if (res.finish[0] == FinishReason::kEndOfTurn) {
@@ -171,7 +156,7 @@ TEST_F(GatewayTest, IgnoreEosGeneratesPastTheEndOfGeneration) {
   r.sampling.seed = *ended_seed;
   r.response_cache = false;
   r.ignore_eos = true;
-  auto g = gw_->Start(r);
+  auto g = s_.gw->Start(r);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   int32_t completion_tokens = 0;
   FinishReason finish = FinishReason::kCancelled;
@@ -195,12 +180,11 @@ TEST_F(GatewayTest, IgnoreEosGeneratesPastTheEndOfGeneration) {
 // With a seed stream (as strata serve sets), unseeded sampling differs from
 // request to request; a seeded request stays reproducible.
 TEST_F(GatewayTest, UnseededRequestsDrawFreshSeedsFromTheServersStream) {
-  GatewayOptions go;
-  go.model_name = "tiny";
-  go.max_tokens_cap = 64;
+  GatewayOptions go = testing::TinyGatewayOptions();
   go.unseeded_seed_base = 12345;
   obs::MetricsRegistry metrics;  // a second gateway registers its own metrics
-  auto gw = std::move(Gateway::Create(*tiny_.model, *sched_, metrics, go, clock_, *log_)).value();
+  auto gw =
+      std::move(Gateway::Create(*s_.tiny.model, *s_.sched, metrics, go, clock_, *log_)).value();
   auto run = [&](std::optional<uint64_t> seed) {
     CompletionRequest r = Prompt("Once upon", 16);
     r.sampling.temperature = 1.5f;
@@ -224,34 +208,34 @@ TEST_F(GatewayTest, UnseededRequestsDrawFreshSeedsFromTheServersStream) {
 TEST_F(GatewayTest, InvalidRequestsNameTheProblem) {
   CompletionRequest r = Prompt("x", 5);
   r.n = 0;
-  EXPECT_NE(gw_->Start(r).status().message().find("n 0"), std::string::npos);
+  EXPECT_NE(s_.gw->Start(r).status().message().find("n 0"), std::string::npos);
   r = Prompt("x", 5);
   r.sampling.top_p = 3.0f;
-  EXPECT_NE(gw_->Start(r).status().message().find("top_p"), std::string::npos);
+  EXPECT_NE(s_.gw->Start(r).status().message().find("top_p"), std::string::npos);
   r = Prompt("x", 500);
-  EXPECT_NE(gw_->Start(r).status().message().find("max_tokens 500"), std::string::npos);
+  EXPECT_NE(s_.gw->Start(r).status().message().find("max_tokens 500"), std::string::npos);
   r = Prompt(std::string(2000, 'a') + " the cat sat", 5);
-  auto long_prompt = gw_->Start(r);
+  auto long_prompt = s_.gw->Start(r);
   EXPECT_EQ(long_prompt.status().code(), util::StatusCode::kOutOfRange);
   EXPECT_NE(long_prompt.status().message().find("context length exceeded"), std::string::npos);
   CompletionRequest chat;
   chat.messages = {{"wizard", "x"}};
-  EXPECT_NE(gw_->Start(chat).status().message().find("messages[0].role"), std::string::npos);
+  EXPECT_NE(s_.gw->Start(chat).status().message().find("messages[0].role"), std::string::npos);
 }
 
 TEST_F(GatewayTest, DroppingAGenerationCancelsIt) {
   {
-    auto g = gw_->Start(Prompt("the cat", 64));
+    auto g = s_.gw->Start(Prompt("the cat", 64));
     ASSERT_TRUE(g.ok());
     auto first = (*g)->Next(std::chrono::steady_clock::now() + std::chrono::minutes(1));
     ASSERT_TRUE(first.ok());
   }  // client gone
-  EXPECT_TRUE(sched_->Drain(std::chrono::minutes(1)));
-  EXPECT_EQ(sched_->Stats().kv_blocks_used, 0);
+  EXPECT_TRUE(s_.sched->Drain(std::chrono::minutes(1)));
+  EXPECT_EQ(s_.sched->Stats().kv_blocks_used, 0);
 }
 
 TEST_F(GatewayTest, MetricsRecordLatencyAndTokens) {
-  Collect(**gw_->Start(Prompt("the cat", 5)));
+  Collect(**s_.gw->Start(Prompt("the cat", 5)));
   const std::string text = metrics_.Render();
   EXPECT_NE(text.find("strata_time_to_first_token_seconds_count 1"), std::string::npos) << text;
   EXPECT_NE(text.find("strata_generated_tokens_total 5"), std::string::npos);

@@ -7,6 +7,7 @@
 #include "gateway/gateway.h"
 #include "testing/fake_clock.h"
 #include "testing/scheduler_gate.h"
+#include "testing/serving_stack.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
 
@@ -31,36 +32,22 @@ struct Observed {
 class NearDupGatewayTest : public ::testing::Test {
  protected:
   void SetUp() override { Build(L3Mode::kOptIn, {"always"}); }
-  void TearDown() override {
-    gw_.reset();
-    sched_.reset();
-  }
+  void TearDown() override { s_.Stop(); }
   void Build(L3Mode mode, std::vector<std::string> l3_tenants, bool l1 = true) {
-    gw_.reset();
-    sched_.reset();
-    engine_.reset();
+    s_.Stop();  // before its registry goes
     metrics_ = std::make_unique<obs::MetricsRegistry>();
-    tiny_ = testing::MakeTinyModel();
-    ASSERT_NE(tiny_.model, nullptr);
-    engine::EngineOptions eo;
-    eo.n_ctx = 128;
-    eo.n_seq_max = 8;
-    engine_ = std::move(engine::Engine::Create(*tiny_.model, eo, *log_)).value();
-    sched_ = std::move(engine::Scheduler::Start(*engine_, {}, *log_)).value();
-    GatewayOptions go;
-    go.model_name = "tiny";
-    go.max_tokens_cap = 64;
+    GatewayOptions go = testing::TinyGatewayOptions();
     go.l1.max_bytes = l1 ? 8u << 20 : 0;
     go.coalesce = true;
     go.l3_mode = mode;
     go.l3_tenants = std::move(l3_tenants);
     go.l3.max_bytes = 8u << 20;
     go.l3.ttl = std::chrono::seconds(600);
-    gw_ = std::move(Gateway::Create(*tiny_.model, *sched_, *metrics_, go, clock_, *log_)).value();
+    testing::StartServingStack(s_, go, *metrics_, clock_, *log_);
   }
   Observed Run(const CompletionRequest& r) {
     Observed o;
-    auto g = gw_->Start(r);
+    auto g = s_.gw->Start(r);
     EXPECT_TRUE(g.ok()) << g.status().ToString();
     if (!g.ok()) return o;
     o.outcome = (*g)->cache_outcome();
@@ -96,13 +83,10 @@ class NearDupGatewayTest : public ::testing::Test {
     return std::stod(text.substr(at + series.size() + 2));
   }
 
-  testing::TinyModel tiny_;
   std::unique_ptr<util::Logger> log_ = util::NewNullLogger();
   testing::FakeClock clock_;
   std::unique_ptr<obs::MetricsRegistry> metrics_;
-  std::unique_ptr<engine::Engine> engine_;
-  std::unique_ptr<engine::Scheduler> sched_;
-  std::unique_ptr<Gateway> gw_;
+  testing::ServingStack s_;
 };
 
 TEST_F(NearDupGatewayTest, AParaphraseGetsTheStoredAnswerMarkedWithItsSimilarity) {
@@ -171,7 +155,7 @@ TEST_F(NearDupGatewayTest, ModeOnAnswersEveryoneUnlessTheyRefuseAndOffAnswersNoO
   Build(L3Mode::kOff, {"alpha"});
   Run(Chat(kAsked));
   EXPECT_EQ(Run(Chat(kParaphrase)).outcome, CacheOutcome::kMiss);
-  EXPECT_FALSE(gw_->l3_stats().has_value());
+  EXPECT_FALSE(s_.gw->l3_stats().has_value());
 }
 
 TEST_F(NearDupGatewayTest, EverythingButTheWordingMustMatchExactly) {
@@ -214,8 +198,8 @@ TEST_F(NearDupGatewayTest, SamplingWithoutAFixedSeedNeitherReadsNorFillsL3) {
   CompletionRequest r = Chat(kAsked);
   r.sampling.temperature = 0.9f;
   Run(r);
-  EXPECT_EQ(gw_->l3_stats()->inserts, 0u);
-  EXPECT_EQ(gw_->l3_stats()->lookups, 0u);
+  EXPECT_EQ(s_.gw->l3_stats()->inserts, 0u);
+  EXPECT_EQ(s_.gw->l3_stats()->lookups, 0u);
   Run(Chat(kAsked));
   r.messages.back().content = kParaphrase;
   EXPECT_EQ(Run(r).outcome, CacheOutcome::kMiss);
@@ -239,21 +223,21 @@ TEST_F(NearDupGatewayTest, ACancelledGenerationIsNotStored) {
   sr.max_tokens = 2;
   sr.stop_at_eog = false;
   sr.sink = gate;
-  ASSERT_TRUE(sched_->Submit(std::move(sr)).ok());
+  ASSERT_TRUE(s_.sched->Submit(std::move(sr)).ok());
   gate->WaitHolding();
-  auto g = gw_->Start(Chat(kAsked));
+  auto g = s_.gw->Start(Chat(kAsked));
   ASSERT_TRUE(g.ok());
   (*g)->Cancel();  // the client went away before any token
   g->reset();
   gate->Open();
-  EXPECT_TRUE(sched_->Drain(std::chrono::minutes(1)));
-  EXPECT_EQ(gw_->l3_stats()->inserts, 0u);
+  EXPECT_TRUE(s_.sched->Drain(std::chrono::minutes(1)));
+  EXPECT_EQ(s_.gw->l3_stats()->inserts, 0u);
 }
 
 TEST_F(NearDupGatewayTest, TextsWithoutWordsSkipL3) {
   Run(Chat("?!?"));
   EXPECT_EQ(Run(Chat("?!?")).outcome, CacheOutcome::kL1);
-  EXPECT_EQ(gw_->l3_stats()->lookups, 0u);
+  EXPECT_EQ(s_.gw->l3_stats()->lookups, 0u);
 }
 
 TEST_F(NearDupGatewayTest, L3MetricsAreExported) {
@@ -263,7 +247,7 @@ TEST_F(NearDupGatewayTest, L3MetricsAreExported) {
   EXPECT_EQ(Metric("strata_cache_hits_total{tier=\"l3\"}"), 1);
   EXPECT_EQ(Metric("strata_cache_misses_total{tier=\"l3\"}"), 2);
   EXPECT_EQ(Metric("strata_cache_entries{tier=\"l3\"}"), 2);
-  EXPECT_EQ(Metric("strata_cache_bytes{tier=\"l3\"}"), static_cast<double>(gw_->l3_stats()->bytes));
+  EXPECT_EQ(Metric("strata_cache_bytes{tier=\"l3\"}"), static_cast<double>(s_.gw->l3_stats()->bytes));
   EXPECT_EQ(Metric("strata_cache_evictions_total{tier=\"l3\"}"), 0);
 }
 

@@ -10,6 +10,7 @@
 #include "gateway/gateway.h"
 #include "testing/fake_clock.h"
 #include "testing/scheduler_gate.h"
+#include "testing/serving_stack.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
 
@@ -73,30 +74,16 @@ void ExpectSameEvents(const std::vector<Event>& a, const std::vector<Event>& b) 
 class ResponseCacheGatewayTest : public ::testing::Test {
  protected:
   void SetUp() override { Build({}); }
-  void TearDown() override {
-    gw_.reset();
-    sched_.reset();
-  }
+  void TearDown() override { s_.Stop(); }
   void Build(engine::SchedulerOptions so, bool l1 = true, bool coalesce = true) {
-    gw_.reset();
-    sched_.reset();
-    engine_.reset();
+    s_.Stop();  // before its registry goes
     metrics_ = std::make_unique<obs::MetricsRegistry>();
-    tiny_ = testing::MakeTinyModel();
-    ASSERT_NE(tiny_.model, nullptr);
-    engine::EngineOptions eo;
-    eo.n_ctx = 128;
-    eo.n_seq_max = 8;
-    engine_ = std::move(engine::Engine::Create(*tiny_.model, eo, *log_)).value();
-    sched_ = std::move(engine::Scheduler::Start(*engine_, so, *log_)).value();
-    GatewayOptions go;
-    go.model_name = "tiny";
-    go.max_tokens_cap = 64;
+    GatewayOptions go = testing::TinyGatewayOptions();
     go.l1.max_bytes = l1 ? 8u << 20 : 0;
     go.l1.ttl = seconds(60);
     go.l1.ttl_jitter = 0.1;
     go.coalesce = coalesce;
-    gw_ = std::move(Gateway::Create(*tiny_.model, *sched_, *metrics_, go, clock_, *log_)).value();
+    testing::StartServingStack(s_, go, *metrics_, clock_, *log_, so);
   }
 
   static Observed Collect(Generation& g) {
@@ -114,7 +101,7 @@ class ResponseCacheGatewayTest : public ::testing::Test {
     return o;
   }
   Observed Run(const CompletionRequest& r) {
-    auto g = gw_->Start(r);
+    auto g = s_.gw->Start(r);
     EXPECT_TRUE(g.ok()) << g.status().ToString();
     if (!g.ok()) return {};
     return Collect(**g);
@@ -145,7 +132,7 @@ class ResponseCacheGatewayTest : public ::testing::Test {
     sr.max_tokens = 2;
     sr.stop_at_eog = false;
     sr.sink = gate;
-    EXPECT_TRUE(sched_->Submit(std::move(sr)).ok());
+    EXPECT_TRUE(s_.sched->Submit(std::move(sr)).ok());
     return gate;
   }
   std::shared_ptr<Gate> HoldScheduler() {
@@ -155,13 +142,10 @@ class ResponseCacheGatewayTest : public ::testing::Test {
   }
 
 
-  testing::TinyModel tiny_;
   std::unique_ptr<util::Logger> log_ = util::NewNullLogger();
   testing::FakeClock clock_;
   std::unique_ptr<obs::MetricsRegistry> metrics_;
-  std::unique_ptr<engine::Engine> engine_;
-  std::unique_ptr<engine::Scheduler> sched_;
-  std::unique_ptr<Gateway> gw_;
+  testing::ServingStack s_;
 };
 
 TEST_F(ResponseCacheGatewayTest, AHitReplaysExactlyTheEventsOfTheRunThatStoredThem) {
@@ -180,7 +164,7 @@ TEST_F(ResponseCacheGatewayTest, AHitReplaysExactlyTheEventsOfTheRunThatStoredTh
   EXPECT_EQ(first.Text(0), cold.Text(0));  // caching never changes the answer
   EXPECT_EQ(first.Text(1), cold.Text(1));
   EXPECT_FALSE(second.events.front().logprobs.empty()) << "logprobs are stored with the text";
-  const auto s = gw_->l1_stats();
+  const auto s = s_.gw->l1_stats();
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(s->hits, 1u);
   EXPECT_EQ(s->misses, 1u);
@@ -215,21 +199,21 @@ TEST_F(ResponseCacheGatewayTest, SamplingWithoutAFixedSeedIsNeverCachedNorCoales
   EXPECT_EQ(Run(r).outcome, CacheOutcome::kMiss);
   EXPECT_EQ(Run(r).outcome, CacheOutcome::kMiss);
   auto gate = HoldScheduler();
-  auto g1 = gw_->Start(r);
-  auto g2 = gw_->Start(r);
+  auto g1 = s_.gw->Start(r);
+  auto g2 = s_.gw->Start(r);
   ASSERT_TRUE(g1.ok() && g2.ok());
   EXPECT_EQ((*g2)->cache_outcome(), CacheOutcome::kMiss);
   gate->Open();
   Collect(**g1);
   Collect(**g2);
-  EXPECT_EQ(gw_->l1_stats()->stores, 0u);
-  EXPECT_EQ(gw_->l1_stats()->misses, 0u) << "not even looked up";
+  EXPECT_EQ(s_.gw->l1_stats()->stores, 0u);
+  EXPECT_EQ(s_.gw->l1_stats()->misses, 0u) << "not even looked up";
 }
 
 TEST_F(ResponseCacheGatewayTest, ARequestThatOptsOutIsNeitherServedNorStored) {
   const CompletionRequest r = Greedy("a red fox", 8);
   EXPECT_EQ(Run(Uncached(r)).outcome, CacheOutcome::kMiss);
-  EXPECT_EQ(gw_->l1_stats()->stores, 0u);
+  EXPECT_EQ(s_.gw->l1_stats()->stores, 0u);
   EXPECT_EQ(Run(r).outcome, CacheOutcome::kMiss);
   EXPECT_EQ(Run(r).outcome, CacheOutcome::kL1);
   EXPECT_EQ(Run(Uncached(r)).outcome, CacheOutcome::kMiss) << "opted out of a warm entry";
@@ -275,7 +259,7 @@ TEST_F(ResponseCacheGatewayTest, EveryParameterThatChangesTheAnswerIsInTheKey) {
 TEST_F(ResponseCacheGatewayTest, AGenerationCancelledHalfwayIsNotStored) {
   const CompletionRequest r = Greedy("once upon a time", 60);
   auto first_gate = HoldScheduler();
-  auto g = gw_->Start(r);
+  auto g = s_.gw->Start(r);
   ASSERT_TRUE(g.ok());
   auto second_gate = SubmitGate();  // stops the engine right after the first token
   first_gate->Open();
@@ -285,8 +269,8 @@ TEST_F(ResponseCacheGatewayTest, AGenerationCancelledHalfwayIsNotStored) {
   (*g)->Cancel();  // the client went away; nobody else waits
   g->reset();
   second_gate->Open();
-  EXPECT_TRUE(sched_->Drain(std::chrono::minutes(1)));
-  EXPECT_EQ(gw_->l1_stats()->stores, 0u);
+  EXPECT_TRUE(s_.sched->Drain(std::chrono::minutes(1)));
+  EXPECT_EQ(s_.gw->l1_stats()->stores, 0u);
   EXPECT_EQ(Metric("strata_generations_finished_total{reason=\"cancelled\"}"), 1);
 }
 
@@ -294,14 +278,14 @@ TEST_F(ResponseCacheGatewayTest, ARefusedRequestLeavesNoFlightBehind) {
   Build({.max_running = 1, .max_queue = 0});
   auto gate = HoldScheduler();  // holds the only slot
   const CompletionRequest r = Greedy("the dog", 5);
-  auto refused = gw_->Start(r);
+  auto refused = s_.gw->Start(r);
   EXPECT_EQ(refused.status().code(), util::StatusCode::kResourceExhausted);
   gate->Open();
   // Leads a new flight (not a follower of the refused one) once the slot is free.
-  util::StatusOr<std::unique_ptr<Generation>> g = gw_->Start(r);
+  util::StatusOr<std::unique_ptr<Generation>> g = s_.gw->Start(r);
   while (g.status().code() == util::StatusCode::kResourceExhausted) {
     std::this_thread::yield();
-    g = gw_->Start(r);
+    g = s_.gw->Start(r);
   }
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_EQ((*g)->cache_outcome(), CacheOutcome::kMiss);
@@ -322,7 +306,7 @@ TEST_F(ResponseCacheGatewayTest, HundredIdenticalConcurrentRequestsMakeOneGenera
   std::vector<std::thread> clients;
   for (int i = 0; i < kN; ++i) {
     clients.emplace_back([&, i] {
-      auto g = gw_->Start(r);
+      auto g = s_.gw->Start(r);
       ++started;
       if (!g.ok()) {
         ADD_FAILURE() << g.status().ToString();
@@ -352,8 +336,8 @@ TEST_F(ResponseCacheGatewayTest, TheLeadersClientLeavingDoesNotTruncateItsFollow
   const CompletionRequest r = Greedy("the old man and the sea", 40);
   const Observed reference = Run(Uncached(r));
   auto gate = HoldScheduler();
-  auto leader = gw_->Start(r);
-  auto follower = gw_->Start(r);
+  auto leader = s_.gw->Start(r);
+  auto follower = s_.gw->Start(r);
   ASSERT_TRUE(leader.ok() && follower.ok());
   EXPECT_EQ((*leader)->cache_outcome(), CacheOutcome::kMiss);
   EXPECT_EQ((*follower)->cache_outcome(), CacheOutcome::kCoalesced);
@@ -369,14 +353,14 @@ TEST_F(ResponseCacheGatewayTest, TheLeadersClientLeavingDoesNotTruncateItsFollow
 TEST_F(ResponseCacheGatewayTest, WhenEveryReaderLeavesTheGenerationStops) {
   const CompletionRequest r = Greedy("the old man and the sea", 60);
   auto gate = HoldScheduler();
-  auto a = gw_->Start(r);
-  auto b = gw_->Start(r);
+  auto a = s_.gw->Start(r);
+  auto b = s_.gw->Start(r);
   ASSERT_TRUE(a.ok() && b.ok());
   a->reset();
   b->reset();
   gate->Open();
-  EXPECT_TRUE(sched_->Drain(std::chrono::minutes(1)));
-  EXPECT_EQ(gw_->l1_stats()->stores, 0u);
+  EXPECT_TRUE(s_.sched->Drain(std::chrono::minutes(1)));
+  EXPECT_EQ(s_.gw->l1_stats()->stores, 0u);
   EXPECT_LT(Metric("strata_generated_tokens_total"), 60) << "cancelled, not run to the end";
 }
 
@@ -385,14 +369,14 @@ TEST_F(ResponseCacheGatewayTest, AFollowerJoiningMidGenerationReadsFromTheFirstE
   const Observed reference = Run(Uncached(r));
   ASSERT_FALSE(reference.events.front().text.empty());
   auto first_gate = HoldScheduler();
-  auto leader = gw_->Start(r);
+  auto leader = s_.gw->Start(r);
   ASSERT_TRUE(leader.ok());
   auto second_gate = SubmitGate();  // prefilled with the leader: stops it after its first token
   first_gate->Open();
   second_gate->WaitHolding();
   auto e = (*leader)->Next(std::chrono::steady_clock::now() + std::chrono::seconds(30));
   ASSERT_TRUE(e.ok()) << "the leader had produced its first event";
-  auto late = gw_->Start(r);
+  auto late = s_.gw->Start(r);
   ASSERT_TRUE(late.ok());
   EXPECT_EQ((*late)->cache_outcome(), CacheOutcome::kCoalesced);
   second_gate->Open();
@@ -406,11 +390,11 @@ TEST_F(ResponseCacheGatewayTest, AFollowerJoiningMidGenerationReadsFromTheFirstE
 
 TEST_F(ResponseCacheGatewayTest, CoalescingWorksWithL1Off) {
   Build({}, /*l1=*/false, /*coalesce=*/true);
-  EXPECT_FALSE(gw_->l1_stats().has_value());
+  EXPECT_FALSE(s_.gw->l1_stats().has_value());
   const CompletionRequest r = Greedy("the cat", 8);
   auto gate = HoldScheduler();
-  auto a = gw_->Start(r);
-  auto b = gw_->Start(r);
+  auto a = s_.gw->Start(r);
+  auto b = s_.gw->Start(r);
   gate->Open();
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ((*b)->cache_outcome(), CacheOutcome::kCoalesced);
@@ -425,7 +409,7 @@ TEST_F(ResponseCacheGatewayTest, EntriesExpireAfterTheirJitteredTtl) {
   EXPECT_EQ(Run(r).outcome, CacheOutcome::kL1);
   clock_.Advance(seconds(14));  // past 66 s: gone
   EXPECT_EQ(Run(r).outcome, CacheOutcome::kMiss);
-  EXPECT_EQ(gw_->l1_stats()->expirations, 1u);
+  EXPECT_EQ(s_.gw->l1_stats()->expirations, 1u);
   EXPECT_EQ(Metric("strata_cache_expirations_total{tier=\"l1\"}"), 1);
 }
 
@@ -438,7 +422,7 @@ TEST_F(ResponseCacheGatewayTest, PerTierMetricsAreExported) {
   EXPECT_EQ(Metric("strata_cache_misses_total{tier=\"l1\"}"), 1);
   EXPECT_EQ(Metric("strata_cache_entries{tier=\"l1\"}"), 1);
   EXPECT_EQ(Metric("strata_cache_bytes{tier=\"l1\"}"),
-            static_cast<double>(gw_->l1_stats()->bytes));
+            static_cast<double>(s_.gw->l1_stats()->bytes));
   EXPECT_GT(Metric("strata_cache_bytes{tier=\"l1\"}"), 0);
   EXPECT_EQ(Metric("strata_cache_evictions_total{tier=\"l1\"}"), 0);
   EXPECT_EQ(Metric("strata_cache_coalesced_total"), 0);

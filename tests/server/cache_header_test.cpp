@@ -12,6 +12,7 @@
 #include "gateway/gateway.h"
 #include "server/server.h"
 #include "testing/scheduler_gate.h"
+#include "testing/serving_stack.h"
 #include "testing/tiny_model.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -26,21 +27,11 @@ using Gate = testing::SchedulerGate;
 class CacheHeaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    tiny_ = testing::MakeTinyModel();
-    ASSERT_NE(tiny_.model, nullptr);
-    engine::EngineOptions eo;
-    eo.n_ctx = 128;
-    eo.n_seq_max = 8;
-    engine_ = std::move(engine::Engine::Create(*tiny_.model, eo, *log_)).value();
-    sched_ = std::move(engine::Scheduler::Start(*engine_, {}, *log_)).value();
-    gateway::GatewayOptions go;
-    go.model_name = "tiny";
-    go.max_tokens_cap = 64;
+    gateway::GatewayOptions go = testing::TinyGatewayOptions();
     go.l1.max_bytes = 4u << 20;
     go.coalesce = true;
-    gw_ = std::move(gateway::Gateway::Create(*tiny_.model, *sched_, metrics_, go,
-                                             util::RealClock(), *log_))
-              .value();
+    testing::StartServingStack(s_, go, metrics_, util::RealClock(), *log_);
+    ASSERT_NE(s_.gw, nullptr);
     ServerOptions so;
     so.port = 0;
     so.http_threads = 16;
@@ -48,15 +39,14 @@ class CacheHeaderTest : public ::testing::Test {
     auto port = srv_->Start();
     ASSERT_TRUE(port.ok()) << port.status().ToString();
     port_ = *port;
-    srv_->SetGateway(gw_.get());
+    srv_->SetGateway(s_.gw.get());
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
     client_->set_read_timeout(60, 0);
   }
   void TearDown() override {
     if (srv_) srv_->Stop();
     srv_.reset();
-    gw_.reset();
-    sched_.reset();
+    s_.Stop();
   }
   httplib::Result Post(const std::string& path, const json& body) {
     return client_->Post(path.c_str(), body.dump(), "application/json");
@@ -87,12 +77,9 @@ class CacheHeaderTest : public ::testing::Test {
     return {text, finish};
   }
 
-  testing::TinyModel tiny_;
   std::unique_ptr<util::Logger> log_ = util::NewNullLogger();
   obs::MetricsRegistry metrics_;
-  std::unique_ptr<engine::Engine> engine_;
-  std::unique_ptr<engine::Scheduler> sched_;
-  std::unique_ptr<gateway::Gateway> gw_;
+  testing::ServingStack s_;
   std::unique_ptr<HttpServer> srv_;
   std::unique_ptr<httplib::Client> client_;
   int port_ = 0;
@@ -204,7 +191,7 @@ TEST_F(CacheHeaderTest, IdenticalConcurrentRequestsSayCoalesced) {
   sr.max_tokens = 2;
   sr.stop_at_eog = false;
   sr.sink = gate;
-  ASSERT_TRUE(sched_->Submit(std::move(sr)).ok());
+  ASSERT_TRUE(s_.sched->Submit(std::move(sr)).ok());
   gate->WaitHolding();  // nothing generates until the gate opens
   std::string headers[2];
   std::string bodies[2];

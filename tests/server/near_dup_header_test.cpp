@@ -12,6 +12,7 @@
 #include "engine/scheduler.h"
 #include "gateway/gateway.h"
 #include "server/server.h"
+#include "testing/serving_stack.h"
 #include "testing/tiny_model.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -24,23 +25,13 @@ using nlohmann::json;
 class NearDupHeaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    tiny_ = testing::MakeTinyModel();
-    ASSERT_NE(tiny_.model, nullptr);
-    engine::EngineOptions eo;
-    eo.n_ctx = 128;
-    eo.n_seq_max = 8;
-    engine_ = std::move(engine::Engine::Create(*tiny_.model, eo, *log_)).value();
-    sched_ = std::move(engine::Scheduler::Start(*engine_, {}, *log_)).value();
-    gateway::GatewayOptions go;
-    go.model_name = "tiny";
-    go.max_tokens_cap = 64;
+    gateway::GatewayOptions go = testing::TinyGatewayOptions();
     go.l1.max_bytes = 4u << 20;
     go.coalesce = true;
     go.l3_mode = gateway::L3Mode::kOptIn;
     go.l3.max_bytes = 4u << 20;
-    gw_ = std::move(gateway::Gateway::Create(*tiny_.model, *sched_, metrics_, go,
-                                             util::RealClock(), *log_))
-              .value();
+    testing::StartServingStack(s_, go, metrics_, util::RealClock(), *log_);
+    ASSERT_NE(s_.gw, nullptr);
     ServerOptions so;
     so.port = 0;
     so.http_threads = 8;
@@ -51,15 +42,14 @@ class NearDupHeaderTest : public ::testing::Test {
                .value();
     auto port = srv_->Start();
     ASSERT_TRUE(port.ok()) << port.status().ToString();
-    srv_->SetGateway(gw_.get());
+    srv_->SetGateway(s_.gw.get());
     client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
     client_->set_read_timeout(60, 0);
   }
   void TearDown() override {
     if (srv_) srv_->Stop();
     srv_.reset();
-    gw_.reset();
-    sched_.reset();
+    s_.Stop();
   }
   httplib::Result Post(const std::string& path, const json& body, const std::string& key = "key-alpha-1") {
     httplib::Headers h = {{"Authorization", "Bearer " + key}};
@@ -92,12 +82,9 @@ class NearDupHeaderTest : public ::testing::Test {
     return text;
   }
 
-  testing::TinyModel tiny_;
   std::unique_ptr<util::Logger> log_ = util::NewNullLogger();
   obs::MetricsRegistry metrics_;
-  std::unique_ptr<engine::Engine> engine_;
-  std::unique_ptr<engine::Scheduler> sched_;
-  std::unique_ptr<gateway::Gateway> gw_;
+  testing::ServingStack s_;
   std::unique_ptr<HttpServer> srv_;
   std::unique_ptr<httplib::Client> client_;
 };
