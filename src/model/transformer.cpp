@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 #include <fmt/format.h>
 
@@ -516,8 +515,9 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
 
     // Causal attention, one tile (entries of one sequence x the query heads
     // of one KV head) at a time; the kernel computes each query the same way
-    // in whatever tile it lands. Tiles are taken from a shared counter,
-    // longest (latest positions) first, so threads finish together.
+    // in whatever tile it lands. Tiles are taken from a shared counter, last
+    // first (in a prefill the latest positions, the longest), so the threads
+    // finish together.
     {
       const float* layer_base = kv.data + static_cast<size_t>(l) * layer_floats;
       std::atomic<int64_t> next{0};
