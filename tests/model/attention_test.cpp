@@ -11,18 +11,11 @@
 #include <vector>
 
 #include "model/kernels.h"
+#include "testing/kernel_tables.h"
 #include "util/random.h"
 
 namespace strata::model {
 namespace {
-
-std::vector<const KernelTable*> AvailableTables() {
-  std::vector<const KernelTable*> out;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-    if (const KernelTable* k = GetKernels(isa)) out.push_back(k);
-  }
-  return out;
-}
 
 // Key and value rows of `n_rows` positions, stored out of order (as KV blocks
 // are) with a row stride wider than a head.
@@ -107,7 +100,7 @@ std::vector<float> RandomQuery(util::Rng& rng, int64_t head_dim, float gain) {
 
 TEST(Attention, MatchesTheFloat64SoftmaxReference) {
   util::Rng rng(41);
-  for (const KernelTable* table : AvailableTables()) {
+  for (const KernelTable* table : testing::AvailableKernelTables()) {
     for (int64_t hd : {16, 40, 64, 128}) {
       const Kv kv = MakeKv(rng, 320, hd);
       // gain 1: soft weights; gain 6: a few positions dominate (scores of
@@ -138,7 +131,7 @@ TEST(Attention, MatchesTheFloat64SoftmaxReference) {
 
 TEST(Attention, EachQueryIsBitwiseTheSameAloneOrInAnyGroup) {
   util::Rng rng(42);
-  for (const KernelTable* table : AvailableTables()) {
+  for (const KernelTable* table : testing::AvailableKernelTables()) {
     for (int64_t hd : {48, 64}) {
       Kv kv = MakeKv(rng, 260, hd);
       // A few rows of huge magnitude: they dominate whoever sees them.
@@ -166,7 +159,7 @@ TEST(Attention, EachQueryIsBitwiseTheSameAloneOrInAnyGroup) {
 
 TEST(Attention, RowsPastAQuerysPositionsNeverReachIt) {
   util::Rng rng(43);
-  for (const KernelTable* table : AvailableTables()) {
+  for (const KernelTable* table : testing::AvailableKernelTables()) {
     Kv kv = MakeKv(rng, 64, 64);
     const std::vector<float> qa = RandomQuery(rng, 64, 1.0f), qb = RandomQuery(rng, 64, 1.0f);
     const auto alone = Attend(*table, kv, {qa}, {10}, 0.125f);

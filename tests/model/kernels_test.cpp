@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "model/internal/blocks.h"
+#include "testing/kernel_tables.h"
 #include "util/random.h"
 
 namespace strata::model {
@@ -75,14 +76,6 @@ bool HasTwoParts(TensorType t) {
 double Gamma(double k) {
   const double u = std::ldexp(1.0, -24);
   return k * u / (1 - k * u);
-}
-
-std::vector<const KernelTable*> AvailableTables() {
-  std::vector<const KernelTable*> out;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-    if (const KernelTable* k = GetKernels(isa)) out.push_back(k);
-  }
-  return out;
 }
 
 struct Case {
@@ -227,7 +220,7 @@ double Bound(TensorType t, const Case& c, const std::vector<uint8_t>& act, int64
 
 TEST(Kernels, EveryTypeMatchesTheFloat64ReferenceWithinItsBound) {
   util::Rng rng(1234);
-  for (const KernelTable* k : AvailableTables()) {
+  for (const KernelTable* k : testing::AvailableKernelTables()) {
     for (TensorType t : kTypes) {
       for (int64_t n : {32, 64, 256, 1024, 4096}) {
         if (n % GetTypeInfo(t).block_size != 0) continue;
@@ -267,7 +260,7 @@ TEST(Kernels, EveryTypeMatchesTheFloat64ReferenceWithinItsBound) {
 // float), for the two-part types γ(k)·Σ_i (|A_i| + |B_i|)·da_b·|a_i| + γ(1)·Σ|w_i·da_b·a_i|.
 TEST(Kernels, QuantizedTypesMatchTheFloat64DotOfTheirQuantizedActivations) {
   util::Rng rng(4321);
-  for (const KernelTable* k : AvailableTables()) {
+  for (const KernelTable* k : testing::AvailableKernelTables()) {
     for (TensorType t : kTypes) {
       const ActFormat fmt = ActFormatFor(t);
       if (fmt == ActFormat::kF32) continue;
@@ -324,7 +317,7 @@ TEST(Kernels, MatMulIsBatchInvariantBitForBit) {
   // Any grouping of rows and tokens gives identical floats.
   util::Rng rng(99);
   const int64_t n = 512, rows = 37, tokens = 9;
-  for (const KernelTable* k : AvailableTables()) {
+  for (const KernelTable* k : testing::AvailableKernelTables()) {
     for (TensorType t : kTypes) {
       std::vector<float> wf(static_cast<size_t>(n * rows)), x(static_cast<size_t>(n * tokens));
       for (auto& v : wf) v = static_cast<float>(rng.Normal());
@@ -537,7 +530,7 @@ TEST(KQuants, KernelOnHandBuiltBlocksMatchesTheirDecodedValues) {
       EXPECT_EQ(deq[static_cast<size_t>(i)], static_cast<float>(p.a - p.b)) << TypeName(t) << " " << i;
       mag += (std::fabs(p.a) + std::fabs(p.b)) * 0.5 * std::abs(a.q[i]);
     }
-    for (const KernelTable* k : AvailableTables()) {
+    for (const KernelTable* k : testing::AvailableKernelTables()) {
       float out = 0;
       MatMulArgs args;
       args.w_type = t;
@@ -697,7 +690,7 @@ TEST(KQuants, Q8KActivationsFollowTheirFormat) {
   for (auto& v : x) v = static_cast<float>(rng.Normal()) * 3.0f;
   x[300] = -250.0f;
   std::fill(x.begin() + 512, x.end(), 0.0f);  // an all-zero block
-  for (const KernelTable* k : AvailableTables()) {
+  for (const KernelTable* k : testing::AvailableKernelTables()) {
     std::vector<ActBlockQ8K> act(3);
     k->quantize_act(ActFormat::kQ8K, x.data(), n, act.data());
     for (int64_t b = 0; b < 3; ++b) {
@@ -812,7 +805,7 @@ TEST(LegacyQuants, KernelOnHandBuiltBlocksMatchesTheirDecodedValues) {
       EXPECT_EQ(deq[static_cast<size_t>(i)], static_cast<float>(p.a - p.b)) << TypeName(t) << " " << i;
       mag += (std::fabs(p.a) + std::fabs(p.b)) * 0.5 * std::abs(aq);
     }
-    for (const KernelTable* k : AvailableTables()) {
+    for (const KernelTable* k : testing::AvailableKernelTables()) {
       float out = 0;
       MatMulArgs args;
       args.w_type = t;
@@ -915,7 +908,7 @@ TEST(Kernels, SimdActivationQuantizationMatchesTheScalarBytes) {
   edge[900] = std::numeric_limits<float>::quiet_NaN();
   rows.push_back(edge);
   const KernelTable* scalar = GetKernels(Isa::kScalar);
-  for (const KernelTable* k : AvailableTables()) {
+  for (const KernelTable* k : testing::AvailableKernelTables()) {
     for (ActFormat fmt : {ActFormat::kF32, ActFormat::kQ8, ActFormat::kQ8K}) {
       for (size_t r = 0; r < rows.size(); ++r) {
         std::vector<uint8_t> want(ActRowBytes(fmt, n)), got(want.size(), 0xAA);
