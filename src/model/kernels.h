@@ -1,4 +1,4 @@
-// model/kernels.h — quantized dot products and matrix products, per CPU ISA.
+// model/kernels.h — quantized dot products, matrix products and attention, per CPU ISA.
 //
 // Promise: for each weight type the kernels can compute (IsComputeSupported),
 // `matmul` computes out[t][r] = dot(W row r, activation row t). The scalar
