@@ -1,11 +1,15 @@
 // cli/bench_cache.h — `strata bench cache`, a subcommand of `strata bench`.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cache/admission.h"
 #include "cache/eviction_policy.h"
 #include "cli/commands.h"
+#include "util/file_system.h"
+#include "util/status.h"
 
 namespace strata::cli {
 
@@ -25,6 +29,18 @@ struct BenchCacheFlags {
   std::string data_dir = "../shared/data";
   std::string json;
 };
+
+// One request of a Mooncake trace: JSONL records {"timestamp": ms,
+// "output_length": tokens (optional), "hash_ids": [prefix block ids]}.
+struct MooncakeRequest {
+  double arrival_s = 0;
+  double output_tokens = 0;
+  std::vector<uint64_t> blocks;  // hash id + 1 (never 0), in prefix order
+};
+// The records in file order; a malformed record (or a hash id that is not a
+// natural number) is InvalidArgument naming path:line.
+util::StatusOr<std::vector<MooncakeRequest>> LoadMooncakeTrace(util::FileSystem& fs,
+                                                               const std::string& path);
 
 int RunBenchCache(const Env& env, const BenchCacheFlags& flags);
 // `strata bench cache --l2` (cli/bench_l2.cpp).

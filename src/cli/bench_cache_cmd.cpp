@@ -29,27 +29,12 @@ cache::TimePoint At(double seconds) {
   return cache::TimePoint(std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6)));
 }
 
-// Mooncake JSONL: {"timestamp": ms, "hash_ids": [...]}: every prefix block of a
-// request is one access.
+// Every prefix block of a Mooncake request is one access.
 util::StatusOr<std::vector<KeyAccess>> LoadMooncake(util::FileSystem& fs, const std::string& path) {
-  STRATA_ASSIGN_OR_RETURN(std::string text, fs.ReadFile(path));
+  STRATA_ASSIGN_OR_RETURN(std::vector<MooncakeRequest> requests, LoadMooncakeTrace(fs, path));
   std::vector<KeyAccess> out;
-  std::istringstream in(text);
-  std::string line;
-  size_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.empty()) continue;
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("timestamp") || !j.contains("hash_ids") ||
-        !j["hash_ids"].is_array() || !j["timestamp"].is_number()) {
-      return util::InvalidArgumentError(fmt::format("{}:{}: not a Mooncake trace record", path, line_no));
-    }
-    const double t = j["timestamp"].get<double>() / 1000.0;
-    for (const auto& h : j["hash_ids"]) {
-      if (!h.is_number_integer()) continue;
-      out.push_back({static_cast<uint64_t>(h.get<int64_t>()) + 1, At(t)});
-    }
+  for (const MooncakeRequest& r : requests) {
+    for (uint64_t block : r.blocks) out.push_back({block, At(r.arrival_s)});
   }
   return out;
 }
@@ -171,6 +156,37 @@ int RunAdmission(const Env& env, const BenchCacheFlags& f, const std::vector<Wor
 }
 
 }  // namespace
+
+util::StatusOr<std::vector<MooncakeRequest>> LoadMooncakeTrace(util::FileSystem& fs,
+                                                               const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(std::string text, fs.ReadFile(path));
+  std::vector<MooncakeRequest> out;
+  std::istringstream in(text);
+  std::string line;
+  size_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("timestamp") || !j["timestamp"].is_number() ||
+        !j.contains("hash_ids") || !j["hash_ids"].is_array()) {
+      return util::InvalidArgumentError(
+          fmt::format("{}:{}: not a Mooncake trace record", path, line_no));
+    }
+    MooncakeRequest r;
+    r.arrival_s = j["timestamp"].get<double>() / 1000.0;
+    r.output_tokens = j.value("output_length", 0.0);
+    for (const auto& h : j["hash_ids"]) {
+      if (!h.is_number_integer() || h.get<int64_t>() < 0) {
+        return util::InvalidArgumentError(
+            fmt::format("{}:{}: hash id {} is not a natural number", path, line_no, h.dump()));
+      }
+      r.blocks.push_back(static_cast<uint64_t>(h.get<int64_t>()) + 1);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
 
 int RunBenchCache(const Env& env, const BenchCacheFlags& f) {
   if (f.l2) return RunBenchL2(env, f);

@@ -26,7 +26,6 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <set>
-#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -39,53 +38,25 @@
 namespace strata::cli {
 namespace {
 
-struct TraceRequest {
-  double arrival_s = 0;
-  double output_tokens = 0;
-  std::vector<uint64_t> blocks;  // chain hash ids, + 1 (never 0)
-};
-
 struct Trace {
   std::string name;
-  std::vector<TraceRequest> requests;
+  std::vector<MooncakeRequest> requests;  // by arrival
   size_t distinct = 0;
   size_t accesses = 0;
 };
 
 util::StatusOr<Trace> LoadTrace(util::FileSystem& fs, const std::string& path, std::string name) {
-  STRATA_ASSIGN_OR_RETURN(std::string text, fs.ReadFile(path));
   Trace t;
   t.name = std::move(name);
+  STRATA_ASSIGN_OR_RETURN(t.requests, LoadMooncakeTrace(fs, path));
   std::unordered_set<uint64_t> seen;
-  std::istringstream in(text);
-  std::string line;
-  size_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.empty()) continue;
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("timestamp") || !j["timestamp"].is_number() ||
-        !j.contains("hash_ids") || !j["hash_ids"].is_array()) {
-      return util::InvalidArgumentError(
-          fmt::format("{}:{}: not a Mooncake trace record", path, line_no));
-    }
-    TraceRequest r;
-    r.arrival_s = j["timestamp"].get<double>() / 1000.0;
-    r.output_tokens = j.value("output_length", 0.0);
-    for (const auto& h : j["hash_ids"]) {
-      if (!h.is_number_integer() || h.get<int64_t>() < 0) {
-        return util::InvalidArgumentError(
-            fmt::format("{}:{}: hash id {} is not a natural number", path, line_no, h.dump()));
-      }
-      r.blocks.push_back(static_cast<uint64_t>(h.get<int64_t>()) + 1);
-      seen.insert(r.blocks.back());
-    }
+  for (const MooncakeRequest& r : t.requests) {
     t.accesses += r.blocks.size();
-    t.requests.push_back(std::move(r));
+    seen.insert(r.blocks.begin(), r.blocks.end());
   }
   std::stable_sort(
       t.requests.begin(), t.requests.end(),
-      [](const TraceRequest& a, const TraceRequest& b) { return a.arrival_s < b.arrival_s; });
+      [](const MooncakeRequest& a, const MooncakeRequest& b) { return a.arrival_s < b.arrival_s; });
   t.distinct = seen.size();
   return t;
 }
@@ -135,7 +106,7 @@ ReplayResult ReplayPool(const Trace& t, int32_t capacity, double tpot_s,
     held[r].clear();
   };
   for (size_t r = 0; r < t.requests.size(); ++r) {
-    const TraceRequest& req = t.requests[r];
+    const MooncakeRequest& req = t.requests[r];
     while (!ends.empty() && ends.top().first <= req.arrival_s) {
       clock.Set(ends.top().first);
       release(ends.top().second);
@@ -215,7 +186,7 @@ ReplayResult ReplayIdeal(const Trace& t, size_t capacity, double tpot_s) {
   };
   uint64_t k = 0;
   for (size_t r = 0; r < t.requests.size(); ++r) {
-    const TraceRequest& req = t.requests[r];
+    const MooncakeRequest& req = t.requests[r];
     while (!ends.empty() && ends.top().first <= req.arrival_s) {
       release(ends.top().second);
       ends.pop();
