@@ -172,13 +172,9 @@ TEST_F(PrefixCacheTest, HundredsOfSharedPrefixPromptsMatchTheUncachedRunsExactly
     for (size_t k = 0; k < cases.size(); ++k) {
       const size_t i = reversed ? cases.size() - 1 - k : k;
       sinks[i] = std::make_shared<Sink>(cases[i].params);
-      SchedulerRequest req;
-      req.prompt = cases[i].prompt;
-      req.max_tokens = 10;
-      req.stop_at_eog = false;
-      req.sink = sinks[i];
-      req.cache_namespace = cache ? 4242 : 0;
-      EXPECT_TRUE(sched->Submit(std::move(req)).ok());
+      EXPECT_TRUE(
+          sched->Submit(testing::RecordedRequest(cases[i].prompt, 10, sinks[i], cache ? 4242 : 0))
+              .ok());
     }
     int64_t cached = 0;
     std::vector<std::vector<int32_t>> out;
@@ -209,13 +205,7 @@ TEST_F(PrefixCacheTest, MultiTurnConversationsReuseEarlierTurns) {
   std::vector<int32_t> history = Tokens(30, 20);
   for (int turn = 0; turn < 3; ++turn) {
     auto sink = std::make_shared<Sink>(greedy);
-    SchedulerRequest req;
-    req.prompt = history;
-    req.max_tokens = 12;
-    req.stop_at_eog = false;
-    req.sink = sink;
-    req.cache_namespace = 7;
-    ASSERT_TRUE(sched->Submit(std::move(req)).ok());
+    ASSERT_TRUE(sched->Submit(testing::RecordedRequest(history, 12, sink, 7)).ok());
     sink->Wait();
     if (turn > 0) {
       // Everything before this turn's new user text was cached, answer included.

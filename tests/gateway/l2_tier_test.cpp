@@ -201,13 +201,8 @@ class L2TierTest : public ::testing::Test {
       params.temperature = i % 2 == 0 ? 0.0f : 0.9f;
       params.seed = i;
       sinks.push_back(std::make_shared<Sink>(params));
-      engine::SchedulerRequest req;
-      req.prompt = prompts[i];
-      req.max_tokens = 6;
-      req.stop_at_eog = false;
-      req.sink = sinks.back();
-      req.cache_namespace = cache ? 99 : 0;
-      EXPECT_TRUE(sched->Submit(std::move(req)).ok());
+      EXPECT_TRUE(
+          sched->Submit(testing::RecordedRequest(prompts[i], 6, sinks.back(), cache ? 99 : 0)).ok());
     }
     Run run;
     for (auto& s : sinks) {
@@ -283,13 +278,7 @@ TEST_F(L2TierTest, MetricsCountBlocksAndTokensServedFromThePrefixCache) {
     sampling::SamplingParams greedy;
     greedy.temperature = 0;
     auto sink = std::make_shared<Sink>(greedy);
-    engine::SchedulerRequest req;
-    req.prompt = p;
-    req.max_tokens = 2;
-    req.stop_at_eog = false;
-    req.sink = sink;
-    req.cache_namespace = 5;
-    ASSERT_TRUE(sched->Submit(std::move(req)).ok());
+    ASSERT_TRUE(sched->Submit(testing::RecordedRequest(p, 2, sink, 5)).ok());
     sink->Wait();
     cached += sink->usage_.cached_tokens;
   }

@@ -11,6 +11,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <vector>
@@ -50,5 +51,19 @@ class RecordingSink final : public engine::RequestSink {
   std::condition_variable cv_;
   bool done_ = false;  // guarded by mu_
 };
+
+// A request that generates exactly `max_tokens` tokens (no stop at the end
+// of generation) into `sink`, using the prefix cache within namespace `ns`
+// (0: without it).
+inline engine::SchedulerRequest RecordedRequest(std::vector<int32_t> prompt, int32_t max_tokens,
+                                                std::shared_ptr<RecordingSink> sink, uint64_t ns) {
+  engine::SchedulerRequest req;
+  req.prompt = std::move(prompt);
+  req.max_tokens = max_tokens;
+  req.stop_at_eog = false;
+  req.sink = std::move(sink);
+  req.cache_namespace = ns;
+  return req;
+}
 
 }  // namespace strata::testing
