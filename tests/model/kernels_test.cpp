@@ -314,9 +314,13 @@ TEST(Kernels, QuantizedTypesMatchTheFloat64DotOfTheirQuantizedActivations) {
 }
 
 TEST(Kernels, MatMulIsBatchInvariantBitForBit) {
-  // Any grouping of rows and tokens gives identical floats.
+  // Any grouping of rows and tokens gives identical floats. The shape reaches
+  // every path of the tiled kernels: partial row and token tiles, more than
+  // one 64-token chunk, batches that share one decode of a row tile and
+  // single tokens that decode it themselves, and rows of 11 super-blocks
+  // (the shared decode goes 8 at a time).
   util::Rng rng(99);
-  const int64_t n = 512, rows = 37, tokens = 9;
+  const int64_t n = 11 * 256, rows = 37, tokens = 70;
   for (const KernelTable* k : testing::AvailableKernelTables()) {
     for (TensorType t : kTypes) {
       std::vector<float> wf(static_cast<size_t>(n * rows)), x(static_cast<size_t>(n * tokens));
