@@ -18,6 +18,11 @@ using util::StatusOr;
 
 constexpr std::string_view kSupportedArchitectures = "llama, qwen2";
 
+// Rows per chunk when a batch's matmul rows are shared out dynamically: a
+// multiple of the kernels' 4-row tiles, a few hundred microseconds of work at
+// 32 tokens, and 32 chunks for a 2,048-row matrix.
+constexpr int64_t kMatMulRowChunk = 64;
+
 std::string ShapeString(std::span<const int64_t> shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -309,7 +314,7 @@ Forward::Forward(const Model& model, util::ThreadPool& pool, const KernelTable& 
 
 void Forward::MatMul(const Weight& w, const Act& act, int64_t n_tokens, float* out,
                      int64_t out_stride) {
-  pool_.ParallelFor(w.n_rows, [&](int64_t begin, int64_t end) {
+  auto rows = [&](int64_t begin, int64_t end) {
     MatMulArgs a;
     a.w_type = w.type;
     a.w = w.data;
@@ -323,6 +328,24 @@ void Forward::MatMul(const Weight& w, const Act& act, int64_t n_tokens, float* o
     a.out = out;
     a.out_stride = out_stride;
     kernels_.matmul(a);
+  };
+  // A batch takes its rows in chunks from a shared counter rather than one
+  // half per thread: a thread held up by anything (an interrupt, the
+  // hypervisor, a neighbour) then no longer keeps the other spinning at the
+  // join, which cost up to 12 % of a 32-token batch's time in a profile. Every
+  // output is computed the same way whatever chunk or thread it lands in.
+  // Decode (one token) keeps one contiguous half per thread: it streams
+  // weights from memory, where one long run per thread reads fastest.
+  const int64_t n_chunks = (w.n_rows + kMatMulRowChunk - 1) / kMatMulRowChunk;
+  if (n_tokens == 1 || pool_.size() == 1 || n_chunks < 2 * pool_.size()) {
+    pool_.ParallelFor(w.n_rows, rows);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool_.RunOnAll([&](int) {
+    for (int64_t i = next.fetch_add(1); i < n_chunks; i = next.fetch_add(1)) {
+      rows(i * kMatMulRowChunk, std::min(w.n_rows, (i + 1) * kMatMulRowChunk));
+    }
   });
 }
 
