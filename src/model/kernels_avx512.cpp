@@ -477,7 +477,7 @@ inline void AccumulateSuperBlock(const PrepAt& prep, const CodesAt& codes,
 }
 
 // A row's super-block with its scales and codes decoded, for the tiles of
-// many tokens to share (KQuantDecodedDrive).
+// many tokens to share (KQuantDecodedTiles).
 template <typename K>
 struct DecodedSuperBlock {
   typename K::Prep prep;
