@@ -113,7 +113,8 @@ void BM_Attend(benchmark::State& state, Isa isa, int queries, int32_t positions)
   a.scale = 0.125f;
   a.k_base = kv.data();
   a.v_base = kv.data() + static_cast<size_t>(positions * stride);
-  a.row_off = row_off.data();
+  std::vector<const size_t*> row_offs(static_cast<size_t>(queries), row_off.data());
+  a.row_off = row_offs.data();
   a.out = op.data();
   a.scratch = scratch.data();
   for (auto _ : state) {
@@ -125,7 +126,73 @@ void BM_Attend(benchmark::State& state, Isa isa, int queries, int32_t positions)
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Decode of 8 sequences on one system prompt: one token each (8 query heads),
+// 1,024 positions of which the first 992 are the same rows (shared KV blocks)
+// and the last 32 each sequence's own; `claimed` says so to the kernel
+// (AttendArgs::shared_pos), else it forms every sequence's key tiles itself.
+void BM_AttendShared(benchmark::State& state, Isa isa, bool claimed) {
+  const KernelTable* k = GetKernels(isa);
+  if (k == nullptr) {
+    state.SkipWithError("ISA not available on this CPU");
+    return;
+  }
+  const int64_t hd = 64, stride = 256;
+  const int n_seq = 8, queries = 64;
+  const int32_t positions = 1024, own = 32, shared = positions - own;
+  const int32_t rows = shared + n_seq * own;
+  util::Rng rng(6);
+  std::vector<float> kv(static_cast<size_t>(2 * rows * stride));
+  for (float& x : kv) x = static_cast<float>(rng.Normal());
+  std::vector<std::vector<size_t>> seq_rows(n_seq);
+  for (int s = 0; s < n_seq; ++s) {
+    for (int32_t p = 0; p < positions; ++p) {
+      const int32_t row = p < shared ? p : shared + s * own + (p - shared);
+      seq_rows[static_cast<size_t>(s)].push_back(static_cast<size_t>(row * stride));
+    }
+  }
+  std::vector<float> q(static_cast<size_t>(queries * hd)), out(q.size());
+  for (float& x : q) x = static_cast<float>(rng.Normal());
+  std::vector<const float*> qp;
+  std::vector<float*> op;
+  std::vector<const size_t*> row_offs;
+  for (int m = 0; m < queries; ++m) {
+    qp.push_back(q.data() + m * hd);
+    op.push_back(out.data() + m * hd);
+    row_offs.push_back(seq_rows[static_cast<size_t>(m / 8)].data());
+  }
+  const std::vector<int32_t> n_pos(static_cast<size_t>(queries), positions);
+  std::vector<float> scratch(AttendScratchFloats(queries, positions, hd));
+  AttendArgs a;
+  a.head_dim = hd;
+  a.n_q = queries;
+  a.q = qp.data();
+  a.n_pos = n_pos.data();
+  a.scale = 0.125f;
+  a.k_base = kv.data();
+  a.v_base = kv.data() + static_cast<size_t>(rows * stride);
+  a.row_off = row_offs.data();
+  a.shared_pos = claimed ? shared : 0;
+  a.out = op.data();
+  a.scratch = scratch.data();
+  for (auto _ : state) {
+    k->attend(a);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(2.0 * queries * positions * hd * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void Register() {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx512}) {
+    for (bool claimed : {false, true}) {
+      const std::string name = std::string("Attend/") + std::string(IsaName(isa)) +
+                               "/8_sequences_sharing_992_of_1024/" +
+                               (claimed ? "shared_pos" : "unclaimed");
+      benchmark::RegisterBenchmark(name.c_str(), BM_AttendShared, isa, claimed)
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.3);
+    }
+  }
   for (Isa isa : {Isa::kScalar, Isa::kAvx512}) {
     for (int queries : {8, 64}) {
       for (int32_t positions : {128, 1024}) {

@@ -46,7 +46,7 @@ void AttendScalar(const AttendArgs& a) {
     const float* q = a.q[m];
     float mx = -std::numeric_limits<float>::infinity();
     for (int32_t p = 0; p < n; ++p) {
-      const float s = Dot16(q, a.k_base + a.row_off[p], hd) * a.scale;
+      const float s = Dot16(q, a.k_base + a.row_off[m][p], hd) * a.scale;
       scores[p] = s;
       mx = s > mx ? s : mx;
     }
@@ -59,7 +59,7 @@ void AttendScalar(const AttendArgs& a) {
     float* out = a.out[m];
     for (int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
     for (int32_t p = 0; p < n; ++p) {
-      const float* v = a.v_base + a.row_off[p];
+      const float* v = a.v_base + a.row_off[m][p];
       const float w = scores[p] * inv;
       for (int64_t i = 0; i < hd; ++i) out[i] += w * v[i];
     }

@@ -111,7 +111,7 @@ void ValueGroup(const AttendArgs& a, int m0, int64_t d0, const float* scores, in
   // the masked ones below, so a query's result does not depend on the split).
   int32_t p = 0;
   for (; p < n_min; ++p) {
-    const float* v = a.v_base + a.row_off[p] + d0;
+    const float* v = a.v_base + a.row_off[m0][p] + d0;
     __m512 vv[C];
     for (int c = 0; c < C; ++c) vv[c] = _mm512_loadu_ps(v + 16 * c);
     for (int g = 0; g < G; ++g) {
@@ -120,7 +120,7 @@ void ValueGroup(const AttendArgs& a, int m0, int64_t d0, const float* scores, in
     }
   }
   for (; p < n_max; ++p) {
-    const float* v = a.v_base + a.row_off[p] + d0;
+    const float* v = a.v_base + a.row_off[m0][p] + d0;
     __m512 vv[C];
     for (int c = 0; c < C; ++c) vv[c] = _mm512_loadu_ps(v + 16 * c);
     for (int g = 0; g < G; ++g) {
@@ -132,6 +132,40 @@ void ValueGroup(const AttendArgs& a, int m0, int64_t d0, const float* scores, in
   for (int g = 0; g < G; ++g) {
     const __m512 s = _mm512_set1_ps(inv[m0 + g]);
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(a.out[m0 + g] + d0 + 16 * c, _mm512_mul_ps(acc[g][c], s));
+  }
+}
+
+// Scores of queries [m_begin, m_end) for the 16 positions in kt.
+void ScoreQueries(const AttendArgs& a, int m_begin, int m_end, const float* kt, int64_t p0,
+                  float* scores, int64_t stride) {
+  int m = m_begin;
+  for (; m + 8 <= m_end; m += 8) ScoreGroup<8>(a, m, kt, p0, scores, stride);
+  switch (m_end - m) {
+    case 7: ScoreGroup<7>(a, m, kt, p0, scores, stride); break;
+    case 6: ScoreGroup<6>(a, m, kt, p0, scores, stride); break;
+    case 5: ScoreGroup<5>(a, m, kt, p0, scores, stride); break;
+    case 4: ScoreGroup<4>(a, m, kt, p0, scores, stride); break;
+    case 3: ScoreGroup<3>(a, m, kt, p0, scores, stride); break;
+    case 2: ScoreGroup<2>(a, m, kt, p0, scores, stride); break;
+    case 1: ScoreGroup<1>(a, m, kt, p0, scores, stride); break;
+    default: break;
+  }
+}
+
+// The np (<= 16) key rows of positions p0.. at `row_off`, transposed into kt
+// as [head_dim][16] (rows past np are zero).
+void TransposeKeys(const AttendArgs& a, const size_t* row_off, int64_t p0, int64_t np, float* kt) {
+  for (int64_t i0 = 0; i0 < a.head_dim; i0 += 16) {
+    __m512 r[16];
+    if (np == 16) {
+      for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_ps(a.k_base + row_off[p0 + j] + i0);
+    } else {
+      for (int j = 0; j < 16; ++j) {
+        r[j] = j < np ? _mm512_loadu_ps(a.k_base + row_off[p0 + j] + i0) : _mm512_setzero_ps();
+      }
+    }
+    Transpose16(r);
+    for (int c = 0; c < 16; ++c) _mm512_store_ps(kt + (i0 + c) * 16, r[c]);
   }
 }
 
@@ -161,32 +195,33 @@ void AttendAvx512(const AttendArgs& a) {
   const uintptr_t tile_at = reinterpret_cast<uintptr_t>(scores + nq * stride);
   float* kt = reinterpret_cast<float*>((tile_at + 63) & ~uintptr_t{63});
 
-  // Scores, 16 positions at a time.
-  for (int64_t p0 = 0; p0 < n_max; p0 += 16) {
-    const int64_t np = n_max - p0 < 16 ? n_max - p0 : 16;
-    for (int64_t i0 = 0; i0 < a.head_dim; i0 += 16) {
-      __m512 r[16];
-      if (np == 16) {
-        for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_ps(a.k_base + a.row_off[p0 + j] + i0);
-      } else {
-        for (int j = 0; j < 16; ++j) {
-          r[j] = j < np ? _mm512_loadu_ps(a.k_base + a.row_off[p0 + j] + i0) : _mm512_setzero_ps();
-        }
-      }
-      Transpose16(r);
-      for (int c = 0; c < 16; ++c) _mm512_store_ps(kt + (i0 + c) * 16, r[c]);
+  // Runs: consecutive queries with the same rows (the tokens of one sequence).
+  int run_begin[kMaxAttendQueries + 1];
+  int32_t run_max[kMaxAttendQueries];
+  int n_runs = 0;
+  for (int m = 0; m < nq; ++m) {
+    if (m == 0 || a.row_off[m] != a.row_off[m - 1]) {
+      run_begin[n_runs] = m;
+      run_max[n_runs] = 0;
+      ++n_runs;
     }
-    int m = 0;
-    for (; m + 8 <= nq; m += 8) ScoreGroup<8>(a, m, kt, p0, scores, stride);
-    switch (nq - m) {
-      case 7: ScoreGroup<7>(a, m, kt, p0, scores, stride); break;
-      case 6: ScoreGroup<6>(a, m, kt, p0, scores, stride); break;
-      case 5: ScoreGroup<5>(a, m, kt, p0, scores, stride); break;
-      case 4: ScoreGroup<4>(a, m, kt, p0, scores, stride); break;
-      case 3: ScoreGroup<3>(a, m, kt, p0, scores, stride); break;
-      case 2: ScoreGroup<2>(a, m, kt, p0, scores, stride); break;
-      case 1: ScoreGroup<1>(a, m, kt, p0, scores, stride); break;
-      default: break;
+    run_max[n_runs - 1] = a.n_pos[m] > run_max[n_runs - 1] ? a.n_pos[m] : run_max[n_runs - 1];
+  }
+  run_begin[n_runs] = nq;
+
+  // Scores, 16 positions at a time: one key tile for every query where the
+  // runs share the rows, else one per run, up to the run's own last position.
+  for (int64_t p0 = 0; p0 < n_max; p0 += 16) {
+    if (p0 + 16 <= a.shared_pos) {
+      TransposeKeys(a, a.row_off[0], p0, 16, kt);
+      ScoreQueries(a, 0, nq, kt, p0, scores, stride);
+      continue;
+    }
+    for (int r = 0; r < n_runs; ++r) {
+      if (p0 >= run_max[r]) continue;
+      const int64_t np = run_max[r] - p0 < 16 ? run_max[r] - p0 : 16;
+      TransposeKeys(a, a.row_off[run_begin[r]], p0, np, kt);
+      ScoreQueries(a, run_begin[r], run_begin[r + 1], kt, p0, scores, stride);
     }
   }
 
@@ -212,16 +247,19 @@ void AttendAvx512(const AttendArgs& a) {
     inv[m] = 1.0f / _mm512_reduce_add_ps(vsum);
   }
 
-  // Values, 64 dimensions and 4 queries at a time.
+  // Values, 64 dimensions and up to 4 queries of one run at a time.
   for (int64_t d0 = 0; d0 < a.head_dim; d0 += 64) {
     const int c = a.head_dim - d0 >= 64 ? 4 : static_cast<int>((a.head_dim - d0) / 16);
-    int m = 0;
-    for (; m + 4 <= nq; m += 4) ValueGroupC<4>(a, m, d0, c, scores, stride, inv);
-    switch (nq - m) {
-      case 3: ValueGroupC<3>(a, m, d0, c, scores, stride, inv); break;
-      case 2: ValueGroupC<2>(a, m, d0, c, scores, stride, inv); break;
-      case 1: ValueGroupC<1>(a, m, d0, c, scores, stride, inv); break;
-      default: break;
+    for (int r = 0; r < n_runs; ++r) {
+      int m = run_begin[r];
+      const int m_end = run_begin[r + 1];
+      for (; m + 4 <= m_end; m += 4) ValueGroupC<4>(a, m, d0, c, scores, stride, inv);
+      switch (m_end - m) {
+        case 3: ValueGroupC<3>(a, m, d0, c, scores, stride, inv); break;
+        case 2: ValueGroupC<2>(a, m, d0, c, scores, stride, inv); break;
+        case 1: ValueGroupC<1>(a, m, d0, c, scores, stride, inv); break;
+        default: break;
+      }
     }
   }
 }

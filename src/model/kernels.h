@@ -54,25 +54,31 @@ struct MatMulArgs {
   int64_t out_stride = 0;
 };
 
-// Causal softmax attention of query vectors that share one KV head of one
-// sequence (the query heads of a GQA group, for one or more tokens):
+// Causal softmax attention of query vectors that share one KV head (the
+// query heads of a GQA group, for one or more tokens of one or more
+// sequences):
 //   out[m] = Σ_{p < n_pos[m]} softmax_p(scale · q[m]·k_p) · v_p
-// Key and value rows of position p are k_base + row_off[p] and
-// v_base + row_off[p] (head_dim floats each), for p below the largest n_pos.
-// Each output depends only on its own query, n_pos and those rows: computing
-// a query alone or in any group gives bitwise the same result.
+// Query m's key and value rows of position p are k_base + row_off[m][p] and
+// v_base + row_off[m][p] (head_dim floats each). Consecutive queries with the
+// same row_off pointer form a run (the tokens of one sequence); row_off[m]
+// must cover positions below the largest n_pos of m's run. Below shared_pos
+// every query's offsets are the same (KV blocks the sequences share), so a
+// kernel may read those rows once for all runs; shared_pos <= every n_pos.
+// Each output depends only on its own query, n_pos and rows: computing a
+// query alone or in any group gives bitwise the same result.
 inline constexpr int kMaxAttendQueries = 64;
 struct AttendArgs {
   int64_t head_dim = 0;
-  int n_q = 0;                        // 1 .. kMaxAttendQueries
-  const float* const* q = nullptr;    // q[m]: head_dim floats
-  const int32_t* n_pos = nullptr;     // n_pos[m] >= 1
+  int n_q = 0;                           // 1 .. kMaxAttendQueries
+  const float* const* q = nullptr;       // q[m]: head_dim floats
+  const int32_t* n_pos = nullptr;        // n_pos[m] >= 1
   float scale = 1.0f;
   const float* k_base = nullptr;
   const float* v_base = nullptr;
-  const size_t* row_off = nullptr;    // floats from the base to position p's row
-  float* const* out = nullptr;        // out[m]: head_dim floats
-  float* scratch = nullptr;           // AttendScratchFloats(n_q, max n_pos, head_dim) floats
+  const size_t* const* row_off = nullptr;  // row_off[m][p]: floats from the base to the row
+  int32_t shared_pos = 0;                // positions whose rows every query shares
+  float* const* out = nullptr;           // out[m]: head_dim floats
+  float* scratch = nullptr;              // AttendScratchFloats(n_q, max n_pos, head_dim) floats
 };
 size_t AttendScratchFloats(int n_q, int32_t max_pos, int64_t head_dim);
 

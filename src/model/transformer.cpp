@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -482,21 +483,62 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
                            static_cast<size_t>(p % bs) * static_cast<size_t>(KVD));
       }
     }
-    // A group wider than a tile (not in any model we know) is split by heads.
+    entry_row_off_.resize(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) {
+      entry_row_off_[static_cast<size_t>(t)] =
+          seq_at[static_cast<size_t>(batch.entries[static_cast<size_t>(t)].seq)];
+    }
+    // Positions from 0 that sequences a and b hold in the same KV blocks.
+    auto common_prefix = [&](int32_t a, int32_t b) {
+      const auto& ta = batch.block_tables[static_cast<size_t>(a)];
+      const auto& tb = batch.block_tables[static_cast<size_t>(b)];
+      size_t i = 0;
+      while (i < ta.size() && i < tb.size() && ta[i] == tb[i]) ++i;
+      return static_cast<int64_t>(i) * bs;
+    };
+    // A tile is a run of consecutive entries of one sequence, joined by the
+    // runs after it while they fit and every one shares at least one
+    // 16-position key tile of KV blocks with the first (decode tokens of
+    // conversations on one system prompt): the kernel then reads the shared
+    // rows once for all of them. A group wider than a tile (not in any model
+    // we know) is split by heads.
     const int32_t heads_per_tile = std::min(group, kMaxAttendQueries);
     const int32_t per_tile = std::max(1, kMaxAttendQueries / group);
     attend_tiles_.clear();
     for (int64_t t = 0; t < T;) {
-      const int32_t seq = batch.entries[static_cast<size_t>(t)].seq;
-      int32_t n = 1;
-      while (n < per_tile && t + n < T && batch.entries[static_cast<size_t>(t + n)].seq == seq) ++n;
+      auto run_end = [&](int64_t from, int64_t limit) {
+        const int32_t seq = batch.entries[static_cast<size_t>(from)].seq;
+        int64_t e = from + 1;
+        while (e < limit && batch.entries[static_cast<size_t>(e)].seq == seq) ++e;
+        return e;
+      };
+      const int32_t first_seq = batch.entries[static_cast<size_t>(t)].seq;
+      int64_t end = run_end(t, std::min<int64_t>(T, t + per_tile));
+      int64_t shared = std::numeric_limits<int64_t>::max();
+      for (int64_t e = t; e < end; ++e) {
+        shared = std::min<int64_t>(shared, batch.entries[static_cast<size_t>(e)].pos + 1);
+      }
+      int32_t n_runs = 1;
+      while (end < T && end - t < per_tile) {
+        const int64_t next_end = run_end(end, T);
+        if (next_end - t > per_tile) break;
+        int64_t s = common_prefix(first_seq, batch.entries[static_cast<size_t>(end)].seq);
+        for (int64_t e = end; e < next_end; ++e) {
+          s = std::min<int64_t>(s, batch.entries[static_cast<size_t>(e)].pos + 1);
+        }
+        if (s < 16) break;
+        shared = std::min(shared, s);
+        end = next_end;
+        ++n_runs;
+      }
+      const int32_t shared_pos = n_runs > 1 ? static_cast<int32_t>(shared / 16 * 16) : 0;
       for (int32_t g = 0; g < c.n_kv_heads; ++g) {
         for (int32_t h0 = 0; h0 < group; h0 += heads_per_tile) {
-          attend_tiles_.push_back({t, n, g, h0, std::min(heads_per_tile, group - h0),
-                                   seq_at[static_cast<size_t>(seq)]});
+          attend_tiles_.push_back({t, static_cast<int32_t>(end - t), g, h0,
+                                   std::min(heads_per_tile, group - h0), shared_pos});
         }
       }
-      t += n;
+      t = end;
     }
   }
   const size_t scratch_per_thread = AttendScratchFloats(kMaxAttendQueries, max_pos + 1, HD);
@@ -550,6 +592,7 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
         const float* q[kMaxAttendQueries];
         float* out[kMaxAttendQueries];
         int32_t n_pos[kMaxAttendQueries];
+        const size_t* roff[kMaxAttendQueries];
         for (int64_t i = next.fetch_add(1); i < n_tiles; i = next.fetch_add(1)) {
           const AttendTile& tile = attend_tiles_[static_cast<size_t>(n_tiles - 1 - i)];
           int n_q = 0;
@@ -560,6 +603,7 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
               q[n_q] = q_.data() + t * QD + h * HD;
               out[n_q] = att_.data() + t * QD + h * HD;
               n_pos[n_q] = batch.entries[static_cast<size_t>(t)].pos + 1;
+              roff[n_q] = row_off_.data() + entry_row_off_[static_cast<size_t>(t)];
               ++n_q;
             }
           }
@@ -571,7 +615,8 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
           a.scale = kq_scale;
           a.k_base = layer_base + static_cast<size_t>(tile.kv_head) * HD;
           a.v_base = a.k_base + static_cast<size_t>(bs) * KVD;
-          a.row_off = row_off_.data() + tile.row_off;
+          a.row_off = roff;
+          a.shared_pos = tile.shared_pos;
           a.out = out;
           a.scratch = scratch;
           kernels_.attend(a);

@@ -182,15 +182,17 @@ class Forward {
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, rope_cos_, rope_sin_;
   std::vector<float> scores_;            // [threads][AttendScratchFloats(...)]
   // Attention work of a batch: per sequence the offset of each position's K
-  // row from layer 0's KV base (row_off_), and the (entries, KV head) tiles.
+  // row from layer 0's KV base (row_off_), where each entry's sequence starts
+  // in it (entry_row_off_), and the (entries, KV head) tiles.
   struct AttendTile {
     int64_t first_entry = 0;
     int32_t n_entries = 0;
     int32_t kv_head = 0;
     int32_t head_begin = 0, n_heads = 0;  // query heads of that KV head, from its first
-    size_t row_off = 0;  // index of the sequence's position 0 in row_off_
+    int32_t shared_pos = 0;               // AttendArgs::shared_pos of the tile's entries
   };
   std::vector<size_t> row_off_;
+  std::vector<size_t> entry_row_off_;
   std::vector<AttendTile> attend_tiles_;
   std::vector<uint8_t> act_[2];          // quantized activations per ActFormat
 };
