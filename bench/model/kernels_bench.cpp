@@ -79,30 +79,23 @@ void BM_MatMul(benchmark::State& state, Isa isa, TensorType type, int64_t tokens
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Attention of `queries` query vectors (the heads of one KV head, for
-// queries / 8 tokens of one sequence) over `positions` cached positions,
-// head_dim 64, rows stored as in a KV block (kv_dim 256 floats apart).
-void BM_Attend(benchmark::State& state, Isa isa, int queries, int32_t positions) {
-  const KernelTable* k = GetKernels(isa);
-  if (k == nullptr) {
-    state.SkipWithError("ISA not available on this CPU");
-    return;
-  }
-  const int64_t hd = 64, stride = 256;
-  util::Rng rng(5);
-  std::vector<float> kv(static_cast<size_t>(2 * positions * stride));
-  for (float& x : kv) x = static_cast<float>(rng.Normal());
-  std::vector<size_t> row_off(static_cast<size_t>(positions));
-  for (int32_t p = 0; p < positions; ++p) row_off[static_cast<size_t>(p)] = static_cast<size_t>(p * stride);
+// Times `k` on random queries (head_dim 64) whose key rows are kv +
+// row_offs[m][p] and value rows `v_offset` floats further on. Counts two MACs
+// per (query, position below `positions`, dimension): the score and the value
+// sum.
+void TimeAttend(benchmark::State& state, const KernelTable& k, const std::vector<float>& kv,
+                size_t v_offset, const std::vector<const size_t*>& row_offs,
+                const std::vector<int32_t>& n_pos, int32_t positions, int32_t shared_pos) {
+  const int64_t hd = 64;
+  const int queries = static_cast<int>(n_pos.size());
+  util::Rng rng(7);
   std::vector<float> q(static_cast<size_t>(queries * hd)), out(q.size());
   for (float& x : q) x = static_cast<float>(rng.Normal());
   std::vector<const float*> qp;
   std::vector<float*> op;
-  std::vector<int32_t> n_pos;
   for (int m = 0; m < queries; ++m) {
     qp.push_back(q.data() + m * hd);
     op.push_back(out.data() + m * hd);
-    n_pos.push_back(positions - (queries - 1 - m) / 8);  // consecutive tokens, 8 heads each
   }
   std::vector<float> scratch(AttendScratchFloats(queries, positions, hd));
   AttendArgs a;
@@ -112,18 +105,42 @@ void BM_Attend(benchmark::State& state, Isa isa, int queries, int32_t positions)
   a.n_pos = n_pos.data();
   a.scale = 0.125f;
   a.k_base = kv.data();
-  a.v_base = kv.data() + static_cast<size_t>(positions * stride);
-  std::vector<const size_t*> row_offs(static_cast<size_t>(queries), row_off.data());
+  a.v_base = kv.data() + v_offset;
   a.row_off = row_offs.data();
+  a.shared_pos = shared_pos;
   a.out = op.data();
   a.scratch = scratch.data();
   for (auto _ : state) {
-    k->attend(a);
+    k.attend(a);
     benchmark::DoNotOptimize(out.data());
   }
-  // Two MACs per (query, position, dimension): the score and the value sum.
   state.counters["GMAC/s"] = benchmark::Counter(2.0 * queries * positions * hd * 1e-9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Attention of `queries` query vectors (8 queries: one decode token's 8
+// heads of a KV head; 64: a prefill tile of 8 tokens of one sequence) over
+// `positions` cached positions, rows stored as in a KV block (kv_dim 256
+// floats apart).
+void BM_Attend(benchmark::State& state, Isa isa, int queries, int32_t positions) {
+  const KernelTable* k = GetKernels(isa);
+  if (k == nullptr) {
+    state.SkipWithError("ISA not available on this CPU");
+    return;
+  }
+  const int64_t stride = 256;
+  util::Rng rng(5);
+  std::vector<float> kv(static_cast<size_t>(2 * positions * stride));
+  for (float& x : kv) x = static_cast<float>(rng.Normal());
+  std::vector<size_t> row_off(static_cast<size_t>(positions));
+  for (int32_t p = 0; p < positions; ++p) row_off[static_cast<size_t>(p)] = static_cast<size_t>(p * stride);
+  std::vector<int32_t> n_pos;
+  for (int m = 0; m < queries; ++m) {
+    n_pos.push_back(positions - (queries - 1 - m) / 8);  // consecutive tokens, 8 heads each
+  }
+  TimeAttend(state, *k, kv, static_cast<size_t>(positions * stride),
+             std::vector<const size_t*>(static_cast<size_t>(queries), row_off.data()), n_pos,
+             positions, 0);
 }
 
 // Decode of 8 sequences on one system prompt: one token each (8 query heads),
@@ -136,7 +153,7 @@ void BM_AttendShared(benchmark::State& state, Isa isa, bool claimed) {
     state.SkipWithError("ISA not available on this CPU");
     return;
   }
-  const int64_t hd = 64, stride = 256;
+  const int64_t stride = 256;
   const int n_seq = 8, queries = 64;
   const int32_t positions = 1024, own = 32, shared = positions - own;
   const int32_t rows = shared + n_seq * own;
@@ -150,36 +167,11 @@ void BM_AttendShared(benchmark::State& state, Isa isa, bool claimed) {
       seq_rows[static_cast<size_t>(s)].push_back(static_cast<size_t>(row * stride));
     }
   }
-  std::vector<float> q(static_cast<size_t>(queries * hd)), out(q.size());
-  for (float& x : q) x = static_cast<float>(rng.Normal());
-  std::vector<const float*> qp;
-  std::vector<float*> op;
   std::vector<const size_t*> row_offs;
-  for (int m = 0; m < queries; ++m) {
-    qp.push_back(q.data() + m * hd);
-    op.push_back(out.data() + m * hd);
-    row_offs.push_back(seq_rows[static_cast<size_t>(m / 8)].data());
-  }
-  const std::vector<int32_t> n_pos(static_cast<size_t>(queries), positions);
-  std::vector<float> scratch(AttendScratchFloats(queries, positions, hd));
-  AttendArgs a;
-  a.head_dim = hd;
-  a.n_q = queries;
-  a.q = qp.data();
-  a.n_pos = n_pos.data();
-  a.scale = 0.125f;
-  a.k_base = kv.data();
-  a.v_base = kv.data() + static_cast<size_t>(rows * stride);
-  a.row_off = row_offs.data();
-  a.shared_pos = claimed ? shared : 0;
-  a.out = op.data();
-  a.scratch = scratch.data();
-  for (auto _ : state) {
-    k->attend(a);
-    benchmark::DoNotOptimize(out.data());
-  }
-  state.counters["GMAC/s"] = benchmark::Counter(2.0 * queries * positions * hd * 1e-9,
-                                                benchmark::Counter::kIsIterationInvariantRate);
+  for (int m = 0; m < queries; ++m) row_offs.push_back(seq_rows[static_cast<size_t>(m / 8)].data());
+  TimeAttend(state, *k, kv, static_cast<size_t>(rows * stride), row_offs,
+             std::vector<int32_t>(static_cast<size_t>(queries), positions), positions,
+             claimed ? shared : 0);
 }
 
 void Register() {
