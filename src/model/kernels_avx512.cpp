@@ -334,7 +334,8 @@ struct Q4KKind {
   using Block = BlockQ4_K;
   // Whether batches share one decode of a row tile (KQuantDecodedTiles).
   // Measured with kernels_bench (tokens:64): Q4_K 100 -> 111-114 GMAC/s;
-  // Q5_K unchanged; Q6_K, whose codes cost little to form, slower (109 -> 79-103).
+  // Q5_K unchanged; Q6_K, whose codes cost little to form, slower (107-113 ->
+  // 101-104, three alternating runs of each).
   static constexpr bool kShareDecode = true;
   using Prep = PrepK4;
   static Prep Prepare(const Block& b) { return PrepareK4(b.scales, b.d, b.dmin); }
