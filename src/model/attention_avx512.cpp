@@ -11,13 +11,7 @@
 
 #include "model/internal/kernels_impl.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
-// GCC 12's AVX-512 headers build "undefined" vectors by self-assignment, which
-// its own -Wuninitialized then reports wherever they are inlined.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "model/internal/avx512_begin.inc"
 
 namespace strata::model::internal {
 namespace {
@@ -266,5 +260,4 @@ void AttendAvx512(const AttendArgs& a) {
 
 }  // namespace strata::model::internal
 
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
+#include "model/internal/avx512_end.inc"

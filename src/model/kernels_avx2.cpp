@@ -18,18 +18,6 @@ namespace {
 
 #include "model/internal/matmul_tiles.inc"
 
-inline float Hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-template <typename T>
-inline const T* RowPtr(const uint8_t* base, size_t row_bytes, int64_t row) {
-  return reinterpret_cast<const T*>(base + static_cast<size_t>(row) * row_bytes);
-}
-
 // Loads 8 weights as floats from `p` (element k), or the `left` < 8 remaining
 // ones padded with zeros.
 struct F32Load {

@@ -12,6 +12,10 @@ const KernelTable& ScalarKernels();
 const KernelTable* Avx2Kernels();
 const KernelTable* Avx512Kernels();
 
+// The AVX-512 table's Q4_K, Q5_K and Q6_K matmuls (kquants_avx512.cpp);
+// other weight types are a precondition failure.
+void MatMulKQuantAvx512(const MatMulArgs& args);
+
 // Attention kernels (attention.cpp, attention_avx512.cpp); the AVX2 table
 // uses the scalar one.
 void AttendScalar(const AttendArgs& args);
