@@ -28,11 +28,21 @@ namespace {
 // (4·63·127 = 32004). Two chunks' lanes pack (vpackssdw, exact) into 32 int16
 // words, and vpdpwssd multiplies each word by its sub-block's scale into 16
 // int32 lanes: 3 multiply instructions per 128 elements. The whole super-block
-// stays in those lanes (each below 2^24), converted to float once:
-//   acc += (cvt(isum)·d)·da                      (Q6_K: isum starts at −32·Σ sc·bsums)
-//   acc −= [dmin·m_j]_j · [da·(bsums[2j] + bsums[2j+1])]_j   (Q4_K, Q5_K; 8 lanes)
-// with one 16-lane float accumulator per output, reduced at the end. The
-// factors of the min term are formed once per row and once per token.
+// stays in those lanes. Before the float step a row's lanes for the 4 tokens
+// of a tile are summed (exactly, in integers) into one vector: its 128-bit
+// lane L, element k holds token k's lanes 4L..4L+3 (TileSums). So one float
+// accumulator serves 4 outputs, and the float work is done once per row and
+// 4 tokens rather than per (row, token):
+//   acc += (cvt(s)·d)·da_k − m,  m = dmin·m[2L]·S_k[2L] + dmin·m[2L+1]·S_k[2L+1]
+// where S_k[j] = da_k·(bsums[2j] + bsums[2j+1]) and m is 0 for Q6_K (whose
+// isum starts at −32·Σ sc·bsums instead). At the end token k's output is
+// (lane 0 + lane 2) + (lane 1 + lane 3). Every step is lane-wise, so a
+// token's bits do not depend on its place in a tile or on the other tokens;
+// a lone token (decode) takes the same steps with itself in every element.
+// The min factors are formed once per row, the token terms once per tile
+// (TileTerms). Measured with kernels_bench (tokens:64, alternating runs of
+// each): Q4_K 111-113 -> 130-158 GMAC/s, with the other changes of that
+// commit (staged outputs, token terms formed once per chunk).
 //
 // vpackssdw(p, p') interleaves per 128-bit lane L: words 0..3 are p's lanes
 // 4L..4L+3, words 4..7 p''s. The scale words of a chunk pair follow that order.
@@ -57,13 +67,14 @@ inline __m128i ScaleMinBytesK4(const uint8_t* scales) {
 // One row's super-block of Q4_K/Q5_K, decoded once for all tokens of a tile.
 struct PrepK4 {
   __m512i scales[2];  // words for chunk pairs (0, 1) and (2, 3), in vpackssdw order
-  __m512 mins;        // lanes 0..7: dmin·m[j] (exact); 8..15: 0
+  __m512 mins[2];     // 128-bit lane L: dmin·m[2L] ([0]) and dmin·m[2L+1] ([1]), exact
   __m512 d;
 };
-// One token's super-block terms, formed once for all rows of a tile.
-struct TokenTerms {
-  __m512 da;    // the activation scale, broadcast
-  __m512 sums;  // lanes 0..7: da·(bsums[2j] + bsums[2j+1]); 8..15: 0 (Q4_K/Q5_K only)
+// The super-block terms of a tile's (up to) 4 tokens, formed once for all
+// rows; 128-bit lane L, element k belongs to token k (zeros past the tile).
+struct TileTerms {
+  __m512 da;       // da_k
+  __m512 sums[2];  // S_k[2L] ([0]) and S_k[2L+1] ([1]) (Q4_K/Q5_K only)
 };
 
 inline PrepK4 PrepareK4(const uint8_t* scales, uint16_t d, uint16_t dmin) {
@@ -79,9 +90,51 @@ inline PrepK4 PrepareK4(const uint8_t* scales, uint16_t d, uint16_t dmin) {
   p.scales[0] = _mm512_permutexvar_epi16(idx, words);
   p.scales[1] = _mm512_permutexvar_epi16(_mm512_add_epi16(idx, _mm512_set1_epi16(4)), words);
   const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(bytes, bytes)));
-  p.mins = _mm512_zextps256_ps512(_mm256_mul_ps(m, _mm256_set1_ps(_cvtsh_ss(dmin))));
+  const __m512 dm = _mm512_zextps256_ps512(_mm256_mul_ps(m, _mm256_set1_ps(_cvtsh_ss(dmin))));
+  const __m512i even = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+  p.mins[0] = _mm512_permutexvar_ps(even, dm);
+  p.mins[1] = _mm512_permutexvar_ps(_mm512_add_epi32(even, _mm512_set1_epi32(1)), dm);
   p.d = _mm512_set1_ps(_cvtsh_ss(d));
   return p;
+}
+
+// Token k's bsums pair sums times da_k, for k < T; lanes 0..7 of sums[k].
+template <int T>
+inline TileTerms TileTermsK4(const ActBlockQ8K* const xb[T]) {
+  const __m512i even = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+  if constexpr (T == 1) {
+    // Decode: token 0's terms in every element k.
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[0]->bsums));
+    const __m256 pairs = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, _mm256_set1_epi16(1)));
+    const __m512 sums = _mm512_castps256_ps512(_mm256_mul_ps(pairs, _mm256_set1_ps(xb[0]->d)));
+    return {_mm512_set1_ps(xb[0]->d),
+            {_mm512_permutexvar_ps(even, sums),
+             _mm512_permutexvar_ps(_mm512_add_epi32(even, _mm512_set1_epi32(1)), sums)}};
+  }
+  float da[4] = {0, 0, 0, 0};
+  __m256 sums[4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    if (k < T) {
+      da[k] = xb[k]->d;
+      const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[k]->bsums));
+      const __m256 pairs = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, _mm256_set1_epi16(1)));
+      sums[k] = _mm256_mul_ps(pairs, _mm256_set1_ps(da[k]));
+    } else {
+      sums[k] = _mm256_setzero_ps();
+    }
+  }
+  TileTerms t;
+  t.da = _mm512_broadcast_f32x4(_mm_loadu_ps(da));
+  // Lane (L, k) takes token k's element 2L (+1): tokens 0, 1 are a's halves,
+  // 2, 3 b's.
+  const __m512 a = _mm512_insertf32x8(_mm512_castps256_ps512(sums[0]), sums[1], 1);
+  const __m512 b = _mm512_insertf32x8(_mm512_castps256_ps512(sums[2]), sums[3], 1);
+  const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 2, 10, 18, 26, 4, 12, 20, 28, 6, 14, 22, 30);
+  static_cast<void>(even);
+  t.sums[0] = _mm512_permutex2var_ps(a, idx, b);
+  t.sums[1] = _mm512_permutex2var_ps(a, _mm512_add_epi32(idx, _mm512_set1_epi32(1)), b);
+  return t;
 }
 
 // The 64 codes of chunk c: low nibbles of qs[32c..32c+31], then their high nibbles.
@@ -93,31 +146,26 @@ inline __m512i ChunkNibblesK4(const uint8_t* qs, int c) {
 
 struct Q4KKind {
   using Block = BlockQ4_K;
-  // Whether batches share one decode of a row tile (KQuantDecodedTiles).
-  // Measured with kernels_bench (tokens:64): Q4_K 100 -> 111-114 GMAC/s;
-  // Q5_K unchanged; Q6_K, whose codes cost little to form, slower (107-113 ->
-  // 101-104, three alternating runs of each).
-  static constexpr bool kShareDecode = true;
   using Prep = PrepK4;
   static Prep Prepare(const Block& b) { return PrepareK4(b.scales, b.d, b.dmin); }
   static __m512i Init(const Prep&, __m256i) { return _mm512_setzero_si512(); }
   static __m512i Codes(const Block& b, const Prep&, int c) { return ChunkNibblesK4(b.qs, c); }
   static __m512i PairScales(const Prep& p, int pair) { return p.scales[pair]; }
-  static TokenTerms Token(const ActBlockQ8K& x) {
-    const float da = x.d;
-    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums));
-    const __m256 pairs = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, _mm256_set1_epi16(1)));
-    return {_mm512_set1_ps(da), _mm512_zextps256_ps512(_mm256_mul_ps(pairs, _mm256_set1_ps(da)))};
+  template <int T>
+  static TileTerms Terms(const ActBlockQ8K* const xb[T]) {
+    return TileTermsK4<T>(xb);
   }
-  static __m512 Finish(__m512 acc, __m512i isum, const Prep& p, const TokenTerms& t) {
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), p.d), t.da, acc);
-    return _mm512_fnmadd_ps(p.mins, t.sums, acc);
+  template <typename P>
+  static __m512 Finish(__m512 acc, __m512i sums, const P& p, const TileTerms& t) {
+    // Only the final add depends on acc, so the chain through the super-blocks
+    // is one add long.
+    const __m512 m = _mm512_fmadd_ps(p.mins[1], t.sums[1], _mm512_mul_ps(p.mins[0], t.sums[0]));
+    return _mm512_add_ps(acc, _mm512_fmsub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums), p.d), t.da, m));
   }
 };
 
 struct Q5KKind {
   using Block = BlockQ5_K;
-  static constexpr bool kShareDecode = false;
   struct Prep : PrepK4 {
     __m512i qh;  // qh[0..31] in both halves
   };
@@ -136,15 +184,17 @@ struct Q5KKind {
     return _mm512_mask_add_epi8(nib, _mm512_test_epi8_mask(p.qh, bit), nib, _mm512_set1_epi8(16));
   }
   static __m512i PairScales(const Prep& p, int pair) { return p.scales[pair]; }
-  static TokenTerms Token(const ActBlockQ8K& x) { return Q4KKind::Token(x); }
-  static __m512 Finish(__m512 acc, __m512i isum, const Prep& p, const TokenTerms& t) {
-    return Q4KKind::Finish(acc, isum, p, t);
+  template <int T>
+  static TileTerms Terms(const ActBlockQ8K* const xb[T]) {
+    return TileTermsK4<T>(xb);
+  }
+  static __m512 Finish(__m512 acc, __m512i sums, const Prep& p, const TileTerms& t) {
+    return Q4KKind::Finish(acc, sums, p, t);
   }
 };
 
 struct Q6KKind {
   using Block = BlockQ6_K;
-  static constexpr bool kShareDecode = false;
   struct Prep {
     __m512i scales[2];  // words for chunk pairs (0, 1) and (2, 3), in vpackssdw order
     __m256i offset;     // words: −32·scales[g] (pairs with bsums[g])
@@ -189,11 +239,42 @@ struct Q6KKind {
                                      _mm512_and_si512(hi, _mm512_set1_epi8(0x30)), 0xEA);
   }
   static __m512i PairScales(const Prep& p, int pair) { return p.scales[pair]; }
-  static TokenTerms Token(const ActBlockQ8K& x) { return {_mm512_set1_ps(x.d), _mm512_setzero_ps()}; }
-  static __m512 Finish(__m512 acc, __m512i isum, const Prep& p, const TokenTerms& t) {
-    return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), p.d), t.da, acc);
+  template <int T>
+  static TileTerms Terms(const ActBlockQ8K* const xb[T]) {
+    if constexpr (T == 1) return {_mm512_set1_ps(xb[0]->d), {}};
+    float da[4] = {0, 0, 0, 0};
+#pragma GCC unroll 4
+    for (int k = 0; k < T; ++k) da[k] = xb[k]->d;
+    return {_mm512_broadcast_f32x4(_mm_loadu_ps(da)), {}};
+  }
+  static __m512 Finish(__m512 acc, __m512i sums, const Prep& p, const TileTerms& t) {
+    return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums), p.d), t.da));
   }
 };
+
+// Token k's 16 lanes summed by fours: 128-bit lane L, element k of the result
+// is isum[k] lanes 4L..4L+3 (integer adds, exact whatever their order); tokens
+// k >= T give 0.
+template <int T>
+inline __m512i TileSums(const __m512i isum[T]) {
+  if constexpr (T == 1) {
+    // Decode: the same sums with fewer shuffles (element k > 0 repeats token 0).
+    const __m512i s = _mm512_add_epi32(isum[0], _mm512_shuffle_epi32(isum[0], _MM_PERM_CDAB));
+    return _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_BADC));
+  }
+  const __m512i z = _mm512_setzero_si512();
+  const __m512i i0 = isum[0], i1 = T > 1 ? isum[1] : z;
+  const __m512i i2 = T > 2 ? isum[2] : z, i3 = T > 3 ? isum[3] : z;
+  const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(i0, i1), _mm512_unpackhi_epi32(i0, i1));
+  const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(i2, i3), _mm512_unpackhi_epi32(i2, i3));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+}
+
+// Token k's output from a row's tile accumulator: (lane 0 + lane 2) + (lane 1 + lane 3).
+inline __m128 TileOutputs(__m512 acc) {
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
 
 // One super-block of R rows against T tokens, accumulated into acc. `prep(i)`
 // is row i's decoded scales, `codes(i, c)` its 64 codes of chunk c; the
@@ -201,7 +282,8 @@ struct Q6KKind {
 // they give the same bits.
 template <typename K, int R, int T, typename PrepAt, typename CodesAt>
 inline void AccumulateSuperBlock(const PrepAt& prep, const CodesAt& codes,
-                                 const ActBlockQ8K* const xb[T], __m512 acc[R][T]) {
+                                 const ActBlockQ8K* const xb[T], const TileTerms& tt,
+                                 __m512 acc[R]) {
   __m512i isum[R][T];
 #pragma GCC unroll 8
   for (int j = 0; j < T; ++j) {
@@ -231,10 +313,18 @@ inline void AccumulateSuperBlock(const PrepAt& prep, const CodesAt& codes,
     }
   }
 #pragma GCC unroll 8
-  for (int j = 0; j < T; ++j) {
-    const TokenTerms tt = K::Token(*xb[j]);
+  for (int i = 0; i < R; ++i) acc[i] = K::Finish(acc[i], TileSums<T>(isum[i]), prep(i), tt);
+}
+
+// Writes a row tile's outputs: token t0 + k of row r0 + i from acc[i].
+template <int R, int T>
+inline void StoreTile(const MatMulArgs& a, int64_t r0, int64_t t0, const __m512 acc[R]) {
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) acc[i][j] = K::Finish(acc[i][j], isum[i][j], prep(i), tt);
+  for (int i = 0; i < R; ++i) {
+    alignas(16) float o[4];
+    _mm_store_ps(o, TileOutputs(acc[i]));
+#pragma GCC unroll 4
+    for (int k = 0; k < T; ++k) a.out[(t0 + k) * a.out_stride + r0 + i] = o[k];
   }
 }
 
@@ -249,6 +339,24 @@ struct DecodedSuperBlock {
 template <typename K>
 struct KQuantMicro {
   using Block = typename K::Block;
+  // Decode (one token): the token's terms of each super-block, formed once
+  // for all rows rather than once per row. Rows longer than kMaxTermBlocks
+  // super-blocks form them as they go.
+  static constexpr int64_t kMaxTermBlocks = 64;
+  TileTerms token_terms[kMaxTermBlocks];
+  bool have_token_terms = false;
+
+  void FormTokenTerms(const MatMulArgs& a) {
+    const int64_t nb = a.n / kQK_K;
+    if (a.n_tokens != 1 || nb > kMaxTermBlocks) return;
+    const ActBlockQ8K* x = RowPtr<ActBlockQ8K>(a.act, a.act_row_bytes, 0);
+    for (int64_t b = 0; b < nb; ++b) {
+      const ActBlockQ8K* xb[1] = {x + b};
+      token_terms[b] = K::template Terms<1>(xb);
+    }
+    have_token_terms = true;
+  }
+
   // The direct path: each tile decodes its rows' super-blocks itself.
   template <int R, int T>
   void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
@@ -258,11 +366,9 @@ struct KQuantMicro {
     for (int i = 0; i < R; ++i) w[i] = RowPtr<Block>(a.w, a.w_row_bytes, r0 + i);
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) x[j] = RowPtr<ActBlockQ8K>(a.act, a.act_row_bytes, t0 + j);
-    __m512 acc[R][T];
+    __m512 acc[R];
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
     const int64_t nb = a.n / kQK_K;
     for (int64_t b = 0; b < nb; ++b) {
       typename K::Prep p[R];
@@ -271,14 +377,12 @@ struct KQuantMicro {
       const ActBlockQ8K* xb[T];
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) xb[j] = x[j] + b;
+      const TileTerms tt = T == 1 && have_token_terms ? token_terms[b] : K::template Terms<T>(xb);
       AccumulateSuperBlock<K, R, T>([&](int i) -> const typename K::Prep& { return p[i]; },
                                     [&](int i, int c) { return K::Codes(w[i][b], p[i], c); }, xb,
-                                    acc);
+                                    tt, acc);
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) a.out[(t0 + j) * a.out_stride + r0 + i] = Hsum512(acc[i][j]);
+    StoreTile<R, T>(a, r0, t0, acc);
   }
 };
 
@@ -287,28 +391,39 @@ struct KQuantMicro {
 // time, 16 KiB for 4 rows) and every token tile of the chunk reads them from
 // L1, instead of each token tile decoding them again. The accumulators live
 // in `acc_store` between runs of super-blocks. Same arithmetic as the direct
-// path, in the same order, so the two give the same bits. The object (32 KiB)
-// lives on the calling thread's stack. kDecodedBlocks = 8 measured best
-// (kernels_bench Q4_K tokens:64: 4 -> 111, 8 -> 114, 16 -> 92 GMAC/s; at 16
-// the decoded blocks and accumulators fill the 48 KiB L1 data cache).
+// path, in the same order, so the two give the same bits. The object (about
+// 125 KiB, most of it `terms`) lives on the calling thread's stack.
+// kDecodedBlocks = 8 measured best (kernels_bench Q4_K tokens:64: 4 -> 111,
+// 8 -> 114, 16 -> 92 GMAC/s; at 16 the decoded blocks and accumulators fill
+// the 48 KiB L1 data cache).
 inline constexpr int64_t kDecodedBlocks = 8;
 inline constexpr int kDecodedRows = 4;
-inline constexpr int kDecodedTokens = 4;
+inline constexpr int kDecodedTokens = 4;  // one tile accumulator holds 4 tokens (TileSums)
+inline constexpr int64_t kStagedRows = 16;
 
 template <typename K>
 struct KQuantDecodedTiles {
   using Block = typename K::Block;
   using Decoded = DecodedSuperBlock<K>;
   Decoded dec[kDecodedRows][kDecodedBlocks];
-  __m512 acc_store[tiles::kTokenChunk][kDecodedRows];
+  __m512 acc_store[tiles::kTokenChunk / 4][kDecodedRows];  // [token tile][row]
+  // A chunk's outputs for kStagedRows rows, copied out one token row at a
+  // time. Writing each row tile's 4 outputs per token straight into `out`
+  // touched 64 lines that lie a multiple of 4 KiB apart (the row count is
+  // usually a power of two), all in one L1 set; staging measured 8 % faster
+  // (kernels_bench Q4_K tokens:64).
+  alignas(64) float staged[tiles::kTokenChunk][kStagedRows];
+  // The token tiles' terms of each super-block, formed once per chunk rather
+  // than once per row tile, for rows of up to kMaxTermBlocks super-blocks.
+  static constexpr int64_t kMaxTermBlocks = 32;
+  TileTerms terms[tiles::kTokenChunk / 4][kMaxTermBlocks];
+  bool have_terms = false;
 
   template <int R, int T>
   void Tile(const MatMulArgs& a, int64_t t0, int64_t b0, int64_t nb, int64_t tc) {
-    __m512 acc[R][T];
+    __m512 acc[R];
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) acc[i][j] = acc_store[tc + j][i];
+    for (int i = 0; i < R; ++i) acc[i] = acc_store[tc / 4][i];
     const ActBlockQ8K* x[T];
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) x[j] = RowPtr<ActBlockQ8K>(a.act, a.act_row_bytes, t0 + tc + j) + b0;
@@ -316,14 +431,13 @@ struct KQuantDecodedTiles {
       const ActBlockQ8K* xb[T];
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) xb[j] = x[j] + b;
+      const TileTerms tt = have_terms ? terms[tc / 4][b0 + b] : K::template Terms<T>(xb);
       AccumulateSuperBlock<K, R, T>(
           [&](int i) -> const typename K::Prep& { return dec[i][b].prep; },
-          [&](int i, int c) { return dec[i][b].codes[c]; }, xb, acc);
+          [&](int i, int c) { return dec[i][b].codes[c]; }, xb, tt, acc);
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) acc_store[tc + j][i] = acc[i][j];
+    for (int i = 0; i < R; ++i) acc_store[tc / 4][i] = acc[i];
   }
 
   template <int R>
@@ -342,30 +456,75 @@ struct KQuantDecodedTiles {
     const int64_t n_blocks = a.n / kQK_K;
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += tiles::kTokenChunk) {
       const int64_t nt = tiles::MinI64(a.n_tokens - t0, tiles::kTokenChunk);
-      for (int64_t r0 = a.row_begin; r0 < a.row_end; r0 += kDecodedRows) {
-        const int nr = static_cast<int>(tiles::MinI64(kDecodedRows, a.row_end - r0));
-        for (int64_t t = 0; t < nt; ++t)
-          for (int i = 0; i < kDecodedRows; ++i) acc_store[t][i] = _mm512_setzero_ps();
-        for (int64_t b0 = 0; b0 < n_blocks; b0 += kDecodedBlocks) {
-          const int64_t nb = tiles::MinI64(kDecodedBlocks, n_blocks - b0);
-          for (int i = 0; i < nr; ++i) {
-            const Block* w = RowPtr<Block>(a.w, a.w_row_bytes, r0 + i) + b0;
-            for (int64_t b = 0; b < nb; ++b) {
-              dec[i][b].prep = K::Prepare(w[b]);
-              for (int c = 0; c < 4; ++c) dec[i][b].codes[c] = K::Codes(w[b], dec[i][b].prep, c);
-            }
-          }
-          switch (nr) {
-            case 4: TokenTiles<4>(a, t0, nt, b0, nb); break;
-            case 3: TokenTiles<3>(a, t0, nt, b0, nb); break;
-            case 2: TokenTiles<2>(a, t0, nt, b0, nb); break;
-            default: TokenTiles<1>(a, t0, nt, b0, nb); break;
-          }
+      FormTerms(a, t0, nt, n_blocks);
+      for (int64_t rg = a.row_begin; rg < a.row_end; rg += kStagedRows) {
+        const int64_t rg_end = tiles::MinI64(rg + kStagedRows, a.row_end);
+        for (int64_t r0 = rg; r0 < rg_end; r0 += kDecodedRows) {
+          const int nr = static_cast<int>(tiles::MinI64(kDecodedRows, rg_end - r0));
+          RowTile(a, t0, nt, r0, nr, n_blocks);
+          Stage(nt, r0 - rg, nr);
         }
         for (int64_t t = 0; t < nt; ++t)
-          for (int i = 0; i < nr; ++i)
-            a.out[(t0 + t) * a.out_stride + r0 + i] = Hsum512(acc_store[t][i]);
+          std::memcpy(a.out + (t0 + t) * a.out_stride + rg, staged[t],
+                      static_cast<size_t>(rg_end - rg) * sizeof(float));
       }
+    }
+  }
+
+ private:
+  template <int T>
+  void FormTileTerms(const MatMulArgs& a, int64_t t, int64_t n_blocks) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const ActBlockQ8K* xb[T];
+      for (int j = 0; j < T; ++j) xb[j] = RowPtr<ActBlockQ8K>(a.act, a.act_row_bytes, t + j) + b;
+      terms[(t % tiles::kTokenChunk) / 4][b] = K::template Terms<T>(xb);
+    }
+  }
+
+  void FormTerms(const MatMulArgs& a, int64_t t0, int64_t nt, int64_t n_blocks) {
+    have_terms = n_blocks <= kMaxTermBlocks;
+    if (!have_terms) return;
+    for (int64_t tc = 0; tc < nt; tc += 4) {
+      switch (tiles::MinI64(4, nt - tc)) {
+        case 4: FormTileTerms<4>(a, t0 + tc, n_blocks); break;
+        case 3: FormTileTerms<3>(a, t0 + tc, n_blocks); break;
+        case 2: FormTileTerms<2>(a, t0 + tc, n_blocks); break;
+        default: FormTileTerms<1>(a, t0 + tc, n_blocks); break;
+      }
+    }
+  }
+
+  // Rows r0..r0+nr−1 against tokens t0..t0+nt−1, into acc_store.
+  void RowTile(const MatMulArgs& a, int64_t t0, int64_t nt, int64_t r0, int nr, int64_t n_blocks) {
+    for (int64_t g = 0; g < (nt + 3) / 4; ++g)
+      for (int i = 0; i < kDecodedRows; ++i) acc_store[g][i] = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < n_blocks; b0 += kDecodedBlocks) {
+      const int64_t nb = tiles::MinI64(kDecodedBlocks, n_blocks - b0);
+      for (int i = 0; i < nr; ++i) {
+        const Block* w = RowPtr<Block>(a.w, a.w_row_bytes, r0 + i) + b0;
+        for (int64_t b = 0; b < nb; ++b) {
+          dec[i][b].prep = K::Prepare(w[b]);
+          for (int c = 0; c < 4; ++c) dec[i][b].codes[c] = K::Codes(w[b], dec[i][b].prep, c);
+        }
+      }
+      switch (nr) {
+        case 4: TokenTiles<4>(a, t0, nt, b0, nb); break;
+        case 3: TokenTiles<3>(a, t0, nt, b0, nb); break;
+        case 2: TokenTiles<2>(a, t0, nt, b0, nb); break;
+        default: TokenTiles<1>(a, t0, nt, b0, nb); break;
+      }
+    }
+  }
+
+  // The row tile's outputs into columns col..col+3 of `staged`, one 16-byte
+  // store per token (lanes past nr hold zeros and are never copied out).
+  void Stage(int64_t nt, int64_t col, int nr) {
+    for (int64_t t = 0; t < nt; t += 4) {
+      __m128 o[kDecodedRows];
+      for (int i = 0; i < kDecodedRows; ++i)
+        o[i] = i < nr ? TileOutputs(acc_store[t / 4][i]) : _mm_setzero_ps();
+      _MM_TRANSPOSE4_PS(o[0], o[1], o[2], o[3]);
+      for (int64_t k = 0; k < tiles::MinI64(4, nt - t); ++k) _mm_storeu_ps(&staged[t + k][col], o[k]);
     }
   }
 };
@@ -376,14 +535,13 @@ inline constexpr int64_t kDecodedMinTokens = 8;
 
 template <typename K>
 void KQuantMatMul(const MatMulArgs& a) {
-  if constexpr (K::kShareDecode) {
-    if (a.n_tokens >= kDecodedMinTokens) {
-      KQuantDecodedTiles<K> m;
-      m.Run(a);
-      return;
-    }
+  if (a.n_tokens >= kDecodedMinTokens) {
+    KQuantDecodedTiles<K> m;
+    m.Run(a);
+    return;
   }
   KQuantMicro<K> m;
+  m.FormTokenTerms(a);
   tiles::Drive<4, 4>(m, a);
 }
 

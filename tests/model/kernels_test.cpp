@@ -317,8 +317,8 @@ TEST(Kernels, MatMulIsBatchInvariantBitForBit) {
   // Any grouping of rows and tokens gives identical floats. The shape reaches
   // every path of the tiled kernels: partial row and token tiles, more than
   // one 64-token chunk, batches that share one decode of a row tile and
-  // single tokens that decode it themselves, and rows of 11 super-blocks
-  // (the shared decode goes 8 at a time).
+  // single tokens that decode it themselves, rows of 11 super-blocks (the
+  // shared decode goes 8 at a time), and row ranges that start anywhere.
   util::Rng rng(99);
   const int64_t n = 11 * 256, rows = 37, tokens = 70;
   for (const KernelTable* k : testing::AvailableKernelTables()) {
@@ -356,6 +356,12 @@ TEST(Kernels, MatMulIsBatchInvariantBitForBit) {
       }
       EXPECT_EQ(0, std::memcmp(all.data(), pieces.data(), all.size() * sizeof(float)))
           << IsaName(k->isa) << " " << TypeName(t);
+      // Whole batches over row ranges that start anywhere (threads get row
+      // chunks; the shared-decode path stages 16 rows at a time).
+      std::vector<float> row_pieces(all.size());
+      for (int64_t r = 0; r < rows; r += 7) run(r, std::min(rows, r + 7), 0, tokens, row_pieces);
+      EXPECT_EQ(0, std::memcmp(all.data(), row_pieces.data(), all.size() * sizeof(float)))
+          << IsaName(k->isa) << " " << TypeName(t) << " (row ranges)";
     }
   }
 }
