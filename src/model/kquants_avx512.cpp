@@ -98,15 +98,20 @@ inline PrepK4 PrepareK4(const uint8_t* scales, uint16_t d, uint16_t dmin) {
   return p;
 }
 
-// Token k's bsums pair sums times da_k, for k < T; lanes 0..7 of sums[k].
+// S[j] = da·(bsums[2j] + bsums[2j+1]) of one token's super-block, j = 0..7.
+inline __m256 PairSumsK4(const ActBlockQ8K& x) {
+  const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums));
+  const __m256 pairs = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, _mm256_set1_epi16(1)));
+  return _mm256_mul_ps(pairs, _mm256_set1_ps(x.d));
+}
+
+// The terms of tokens xb[0..T-1] for Q4_K/Q5_K.
 template <int T>
 inline TileTerms TileTermsK4(const ActBlockQ8K* const xb[T]) {
-  const __m512i even = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
   if constexpr (T == 1) {
     // Decode: token 0's terms in every element k.
-    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[0]->bsums));
-    const __m256 pairs = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, _mm256_set1_epi16(1)));
-    const __m512 sums = _mm512_castps256_ps512(_mm256_mul_ps(pairs, _mm256_set1_ps(xb[0]->d)));
+    const __m512i even = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    const __m512 sums = _mm512_castps256_ps512(PairSumsK4(*xb[0]));
     return {_mm512_set1_ps(xb[0]->d),
             {_mm512_permutexvar_ps(even, sums),
              _mm512_permutexvar_ps(_mm512_add_epi32(even, _mm512_set1_epi32(1)), sums)}};
@@ -115,14 +120,8 @@ inline TileTerms TileTermsK4(const ActBlockQ8K* const xb[T]) {
   __m256 sums[4];
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
-    if (k < T) {
-      da[k] = xb[k]->d;
-      const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[k]->bsums));
-      const __m256 pairs = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, _mm256_set1_epi16(1)));
-      sums[k] = _mm256_mul_ps(pairs, _mm256_set1_ps(da[k]));
-    } else {
-      sums[k] = _mm256_setzero_ps();
-    }
+    if (k < T) da[k] = xb[k]->d;
+    sums[k] = k < T ? PairSumsK4(*xb[k]) : _mm256_setzero_ps();
   }
   TileTerms t;
   t.da = _mm512_broadcast_f32x4(_mm_loadu_ps(da));
@@ -131,7 +130,6 @@ inline TileTerms TileTermsK4(const ActBlockQ8K* const xb[T]) {
   const __m512 a = _mm512_insertf32x8(_mm512_castps256_ps512(sums[0]), sums[1], 1);
   const __m512 b = _mm512_insertf32x8(_mm512_castps256_ps512(sums[2]), sums[3], 1);
   const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 2, 10, 18, 26, 4, 12, 20, 28, 6, 14, 22, 30);
-  static_cast<void>(even);
   t.sums[0] = _mm512_permutex2var_ps(a, idx, b);
   t.sums[1] = _mm512_permutex2var_ps(a, _mm512_add_epi32(idx, _mm512_set1_epi32(1)), b);
   return t;
