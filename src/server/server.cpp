@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <mutex>
 
 #include <fmt/format.h>
@@ -65,6 +67,12 @@ class HttpServer::Impl {
     svr_.set_tcp_nodelay(true);
     svr_.set_read_timeout(std::chrono::seconds(30));
     svr_.set_write_timeout(std::chrono::seconds(30));
+    // The socket that binds is the last one these options see.
+    int listen_fd = -1;
+    svr_.set_socket_options([&listen_fd](socket_t fd) {
+      httplib::default_socket_options(fd);
+      listen_fd = fd;
+    });
     int port = options_.port;
     if (port == 0) {
       port = svr_.bind_to_any_port(options_.host);
@@ -72,6 +80,15 @@ class HttpServer::Impl {
     } else if (!svr_.bind_to_port(options_.host, port)) {
       return util::UnavailableError(fmt::format(
           "cannot listen on {}:{} (in use, or not an address of this machine)", options_.host, port));
+    }
+    // httplib listens with a backlog of 5 (compiled into Debian's library).
+    // 32 clients connecting at once overflowed it: the kernel fell back to SYN
+    // cookies and closed connections whose requests were never read
+    // (bench/shared_prompt.sh; ServerTest.ABurstOfConnectionsIsServedInFull).
+    // listen() again on the bound socket raises it to the system's cap.
+    if (listen_fd < 0 || ::listen(listen_fd, SOMAXCONN) != 0) {
+      return util::UnavailableError(
+          fmt::format("cannot raise the listen backlog on {}:{}", options_.host, port));
     }
     // The socket is already listening: connections queue until the loop accepts them.
     thread_ = std::thread([this] { svr_.listen_after_bind(); });

@@ -6,7 +6,14 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "engine/scheduler.h"
@@ -293,6 +300,47 @@ TEST_F(ServerTest, MetricsAreServed) {
       << m->body;
   EXPECT_NE(m->body.find("strata_kv_blocks_free"), std::string::npos);
   EXPECT_NE(m->body.find("strata_time_to_first_token_seconds_count 1"), std::string::npos);
+}
+
+TEST_F(ServerTest, ABurstOfConnectionsIsServedInFull) {
+  // 200 clients connect before any sends a byte, so the server's accept
+  // queue holds many at once. With httplib's listen backlog of 5 the kernel
+  // fell back to SYN cookies and 6-38 of the 200 were closed unanswered;
+  // every one must be answered.
+  Start();
+  srv_->SetGateway(gw_.get());
+  constexpr int kClients = 200;
+  std::vector<int> fds;
+  for (int i = 0; i < kClients; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    timeval tv{30, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port_));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(0, ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr))) << i;
+    fds.push_back(fd);
+  }
+  const std::string req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  int answered = 0;
+  std::string first_unanswered;
+  for (int fd : fds) {
+    ASSERT_EQ(static_cast<ssize_t>(req.size()), ::send(fd, req.data(), req.size(), MSG_NOSIGNAL));
+  }
+  for (int fd : fds) {
+    std::string got;
+    char buf[512];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) got.append(buf, static_cast<size_t>(n));
+    if (got.rfind("HTTP/1.1 200", 0) == 0) {
+      ++answered;
+    } else if (first_unanswered.empty()) {
+      first_unanswered = got.empty() ? "(closed without an answer)" : got.substr(0, 80);
+    }
+    ::close(fd);
+  }
+  EXPECT_EQ(answered, kClients) << "first unanswered: " << first_unanswered;
 }
 
 TEST(ApiKeysTest, ParsingAndConstantTimeComparison) {
