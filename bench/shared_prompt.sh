@@ -60,6 +60,8 @@ ctx=$(( (system + question + gen + 128 + 255) / 256 * 256 ))
 
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
+# shellcheck source=bench/shared_prompt_servers.sh
+source "$(dirname "$0")/shared_prompt_servers.sh"
 
 # run_side SIDE ROUND INDEX: start that server, warm it up, measure, stop it.
 run_side() {
@@ -67,15 +69,11 @@ run_side() {
   # A port per side and round: a closed port can stay in TIME_WAIT.
   local p=$((port + 4 * round + i)) extra=()
   if [ "$side" = llama ]; then
-    "$llama_server" -m "$model" -t "$threads" -np "$users" -c "$kv" --cache-reuse 256 \
-      --port "$p" >"$out/$side-r$round.log" 2>&1 &
+    start_llama_server "$p" "$out/$side-r$round.log"
   else
-    # No response cache or coalescing: every request is generated, as llama-server does.
-    "$strata" serve -m "$model" -t "$threads" --parallel "$users" --ctx "$ctx" --kv-tokens "$kv" \
-      --port "$p" --l1-bytes 0 --no-coalesce --log-level warn >"$out/$side-r$round.log" 2>&1 &
+    start_strata_server "$p" "$out/$side-r$round.log"
     [ "$side" = strata-nol2 ] && extra=(--extra-body '{"cache":{"prefix":false}}')
   fi
-  pid=$!
   local common=(--url "http://127.0.0.1:$p" --endpoint chat --system-prompt-tokens "$system"
                 --system-seed 7 --prompt-tokens "$question" --max-tokens "$gen" --ignore-eos
                 --temperature 0 -q "${extra[@]}")

@@ -8,7 +8,8 @@
 #
 #   bench/shared_prompt_warm.sh LLAMA_SERVER MODEL.gguf OUT_DIR
 #
-# Same servers, flags and requests as bench/shared_prompt.sh (see there).
+# Same servers, flags (bench/shared_prompt_servers.sh) and requests as
+# bench/shared_prompt.sh (see there).
 # Env: THREADS (2), USERS (32), PAIRS (5), SYSTEM (1000), QUESTION (24),
 # GEN (32), STRATA (build/release/strata), LOADGEN (build/release/bench/loadgen),
 # PORT (18380). Writes OUT_DIR/{strata,llama}-warm-pN.json and prints each
@@ -37,13 +38,13 @@ pids=()
 stop_all() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; }
 trap stop_all EXIT
 
-llama_port=$port strata_port=$((port + 1))
-"$llama_server" -m "$model" -t "$threads" -np "$users" -c "$kv" --cache-reuse 256 \
-  --port "$llama_port" >"$out/llama-warm.log" 2>&1 &
-pids+=($!)
-"$strata" serve -m "$model" -t "$threads" --parallel "$users" --ctx "$ctx" --kv-tokens "$kv" \
-  --port "$strata_port" --l1-bytes 0 --no-coalesce --log-level warn >"$out/strata-warm.log" 2>&1 &
-pids+=($!)
+# shellcheck source=bench/shared_prompt_servers.sh
+source "$(dirname "$0")/shared_prompt_servers.sh"
+llama_port=$port strata_port=$((port + 1)) pid=""
+start_llama_server "$llama_port" "$out/llama-warm.log"
+pids+=("$pid")
+start_strata_server "$strata_port" "$out/strata-warm.log"
+pids+=("$pid")
 
 # load SIDE ARGS...: loadgen against that side's server.
 load() {
