@@ -108,6 +108,7 @@ inline __m256 PairSumsK4(const ActBlockQ8K& x) {
 // The terms of tokens xb[0..T-1] for Q4_K/Q5_K.
 template <int T>
 inline TileTerms TileTermsK4(const ActBlockQ8K* const xb[T]) {
+  static_assert(T >= 1 && T <= 4, "a tile accumulator holds 4 tokens");
   if constexpr (T == 1) {
     // Decode: token 0's terms in every element k.
     const __m512i even = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
@@ -255,6 +256,7 @@ struct Q6KKind {
 // k >= T give 0.
 template <int T>
 inline __m512i TileSums(const __m512i isum[T]) {
+  static_assert(T >= 1 && T <= 4, "a tile accumulator holds 4 tokens");
   if constexpr (T == 1) {
     // Decode: the same sums with fewer shuffles (element k > 0 repeats token 0).
     const __m512i s = _mm512_add_epi32(isum[0], _mm512_shuffle_epi32(isum[0], _MM_PERM_CDAB));
@@ -393,7 +395,7 @@ struct KQuantMicro {
 // 125 KiB, most of it `terms`) lives on the calling thread's stack.
 // kDecodedBlocks = 8 measured best (kernels_bench Q4_K tokens:64: 4 -> 111,
 // 8 -> 114, 16 -> 92 GMAC/s; at 16 the decoded blocks and accumulators fill
-// the 48 KiB L1 data cache).
+// the 48 KiB L1 data cache; after the tile sums, 4 -> 137-144, 8 -> 149).
 inline constexpr int64_t kDecodedBlocks = 8;
 inline constexpr int kDecodedRows = 4;
 inline constexpr int kDecodedTokens = 4;  // one tile accumulator holds 4 tokens (TileSums)
