@@ -67,11 +67,11 @@ class HttpServer::Impl {
     svr_.set_tcp_nodelay(true);
     svr_.set_read_timeout(std::chrono::seconds(30));
     svr_.set_write_timeout(std::chrono::seconds(30));
-    // The socket that binds is the last one these options see.
-    int listen_fd = -1;
-    svr_.set_socket_options([&listen_fd](socket_t fd) {
+    // The socket that binds is the last one these options see. httplib keeps
+    // the callback, so it writes a member rather than a local of Start().
+    svr_.set_socket_options([this](socket_t fd) {
       httplib::default_socket_options(fd);
-      listen_fd = fd;
+      listen_fd_ = fd;
     });
     int port = options_.port;
     if (port == 0) {
@@ -86,7 +86,7 @@ class HttpServer::Impl {
     // cookies and closed connections whose requests were never read
     // (bench/shared_prompt.sh; ServerTest.ABurstOfConnectionsIsServedInFull).
     // listen() again on the bound socket raises it to the system's cap.
-    if (listen_fd < 0 || ::listen(listen_fd, SOMAXCONN) != 0) {
+    if (listen_fd_ < 0 || ::listen(listen_fd_, SOMAXCONN) != 0) {
       return util::UnavailableError(
           fmt::format("cannot raise the listen backlog on {}:{}", options_.host, port));
     }
@@ -420,6 +420,7 @@ class HttpServer::Impl {
   httplib::Server svr_;
   std::atomic<gateway::Gateway*> gateway_{nullptr};
   std::atomic<bool> draining_{false};
+  int listen_fd_ = -1;  // set while Start() binds (socket options callback)
   std::atomic<bool> stopped_{false};
   std::thread thread_;
 };
