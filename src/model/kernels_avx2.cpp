@@ -59,8 +59,7 @@ struct FloatMicro {
   void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
     const void* w[R];
     const float* x[T];
-    for (int i = 0; i < R; ++i) w[i] = RowPtr<uint8_t>(a.w, a.w_row_bytes, r0 + i);
-    for (int j = 0; j < T; ++j) x[j] = RowPtr<float>(a.act, a.act_row_bytes, t0 + j);
+    TileRowPtrs(a, r0, t0, w, x);
     __m256 acc[R][T];
     for (int i = 0; i < R; ++i)
       for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
@@ -85,8 +84,7 @@ struct Q8_0Micro {
   void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
     const BlockQ8_0* w[R];
     const ActBlockQ8* x[T];
-    for (int i = 0; i < R; ++i) w[i] = RowPtr<BlockQ8_0>(a.w, a.w_row_bytes, r0 + i);
-    for (int j = 0; j < T; ++j) x[j] = RowPtr<ActBlockQ8>(a.act, a.act_row_bytes, t0 + j);
+    TileRowPtrs(a, r0, t0, w, x);
     __m256 acc[R][T];
     for (int i = 0; i < R; ++i)
       for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
@@ -169,8 +167,7 @@ struct Small32Micro {
   void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
     const Block* w[R];
     const ActBlockQ8* x[T];
-    for (int i = 0; i < R; ++i) w[i] = RowPtr<Block>(a.w, a.w_row_bytes, r0 + i);
-    for (int j = 0; j < T; ++j) x[j] = RowPtr<ActBlockQ8>(a.act, a.act_row_bytes, t0 + j);
+    TileRowPtrs(a, r0, t0, w, x);
     __m256 acc[R][T];
     for (int i = 0; i < R; ++i)
       for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
@@ -344,10 +341,7 @@ struct KQuantMicro {
   void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
     const Block* w[R];
     const ActBlockQ8K* x[T];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) w[i] = RowPtr<Block>(a.w, a.w_row_bytes, r0 + i);
-#pragma GCC unroll 8
-    for (int j = 0; j < T; ++j) x[j] = RowPtr<ActBlockQ8K>(a.act, a.act_row_bytes, t0 + j);
+    TileRowPtrs(a, r0, t0, w, x);
     __m256 acc[R][T];
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i)

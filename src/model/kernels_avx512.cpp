@@ -45,8 +45,7 @@ struct FloatMicro {
   void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
     const void* w[R];
     const float* x[T];
-    for (int i = 0; i < R; ++i) w[i] = RowPtr<uint8_t>(a.w, a.w_row_bytes, r0 + i);
-    for (int j = 0; j < T; ++j) x[j] = RowPtr<float>(a.act, a.act_row_bytes, t0 + j);
+    TileRowPtrs(a, r0, t0, w, x);
     __m512 acc[R][T];
     for (int i = 0; i < R; ++i)
       for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
@@ -208,8 +207,7 @@ struct QuantMicro {
   void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
     const Block* w[R];
     const ActBlockQ8* x[T];
-    for (int i = 0; i < R; ++i) w[i] = RowPtr<Block>(a.w, a.w_row_bytes, r0 + i);
-    for (int j = 0; j < T; ++j) x[j] = RowPtr<ActBlockQ8>(a.act, a.act_row_bytes, t0 + j);
+    TileRowPtrs(a, r0, t0, w, x);
     __m512 acc[R][T];
     for (int i = 0; i < R; ++i)
       for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();

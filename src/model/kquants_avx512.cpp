@@ -362,10 +362,7 @@ struct KQuantMicro {
   void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
     const Block* w[R];
     const ActBlockQ8K* x[T];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) w[i] = RowPtr<Block>(a.w, a.w_row_bytes, r0 + i);
-#pragma GCC unroll 8
-    for (int j = 0; j < T; ++j) x[j] = RowPtr<ActBlockQ8K>(a.act, a.act_row_bytes, t0 + j);
+    TileRowPtrs(a, r0, t0, w, x);
     __m512 acc[R];
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
