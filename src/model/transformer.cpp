@@ -505,27 +505,30 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
     const int32_t heads_per_tile = std::min(group, kMaxAttendQueries);
     const int32_t per_tile = std::max(1, kMaxAttendQueries / group);
     attend_tiles_.clear();
+    // The end of the run of entries of from's sequence, at most `limit`.
+    auto run_end = [&](int64_t from, int64_t limit) {
+      const int32_t seq = batch.entries[static_cast<size_t>(from)].seq;
+      int64_t e = from + 1;
+      while (e < limit && batch.entries[static_cast<size_t>(e)].seq == seq) ++e;
+      return e;
+    };
+    // `bound`, lowered to the fewest positions any entry in [from, to) sees.
+    auto min_positions = [&](int64_t from, int64_t to, int64_t bound) {
+      for (int64_t e = from; e < to; ++e) {
+        bound = std::min<int64_t>(bound, batch.entries[static_cast<size_t>(e)].pos + 1);
+      }
+      return bound;
+    };
     for (int64_t t = 0; t < T;) {
-      auto run_end = [&](int64_t from, int64_t limit) {
-        const int32_t seq = batch.entries[static_cast<size_t>(from)].seq;
-        int64_t e = from + 1;
-        while (e < limit && batch.entries[static_cast<size_t>(e)].seq == seq) ++e;
-        return e;
-      };
       const int32_t first_seq = batch.entries[static_cast<size_t>(t)].seq;
       int64_t end = run_end(t, std::min<int64_t>(T, t + per_tile));
-      int64_t shared = std::numeric_limits<int64_t>::max();
-      for (int64_t e = t; e < end; ++e) {
-        shared = std::min<int64_t>(shared, batch.entries[static_cast<size_t>(e)].pos + 1);
-      }
+      int64_t shared = min_positions(t, end, std::numeric_limits<int64_t>::max());
       int32_t n_runs = 1;
       while (end < T && end - t < per_tile) {
         const int64_t next_end = run_end(end, T);
         if (next_end - t > per_tile) break;
-        int64_t s = common_prefix(first_seq, batch.entries[static_cast<size_t>(end)].seq);
-        for (int64_t e = end; e < next_end; ++e) {
-          s = std::min<int64_t>(s, batch.entries[static_cast<size_t>(e)].pos + 1);
-        }
+        const int64_t s = min_positions(
+            end, next_end, common_prefix(first_seq, batch.entries[static_cast<size_t>(end)].seq));
         if (s < 16) break;
         shared = std::min(shared, s);
         end = next_end;
