@@ -214,30 +214,13 @@ struct Small32Micro {
 //   acc −= cvt(Σ_j m_j·bsums pairs)·(dmin·da)     (Q4_K, Q5_K)
 // with one 8-lane float accumulator per output, reduced at the end.
 
-// Q4_K/Q5_K scales and mins: 6 bits each, unpacked into bytes
-// [sc0..sc3, m0..m3] (lo) and [sc4..sc7, m4..m7] (hi).
-struct ScaleMinBytesK4 {
-  uint64_t lo, hi;
-};
-inline ScaleMinBytesK4 UnpackK4(const uint8_t* scales) {
-  uint64_t b07;
-  uint32_t b811;
-  std::memcpy(&b07, scales, sizeof(b07));
-  std::memcpy(&b811, scales + 8, sizeof(b811));
-  const uint64_t u2 = b811;
-  // Low nibbles of bytes 8..11 for sc4..7, high nibbles for m4..7; the top two
-  // bits of bytes 0..3 (sc) and 4..7 (m) above them.
-  const uint64_t nib = (u2 | (u2 << 28)) & 0x0f0f0f0f0f0f0f0full;
-  return {b07 & 0x3f3f3f3f3f3f3f3full, nib | (((b07 >> 6) & 0x0303030303030303ull) << 4)};
-}
-
 struct PrepK4 {
   alignas(32) int16_t sc[8];  // sub-block scales
   __m256i mins;               // m[j] at words 2j and 2j+1 (pairs with bsums)
   float d, dmin;
 };
 inline void PrepareK4(const uint8_t* scales, uint16_t d, uint16_t dmin, PrepK4* p) {
-  const ScaleMinBytesK4 u = UnpackK4(scales);
+  const ScaleMinLanesK4 u = UnpackScaleMinLanesK4(scales);
   const __m128i bytes = _mm_set_epi64x(static_cast<int64_t>(u.hi), static_cast<int64_t>(u.lo));
   // Words: sc0..3, m0..3, sc4..7, m4..7.
   const __m256i words = _mm256_cvtepu8_epi16(bytes);

@@ -49,18 +49,9 @@ namespace {
 
 // 6-bit scales and mins of Q4_K/Q5_K as bytes: sc[0..7] (low 8), m[0..7] (high 8).
 inline __m128i ScaleMinBytesK4(const uint8_t* scales) {
-  uint64_t b07;
-  uint32_t b811;
-  std::memcpy(&b07, scales, sizeof(b07));
-  std::memcpy(&b811, scales + 8, sizeof(b811));
-  const uint64_t u2 = b811;
-  // [sc0..3, m0..3]: the low 6 bits of bytes 0..7. [sc4..7, m4..7]: the low,
-  // then high, nibbles of bytes 8..11, with the top 2 bits of bytes 0..7 above.
-  const uint64_t lo = b07 & 0x3f3f3f3f3f3f3f3full;
-  const uint64_t hi = ((u2 | (u2 << 28)) & 0x0f0f0f0f0f0f0f0full) |
-                      (((b07 >> 6) & 0x0303030303030303ull) << 4);
+  const ScaleMinLanesK4 u = UnpackScaleMinLanesK4(scales);
+  const __m128i v = _mm_set_epi64x(static_cast<int64_t>(u.hi), static_cast<int64_t>(u.lo));
   // Reorder to sc0..3, sc4..7, m0..3, m4..7.
-  const __m128i v = _mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo));
   return _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15));
 }
 

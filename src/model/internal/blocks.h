@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 
 namespace strata::model::internal {
 
@@ -110,6 +111,23 @@ inline ScaleMin UnpackScaleMinK4(const uint8_t* scales, int j) {
   }
   return {static_cast<uint8_t>((scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4)),
           static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4))};
+}
+// All 8 at once, as bytes of two words (what the SIMD kernels load):
+// lo = [sc0..sc3, m0..m3], hi = [sc4..sc7, m4..m7].
+struct ScaleMinLanesK4 {
+  uint64_t lo, hi;
+};
+inline ScaleMinLanesK4 UnpackScaleMinLanesK4(const uint8_t* scales) {
+  uint64_t b07;
+  uint32_t b811;
+  std::memcpy(&b07, scales, sizeof(b07));
+  std::memcpy(&b811, scales + 8, sizeof(b811));
+  const uint64_t u2 = b811;
+  // lo: the low 6 bits of bytes 0..7. hi: the low nibbles of bytes 8..11 for
+  // sc4..7, the high nibbles for m4..7, with the top 2 bits of bytes 0..3 (sc)
+  // and 4..7 (m) above them.
+  const uint64_t nib = (u2 | (u2 << 28)) & 0x0f0f0f0f0f0f0f0full;
+  return {b07 & 0x3f3f3f3f3f3f3f3full, nib | (((b07 >> 6) & 0x0303030303030303ull) << 4)};
 }
 // The inverse: packs 8 scales and 8 mins (each 0..63).
 inline std::array<uint8_t, kKScaleBytes> PackScaleMinK4(const ScaleMin (&sm)[8]) {
