@@ -9,10 +9,11 @@
 namespace strata::model {
 
 size_t AttendScratchFloats(int n_q, int32_t max_pos, int64_t head_dim) {
-  // Scores of every query, each row rounded up to 16 positions, a transposed
-  // 16-position key tile, and room to align it to 64 bytes.
-  const size_t row = (static_cast<size_t>(max_pos) + 15) / 16 * 16;
-  return static_cast<size_t>(n_q) * row + 16 * static_cast<size_t>(head_dim) + 16;
+  // Scores of every query, each row rounded up to 16 positions and then to an
+  // odd multiple of 16, two transposed 16-position key tiles, and room to
+  // align them to 64 bytes.
+  const size_t row = (static_cast<size_t>(max_pos) + 15) / 16 * 16 + 16;
+  return static_cast<size_t>(n_q) * row + 32 * static_cast<size_t>(head_dim) + 16;
 }
 
 namespace internal {

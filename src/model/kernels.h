@@ -77,7 +77,7 @@ struct AttendArgs {
   const float* v_base = nullptr;
   const size_t* const* row_off = nullptr;  // row_off[m][p]: floats from the base to the row
   int32_t shared_pos = 0;                // positions whose rows every query shares
-  float* const* out = nullptr;           // out[m]: head_dim floats
+  float* const* out = nullptr;           // out[m]: head_dim floats, apart from every input
   float* scratch = nullptr;              // AttendScratchFloats(n_q, max n_pos, head_dim) floats
 };
 size_t AttendScratchFloats(int n_q, int32_t max_pos, int64_t head_dim);
