@@ -452,9 +452,7 @@ struct KQuantDecodedTiles {
           RowTile(a, t0, nt, r0, nr, n_blocks);
           Stage(nt, r0 - rg, nr);
         }
-        for (int64_t t = 0; t < nt; ++t)
-          std::memcpy(a.out + (t0 + t) * a.out_stride + rg, staged[t],
-                      static_cast<size_t>(rg_end - rg) * sizeof(float));
+        CopyOut(a, t0, nt, rg, rg_end);
       }
     }
   }
@@ -502,6 +500,21 @@ struct KQuantDecodedTiles {
         default: TokenTiles<1>(a, t0, nt, b0, nb); break;
       }
     }
+  }
+
+  // The staged outputs of rows rg..rg_end−1 into `out`: one 64-byte store
+  // per token for a whole group (a library call per 64 bytes measured 1.8 %
+  // of a serving profile), else a copy of the rows there are.
+  void CopyOut(const MatMulArgs& a, int64_t t0, int64_t nt, int64_t rg, int64_t rg_end) const {
+    static_assert(kStagedRows == 16, "one zmm store per token");
+    if (rg_end - rg == kStagedRows) {
+      for (int64_t t = 0; t < nt; ++t)
+        _mm512_storeu_ps(a.out + (t0 + t) * a.out_stride + rg, _mm512_load_ps(staged[t]));
+      return;
+    }
+    for (int64_t t = 0; t < nt; ++t)
+      std::memcpy(a.out + (t0 + t) * a.out_stride + rg, staged[t],
+                  static_cast<size_t>(rg_end - rg) * sizeof(float));
   }
 
   // The row tile's outputs into columns col..col+3 of `staged`, one 16-byte
