@@ -57,10 +57,13 @@ void BM_MatMul(benchmark::State& state, Isa isa, TensorType type, int64_t tokens
   // of copies taken in turn as a forward pass takes its layers', so the
   // weights come from memory; prefill: 1024 rows.
   const size_t decode_bytes = cached ? (512u << 10) : (256u << 20);
-  const int64_t rows = tokens == 1 ? static_cast<int64_t>(decode_bytes / RowBytes(type, n))
-                                   : tokens == 32 ? 5632 : 1024;
+  const int64_t rows = tokens == 1    ? static_cast<int64_t>(decode_bytes / RowBytes(type, n))
+                       : tokens == 32 ? 5632
+                                      : 1024;
   const int64_t copies =
-      tokens == 32 ? static_cast<int64_t>((64u << 20) / (RowBytes(type, n) * static_cast<size_t>(rows))) : 1;
+      tokens == 32
+          ? static_cast<int64_t>((64u << 20) / (RowBytes(type, n) * static_cast<size_t>(rows)))
+          : 1;
   Fixture f = Make(type, n, rows * copies, tokens);
   std::vector<float> out(static_cast<size_t>(rows * tokens));
   MatMulArgs a;
@@ -81,9 +84,9 @@ void BM_MatMul(benchmark::State& state, Isa isa, TensorType type, int64_t tokens
     benchmark::DoNotOptimize(out.data());
     copy = copy + 1 == copies ? 0 : copy + 1;
   }
-  state.counters["weight_GB/s"] = benchmark::Counter(
-      static_cast<double>(f.w.size() / static_cast<size_t>(copies)) * 1e-9,
-      benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weight_GB/s"] =
+      benchmark::Counter(static_cast<double>(f.w.size() / static_cast<size_t>(copies)) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(rows * n * tokens) * 1e-9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -189,12 +192,14 @@ void BM_AttendShared(benchmark::State& state, Isa isa, bool claimed, int layers)
   std::vector<std::vector<size_t>> seq_rows(n_seq);
   for (int s = 0; s < n_seq; ++s) {
     for (int32_t p = 0; p < positions; ++p) {
-      seq_rows[static_cast<size_t>(s)].push_back(row_at(p < shared ? p : shared + s * own + (p - shared)));
+      seq_rows[static_cast<size_t>(s)].push_back(
+          row_at(p < shared ? p : shared + s * own + (p - shared)));
     }
   }
   std::vector<const size_t*> row_offs;
   for (int m = 0; m < queries; ++m) row_offs.push_back(seq_rows[static_cast<size_t>(m / 8)].data());
-  const size_t v_offset = layers == 1 ? static_cast<size_t>(rows * stride) : static_cast<size_t>(bs * stride);
+  const size_t v_offset =
+      layers == 1 ? static_cast<size_t>(rows * stride) : static_cast<size_t>(bs * stride);
   TimeAttend(state, *k, kv, v_offset, row_offs,
              std::vector<int32_t>(static_cast<size_t>(queries), positions), positions,
              claimed ? shared : 0, layers, layers == 1 ? 0 : layer_floats);

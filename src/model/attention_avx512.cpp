@@ -122,8 +122,8 @@ void ScoreGroup(const AttendArgs& a, int m0, const float* kt, int64_t p0, float*
 // (from zero when p_begin is 0). Rows in position order, each query's lanes
 // updated only at its own positions.
 template <int G, int C>
-[[gnu::noinline]] void ValueBlock(const AttendArgs& a, int m0, int64_t d0, const float* scores, int64_t stride,
-                int32_t p_begin, int32_t p_end) {
+[[gnu::noinline]] void ValueBlock(const AttendArgs& a, int m0, int64_t d0, const float* scores,
+                                  int64_t stride, int32_t p_begin, int32_t p_end) {
   int32_t n_max = 0;
   int32_t n_min = a.n_pos[m0];
   for (int g = 0; g < G; ++g) {

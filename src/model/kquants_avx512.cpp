@@ -484,7 +484,8 @@ struct KQuantDecodedTiles {
   static void PrefetchWeights(const MatMulArgs& a, int64_t r, int nr, int64_t b, int64_t nb) {
     const size_t bytes = static_cast<size_t>(nb) * sizeof(Block);
     for (int i = 0; i < nr; ++i) {
-      const char* from = reinterpret_cast<const char*>(RowPtr<Block>(a.w, a.w_row_bytes, r + i) + b);
+      const char* from =
+          reinterpret_cast<const char*>(RowPtr<Block>(a.w, a.w_row_bytes, r + i) + b);
       for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(from + o, _MM_HINT_T1);
     }
   }
@@ -511,9 +512,10 @@ struct KQuantDecodedTiles {
         PrefetchWeights(a, r0, nr, b0 + kDecodedBlocks,
                         tiles::MinI64(kDecodedBlocks, n_blocks - b0 - kDecodedBlocks));
       } else if (r0 + kDecodedRows < a.row_end) {  // the next row tile's first ones
-        PrefetchWeights(a, r0 + kDecodedRows,
-                        static_cast<int>(tiles::MinI64(kDecodedRows, a.row_end - r0 - kDecodedRows)), 0,
-                        tiles::MinI64(kDecodedBlocks, n_blocks));
+        PrefetchWeights(
+            a, r0 + kDecodedRows,
+            static_cast<int>(tiles::MinI64(kDecodedRows, a.row_end - r0 - kDecodedRows)), 0,
+            tiles::MinI64(kDecodedBlocks, n_blocks));
       }
       switch (nr) {
         case 4: TokenTiles<4>(a, t0, nt, b0, nb); break;
