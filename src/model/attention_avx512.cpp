@@ -212,9 +212,12 @@ inline void PrefetchRows(const float* base, const size_t* row_off, int64_t p_beg
 }
 
 // Scores of queries [m_begin, m_end) for the np (<= 32) positions from p0 at
-// `row_off`, as one or two key tiles.
+// `row_off`, as one or two key tiles; first asks for the key rows of the next
+// span, those below `ahead_end`.
 void ScoreSpan(const AttendArgs& a, const size_t* row_off, int m_begin, int m_end, int64_t p0,
-               int64_t np, float* kt, float* scores, int64_t stride) {
+               int64_t np, int64_t ahead_end, float* kt, float* scores, int64_t stride) {
+  PrefetchRows(a.k_base, row_off, p0 + 32, std::min<int64_t>(p0 + 64, ahead_end), 0,
+               a.head_dim / 16);
   TransposeKeys(a, row_off, p0, np < 16 ? np : 16, kt);
   if (np <= 16) {
     ScoreQueries<1>(a, m_begin, m_end, kt, p0, scores, stride);
@@ -269,21 +272,16 @@ void AttendAvx512(const AttendArgs& a) {
   // Scores, 32 positions at a time (two key tiles): one pair of tiles for
   // every query where the runs share the rows, else one per run, up to the
   // run's own last position.
-  const int64_t key_lines = a.head_dim / 16;
   for (int64_t p0 = 0; p0 < n_max; p0 += 32) {
     if (p0 + 32 <= a.shared_pos) {
-      PrefetchRows(a.k_base, a.row_off[0], p0 + 32, std::min<int64_t>(p0 + 64, a.shared_pos), 0,
-                   key_lines);
-      ScoreSpan(a, a.row_off[0], 0, nq, p0, 32, kt, scores, stride);
+      ScoreSpan(a, a.row_off[0], 0, nq, p0, 32, a.shared_pos, kt, scores, stride);
       continue;
     }
     for (int r = 0; r < n_runs; ++r) {
       if (p0 >= run_max[r]) continue;
       const int64_t np = run_max[r] - p0 < 32 ? run_max[r] - p0 : 32;
-      PrefetchRows(a.k_base, a.row_off[run_begin[r]], p0 + 32,
-                   std::min<int64_t>(p0 + 64, run_max[r]), 0, key_lines);
-      ScoreSpan(a, a.row_off[run_begin[r]], run_begin[r], run_begin[r + 1], p0, np, kt, scores,
-                stride);
+      ScoreSpan(a, a.row_off[run_begin[r]], run_begin[r], run_begin[r + 1], p0, np, run_max[r], kt,
+                scores, stride);
     }
   }
 
