@@ -98,6 +98,27 @@ int32_t Engine::AttachCachedPrefix(SeqId seq, std::span<const int32_t> prompt) {
     s.length += bs;
     parent = h;
   }
+  // The first block that missed: a cached block after the same parent may
+  // still start with the same tokens (a shared system prompt ends inside a
+  // block, each user's question follows it). Its matching positions are
+  // copied into a block of this sequence's own instead of recomputed; they
+  // hold what a recomputation would write, as the full blocks do.
+  const size_t at = static_cast<size_t>(s.length);
+  const size_t left = prompt.size() - 1 - at;  // the last prompt token is always computed
+  if (left == 0) return s.length;
+  const auto want = prompt.subspan(at, std::min(left, static_cast<size_t>(bs)));
+  const std::optional<KvBlockPool::PartialMatch> match = pool_.LongestPartialMatch(parent, want);
+  if (!match) return s.length;
+  pool_.Ref(match->block);  // not evictable while the copy is allocated
+  const std::optional<int32_t> own = pool_.Allocate();
+  if (own) {
+    pool_.CopyPositions(match->block, *own, match->n_tokens);
+    pool_.CountPartialReuse(match->n_tokens);
+    s.table.Append(*own);
+    s.tokens.insert(s.tokens.end(), want.begin(), want.begin() + match->n_tokens);
+    s.length += match->n_tokens;
+  }
+  pool_.Unref(match->block);
   return s.length;
 }
 
@@ -109,7 +130,9 @@ void Engine::PublishFullBlocks(Sequence& s) {
     const uint64_t h = ChainHash(
         parent, std::span(s.tokens).subspan(b * static_cast<size_t>(bs), static_cast<size_t>(bs)));
     const int32_t mine = s.table.blocks()[b];
-    const int32_t kept = pool_.Publish(mine, h);
+    const int32_t kept = pool_.Publish(
+        mine, h, parent,
+        std::span(s.tokens).subspan(b * static_cast<size_t>(bs), static_cast<size_t>(bs)));
     if (kept != mine) {
       s.table.Replace(b, kept);
       pool_.Unref(mine);

@@ -69,9 +69,11 @@ class Engine {
   // namespace (derive it from the tenant and the model).
   SeqId NewSequence(uint64_t cache_namespace = 0);
   // For an empty sequence with a namespace: adopts the longest run of cached
-  // full blocks matching the start of `prompt`, leaving at least its last token
-  // to compute (its logits are needed). Returns the tokens adopted (a multiple
-  // of the block size); the caller then feeds prompt[returned:].
+  // full blocks matching the start of `prompt`, then copies the positions of
+  // the next block that a cached block after the same prefix shares with it
+  // (into a private block), leaving at least the prompt's last token to
+  // compute (its logits are needed). Returns the tokens adopted; the caller
+  // then feeds prompt[returned:].
   int32_t AttachCachedPrefix(SeqId seq, std::span<const int32_t> prompt);
   // Frees the sequence's blocks. Unknown ids are ignored.
   void FreeSequence(SeqId seq);

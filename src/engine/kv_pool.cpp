@@ -11,12 +11,16 @@ KvBlockPool::KvBlockPool(const model::ModelConfig& config, int32_t n_blocks, int
     : n_blocks_(n_blocks),
       block_size_(block_size),
       floats_per_block_(model::KvFloatsPerBlock(config, block_size)),
+      row_floats_(static_cast<size_t>(config.kv_dim())),
       bytes_(floats_per_block_ * sizeof(float) * static_cast<size_t>(n_blocks)),
       // new float[] without () leaves the memory untouched: pages are faulted in
       // only when a block is first written.
       data_(new float[floats_per_block_ * static_cast<size_t>(n_blocks)]),
       refs_(static_cast<size_t>(n_blocks), 0),
       hashes_(static_cast<size_t>(n_blocks), 0),
+      parents_(static_cast<size_t>(n_blocks), 0),
+      block_tokens_(static_cast<size_t>(n_blocks) * static_cast<size_t>(block_size), 0),
+      child_slot_(static_cast<size_t>(n_blocks), 0),
       eviction_(eviction ? std::move(eviction) : NewLruBlockEviction(n_blocks)) {
   STRATA_CHECK(n_blocks > 0 && block_size > 0);
   free_.reserve(static_cast<size_t>(n_blocks));
@@ -37,6 +41,7 @@ std::optional<int32_t> KvBlockPool::Allocate() {
     eviction_->Evict(b);
     index_.erase(hashes_[i]);
     hashes_[i] = 0;
+    ForgetChild(b);
     --n_cached_;
     ++stats_.evictions;
   }
@@ -78,7 +83,21 @@ std::optional<int32_t> KvBlockPool::Lookup(uint64_t hash) {
   return it->second;
 }
 
-int32_t KvBlockPool::Publish(int32_t block, uint64_t hash) {
+void KvBlockPool::ForgetChild(int32_t block) {
+  const size_t i = static_cast<size_t>(block);
+  if (parents_[i] == 0) return;
+  auto it = children_.find(parents_[i]);
+  std::vector<int32_t>& kids = it->second;
+  const uint32_t slot = child_slot_[i];
+  kids[slot] = kids.back();
+  child_slot_[static_cast<size_t>(kids[slot])] = slot;
+  kids.pop_back();
+  if (kids.empty()) children_.erase(it);
+  parents_[i] = 0;
+}
+
+int32_t KvBlockPool::Publish(int32_t block, uint64_t hash, uint64_t parent,
+                             std::span<const int32_t> tokens) {
   STRATA_CHECK(hash != 0 && refs_[static_cast<size_t>(block)] > 0);
   auto it = index_.find(hash);
   if (it != index_.end()) {
@@ -90,14 +109,51 @@ int32_t KvBlockPool::Publish(int32_t block, uint64_t hash) {
   }
   STRATA_CHECK_MSG(hashes_[static_cast<size_t>(block)] == 0, "block published twice");
   index_.emplace(hash, block);
-  hashes_[static_cast<size_t>(block)] = hash;
+  const size_t i = static_cast<size_t>(block);
+  hashes_[i] = hash;
   ++stats_.published;
+  if (parent != 0 && tokens.size() == static_cast<size_t>(block_size_)) {
+    std::copy(tokens.begin(), tokens.end(),
+              block_tokens_.begin() + static_cast<ptrdiff_t>(i * tokens.size()));
+    std::vector<int32_t>& kids = children_[parent];
+    parents_[i] = parent;
+    child_slot_[i] = static_cast<uint32_t>(kids.size());
+    kids.push_back(block);
+  }
   return block;
 }
 
-void KvBlockPool::CopyBlock(int32_t from, int32_t to) {
-  std::copy_n(data_.get() + static_cast<size_t>(from) * floats_per_block_, floats_per_block_,
-              data_.get() + static_cast<size_t>(to) * floats_per_block_);
+std::optional<KvBlockPool::PartialMatch> KvBlockPool::LongestPartialMatch(
+    uint64_t parent, std::span<const int32_t> tokens) {
+  auto it = children_.find(parent);
+  if (it == children_.end() || tokens.empty()) return std::nullopt;
+  const size_t want = std::min(tokens.size(), static_cast<size_t>(block_size_) - 1);
+  const std::vector<int32_t>& kids = it->second;
+  const size_t first =
+      kids.size() > kMaxPartialCandidates ? kids.size() - kMaxPartialCandidates : 0;
+  PartialMatch best;
+  for (size_t k = kids.size(); k-- > first && static_cast<size_t>(best.n_tokens) < want;) {
+    const int32_t* t =
+        block_tokens_.data() + static_cast<size_t>(kids[k]) * static_cast<size_t>(block_size_);
+    size_t n = 0;
+    while (n < want && t[n] == tokens[n]) ++n;
+    if (static_cast<int32_t>(n) > best.n_tokens) best = {kids[k], static_cast<int32_t>(n)};
+  }
+  if (best.n_tokens == 0) return std::nullopt;
+  eviction_->Touch(best.block);
+  return best;
+}
+
+void KvBlockPool::CopyPositions(int32_t from, int32_t to, int32_t n) {
+  STRATA_CHECK(from >= 0 && from < n_blocks_ && to >= 0 && to < n_blocks_ && n >= 0 &&
+               n <= block_size_);
+  // Each block is [n_layers][2 (K, V)][block_size][kv_dim]: the first n rows of
+  // every (layer, K|V) group.
+  const size_t group = static_cast<size_t>(block_size_) * row_floats_;
+  const size_t rows = static_cast<size_t>(n) * row_floats_;
+  const float* src = data_.get() + static_cast<size_t>(from) * floats_per_block_;
+  float* dst = data_.get() + static_cast<size_t>(to) * floats_per_block_;
+  for (size_t g = 0; g < floats_per_block_; g += group) std::copy_n(src + g, rows, dst + g);
 }
 
 util::Status BlockTable::Reserve(KvBlockPool& pool, int32_t n_tokens) {

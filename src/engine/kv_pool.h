@@ -11,7 +11,10 @@
 //    content's whole chain (namespace, every earlier token, its own tokens);
 //    Lookup finds it again, so a new sequence with the same prefix shares the
 //    physical block instead of recomputing it. Full blocks are never written
-//    again, so sharing never changes what anyone reads;
+//    again, so sharing never changes what anyone reads. A block published
+//    with its parent's hash and its tokens can also be found by a prompt that
+//    matches only its first positions (LongestPartialMatch): the new sequence
+//    copies those positions into a block of its own (CopyPositions);
 //  - eviction: a published block whose last reference drops stays cached
 //    (evictable) until Allocate needs room; the eviction policy picks which.
 //    A referenced block is never evicted.
@@ -44,6 +47,8 @@ namespace strata::engine {
 struct PrefixCacheStats {
   int64_t lookups = 0;     // blocks looked up
   int64_t hits = 0;        // ... and found cached
+  int64_t partial_hits = 0;    // partly matching blocks whose first positions were reused
+  int64_t partial_tokens = 0;  // ... the positions reused
   int64_t published = 0;   // full blocks added to the index
   int64_t deduplicated = 0;  // full blocks dropped because an equal one was already cached
   int64_t evictions = 0;   // cached blocks reclaimed for new data
@@ -86,25 +91,58 @@ class KvBlockPool {
   std::optional<int32_t> Lookup(uint64_t hash);
   // Publishes a full block the caller holds under `hash`. Returns the block the
   // caller should keep: `block` itself, or an equal block already published
-  // (referenced for the caller, who then drops `block`).
-  int32_t Publish(int32_t block, uint64_t hash);
+  // (referenced for the caller, who then drops `block`). With `parent` (the
+  // hash of the block before it in its chain, != 0) and its block_size()
+  // `tokens`, the block is also a candidate for LongestPartialMatch.
+  int32_t Publish(int32_t block, uint64_t hash, uint64_t parent = 0,
+                  std::span<const int32_t> tokens = {});
+  struct PartialMatch {
+    int32_t block = -1;
+    int32_t n_tokens = 0;  // leading positions of `block` that match, in [1, block_size)
+  };
+  // Of the cached blocks published after `parent`, the one whose tokens start
+  // with the longest run of `tokens` (shorter than a block), if any starts
+  // with at least one (the caller that copies its positions records that
+  // with CountPartialReuse). Looks at the
+  // kMaxPartialCandidates most recently published ones only, so a prefix
+  // followed by thousands of different continuations costs the same.
+  static constexpr size_t kMaxPartialCandidates = 64;
+  std::optional<PartialMatch> LongestPartialMatch(uint64_t parent, std::span<const int32_t> tokens);
+  void CountPartialReuse(int32_t n_tokens) {
+    ++stats_.partial_hits;
+    stats_.partial_tokens += n_tokens;
+  }
   bool published(int32_t block) const { return hashes_[static_cast<size_t>(block)] != 0; }
   const PrefixCacheStats& prefix_stats() const { return stats_; }
 
   model::KvBuffer buffer() { return {data_.get(), n_blocks_, block_size_}; }
   // Copies every position of block `from` into block `to`.
-  void CopyBlock(int32_t from, int32_t to);
+  void CopyBlock(int32_t from, int32_t to) { CopyPositions(from, to, block_size_); }
+  // Copies positions [0, n) of block `from` into block `to`, every layer.
+  void CopyPositions(int32_t from, int32_t to, int32_t n);
 
  private:
+  // Drops a block whose content is forgotten from its parent's candidates.
+  void ForgetChild(int32_t block);
+
   const int32_t n_blocks_;
   const int32_t block_size_;
   const size_t floats_per_block_;
+  const size_t row_floats_;  // one position of one layer's K or V
   const size_t bytes_;
   std::unique_ptr<float[]> data_;   // [n_blocks][floats_per_block], see model::KvBuffer
   std::vector<int32_t> refs_;       // per block
   std::vector<int32_t> free_;       // stack of never-used or forgotten block ids
   std::vector<uint64_t> hashes_;    // per block: published hash, 0 if none
   std::unordered_map<uint64_t, int32_t> index_;  // published hash -> block
+  // Partial matches: per block, the parent it was published after (0: not a
+  // candidate), its tokens ([n_blocks][block_size]) and its place in
+  // children_[parent], the candidates in publication order (swap-removed when
+  // their content is forgotten).
+  std::vector<uint64_t> parents_;
+  std::vector<int32_t> block_tokens_;
+  std::vector<uint32_t> child_slot_;
+  std::unordered_map<uint64_t, std::vector<int32_t>> children_;
   std::unique_ptr<BlockEvictionPolicy> eviction_;
   int32_t n_cached_ = 0;            // published blocks without references
   int32_t n_shared_ = 0;            // blocks with more than one reference

@@ -173,6 +173,7 @@ void Scheduler::PublishPoolStats() {
   stats_.kv_blocks_shared = pool.n_shared();
   stats_.prefix_lookups = p.lookups;
   stats_.prefix_hits = p.hits;
+  stats_.prefix_partial_hits = p.partial_hits;
   stats_.prefix_evictions = p.evictions;
   stats_.prefix_blocks = pool.n_published();
   stats_.prefix_bytes = static_cast<int64_t>(pool.bytes_per_block()) * pool.n_published();

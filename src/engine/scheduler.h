@@ -105,6 +105,7 @@ struct SchedulerStats {
   // The prefix cache (L2), as of the last step (engine/kv_pool.h). Blocks:
   int64_t prefix_lookups = 0;     // looked up (each admission looks up to the first miss)
   int64_t prefix_hits = 0;        // ... and found cached: prefix blocks reused
+  int64_t prefix_partial_hits = 0;  // partly matching blocks whose first positions were copied
   int64_t prefix_evictions = 0;   // cached blocks reclaimed for new data
   int32_t prefix_blocks = 0;      // published blocks held, referenced or not
   int64_t prefix_bytes = 0;       // their KV bytes

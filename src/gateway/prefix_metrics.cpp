@@ -24,6 +24,11 @@ void ExportPrefixCacheMetrics(obs::MetricsRegistry& metrics, const engine::Sched
   metrics.CounterCallback("strata_l2_cached_tokens_total",
                           "Prompt tokens whose KV blocks came from the prefix cache (L2).",
                           read([](const Stats& st) { return st.prefix_cached_tokens; }));
+  metrics.CounterCallback(
+      "strata_l2_partial_blocks_total",
+      "Prefix cache (L2) misses where a cached block after the same prefix shared the first "
+      "positions, which were copied rather than recomputed.",
+      read([](const Stats& st) { return st.prefix_partial_hits; }));
   metrics.GaugeCallback("strata_kv_blocks_shared",
                         "KV cache blocks referenced by more than one sequence.",
                         read([](const Stats& st) { return st.kv_blocks_shared; }));

@@ -113,9 +113,70 @@ TEST_F(PrefixCacheTest, AdoptedPrefixGivesTheSameLogitsBitForBit) {
   // Another namespace (another tenant) sees nothing.
   const SeqId c = e->NewSequence(78);
   EXPECT_EQ(e->AttachCachedPrefix(c, prompt), 0);
-  // A prompt that is all full blocks still leaves its last token to compute.
+  // A prompt that is all full blocks still leaves its last token to compute:
+  // four blocks, then three positions of the fifth copied.
   const SeqId d = e->NewSequence(77);
-  EXPECT_EQ(e->AttachCachedPrefix(d, std::span(prompt).subspan(0, 20)), 16);
+  EXPECT_EQ(e->AttachCachedPrefix(d, std::span(prompt).subspan(0, 20)), 19);
+}
+
+TEST(KvBlockPoolCache, PartialMatchesFindTheLongestSharedStartUntilEvicted) {
+  KvBlockPool pool(SmallConfig(), 4, 4);
+  const int32_t a = *pool.Allocate(), b = *pool.Allocate(), c = *pool.Allocate();
+  const std::vector<int32_t> ta = {1, 2, 3, 4}, tb = {1, 2, 9, 9}, tc = {1, 2, 3, 8};
+  pool.Publish(a, 11, 500, ta);
+  pool.Publish(b, 12, 500, tb);
+  pool.Publish(c, 13, 600, tc);  // another parent
+  const std::vector<int32_t> want = {1, 2, 3, 7};
+  auto m = pool.LongestPartialMatch(500, want);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->block, a);
+  EXPECT_EQ(m->n_tokens, 3);
+  // Shorter than a block: at most the tokens asked for.
+  m = pool.LongestPartialMatch(500, std::span(want).subspan(0, 2));
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->n_tokens, 2);
+  EXPECT_FALSE(pool.LongestPartialMatch(500, std::vector<int32_t>{5, 2}).has_value());
+  EXPECT_FALSE(pool.LongestPartialMatch(700, want).has_value());
+  // Once a's content is forgotten, b is the best left after 500.
+  pool.Unref(a);
+  const int32_t d = *pool.Allocate();  // the never-used block
+  EXPECT_NE(d, a);
+  EXPECT_EQ(*pool.Allocate(), a);  // now a is reclaimed
+  m = pool.LongestPartialMatch(500, want);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->block, b);
+  EXPECT_EQ(m->n_tokens, 2);
+  pool.Unref(b);
+  pool.Unref(c);
+  pool.Unref(d);
+  pool.Allocate();  // d was never published: free, taken first
+  pool.Allocate();  // b, the least recently used cached block
+  EXPECT_FALSE(pool.LongestPartialMatch(500, want).has_value());
+  ASSERT_TRUE(pool.LongestPartialMatch(600, want).has_value());
+}
+
+TEST(KvBlockPoolCache, CopyPositionsCopiesTheFirstRowsOfEveryLayer) {
+  model::ModelConfig config = SmallConfig();
+  config.n_layers = 2;
+  KvBlockPool pool(config, 2, 4);
+  const int32_t a = *pool.Allocate(), b = *pool.Allocate();
+  const size_t per_block = pool.bytes_per_block() / sizeof(float);
+  float* data = pool.buffer().data;
+  for (size_t i = 0; i < 2 * per_block; ++i) data[i] = static_cast<float>(i);
+  pool.CopyPositions(a, b, 3);
+  // [layer][K|V][position][kv_dim = 4]: 4 groups of 4 positions of 4 floats.
+  const float* from = data + static_cast<size_t>(a) * per_block;
+  const float* to = data + static_cast<size_t>(b) * per_block;
+  for (size_t g = 0; g < 4; ++g) {
+    for (size_t f = 0; f < 16; ++f) {
+      const size_t i = g * 16 + f;
+      if (f < 12) {
+        EXPECT_EQ(to[i], from[i]) << "group " << g << " float " << f;
+      } else {
+        EXPECT_NE(to[i], from[i]) << "group " << g << " float " << f << " (past the rows copied)";
+      }
+    }
+  }
 }
 
 TEST_F(PrefixCacheTest, TruncatingIntoASharedBlockCopiesIt) {
@@ -124,8 +185,8 @@ TEST_F(PrefixCacheTest, TruncatingIntoASharedBlockCopiesIt) {
   const SeqId a = e->NewSequence(5);
   Logits(*e, a, prompt);
   const SeqId b = e->NewSequence(5);
-  ASSERT_EQ(e->AttachCachedPrefix(b, prompt), 12);
-  Logits(*e, b, std::span(prompt).subspan(12));
+  ASSERT_EQ(e->AttachCachedPrefix(b, prompt), 15);
+  Logits(*e, b, std::span(prompt).subspan(15));
   // b rewinds into the middle of a shared block and continues differently...
   ASSERT_TRUE(e->TruncateSequence(b, 10).ok());
   const auto other = Tokens(6, 3);
@@ -141,11 +202,65 @@ TEST_F(PrefixCacheTest, TruncatingIntoASharedBlockCopiesIt) {
   EXPECT_EQ(0, std::memcmp(after.data(), want.data(), want.size() * sizeof(float)));
 }
 
+TEST_F(PrefixCacheTest, APartlyMatchingBlockIsCopiedAndGivesTheSameLogitsBitForBit) {
+  auto e = Make();
+  const auto prompt = Tokens(14, 5);  // blocks 0..2 full, 12..13 in the fourth
+  const SeqId a = e->NewSequence(9);
+  Logits(*e, a, prompt);
+  const auto grow = Tokens(3, 6);
+  Logits(*e, a, grow);  // 17 tokens: the fourth block is full and published
+  // b shares a's first 14 tokens, then goes its own way.
+  std::vector<int32_t> other = prompt;
+  const auto tail = Tokens(5, 7);
+  other.insert(other.end(), tail.begin(), tail.end());
+  ASSERT_NE(other[14], grow[0]);
+  const SeqId b = e->NewSequence(9);
+  ASSERT_EQ(e->AttachCachedPrefix(b, other), 14);  // 3 blocks shared, 2 positions copied
+  EXPECT_EQ(e->prefix_stats().partial_hits, 1);
+  EXPECT_EQ(e->prefix_stats().partial_tokens, 2);
+  const auto warm = Logits(*e, b, std::span(other).subspan(14));
+  auto fresh = Make();
+  const auto want = Logits(*fresh, fresh->NewSequence(), other);
+  ASSERT_EQ(warm.size(), want.size());
+  EXPECT_EQ(0, std::memcmp(warm.data(), want.data(), want.size() * sizeof(float)));
+  // b wrote into its own copy: a still reads its block as it was.
+  const auto next = Tokens(1, 8);
+  const auto after = Logits(*e, a, next);
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), grow.begin(), grow.end());
+  all.push_back(next[0]);
+  const auto want_a = Logits(*fresh, fresh->NewSequence(), all);
+  EXPECT_EQ(0, std::memcmp(after.data(), want_a.data(), want_a.size() * sizeof(float)));
+}
+
+TEST_F(PrefixCacheTest, APartialMatchIsSkippedWhenNoBlockIsLeftForTheCopy) {
+  auto e = Make(/*n_blocks=*/2);
+  const auto prompt = Tokens(8, 21);
+  const SeqId a = e->NewSequence(3);
+  Logits(*e, a, prompt);
+  e->FreeSequence(a);  // both blocks cached, nothing free
+  // b adopts the first block; its next two tokens match the second one, the
+  // only block a copy could be made in. It is kept, not reclaimed for its own
+  // copy, and b computes those positions instead.
+  std::vector<int32_t> other(prompt.begin(), prompt.begin() + 6);
+  other.push_back(prompt[6] == 3 ? 4 : 3);
+  const SeqId b = e->NewSequence(3);
+  EXPECT_EQ(e->AttachCachedPrefix(b, other), 4);
+  EXPECT_EQ(e->prefix_stats().evictions, 0);
+  EXPECT_EQ(e->prefix_stats().partial_hits, 0);
+  EXPECT_EQ(e->kv_pool().n_cached(), 1);
+  const auto warm = Logits(*e, b, std::span(other).subspan(4));
+  auto fresh = Make();
+  const auto want = Logits(*fresh, fresh->NewSequence(), other);
+  EXPECT_EQ(0, std::memcmp(warm.data(), want.data(), want.size() * sizeof(float)));
+}
+
 using Sink = testing::RecordingSink;
 
 TEST_F(PrefixCacheTest, HundredsOfSharedPrefixPromptsMatchTheUncachedRunsExactly) {
   // Prompts share a few "system prompts" of different lengths, then differ.
-  std::vector<std::vector<int32_t>> systems = {Tokens(0, 10), Tokens(9, 11), Tokens(33, 12), Tokens(64, 13)};
+  std::vector<std::vector<int32_t>> systems = {Tokens(0, 10), Tokens(9, 11), Tokens(31, 12),
+                                               Tokens(64, 13)};
   util::Rng r(99);
   struct Case {
     std::vector<int32_t> prompt;
@@ -165,6 +280,7 @@ TEST_F(PrefixCacheTest, HundredsOfSharedPrefixPromptsMatchTheUncachedRunsExactly
     }
     cases.push_back(std::move(c));
   }
+  int64_t partial_tokens = 0;
   auto run = [&](bool cache, bool reversed, int max_running) {
     auto e = Make(1024);
     auto sched = std::move(Scheduler::Start(*e, {.max_running = max_running, .max_batch_tokens = 24}, *log_)).value();
@@ -183,6 +299,8 @@ TEST_F(PrefixCacheTest, HundredsOfSharedPrefixPromptsMatchTheUncachedRunsExactly
       cached += s->usage_.cached_tokens;
       out.push_back(s->tokens_);
     }
+    sched.reset();  // joins the scheduler thread: the engine is this thread's again
+    partial_tokens += e->prefix_stats().partial_tokens;
     return std::make_pair(out, cached);
   };
   const auto [plain, no_cache] = run(false, false, 8);
@@ -191,6 +309,8 @@ TEST_F(PrefixCacheTest, HundredsOfSharedPrefixPromptsMatchTheUncachedRunsExactly
   const auto [warm_rev, cached_rev] = run(true, true, 3);
   EXPECT_GT(cached, 1000) << "the test did not exercise the prefix cache";
   EXPECT_GT(cached_rev, 1000);
+  // Two of the system prompts end inside a block: those positions are copied.
+  EXPECT_GT(partial_tokens, 100) << "the test did not exercise partial block matches";
   for (size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(warm[i], plain[i]) << "case " << i;
     EXPECT_EQ(warm_rev[i], plain[i]) << "case " << i << " (reversed order)";
