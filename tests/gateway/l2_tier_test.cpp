@@ -301,6 +301,42 @@ TEST_F(L2TierTest, MetricsCountBlocksAndTokensServedFromThePrefixCache) {
   EXPECT_EQ(Sample(text, "strata_kv_blocks_shared"), 0);  // nothing runs now
 }
 
+TEST_F(L2TierTest, PositionsCopiedFromAPartlyMatchingBlockCountAsCachedTokens) {
+  obs::MetricsRegistry reg;
+  reg.Counter("strata_cache_hits_total", "h", {"tier"});
+  reg.Counter("strata_cache_misses_total", "m", {"tier"});
+  reg.Counter("strata_cache_evictions_total", "e", {"tier"});
+  reg.Gauge("strata_cache_bytes", "b", {"tier"});
+  reg.Gauge("strata_cache_entries", "n", {"tier"});
+  auto e = Make(64, PolicyKind::kLru);
+  auto sched = std::move(engine::Scheduler::Start(*e, {.max_running = 2}, *log_)).value();
+  ExportPrefixCacheMetrics(reg, *sched);
+  // A 22-token "system prompt" (five blocks of 4, then 2 positions of the
+  // sixth), then a question of each request's own.
+  const auto system = Tokens(22, 60);
+  std::vector<int32_t> cached;
+  for (int i = 0; i < 3; ++i) {
+    auto p = system;
+    const auto question = Tokens(5, 61 + static_cast<uint64_t>(i));
+    p.insert(p.end(), question.begin(), question.end());
+    sampling::SamplingParams greedy;
+    greedy.temperature = 0;
+    auto sink = std::make_shared<Sink>(greedy);
+    ASSERT_TRUE(sched->Submit(testing::RecordedRequest(p, 2, sink, 5)).ok());
+    sink->Wait();
+    cached.push_back(sink->usage_.cached_tokens);
+  }
+  // The first computes everything; the others adopt 5 blocks and copy the 2
+  // positions (plus any a question happens to share at its start).
+  EXPECT_EQ(cached[0], 0);
+  EXPECT_GE(cached[1], 22);
+  EXPECT_GE(cached[2], 22);
+  EXPECT_LT(cached[1], 24);
+  const std::string text = reg.Render();
+  EXPECT_EQ(Sample(text, "strata_l2_partial_blocks_total"), 2);
+  EXPECT_EQ(Sample(text, "strata_l2_cached_tokens_total"), cached[1] + cached[2]);
+}
+
 TEST_F(L2TierTest, SharedBlocksAreCountedWhileTwoSequencesHoldThem) {
   auto e = Make(64, PolicyKind::kLru);
   const auto prompt = Tokens(17, 50);
