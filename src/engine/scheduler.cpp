@@ -230,7 +230,10 @@ bool Scheduler::StepOnce(int32_t max_running) {
     const int32_t spare = pool.n_free() - static_cast<int32_t>(running_.size());
     if (need > spare && !running_.empty()) break;
     head.seq = engine_.NewSequence(head.req.cache_namespace);
-    head.n_evaluated = engine_.AttachCachedPrefix(head.seq, head.tokens);
+    // An embedding needs every prompt token's hidden state, which cached KV
+    // blocks do not hold: it computes them all (and still publishes its
+    // blocks for later requests).
+    head.n_evaluated = head.req.embed ? 0 : engine_.AttachCachedPrefix(head.seq, head.tokens);
     if (head.cached_tokens < 0) {
       // First admission: the request's terms are fixed now, for good.
       head.cached_tokens = std::min(head.n_evaluated, head.n_prompt);

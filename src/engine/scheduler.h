@@ -87,7 +87,9 @@ struct SchedulerRequest {
   bool stop_at_eog = true;
   std::shared_ptr<RequestSink> sink;     // required
   bool embed = false;  // evaluate the prompt only and report its embedding (no generation)
-  uint64_t cache_namespace = 0;  // != 0: use the prefix cache within this namespace
+  // != 0: use the prefix cache within this namespace (an embedding request
+  // publishes its blocks but adopts none: it needs every hidden state)
+  uint64_t cache_namespace = 0;
 };
 
 struct SchedulerStats {

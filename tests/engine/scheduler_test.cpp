@@ -306,19 +306,24 @@ TEST_F(SchedulerTest, EmbeddingsAreUnitMeansOfHiddenStatesWhateverTheChunking) {
   double norm = 0;
   for (double v : mean) norm += v * v;
   norm = std::sqrt(norm);
-  for (int32_t chunk : {512, 4}) {
+  // Also with the prefix cache: the second request finds the first one's
+  // blocks cached, and must still evaluate every token for its hidden state.
+  for (const auto& [chunk, ns] :
+       {std::pair<int32_t, uint64_t>{512, 0}, {4, 0}, {512, 31}, {4, 31}}) {
     auto sched = Scheduler::Start(*engine, {.max_running = 2, .max_batch_tokens = chunk}, *log_);
     auto sink = std::make_shared<EmbeddingSink>();
     SchedulerRequest r;
     r.prompt = prompt;
     r.embed = true;
     r.sink = sink;
+    r.cache_namespace = ns;
     ASSERT_TRUE((*sched)->Submit(std::move(r)).ok());
     const auto e = sink->Wait();
     ASSERT_EQ(e.size(), mean.size());
     double len = 0;
     for (size_t d = 0; d < e.size(); ++d) {
-      EXPECT_NEAR(e[d], mean[d] / norm, 1e-5) << "chunk " << chunk << " dim " << d;
+      EXPECT_NEAR(e[d], mean[d] / norm, 1e-5)
+          << "chunk " << chunk << " namespace " << ns << " dim " << d;
       len += static_cast<double>(e[d]) * e[d];
     }
     EXPECT_NEAR(len, 1.0, 1e-5);
