@@ -101,11 +101,11 @@ class KvBlockPool {
     int32_t n_tokens = 0;  // leading positions of `block` that match, in [1, block_size)
   };
   // Of the cached blocks published after `parent`, the one whose tokens start
-  // with the longest run of `tokens` (shorter than a block), if any starts
+  // with the longest run of `tokens` (up to block_size − 1 of them), if any starts
   // with at least one (the caller that copies its positions records that
-  // with CountPartialReuse). Looks at the
-  // kMaxPartialCandidates most recently published ones only, so a prefix
-  // followed by thousands of different continuations costs the same.
+  // with CountPartialReuse). Looks at kMaxPartialCandidates of them at most,
+  // newest first (roughly: a reclaimed one's place goes to the newest), so a
+  // prefix followed by thousands of different continuations costs the same.
   static constexpr size_t kMaxPartialCandidates = 64;
   std::optional<PartialMatch> LongestPartialMatch(uint64_t parent, std::span<const int32_t> tokens);
   void CountPartialReuse(int32_t n_tokens) {
