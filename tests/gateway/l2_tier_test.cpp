@@ -255,14 +255,19 @@ double Sample(const std::string& text, const std::string& series) {
   return std::stod(text.substr(at + series.size() + 2));
 }
 
-TEST_F(L2TierTest, MetricsCountBlocksAndTokensServedFromThePrefixCache) {
-  obs::MetricsRegistry reg;
-  // The per-tier families, as the gateway registers them, with an L1 child.
-  reg.Counter("strata_cache_hits_total", "h", {"tier"}).With({"l1"}).Inc(3);
+// Registers the per-tier families as the gateway does; returns the hits one.
+obs::Family<obs::CounterValue>& RegisterTierFamilies(obs::MetricsRegistry& reg) {
+  auto& hits = reg.Counter("strata_cache_hits_total", "h", {"tier"});
   reg.Counter("strata_cache_misses_total", "m", {"tier"});
   reg.Counter("strata_cache_evictions_total", "e", {"tier"});
   reg.Gauge("strata_cache_bytes", "b", {"tier"});
   reg.Gauge("strata_cache_entries", "n", {"tier"});
+  return hits;
+}
+
+TEST_F(L2TierTest, MetricsCountBlocksAndTokensServedFromThePrefixCache) {
+  obs::MetricsRegistry reg;
+  RegisterTierFamilies(reg).With({"l1"}).Inc(3);  // with an L1 child
   auto e = Make(64, PolicyKind::kLru);
   auto sched = std::move(engine::Scheduler::Start(*e, {.max_running = 2}, *log_)).value();
   ExportPrefixCacheMetrics(reg, *sched);
@@ -303,11 +308,7 @@ TEST_F(L2TierTest, MetricsCountBlocksAndTokensServedFromThePrefixCache) {
 
 TEST_F(L2TierTest, PositionsCopiedFromAPartlyMatchingBlockCountAsCachedTokens) {
   obs::MetricsRegistry reg;
-  reg.Counter("strata_cache_hits_total", "h", {"tier"});
-  reg.Counter("strata_cache_misses_total", "m", {"tier"});
-  reg.Counter("strata_cache_evictions_total", "e", {"tier"});
-  reg.Gauge("strata_cache_bytes", "b", {"tier"});
-  reg.Gauge("strata_cache_entries", "n", {"tier"});
+  RegisterTierFamilies(reg);
   auto e = Make(64, PolicyKind::kLru);
   auto sched = std::move(engine::Scheduler::Start(*e, {.max_running = 2}, *log_)).value();
   ExportPrefixCacheMetrics(reg, *sched);
