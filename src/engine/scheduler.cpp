@@ -237,7 +237,7 @@ bool Scheduler::StepOnce(int32_t max_running) {
     if (head.cached_tokens < 0) {
       // First admission: the request's terms are fixed now, for good.
       head.cached_tokens = std::min(head.n_evaluated, head.n_prompt);
-      if (head.req.cache_namespace != 0) {
+      if (head.req.cache_namespace != 0 && !head.req.embed) {  // it looked the cache up
         prefix_prompt_tokens += head.n_prompt;
         prefix_cached_tokens += head.cached_tokens;
       }

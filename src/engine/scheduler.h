@@ -113,7 +113,7 @@ struct SchedulerStats {
   int64_t prefix_bytes = 0;       // their KV bytes
   int32_t kv_blocks_shared = 0;   // blocks referenced by more than one sequence
   // Tokens, counted once per request at its first admission (requests with a
-  // cache namespace only):
+  // cache namespace only, embeddings excluded):
   int64_t prefix_prompt_tokens = 0;  // prompt tokens of requests that looked the cache up
   int64_t prefix_cached_tokens = 0;  // ... of them adopted from the cache
 };
