@@ -45,7 +45,11 @@ class EvictionPolicy {
 enum class PolicyKind { kLru, kDualFactor, kWTinyLfu };
 
 struct PolicyOptions {
-  double lambda_per_s = 0.01;   // dual-factor: age decay rate of the score (1/s), >= 0
+  // dual-factor: age decay rate of the score (1/s), >= 0. 0.003 balances
+  // stationary popularity (Zipf: lower is better, 0.001 is within 1.4 points
+  // of W-TinyLFU) against recency-driven traces (Mooncake, BurstGPT: 0.001
+  // falls up to 3.6 points below LRU); docs/benchmarks.md, "Eviction policies".
+  double lambda_per_s = 0.003;
   double k = 0.5;               // dual-factor: frequency saturation, > 0
   double count_half_life_s = 600;  // dual-factor: half-life of the access count (s), > 0
   size_t capacity = 1024;       // W-TinyLFU: expected number of entries (sizes the sketch and window)

@@ -16,9 +16,9 @@ namespace strata::cli {
 struct BenchCacheFlags {
   uint64_t keys = 100000;      // distinct keys of the Zipf workloads
   size_t accesses = 1000000;   // accesses per Zipf workload
-  double lambda = 0.01;        // dual-factor age decay (1/s)
-  double k = 0.5;              // dual-factor frequency saturation
-  double half_life_s = 600;    // dual-factor access-count half-life (s)
+  double lambda = cache::PolicyOptions{}.lambda_per_s;  // dual-factor age decay (1/s)
+  double k = cache::PolicyOptions{}.k;                   // dual-factor frequency saturation
+  double half_life_s = cache::PolicyOptions{}.count_half_life_s;  // access-count half-life (s)
   bool admission = false;      // compare always-admit with cache-aware admission instead
   double admission_gain = cache::AdmissionOptions{}.gain;
   double admission_min = cache::AdmissionOptions{}.min_probability;
