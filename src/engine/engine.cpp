@@ -127,12 +127,11 @@ void Engine::PublishFullBlocks(Sequence& s) {
   while (static_cast<int32_t>(s.chain.size() + 1) * bs <= s.length) {
     const size_t b = s.chain.size();
     const uint64_t parent = b == 0 ? s.cache_namespace : s.chain.back();
-    const uint64_t h = ChainHash(
-        parent, std::span(s.tokens).subspan(b * static_cast<size_t>(bs), static_cast<size_t>(bs)));
+    const auto block_tokens =
+        std::span(s.tokens).subspan(b * static_cast<size_t>(bs), static_cast<size_t>(bs));
+    const uint64_t h = ChainHash(parent, block_tokens);
     const int32_t mine = s.table.blocks()[b];
-    const int32_t kept = pool_.Publish(
-        mine, h, parent,
-        std::span(s.tokens).subspan(b * static_cast<size_t>(bs), static_cast<size_t>(bs)));
+    const int32_t kept = pool_.Publish(mine, h, parent, block_tokens);
     if (kept != mine) {
       s.table.Replace(b, kept);
       pool_.Unref(mine);
