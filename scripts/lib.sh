@@ -3,7 +3,7 @@
 
 # Debian packages the build, the tests and the fuzzers need.
 STRATA_PACKAGES=(
-  g++ cmake ninja-build pkg-config
+  g++ cmake ninja-build pkg-config ccache
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libxxhash-dev libutf8proc-dev
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
   libgtest-dev libgmock-dev libbenchmark-dev
