@@ -12,13 +12,36 @@ function(strata_apply_common target)
   endif()
 endfunction()
 
-# strata_module(NAME SOURCES ... DEPS ... [PRIVATE_DEPS ...])
+include(StrataModules)
+
+# The strata_<module> libraries a module links: those of the modules it may
+# include (cmake/StrataModules.cmake).
+function(strata_module_libraries name out)
+  if(NOT name IN_LIST STRATA_MODULES)
+    message(FATAL_ERROR "module '${name}' is not in cmake/StrataModules.cmake")
+  endif()
+  set(libs "")
+  foreach(dep ${STRATA_MAY_INCLUDE_${name}})
+    list(APPEND libs strata_${dep})
+  endforeach()
+  set(${out} ${libs} PARENT_SCOPE)
+endfunction()
+
+# strata_module(NAME SOURCES ... [DEPS ...] [PRIVATE_DEPS ...])
 # Declares the static library strata_<NAME>; includes are relative to src/.
+# It links the libraries of the modules the module table lets it include;
+# DEPS and PRIVATE_DEPS name third-party libraries only.
 function(strata_module name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  foreach(dep ${ARG_DEPS} ${ARG_PRIVATE_DEPS})
+    if(dep MATCHES "^strata_")
+      message(FATAL_ERROR "strata_module(${name}): ${dep} comes from the module table, not DEPS")
+    endif()
+  endforeach()
+  strata_module_libraries(${name} modules)
   add_library(strata_${name} STATIC ${ARG_SOURCES})
   target_include_directories(strata_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
-  target_link_libraries(strata_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  target_link_libraries(strata_${name} PUBLIC ${modules} ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   strata_apply_common(strata_${name})
 endfunction()
 

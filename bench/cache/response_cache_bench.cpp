@@ -73,7 +73,7 @@ struct Served {
   Served() {
     model::SyntheticShape shape = testing::TinyShape();
     shape.n_ctx = 2048;
-    tiny = testing::MakeTinyModel(model::TensorType::kF32, 1, shape);
+    tiny = testing::MakeTinyModel(kernels::TensorType::kF32, 1, shape);
     engine::EngineOptions eo;
     eo.n_ctx = 2048;
     eo.n_seq_max = 4;

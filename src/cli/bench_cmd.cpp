@@ -228,7 +228,7 @@ int RunBench(const Env& env, const BenchFlags& f) {
   const std::string model_desc =
       fmt::format("{} {:.2f}B {}", c.architecture, static_cast<double>(c.n_params) / 1e9,
                   m.WeightTypeSummary());
-  const std::string isa(model::IsaName(eng.kernels().isa));
+  const std::string isa(kernels::IsaName(eng.kernels().isa));
   fmt::print("| {:<28} | {:>10} | {:>8} | {:<11} | {:>7} | {:>6} | {:>9} | {:>17} |\n", "model", "size",
              "params", "backend", "threads", "test", "t/s", "min .. max");
   fmt::print("| {:-<28} | {:->10} | {:->8} | {:-<11} | {:->7} | {:->6} | {:->9} | {:->17} |\n", "", "", "",

@@ -131,7 +131,7 @@ double LogSoftmaxAt(std::span<const float> logits, int32_t id) {
 
 // Generates for every prompt under one policy, all prompts batched in each
 // engine step (each request has its own seeded Sampler).
-util::StatusOr<std::vector<Generation>> Run(engine::Engine& eng, const model::Tokenizer& tok,
+util::StatusOr<std::vector<Generation>> Run(engine::Engine& eng, const text::Tokenizer& tok,
                                             const std::vector<std::vector<int32_t>>& prompts,
                                             const PolicySpec& spec, const EvalFlags& f) {
   const size_t n = prompts.size();
@@ -408,7 +408,7 @@ int RunEvalSampling(const Env& env, const EvalFlags& f) {
   if (!path.ok()) return ReportError(path.status());
   auto model = model::Model::Load(*env.fs, *path, {}, *log);
   if (!model.ok()) return ReportError(model.status());
-  const model::Tokenizer& tok = (*model)->tokenizer();
+  const text::Tokenizer& tok = (*model)->tokenizer();
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& s : prompt_text) {
     prompts.push_back(tok.Encode(s, {.add_special = true, .parse_special = false}));

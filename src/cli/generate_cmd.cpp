@@ -70,7 +70,7 @@ int RunGenerate(const Env& env, const GenerateFlags& f) {
   auto eng = engine::Engine::Create(**model, eo, *log);
   if (!eng.ok()) return ReportError(eng.status());
 
-  const model::Tokenizer& tok = (*model)->tokenizer();
+  const text::Tokenizer& tok = (*model)->tokenizer();
   engine::GenerationRequest req;
   req.prompt = tok.Encode(f.prompt, {.add_special = true, .parse_special = false});
   req.max_tokens = f.n_predict;
@@ -80,7 +80,7 @@ int RunGenerate(const Env& env, const GenerateFlags& f) {
     std::fflush(stdout);
   }
 
-  model::Detokenizer detok(tok);
+  text::Detokenizer detok(tok);
   auto on_token = [&](size_t, int32_t id) {
     const std::string text = detok.Push(id);
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -110,7 +110,7 @@ int RunGenerate(const Env& env, const GenerateFlags& f) {
                stats.prompt_seconds * 1e3, rate(stats.prompt_tokens, stats.prompt_seconds),
                static_cast<long long>(stats.generated_tokens), stats.decode_seconds * 1e3,
                rate(stats.generated_tokens - 1, stats.decode_seconds),
-               std::string(model::IsaName((*eng)->kernels().isa)).c_str(), f.threads,
+               std::string(kernels::IsaName((*eng)->kernels().isa)).c_str(), f.threads,
                static_cast<unsigned long long>(sp.seed));
   return kExitOk;
 }

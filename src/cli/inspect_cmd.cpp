@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace strata::cli {
 namespace {
@@ -15,9 +15,9 @@ struct InspectFlags {
 };
 
 int RunInspect(const Env& env, const InspectFlags& f) {
-  auto gguf = model::GgufFile::Open(*env.fs, f.path);
+  auto gguf = format::GgufFile::Open(*env.fs, f.path);
   if (!gguf.ok()) return ReportError(gguf.status());
-  const model::GgufFile& g = **gguf;
+  const format::GgufFile& g = **gguf;
   fmt::print("{}: GGUF v{}, {} metadata keys, {} tensors, alignment {}, data at {}\n", f.path,
              g.version(), g.metadata().size(), g.tensors().size(), g.alignment(), g.data_offset());
   for (const auto& [key, value] : g.metadata()) {
@@ -27,7 +27,7 @@ int RunInspect(const Env& env, const InspectFlags& f) {
     for (const auto& t : g.tensors()) {
       std::string shape;
       for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? " x " : "") + std::to_string(t.shape[i]);
-      fmt::print("  {:<40} {:<7} [{}] {} bytes @ {}\n", t.name, model::TypeName(t.type), shape,
+      fmt::print("  {:<40} {:<7} [{}] {} bytes @ {}\n", t.name, kernels::TypeName(t.type), shape,
                  t.n_bytes, g.data_offset() + t.offset);
     }
   }

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/synthetic.h"
 #include "util/clock.h"
 
@@ -111,12 +111,12 @@ int RunMkModel(const Env& env, const MkModelFlags& f) {
   o.name = f.name.empty() ? fmt::format("strata-synthetic {} {}", f.shape.empty() ? "custom" : f.shape, f.type)
                           : f.name;
   auto log = MakeLogger(f.log_level);
-  std::unique_ptr<model::GgufFile> vocab;
+  std::unique_ptr<format::GgufFile> vocab;
   if (f.byte_tokens_as_text && f.vocab.empty()) {
     return ReportError(util::InvalidArgumentError("--byte-tokens-as-text needs --vocab"));
   }
   if (!f.vocab.empty()) {
-    auto v = model::GgufFile::Open(*env.fs, f.vocab);
+    auto v = format::GgufFile::Open(*env.fs, f.vocab);
     if (!v.ok()) return ReportError(v.status());
     vocab = std::move(v).value();
     o.vocab = vocab.get();

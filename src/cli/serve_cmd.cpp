@@ -169,9 +169,9 @@ int RunServe(const Env& env, const ServeFlags& f) {
   if (gateway::GatewayOptions check; !ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check).ok()) {
     return UsageError(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check).message());
   }
-  std::optional<model::ChatFormat> chat_format;
+  std::optional<text::ChatFormat> chat_format;
   if (!f.chat_format.empty()) {
-    chat_format = model::ParseChatFormat(f.chat_format);
+    chat_format = text::ParseChatFormat(f.chat_format);
     if (!chat_format) {
       return UsageError(fmt::format("--chat-format '{}' is not one of plain, chatml, llama2, llama3, "
                                     "zephyr, mistral, phi3, gemma, deepseek-r1",

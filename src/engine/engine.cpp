@@ -40,11 +40,11 @@ util::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model
         fmt::format("KV cache of {} blocks ({:.1f} GiB) is too large", n_blocks,
                     bytes / (1024.0 * 1024 * 1024)));
   }
-  const model::KernelTable& kernels = o.kernels ? *o.kernels : model::BestKernels();
+  const kernels::KernelTable& kernels = o.kernels ? *o.kernels : kernels::BestKernels();
   std::unique_ptr<BlockEvictionPolicy> eviction =
       o.block_eviction ? o.block_eviction(static_cast<int32_t>(n_blocks)) : nullptr;
   log.Info("engine: {} threads, {} kernels, context {}, KV cache {} blocks x {} tokens ({:.1f} MiB)",
-           o.n_threads, model::IsaName(kernels.isa), n_ctx, n_blocks, o.block_size,
+           o.n_threads, kernels::IsaName(kernels.isa), n_ctx, n_blocks, o.block_size,
            bytes / (1024.0 * 1024.0));
   return std::unique_ptr<Engine>(new Engine(model, n_ctx,
                                             std::make_unique<util::ThreadPool>(o.n_threads),
@@ -53,7 +53,7 @@ util::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model
 }
 
 Engine::Engine(const model::Model& model, int32_t n_ctx, std::unique_ptr<util::ThreadPool> threads,
-               int32_t n_blocks, int32_t block_size, const model::KernelTable& kernels,
+               int32_t n_blocks, int32_t block_size, const kernels::KernelTable& kernels,
                std::unique_ptr<BlockEvictionPolicy> eviction)
     : model_(model),
       n_ctx_(n_ctx),

@@ -46,7 +46,7 @@ struct EngineOptions {
   int32_t block_size = 16;        // [1, 1024] token positions per KV block
   int32_t n_kv_blocks = 0;        // 0 = enough for n_seq_max full sequences
   int32_t n_seq_max = 1;          // [1, 4096] used only to size the default pool
-  const model::KernelTable* kernels = nullptr;  // nullptr = the best for this CPU
+  const kernels::KernelTable* kernels = nullptr;  // nullptr = the best for this CPU
   // Which unreferenced cached block to reclaim; nullptr = LRU.
   std::function<std::unique_ptr<BlockEvictionPolicy>(int32_t n_blocks)> block_eviction;
 };
@@ -95,7 +95,7 @@ class Engine {
   int32_t n_vocab() const { return model_.config().n_vocab; }
   const KvBlockPool& kv_pool() const { return pool_; }
   const PrefixCacheStats& prefix_stats() const { return pool_.prefix_stats(); }
-  const model::KernelTable& kernels() const { return forward_.kernels(); }
+  const kernels::KernelTable& kernels() const { return forward_.kernels(); }
   int32_t n_threads() const { return threads_->size(); }
 
  private:
@@ -107,7 +107,7 @@ class Engine {
     std::vector<uint64_t> chain;    // chain hash of each published block
   };
   Engine(const model::Model& model, int32_t n_ctx, std::unique_ptr<util::ThreadPool> threads,
-         int32_t n_blocks, int32_t block_size, const model::KernelTable& kernels,
+         int32_t n_blocks, int32_t block_size, const kernels::KernelTable& kernels,
          std::unique_ptr<BlockEvictionPolicy> eviction);
   // The chain hash of a block after `parent` (never 0).
   static uint64_t ChainHash(uint64_t parent, std::span<const int32_t> block_tokens);

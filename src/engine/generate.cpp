@@ -40,7 +40,7 @@ util::StatusOr<std::vector<GenerationResult>> GenerateAll(
     }
   }
 
-  const model::Tokenizer& tok = engine.model().tokenizer();
+  const text::Tokenizer& tok = engine.model().tokenizer();
   const size_t n = requests.size();
   std::vector<GenerationResult> results(n);
   std::vector<SeqId> seqs(n);

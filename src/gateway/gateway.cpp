@@ -179,7 +179,7 @@ struct ChoiceContext {
 // Runs on the scheduler thread.
 class ChoiceSink final : public engine::RequestSink {
  public:
-  ChoiceSink(int32_t index, const sampling::SamplingParams& params, const model::Tokenizer& tok,
+  ChoiceSink(int32_t index, const sampling::SamplingParams& params, const text::Tokenizer& tok,
              std::vector<std::string> stops, size_t n_user_stops, int32_t top_logprobs,
              std::shared_ptr<Flight> ch,
              const util::Clock& clock, std::shared_ptr<GatewayMetrics> metrics, ChoiceContext ctx)
@@ -338,8 +338,8 @@ class ChoiceSink final : public engine::RequestSink {
   const int32_t index_;
   const sampling::SamplingParams params_;  // as the request asked
   sampling::Sampler sampler_;              // params_, or their RT-Switcher tier from OnAdmit
-  const model::Tokenizer& tok_;
-  model::Detokenizer detok_;
+  const text::Tokenizer& tok_;
+  text::Detokenizer detok_;
   const std::vector<std::string> user_stops_;  // the request's own stop strings
   StopMatcher stop_;
   const int32_t top_logprobs_;
@@ -420,7 +420,7 @@ class EmbeddingSink final : public engine::RequestSink {
 
 util::StatusOr<EmbeddingResult> Gateway::Embed(const EmbeddingRequest& r,
                                                std::chrono::steady_clock::time_point deadline) {
-  const model::Tokenizer& tok = model_.tokenizer();
+  const text::Tokenizer& tok = model_.tokenizer();
   std::vector<std::vector<int32_t>> inputs;
   for (const auto& t : r.texts) inputs.push_back(tok.Encode(t, {.add_special = true}));
   for (const auto& ids : r.token_ids) inputs.push_back(ids);
@@ -564,9 +564,9 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const model::Model& mod
   const auto tpl = model.gguf().GetStringOr("tokenizer.chat_template", "");
   const int32_t eos = model.tokenizer().eos();
   const std::string eos_text = eos >= 0 ? std::string(model.tokenizer().TokenText(eos)) : "</s>";
-  g->style_ = model::DetectChatStyle(tpl.ok() ? *tpl : "", eos_text);
+  g->style_ = text::DetectChatStyle(tpl.ok() ? *tpl : "", eos_text);
   if (options.chat_format) g->style_.format = *options.chat_format;
-  log.Info("chat format: {}{}", model::ChatFormatName(g->style_.format),
+  log.Info("chat format: {}{}", text::ChatFormatName(g->style_.format),
            options.chat_format ? " (set by option)" : tpl.ok() && !tpl->empty() ? " (from the model's template)"
                                                                                 : " (the model has no template)");
   return g;
@@ -615,10 +615,10 @@ util::Status Gateway::Validate(const CompletionRequest& r) const {
 }
 
 util::StatusOr<std::vector<int32_t>> Gateway::Tokenize(const CompletionRequest& r) const {
-  const model::Tokenizer& tok = model_.tokenizer();
+  const text::Tokenizer& tok = model_.tokenizer();
   if (r.prompt) return tok.Encode(*r.prompt, {.add_special = true, .parse_special = true});
-  STRATA_ASSIGN_OR_RETURN(auto segments, model::RenderChat(style_, r.messages, true));
-  std::vector<model::TextSegment> parts;
+  STRATA_ASSIGN_OR_RETURN(auto segments, text::RenderChat(style_, r.messages, true));
+  std::vector<text::TextSegment> parts;
   parts.reserve(segments.size());
   for (const auto& s : segments) parts.push_back({s.text, s.special});
   return tok.EncodeSegments(parts, /*add_special=*/true);
@@ -646,7 +646,7 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   }
   std::vector<std::string> stops = r.stop;
   if (!r.prompt) {
-    for (auto& s : model::TurnEndStrings(style_)) stops.push_back(std::move(s));
+    for (auto& s : text::TurnEndStrings(style_)) stops.push_back(std::move(s));
   }
   metrics_->prompt_tokens.Inc(n_prompt);
 

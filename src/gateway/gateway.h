@@ -71,7 +71,7 @@
 #include "cache/response_cache.h"
 #include "cache/shared_store.h"
 #include "engine/scheduler.h"
-#include "model/chat_template.h"
+#include "text/chat_template.h"
 #include "model/transformer.h"
 #include "obs/metrics.h"
 #include "sampling/sampler.h"
@@ -101,7 +101,7 @@ struct GatewayOptions {
   int32_t max_top_logprobs = 20;      // [0, 20]
   int32_t max_embedding_inputs = 256; // [1, 65536] inputs per embeddings request
   bool prefix_cache = true;           // the shared-prefix KV cache (L2) for every request
-  std::optional<model::ChatFormat> chat_format;  // override the template detected in the GGUF
+  std::optional<text::ChatFormat> chat_format;  // override the template detected in the GGUF
   // L1 exact response cache; max_bytes 0 (the default here) = off. `strata
   // serve` turns it on (--l1-bytes).
   cache::ResponseCacheOptions l1{.max_bytes = 0};
@@ -136,7 +136,7 @@ struct CompletionRequest {
   // none). Scoped to the tenant: equal ids of two tenants are two sessions.
   // Labels the request's log lines; it never changes what is generated.
   std::string session_id;
-  std::vector<model::ChatMessage> messages;  // chat: rendered with the chat template
+  std::vector<text::ChatMessage> messages;  // chat: rendered with the chat template
   std::optional<std::string> prompt;         // completion: raw text (used when set)
   std::optional<int32_t> max_tokens;         // default: what is left of the context, capped
   sampling::SamplingParams sampling;
@@ -250,7 +250,7 @@ class Gateway {
 
   const std::string& model_name() const { return options_.model_name; }
   int32_t n_ctx() const { return n_ctx_; }
-  const model::ChatStyle& chat_style() const { return style_; }
+  const text::ChatStyle& chat_style() const { return style_; }
   // Tokens of a prompt (for usage reporting and tests).
   util::StatusOr<std::vector<int32_t>> Tokenize(const CompletionRequest& request) const;
   // The L1's counters; nullopt when L1 is off.
@@ -299,7 +299,7 @@ class Gateway {
   const util::Clock& clock_;
   util::Logger& log_;
   const int32_t n_ctx_;
-  model::ChatStyle style_;
+  text::ChatStyle style_;
   std::shared_ptr<GatewayMetrics> metrics_;  // shared with running sinks
   std::atomic<uint64_t> unseeded_count_{0};  // requests given a seed from unseeded_seed_base
   std::shared_ptr<ResponseTier> tier_;       // L1 and single flight; shared with running flights

@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
-#include "model/gguf_writer.h"
-#include "model/kernels.h"
-#include "model/tokenizer.h"
+#include "format/gguf_writer.h"
+#include "kernels/kernels.h"
+#include "text/tokenizer.h"
 #include "util/random.h"
 
 namespace strata::model {
@@ -76,21 +76,21 @@ bool EndsWith(const std::string& s, std::string_view suffix) {
 
 // general.file_type: the numbering GGUF tools use for a file's dominant
 // quantization (not the tensor type ids).
-uint32_t FileType(TensorType t, QuantMix mix) {
+uint32_t FileType(kernels::TensorType t, QuantMix mix) {
   if (mix == QuantMix::kQ4_K_M) return 15;
   if (mix == QuantMix::kQ5_K_M) return 17;
   switch (t) {
-    case TensorType::kF32: return 0;
-    case TensorType::kF16: return 1;
-    case TensorType::kQ4_0: return 2;
-    case TensorType::kQ4_1: return 3;
-    case TensorType::kQ8_0: return 7;
-    case TensorType::kQ5_0: return 8;
-    case TensorType::kQ5_1: return 9;
-    case TensorType::kQ4_K: return 14;  // "Q4_K_S": uniform Q4_K
-    case TensorType::kQ5_K: return 16;  // "Q5_K_S"
-    case TensorType::kQ6_K: return 18;
-    case TensorType::kBF16: return 32;
+    case kernels::TensorType::kF32: return 0;
+    case kernels::TensorType::kF16: return 1;
+    case kernels::TensorType::kQ4_0: return 2;
+    case kernels::TensorType::kQ4_1: return 3;
+    case kernels::TensorType::kQ8_0: return 7;
+    case kernels::TensorType::kQ5_0: return 8;
+    case kernels::TensorType::kQ5_1: return 9;
+    case kernels::TensorType::kQ4_K: return 14;  // "Q4_K_S": uniform Q4_K
+    case kernels::TensorType::kQ5_K: return 16;  // "Q5_K_S"
+    case kernels::TensorType::kQ6_K: return 18;
+    case kernels::TensorType::kBF16: return 32;
     default: return 0;
   }
 }
@@ -137,38 +137,38 @@ std::optional<SyntheticShape> NamedShape(std::string_view name) {
 
 std::vector<std::string> NamedShapeNames() { return {"demo", "llama-100m", "llama-1b", "qwen2-0.5b"}; }
 
-std::optional<std::pair<TensorType, QuantMix>> ParseTypeSpec(std::string_view spec) {
+std::optional<std::pair<kernels::TensorType, QuantMix>> ParseTypeSpec(std::string_view spec) {
   std::string lower(spec);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (lower == "q4_k_m") return std::pair{TensorType::kQ4_K, QuantMix::kQ4_K_M};
-  if (lower == "q5_k_m") return std::pair{TensorType::kQ5_K, QuantMix::kQ5_K_M};
-  auto t = ParseTensorType(lower);
-  if (!t || !HasCodec(*t)) return std::nullopt;
+  if (lower == "q4_k_m") return std::pair{kernels::TensorType::kQ4_K, QuantMix::kQ4_K_M};
+  if (lower == "q5_k_m") return std::pair{kernels::TensorType::kQ5_K, QuantMix::kQ5_K_M};
+  auto t = kernels::ParseTensorType(lower);
+  if (!t || !kernels::HasCodec(*t)) return std::nullopt;
   return std::pair{*t, QuantMix::kUniform};
 }
 
-TensorType TypeForTensor(TensorType base, QuantMix mix, const std::string& name, int32_t layer,
+kernels::TensorType TypeForTensor(kernels::TensorType base, QuantMix mix, const std::string& name, int32_t layer,
                          int32_t n_layers, int64_t row_length, bool tied_embeddings) {
-  TensorType t = base;
+  kernels::TensorType t = base;
   const bool k_mix = mix != QuantMix::kUniform;
   const bool is_output = name == "output.weight" || (tied_embeddings && name == "token_embd.weight");
   if (k_mix && is_output) {
     // The output head keeps more bits; where its rows are not whole 256-blocks, Q8_0.
-    return row_length % 256 == 0 ? TensorType::kQ6_K : TensorType::kQ8_0;
+    return row_length % 256 == 0 ? kernels::TensorType::kQ6_K : kernels::TensorType::kQ8_0;
   }
   if (k_mix && layer >= 0 && UseMoreBits(layer, n_layers) &&
       (EndsWith(name, "attn_v.weight") || EndsWith(name, "ffn_down.weight"))) {
-    t = TensorType::kQ6_K;
+    t = kernels::TensorType::kQ6_K;
   }
-  const int32_t block = GetTypeInfo(t).block_size;
+  const int32_t block = kernels::GetTypeInfo(t).block_size;
   if (row_length % block == 0) return t;
   switch (t) {
-    case TensorType::kQ4_K: t = TensorType::kQ5_0; break;
-    case TensorType::kQ5_K: t = TensorType::kQ5_1; break;
-    case TensorType::kQ6_K: t = TensorType::kQ8_0; break;
-    default: t = TensorType::kF16; break;
+    case kernels::TensorType::kQ4_K: t = kernels::TensorType::kQ5_0; break;
+    case kernels::TensorType::kQ5_K: t = kernels::TensorType::kQ5_1; break;
+    case kernels::TensorType::kQ6_K: t = kernels::TensorType::kQ8_0; break;
+    default: t = kernels::TensorType::kF16; break;
   }
-  if (row_length % GetTypeInfo(t).block_size != 0 || !HasCodec(t)) return TensorType::kF16;
+  if (row_length % kernels::GetTypeInfo(t).block_size != 0 || !kernels::HasCodec(t)) return kernels::TensorType::kF16;
   return t;
 }
 
@@ -187,11 +187,11 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
         "synthetic models: inconsistent shape n_embd={} n_heads={} n_kv_heads={} n_ff={}",
         s.n_embd, s.n_heads, s.n_kv_heads, s.n_ff));
   }
-  if (!HasCodec(options.type)) {
+  if (!kernels::HasCodec(options.type)) {
     return util::InvalidArgumentError(
-        fmt::format("synthetic models: cannot encode type {}", TypeName(options.type)));
+        fmt::format("synthetic models: cannot encode type {}", kernels::TypeName(options.type)));
   }
-  GgufWriter w;
+  format::GgufWriter w;
   const std::string arch = s.architecture;
   w.SetString("general.architecture", arch);
   w.SetString("general.name", options.name);
@@ -213,7 +213,7 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
         std::vector<int32_t> types(static_cast<size_t>(value.size()));
         for (uint64_t i = 0; i < value.size(); ++i) {
           const int64_t t = value.IntAt(i).value_or(1);
-          types[i] = t == static_cast<int64_t>(TokenType::kByte) ? static_cast<int32_t>(TokenType::kNormal)
+          types[i] = t == static_cast<int64_t>(text::TokenType::kByte) ? static_cast<int32_t>(text::TokenType::kNormal)
                                                                 : static_cast<int32_t>(t);
         }
         w.SetInt32Array(key, types);
@@ -221,7 +221,7 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
       }
       w.CopyValue(key, value);
     }
-    const GgufValue* toks = options.vocab->Find("tokenizer.ggml.tokens");
+    const format::GgufValue* toks = options.vocab->Find("tokenizer.ggml.tokens");
     if (toks == nullptr || !toks->is_array()) {
       return util::InvalidArgumentError(
           fmt::format("vocabulary '{}' has no tokenizer.ggml.tokens", options.vocab->name()));
@@ -257,13 +257,13 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
   const float sd = 0.02f;
   const float sd_out = 1.0f / std::sqrt(static_cast<float>(E));
   auto matrix = [&](const std::string& name, int32_t layer, int64_t cols, int64_t rows, float stddev) {
-    const TensorType t = TypeForTensor(options.type, options.mix, name, layer, s.n_layers, cols,
+    const kernels::TensorType t = TypeForTensor(options.type, options.mix, name, layer, s.n_layers, cols,
                                        s.tied_embeddings);
     return w.AddTensor(name, {cols, rows}, t, random_rows(stddev));
   };
   auto vector = [&](const std::string& name, int64_t n, bool is_ones) {
-    if (is_ones) return w.AddTensor(name, {n}, TensorType::kF32, ones);
-    return w.AddTensor(name, {n}, TensorType::kF32, random_rows(0.02f));
+    if (is_ones) return w.AddTensor(name, {n}, kernels::TensorType::kF32, ones);
+    return w.AddTensor(name, {n}, kernels::TensorType::kF32, random_rows(0.02f));
   };
   STRATA_RETURN_IF_ERROR(matrix("token_embd.weight", -1, E, n_vocab, sd_out));
   for (int32_t l = 0; l < s.n_layers; ++l) {
@@ -288,7 +288,7 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
     STRATA_RETURN_IF_ERROR(matrix("output.weight", -1, E, n_vocab, sd_out));
   }
   log.Info("writing synthetic model '{}' ({} {} layers, n_embd {}, vocab {}, {}) to {}",
-           options.name, arch, s.n_layers, s.n_embd, n_vocab, TypeName(options.type), path);
+           options.name, arch, s.n_layers, s.n_embd, n_vocab, kernels::TypeName(options.type), path);
   return w.Write(fs, path, options.pool,
                  [&log](size_t done, size_t total, const std::string& name) {
                    if (done == total || done % 16 == 0) {

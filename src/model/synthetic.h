@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
-#include "model/tensor_type.h"
+#include "format/gguf.h"
+#include "kernels/tensor_type.h"
 #include "util/file_system.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -56,22 +56,22 @@ enum class QuantMix {
 };
 
 // Parses "f32", "q8_0", "q4_k", "q4_k_m", ... into a base type and a mix.
-std::optional<std::pair<TensorType, QuantMix>> ParseTypeSpec(std::string_view spec);
+std::optional<std::pair<kernels::TensorType, QuantMix>> ParseTypeSpec(std::string_view spec);
 
 // The type a tensor gets: `name` is its GGUF name, `layer` its block index (-1
 // outside blocks), `row_length` its shape[0]. Where the chosen type's block
 // does not divide the row, falls back as GGUF quantizers do (Q4_K→Q5_0,
 // Q5_K→Q5_1, Q6_K→Q8_0, else F16).
-TensorType TypeForTensor(TensorType base, QuantMix mix, const std::string& name, int32_t layer,
+kernels::TensorType TypeForTensor(kernels::TensorType base, QuantMix mix, const std::string& name, int32_t layer,
                          int32_t n_layers, int64_t row_length, bool tied_embeddings);
 
 struct SyntheticOptions {
   SyntheticShape shape;
-  TensorType type = TensorType::kF32;  // matrices; norms and biases stay F32
+  kernels::TensorType type = kernels::TensorType::kF32;  // matrices; norms and biases stay F32
   QuantMix mix = QuantMix::kUniform;
   uint64_t seed = 42;
   std::string name = "strata-synthetic";
-  const GgufFile* vocab = nullptr;  // copy tokenizer.* from here; nullptr: built-in vocabulary
+  const format::GgufFile* vocab = nullptr;  // copy tokenizer.* from here; nullptr: built-in vocabulary
   // Give the copied vocabulary's byte tokens ("<0xNN>", token type 6) the
   // normal type, so they print as that literal text. Random weights emit byte
   // tokens that do not form valid UTF-8, which some servers refuse to send;

@@ -67,16 +67,16 @@ void RopeHead(float* v, const float* cos_t, const float* sin_t, int32_t n_rot, R
 
 StatusOr<std::unique_ptr<Model>> Model::Load(util::FileSystem& fs, const std::string& path,
                                              const LoadOptions& options, util::Logger& log) {
-  STRATA_ASSIGN_OR_RETURN(auto gguf, GgufFile::Open(fs, path));
+  STRATA_ASSIGN_OR_RETURN(auto gguf, format::GgufFile::Open(fs, path));
   if (options.prefetch) gguf->Prefetch();
   return FromGguf(std::move(gguf), log);
 }
 
-StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf,
+StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<format::GgufFile> gguf,
                                                  util::Logger& log) {
   std::unique_ptr<Model> m(new Model());
   m->gguf_ = std::move(gguf);
-  const GgufFile& g = *m->gguf_;
+  const format::GgufFile& g = *m->gguf_;
   ModelConfig& c = m->config_;
 
   STRATA_ASSIGN_OR_RETURN(std::string_view arch, g.GetString("general.architecture"));
@@ -87,7 +87,7 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf,
   c.architecture = std::string(arch);
   STRATA_ASSIGN_OR_RETURN(std::string_view name, g.GetStringOr("general.name", ""));
   c.name = std::string(name);
-  STRATA_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromGguf(g));
+  STRATA_ASSIGN_OR_RETURN(m->tokenizer_, text::Tokenizer::FromGguf(g));
   c.n_vocab = m->tokenizer_->n_vocab();
 
   const std::string p = c.architecture + ".";
@@ -202,18 +202,18 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf,
 
 StatusOr<Weight> Model::LoadMatrix(const std::string& name, int64_t n_cols, int64_t n_rows,
                                    util::Logger& log) {
-  const GgufTensorInfo* t = gguf_->FindTensor(name);
+  const format::GgufTensorInfo* t = gguf_->FindTensor(name);
   if (t == nullptr) return InvalidArgumentError(fmt::format("tensor '{}' is missing", name));
   const std::vector<int64_t> want = {n_cols, n_rows};
   if (t->shape != want) {
     return InvalidArgumentError(fmt::format("tensor '{}' has shape {}, expected {}", name,
                                             ShapeString(t->shape), ShapeString(want)));
   }
-  if (!HasCodec(t->type)) {
+  if (!kernels::HasCodec(t->type)) {
     return util::UnimplementedError(fmt::format(
         "tensor '{}' has type {}, which strata cannot compute (supported: F32, F16, BF16, Q8_0, "
         "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
-        name, TypeName(t->type)));
+        name, kernels::TypeName(t->type)));
   }
   Weight w;
   w.name = name;
@@ -222,16 +222,16 @@ StatusOr<Weight> Model::LoadMatrix(const std::string& name, int64_t n_cols, int6
   if (t->rows_block_aligned()) {
     w.type = t->type;
     w.data = t->data.data();
-    w.row_bytes = RowBytes(t->type, n_cols);
+    w.row_bytes = kernels::RowBytes(t->type, n_cols);
     return w;
   }
   // Rows that straddle quantization blocks (some early converters wrote these):
   // only the tensor as a whole is a sequence of blocks, so dequantize it flat.
   log.Warn("tensor '{}' ({}, rows of {} are not whole blocks): converted to F32 at load", name,
-           TypeName(t->type), n_cols);
+           kernels::TypeName(t->type), n_cols);
   std::vector<uint8_t> buf(static_cast<size_t>(t->n_elements()) * sizeof(float));
-  DequantizeRow(t->type, t->data.data(), t->n_elements(), reinterpret_cast<float*>(buf.data()));
-  w.type = TensorType::kF32;
+  kernels::DequantizeRow(t->type, t->data.data(), t->n_elements(), reinterpret_cast<float*>(buf.data()));
+  w.type = kernels::TensorType::kF32;
   w.data = buf.data();
   w.row_bytes = static_cast<size_t>(n_cols) * sizeof(float);
   owned_.push_back(std::move(buf));
@@ -239,7 +239,7 @@ StatusOr<Weight> Model::LoadMatrix(const std::string& name, int64_t n_cols, int6
 }
 
 StatusOr<std::vector<float>> Model::LoadVector(const std::string& name, int64_t n, bool required) {
-  const GgufTensorInfo* t = gguf_->FindTensor(name);
+  const format::GgufTensorInfo* t = gguf_->FindTensor(name);
   if (t == nullptr) {
     if (required) return InvalidArgumentError(fmt::format("tensor '{}' is missing", name));
     return std::vector<float>();
@@ -248,12 +248,12 @@ StatusOr<std::vector<float>> Model::LoadVector(const std::string& name, int64_t 
     return InvalidArgumentError(fmt::format("tensor '{}' has shape {}, expected [{}]", name,
                                             ShapeString(t->shape), n));
   }
-  if (!HasCodec(t->type)) {
+  if (!kernels::HasCodec(t->type)) {
     return util::UnimplementedError(
-        fmt::format("tensor '{}' has unsupported type {}", name, TypeName(t->type)));
+        fmt::format("tensor '{}' has unsupported type {}", name, kernels::TypeName(t->type)));
   }
   std::vector<float> v(static_cast<size_t>(n));
-  DequantizeRow(t->type, t->data.data(), n, v.data());
+  kernels::DequantizeRow(t->type, t->data.data(), n, v.data());
   return v;
 }
 
@@ -289,7 +289,7 @@ Status Model::LoadWeights(util::Logger& log) {
 
 std::string Model::WeightTypeSummary() const {
   // The type holding most bytes among the 2-D weights.
-  std::vector<std::pair<uint64_t, TensorType>> totals;
+  std::vector<std::pair<uint64_t, kernels::TensorType>> totals;
   for (const auto& t : gguf_->tensors()) {
     if (t.shape.size() < 2) continue;
     auto it = std::find_if(totals.begin(), totals.end(),
@@ -302,7 +302,7 @@ std::string Model::WeightTypeSummary() const {
   }
   if (totals.empty()) return "none";
   std::sort(totals.begin(), totals.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::string s(TypeName(totals[0].second));
+  std::string s(kernels::TypeName(totals[0].second));
   if (totals.size() > 1) s += " (mixed)";
   return s;
 }
@@ -310,13 +310,13 @@ std::string Model::WeightTypeSummary() const {
 // ---------------------------------------------------------------------------
 // Forward pass
 
-Forward::Forward(const Model& model, util::ThreadPool& pool, const KernelTable& kernels)
+Forward::Forward(const Model& model, util::ThreadPool& pool, const kernels::KernelTable& kernels)
     : m_(model), pool_(pool), kernels_(kernels) {}
 
 void Forward::MatMul(const Weight& w, const Act& act, int64_t n_tokens, float* out,
                      int64_t out_stride) {
   auto rows = [&](int64_t begin, int64_t end) {
-    MatMulArgs a;
+    kernels::MatMulArgs a;
     a.w_type = w.type;
     a.w = w.data;
     a.w_row_bytes = w.row_bytes;
@@ -351,9 +351,9 @@ void Forward::MatMul(const Weight& w, const Act& act, int64_t n_tokens, float* o
 }
 
 Forward::Act Forward::PrepareAct(const Weight& w, const float* x, int64_t n_tokens, int64_t n) {
-  const ActFormat fmt = ActFormatFor(w.type);
-  const size_t rb = ActRowBytes(fmt, n);
-  std::vector<uint8_t>& buf = act_[fmt == ActFormat::kF32 ? 0 : 1];
+  const kernels::ActFormat fmt = kernels::ActFormatFor(w.type);
+  const size_t rb = kernels::ActRowBytes(fmt, n);
+  std::vector<uint8_t>& buf = act_[fmt == kernels::ActFormat::kF32 ? 0 : 1];
   if (buf.size() < rb * static_cast<size_t>(n_tokens)) buf.resize(rb * static_cast<size_t>(n_tokens));
   uint8_t* dst = buf.data();
   auto quantize = [&](int64_t begin, int64_t end) {
@@ -442,7 +442,7 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
   pool_.ParallelFor(T, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const BatchEntry& e = batch.entries[static_cast<size_t>(t)];
-      DequantizeRow(m_.token_embd_.type,
+      kernels::DequantizeRow(m_.token_embd_.type,
                     m_.token_embd_.data + static_cast<size_t>(e.token) * m_.token_embd_.row_bytes,
                     D, x_.data() + t * D);
       const double p = static_cast<double>(e.pos) * c.rope_freq_scale;
@@ -465,7 +465,7 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
   const float kq_scale = 1.0f / std::sqrt(static_cast<float>(HD));
 
   // Attention tiles: runs of consecutive entries of one sequence, at most
-  // kMaxAttendQueries query heads each, times the KV heads; and each
+  // kernels::kMaxAttendQueries query heads each, times the KV heads; and each
   // sequence's row offsets, positions 0 .. its largest position in the batch.
   {
     std::vector<int32_t> seq_max(batch.block_tables.size(), -1);
@@ -502,8 +502,8 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
     // conversations on one system prompt): the kernel then reads the shared
     // rows once for all of them. A group wider than a tile (not in any model
     // we know) is split by heads.
-    const int32_t heads_per_tile = std::min(group, kMaxAttendQueries);
-    const int32_t per_tile = std::max(1, kMaxAttendQueries / group);
+    const int32_t heads_per_tile = std::min(group, kernels::kMaxAttendQueries);
+    const int32_t per_tile = std::max(1, kernels::kMaxAttendQueries / group);
     attend_tiles_.clear();
     // The end of the run of entries of from's sequence, at most `limit`.
     auto run_end = [&](int64_t from, int64_t limit) {
@@ -544,7 +544,7 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
       t = end;
     }
   }
-  const size_t scratch_per_thread = AttendScratchFloats(kMaxAttendQueries, max_pos + 1, HD);
+  const size_t scratch_per_thread = kernels::AttendScratchFloats(kernels::kMaxAttendQueries, max_pos + 1, HD);
   grow(scores_, static_cast<int64_t>(pool_.size()) * static_cast<int64_t>(scratch_per_thread));
 
   for (int32_t l = 0; l < c.n_layers; ++l) {
@@ -558,9 +558,9 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
     });
     Act act = PrepareAct(L.wq, xn_.data(), T, D);
     MatMul(L.wq, act, T, q_.data(), QD);
-    if (ActFormatFor(L.wk.type) != ActFormatFor(L.wq.type)) act = PrepareAct(L.wk, xn_.data(), T, D);
+    if (kernels::ActFormatFor(L.wk.type) != kernels::ActFormatFor(L.wq.type)) act = PrepareAct(L.wk, xn_.data(), T, D);
     MatMul(L.wk, act, T, k_.data(), KVD);
-    if (ActFormatFor(L.wv.type) != ActFormatFor(L.wk.type)) act = PrepareAct(L.wv, xn_.data(), T, D);
+    if (kernels::ActFormatFor(L.wv.type) != kernels::ActFormatFor(L.wk.type)) act = PrepareAct(L.wv, xn_.data(), T, D);
     MatMul(L.wv, act, T, v_.data(), KVD);
 
     pool_.ParallelFor(T, [&](int64_t begin, int64_t end) {
@@ -592,10 +592,10 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
       const int64_t n_tiles = static_cast<int64_t>(attend_tiles_.size());
       pool_.RunOnAll([&](int thread) {
         float* scratch = scores_.data() + static_cast<size_t>(thread) * scratch_per_thread;
-        const float* q[kMaxAttendQueries];
-        float* out[kMaxAttendQueries];
-        int32_t n_pos[kMaxAttendQueries];
-        const size_t* roff[kMaxAttendQueries];
+        const float* q[kernels::kMaxAttendQueries];
+        float* out[kernels::kMaxAttendQueries];
+        int32_t n_pos[kernels::kMaxAttendQueries];
+        const size_t* roff[kernels::kMaxAttendQueries];
         for (int64_t i = next.fetch_add(1); i < n_tiles; i = next.fetch_add(1)) {
           const AttendTile& tile = attend_tiles_[static_cast<size_t>(n_tiles - 1 - i)];
           int n_q = 0;
@@ -610,7 +610,7 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
               ++n_q;
             }
           }
-          AttendArgs a;
+          kernels::AttendArgs a;
           a.head_dim = HD;
           a.n_q = n_q;
           a.q = q;
@@ -646,7 +646,7 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
       float* xc = xn_.data() + t0 * D;
       act = PrepareAct(L.w_gate, xc, n, D);
       MatMul(L.w_gate, act, n, gate_.data(), F);
-      if (ActFormatFor(L.w_up.type) != ActFormatFor(L.w_gate.type)) act = PrepareAct(L.w_up, xc, n, D);
+      if (kernels::ActFormatFor(L.w_up.type) != kernels::ActFormatFor(L.w_gate.type)) act = PrepareAct(L.w_up, xc, n, D);
       MatMul(L.w_up, act, n, up_.data(), F);
       pool_.ParallelFor(n * F, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {

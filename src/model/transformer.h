@@ -29,9 +29,9 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
-#include "model/kernels.h"
-#include "model/tokenizer.h"
+#include "format/gguf.h"
+#include "kernels/kernels.h"
+#include "text/tokenizer.h"
 #include "util/file_system.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -71,7 +71,7 @@ struct ModelConfig {
 // One weight matrix, row-major: [n_rows][n_cols] in `type`, rows `row_bytes` apart.
 struct Weight {
   std::string name;
-  TensorType type = TensorType::kF32;
+  kernels::TensorType type = kernels::TensorType::kF32;
   const uint8_t* data = nullptr;
   int64_t n_cols = 0;  // elements per row (input features)
   int64_t n_rows = 0;  // output features
@@ -87,12 +87,12 @@ class Model {
   static util::StatusOr<std::unique_ptr<Model>> Load(util::FileSystem& fs, const std::string& path,
                                                      const LoadOptions& options,
                                                      util::Logger& log);
-  static util::StatusOr<std::unique_ptr<Model>> FromGguf(std::unique_ptr<GgufFile> gguf,
+  static util::StatusOr<std::unique_ptr<Model>> FromGguf(std::unique_ptr<format::GgufFile> gguf,
                                                          util::Logger& log);
 
   const ModelConfig& config() const { return config_; }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
-  const GgufFile& gguf() const { return *gguf_; }
+  const text::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const format::GgufFile& gguf() const { return *gguf_; }
   // Identifies these weights and this vocabulary (header plus samples of every
   // tensor); used to key caches so nothing computed by one model serves another.
   uint64_t fingerprint() const { return fingerprint_; }
@@ -113,8 +113,8 @@ class Model {
                                     util::Logger& log);
   util::StatusOr<std::vector<float>> LoadVector(const std::string& name, int64_t n, bool required);
 
-  std::unique_ptr<GgufFile> gguf_;
-  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<format::GgufFile> gguf_;
+  std::unique_ptr<text::Tokenizer> tokenizer_;
   ModelConfig config_;
   Weight token_embd_;             // [n_vocab] rows of n_embd
   Weight output_;                 // [n_vocab] rows of n_embd (token_embd_ when tied)
@@ -153,7 +153,7 @@ struct ForwardBatch {
 
 class Forward {
  public:
-  Forward(const Model& model, util::ThreadPool& pool, const KernelTable& kernels = BestKernels());
+  Forward(const Model& model, util::ThreadPool& pool, const kernels::KernelTable& kernels = kernels::BestKernels());
 
   // Writes K/V of every entry into `kv` and, for entries with `logits`, their
   // next-token logits into `logits` ([n_logit_entries][n_vocab], entry order);
@@ -164,7 +164,7 @@ class Forward {
   util::Status Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<float> logits,
                    std::span<float> hidden = {});
 
-  const KernelTable& kernels() const { return kernels_; }
+  const kernels::KernelTable& kernels() const { return kernels_; }
 
  private:
   struct Act {
@@ -177,10 +177,10 @@ class Forward {
 
   const Model& m_;
   util::ThreadPool& pool_;
-  const KernelTable& kernels_;
+  const kernels::KernelTable& kernels_;
   // Scratch, grown on demand; [n_tokens][width] row-major each.
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, rope_cos_, rope_sin_;
-  std::vector<float> scores_;            // [threads][AttendScratchFloats(...)]
+  std::vector<float> scores_;            // [threads][kernels::AttendScratchFloats(...)]
   // Attention work of a batch: per sequence the offset of each position's K
   // row from layer 0's KV base (row_off_), where each entry's sequence starts
   // in it (entry_row_off_), and the (entries, KV head) tiles.
@@ -189,12 +189,12 @@ class Forward {
     int32_t n_entries = 0;
     int32_t kv_head = 0;
     int32_t head_begin = 0, n_heads = 0;  // query heads of that KV head, from its first
-    int32_t shared_pos = 0;               // AttendArgs::shared_pos of the tile's entries
+    int32_t shared_pos = 0;               // kernels::AttendArgs::shared_pos of the tile's entries
   };
   std::vector<size_t> row_off_;
   std::vector<size_t> entry_row_off_;
   std::vector<AttendTile> attend_tiles_;
-  std::vector<uint8_t> act_[2];          // quantized activations per ActFormat
+  std::vector<uint8_t> act_[2];          // quantized activations per kernels::ActFormat
 };
 
 }  // namespace strata::model

@@ -7,21 +7,21 @@
 #include <cstdlib>
 #include <span>
 
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "format/gguf.h"
+#include "text/tokenizer.h"
 #include "model/transformer.h"
 #include "util/log.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace strata;
   std::span<const uint8_t> bytes(data, size);
-  auto gguf = model::GgufFile::ParseBytes(bytes, "fuzz");
+  auto gguf = format::GgufFile::ParseBytes(bytes, "fuzz");
   if (!gguf.ok()) return 0;
   for (const auto& t : (*gguf)->tensors()) {
     if (t.data.data() < data || t.data.data() + t.data.size() > data + size) std::abort();
   }
   for (const auto& [key, value] : (*gguf)->metadata()) (void)value.DebugString();
-  auto tok = model::Tokenizer::FromGguf(**gguf);
+  auto tok = text::Tokenizer::FromGguf(**gguf);
   if (tok.ok()) {
     const auto ids = (*tok)->Encode("Hello world <s> \xF0\x9F\x99\x82 \xFF", {.parse_special = true});
     (void)(*tok)->Decode(ids);

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "model/gguf_writer.h"
+#include "format/gguf_writer.h"
 #include "model/synthetic.h"
 #include "util/file_system.h"
 #include "util/log.h"
@@ -28,8 +28,8 @@ int main(int argc, char** argv) {
   shape.n_ff = 32;
   shape.n_ctx = 64;
   int failures = 0;
-  for (auto [type, name] : {std::pair{model::TensorType::kQ4_0, "tiny_q4_0.gguf"},
-                            std::pair{model::TensorType::kQ8_0, "tiny_q8_0.gguf"}}) {
+  for (auto [type, name] : {std::pair{kernels::TensorType::kQ4_0, "tiny_q4_0.gguf"},
+                            std::pair{kernels::TensorType::kQ8_0, "tiny_q8_0.gguf"}}) {
     model::SyntheticOptions o;
     o.shape = shape;
     o.type = type;
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     failures += !model::WriteSyntheticModel(*fs, dir + "/" + name, o, *log).ok();
   }
 
-  model::GgufWriter w(64);
+  format::GgufWriter w(64);
   w.SetString("general.architecture", "llama");
   w.SetUint32("u32", 7);
   w.SetInt32("i32", -7);
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   w.SetFloat32Array("tokenizer.ggml.scores", {0, 0, 0, -1, -1, -0.5f});
   w.SetInt32Array("tokenizer.ggml.token_type", {2, 3, 3, 1, 1, 1});
   w.SetString("tokenizer.ggml.model", "llama");
-  failures += !w.AddTensor("t", {32, 2}, model::TensorType::kF16,
+  failures += !w.AddTensor("t", {32, 2}, kernels::TensorType::kF16,
                            [](int64_t r, std::span<float> out) {
                              for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(r + i);
                            }).ok();

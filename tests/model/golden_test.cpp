@@ -58,7 +58,7 @@ std::unique_ptr<engine::Engine> MakeEngine(const model::Model& m, int threads, i
 // Steps greedily through one golden case, comparing every step.
 void CheckGreedyCase(engine::Engine& eng, const json& c, int n_steps, double tol,
                      bool check_tokens) {
-  const model::Tokenizer& tok = eng.model().tokenizer();
+  const text::Tokenizer& tok = eng.model().tokenizer();
   const std::string prompt = c["prompt"];
   const auto ids = tok.Encode(prompt, {.add_special = true});
   ASSERT_EQ(ids, c["prompt_tokens"].get<std::vector<int32_t>>()) << prompt;
@@ -181,17 +181,17 @@ TEST(BatchInvariance, GoldenPromptsGiveTheSameTokensAloneAndTogether) {
 }
 
 TEST(BatchInvariance, HoldsForEveryWeightTypeOnARandomModel) {
-  for (model::TensorType t : {model::TensorType::kF32, model::TensorType::kF16,
-                              model::TensorType::kBF16, model::TensorType::kQ8_0,
-                              model::TensorType::kQ4_0, model::TensorType::kQ4_1,
-                              model::TensorType::kQ5_0, model::TensorType::kQ5_1,
-                              model::TensorType::kQ4_K, model::TensorType::kQ5_K,
-                              model::TensorType::kQ6_K}) {
-    SCOPED_TRACE(std::string(model::TypeName(t)));
+  for (kernels::TensorType t : {kernels::TensorType::kF32, kernels::TensorType::kF16,
+                              kernels::TensorType::kBF16, kernels::TensorType::kQ8_0,
+                              kernels::TensorType::kQ4_0, kernels::TensorType::kQ4_1,
+                              kernels::TensorType::kQ5_0, kernels::TensorType::kQ5_1,
+                              kernels::TensorType::kQ4_K, kernels::TensorType::kQ5_K,
+                              kernels::TensorType::kQ6_K}) {
+    SCOPED_TRACE(std::string(kernels::TypeName(t)));
     auto tiny = testing::MakeTinyModel(t, 3, testing::TinyShapeFor(t));
     ASSERT_NE(tiny.model, nullptr);
     // The matrices really are of type t (rows that are whole blocks, no fallback).
-    const model::GgufTensorInfo* ffn_down = tiny.model->gguf().FindTensor("blk.0.ffn_down.weight");
+    const format::GgufTensorInfo* ffn_down = tiny.model->gguf().FindTensor("blk.0.ffn_down.weight");
     ASSERT_NE(ffn_down, nullptr);
     EXPECT_EQ(ffn_down->type, t);
     const auto& tok = tiny.model->tokenizer();

@@ -27,30 +27,30 @@ TEST(Synthetic, NamedShapesHaveTheirReferenceDimensions) {
 
 TEST(Synthetic, TypeSpecsParse) {
   EXPECT_EQ(ParseTypeSpec("q4_k_m")->second, QuantMix::kQ4_K_M);
-  EXPECT_EQ(ParseTypeSpec("Q8_0")->first, TensorType::kQ8_0);
+  EXPECT_EQ(ParseTypeSpec("Q8_0")->first, kernels::TensorType::kQ8_0);
   EXPECT_FALSE(ParseTypeSpec("q9").has_value());
 }
 
 TEST(Synthetic, Q4KMMixFollowsTheQuantizerRules) {
   const int L = 22;
   auto type = [&](const std::string& name, int layer, int64_t row, bool tied = false) {
-    return TypeForTensor(TensorType::kQ4_K, QuantMix::kQ4_K_M, name, layer, L, row, tied);
+    return TypeForTensor(kernels::TensorType::kQ4_K, QuantMix::kQ4_K_M, name, layer, L, row, tied);
   };
-  EXPECT_EQ(type("output.weight", -1, 2048), TensorType::kQ6_K);
-  EXPECT_EQ(type("token_embd.weight", -1, 2048), TensorType::kQ4_K);
-  EXPECT_EQ(type("token_embd.weight", -1, 2048, /*tied=*/true), TensorType::kQ6_K);
-  EXPECT_EQ(type("token_embd.weight", -1, 896, /*tied=*/true), TensorType::kQ8_0);
+  EXPECT_EQ(type("output.weight", -1, 2048), kernels::TensorType::kQ6_K);
+  EXPECT_EQ(type("token_embd.weight", -1, 2048), kernels::TensorType::kQ4_K);
+  EXPECT_EQ(type("token_embd.weight", -1, 2048, /*tied=*/true), kernels::TensorType::kQ6_K);
+  EXPECT_EQ(type("token_embd.weight", -1, 896, /*tied=*/true), kernels::TensorType::kQ8_0);
   // Layers 0..1 (< L/8) and the last ones (>= 7L/8) keep more bits in attn_v and ffn_down.
-  EXPECT_EQ(type("blk.0.attn_v.weight", 0, 2048), TensorType::kQ6_K);
-  EXPECT_EQ(type("blk.21.ffn_down.weight", 21, 5632), TensorType::kQ6_K);
-  EXPECT_EQ(type("blk.3.attn_v.weight", 3, 2048), TensorType::kQ4_K);
-  EXPECT_EQ(type("blk.4.ffn_down.weight", 4, 5632), TensorType::kQ6_K);  // (4 - 2) % 3 == 2
-  EXPECT_EQ(type("blk.5.attn_q.weight", 5, 2048), TensorType::kQ4_K);
-  EXPECT_EQ(type("blk.5.attn_q.weight", 5, 896), TensorType::kQ5_0);
+  EXPECT_EQ(type("blk.0.attn_v.weight", 0, 2048), kernels::TensorType::kQ6_K);
+  EXPECT_EQ(type("blk.21.ffn_down.weight", 21, 5632), kernels::TensorType::kQ6_K);
+  EXPECT_EQ(type("blk.3.attn_v.weight", 3, 2048), kernels::TensorType::kQ4_K);
+  EXPECT_EQ(type("blk.4.ffn_down.weight", 4, 5632), kernels::TensorType::kQ6_K);  // (4 - 2) % 3 == 2
+  EXPECT_EQ(type("blk.5.attn_q.weight", 5, 2048), kernels::TensorType::kQ4_K);
+  EXPECT_EQ(type("blk.5.attn_q.weight", 5, 896), kernels::TensorType::kQ5_0);
   // Rows that are not whole 256-blocks fall back.
-  EXPECT_EQ(type("blk.0.attn_v.weight", 0, 896), TensorType::kQ8_0);
-  EXPECT_EQ(TypeForTensor(TensorType::kQ8_0, QuantMix::kUniform, "x", 0, L, 48, false),
-            TensorType::kF16);
+  EXPECT_EQ(type("blk.0.attn_v.weight", 0, 896), kernels::TensorType::kQ8_0);
+  EXPECT_EQ(TypeForTensor(kernels::TensorType::kQ8_0, QuantMix::kUniform, "x", 0, L, 48, false),
+            kernels::TensorType::kF16);
 }
 
 TEST(Synthetic, SameOptionsSameBytesWhateverTheThreads) {
@@ -60,7 +60,7 @@ TEST(Synthetic, SameOptionsSameBytesWhateverTheThreads) {
   o.shape.n_heads = 4;
   o.shape.n_kv_heads = 2;
   o.shape.n_ff = 96;
-  o.type = TensorType::kQ8_0;
+  o.type = kernels::TensorType::kQ8_0;
   auto log = util::NewNullLogger();
   testing::MemFileSystem fs;
   ASSERT_TRUE(WriteSyntheticModel(fs, "a.gguf", o, *log).ok());
@@ -80,7 +80,7 @@ TEST(Synthetic, ByteTokensAsTextDecodeToTheirLiteralText) {
   auto log = util::NewNullLogger();
   testing::MemFileSystem fs;
   ASSERT_TRUE(WriteSyntheticModel(fs, "vocab.gguf", o, *log).ok());  // built-in vocabulary
-  auto vocab = GgufFile::Open(fs, "vocab.gguf");
+  auto vocab = format::GgufFile::Open(fs, "vocab.gguf");
   ASSERT_TRUE(vocab.ok());
   o.vocab = vocab->get();
   o.byte_tokens_as_text = true;
@@ -88,18 +88,18 @@ TEST(Synthetic, ByteTokensAsTextDecodeToTheirLiteralText) {
   auto plain = Model::Load(fs, "vocab.gguf", {}, *log);
   auto text = Model::Load(fs, "text.gguf", {}, *log);
   ASSERT_TRUE(plain.ok() && text.ok());
-  const Tokenizer& before = (*plain)->tokenizer();
-  const Tokenizer& after = (*text)->tokenizer();
+  const text::Tokenizer& before = (*plain)->tokenizer();
+  const text::Tokenizer& after = (*text)->tokenizer();
   ASSERT_EQ(before.n_vocab(), after.n_vocab());
   int bytes = 0;
   for (int32_t id = 0; id < after.n_vocab(); ++id) {
-    EXPECT_NE(after.Type(id), TokenType::kByte);
-    if (before.Type(id) != TokenType::kByte) {
+    EXPECT_NE(after.Type(id), text::TokenType::kByte);
+    if (before.Type(id) != text::TokenType::kByte) {
       EXPECT_EQ(after.Type(id), before.Type(id));
       continue;
     }
     ++bytes;
-    EXPECT_EQ(after.Type(id), TokenType::kNormal);
+    EXPECT_EQ(after.Type(id), text::TokenType::kNormal);
     EXPECT_EQ(after.Piece(id), after.TokenText(id));  // "<0x80>", valid UTF-8 text
   }
   EXPECT_EQ(bytes, 256);

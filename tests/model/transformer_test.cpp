@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/gguf_writer.h"
+#include "format/gguf_writer.h"
 #include "testing/mem_file_system.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
@@ -12,10 +12,10 @@ namespace {
 
 // Rewrites the tiny model's file with one change and loads it.
 util::StatusOr<std::unique_ptr<Model>> LoadModified(
-    const std::function<void(GgufWriter&, const GgufFile&)>& change) {
+    const std::function<void(format::GgufWriter&, const format::GgufFile&)>& change) {
   auto tiny = testing::MakeTinyModel();
-  const GgufFile& src = tiny.model->gguf();
-  GgufWriter w;
+  const format::GgufFile& src = tiny.model->gguf();
+  format::GgufWriter w;
   for (const auto& [k, v] : src.metadata()) w.CopyValue(k, v);
   for (const auto& t : src.tensors()) {
     EXPECT_TRUE(w.AddTensorBytes(t.name, t.shape, t.type,
@@ -29,7 +29,7 @@ util::StatusOr<std::unique_ptr<Model>> LoadModified(
   return Model::Load(fs, "m.gguf", {}, *log);
 }
 
-void ExpectLoadError(const std::function<void(GgufWriter&, const GgufFile&)>& change,
+void ExpectLoadError(const std::function<void(format::GgufWriter&, const format::GgufFile&)>& change,
                      const std::string& needle) {
   auto m = LoadModified(change);
   ASSERT_FALSE(m.ok()) << "loaded; wanted: " << needle;
@@ -37,48 +37,48 @@ void ExpectLoadError(const std::function<void(GgufWriter&, const GgufFile&)>& ch
 }
 
 TEST(ModelLoad, UnchangedCopyLoads) {
-  auto m = LoadModified([](GgufWriter&, const GgufFile&) {});
+  auto m = LoadModified([](format::GgufWriter&, const format::GgufFile&) {});
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_TRUE((*m)->config().tied_embeddings);
   EXPECT_EQ((*m)->config().n_layers, 2);
 }
 
 TEST(ModelLoad, BadMetadataIsNamed) {
-  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetString("general.architecture", "gpt9"); },
+  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetString("general.architecture", "gpt9"); },
                   "architecture 'gpt9' is not supported");
-  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.Remove("llama.block_count"); },
+  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.Remove("llama.block_count"); },
                   "'llama.block_count' is missing");
-  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetUint32("llama.attention.head_count_kv", 3); },
+  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetUint32("llama.attention.head_count_kv", 3); },
                   "not a multiple of attention.head_count_kv");
-  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetString("llama.block_count", "two"); },
+  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetString("llama.block_count", "two"); },
                   "'llama.block_count' is string");
-  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetUint32("llama.embedding_length", 0); },
+  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetUint32("llama.embedding_length", 0); },
                   "outside [1, 65536]");
-  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetString("tokenizer.ggml.model", "gpt9"); },
+  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetString("tokenizer.ggml.model", "gpt9"); },
                   "tokenizer 'gpt9'");
-  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetUint32("tokenizer.ggml.bos_token_id", 1u << 30); },
+  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetUint32("tokenizer.ggml.bos_token_id", 1u << 30); },
                   "outside the vocabulary");
 }
 
 TEST(ModelLoad, BadTensorsAreNamed) {
   // The number of blocks grows: blk.2 tensors do not exist.
-  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetUint32("llama.block_count", 3); },
+  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetUint32("llama.block_count", 3); },
                   "tensor 'blk.2.attn_norm.weight' is missing");
   // Wrong FFN width: the shapes no longer match.
-  ExpectLoadError([](GgufWriter& w, const GgufFile&) { w.SetUint32("llama.feed_forward_length", 64); },
+  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetUint32("llama.feed_forward_length", 64); },
                   "has shape [64, 128], expected [64, 64]");
 }
 
 TEST(ModelLoad, UnsupportedTensorTypeIsNamed) {
   // Replace the whole file with one whose attn_q is IQ4_NL (no kernel for it).
   auto tiny = testing::MakeTinyModel();
-  const GgufFile& src = tiny.model->gguf();
-  GgufWriter w;
+  const format::GgufFile& src = tiny.model->gguf();
+  format::GgufWriter w;
   for (const auto& [k, v] : src.metadata()) w.CopyValue(k, v);
   for (const auto& t : src.tensors()) {
     if (t.name == "blk.0.attn_q.weight") {
       const uint64_t bytes = static_cast<uint64_t>(t.n_elements() / 32) * 18;
-      ASSERT_TRUE(w.AddTensorBytes(t.name, t.shape, TensorType::kIQ4_NL, std::vector<uint8_t>(bytes)).ok());
+      ASSERT_TRUE(w.AddTensorBytes(t.name, t.shape, kernels::TensorType::kIQ4_NL, std::vector<uint8_t>(bytes)).ok());
     } else {
       ASSERT_TRUE(w.AddTensorBytes(t.name, t.shape, t.type,
                                    std::vector<uint8_t>(t.data.begin(), t.data.end())).ok());
@@ -94,9 +94,9 @@ TEST(ModelLoad, UnsupportedTensorTypeIsNamed) {
 }
 
 TEST(ModelLoad, FingerprintSeparatesWeights) {
-  auto a = testing::MakeTinyModel(TensorType::kF32, 1);
-  auto b = testing::MakeTinyModel(TensorType::kF32, 2);
-  auto a2 = testing::MakeTinyModel(TensorType::kF32, 1);
+  auto a = testing::MakeTinyModel(kernels::TensorType::kF32, 1);
+  auto b = testing::MakeTinyModel(kernels::TensorType::kF32, 2);
+  auto a2 = testing::MakeTinyModel(kernels::TensorType::kF32, 1);
   EXPECT_NE(a.model->fingerprint(), b.model->fingerprint());
   EXPECT_EQ(a.model->fingerprint(), a2.model->fingerprint());
 }

@@ -4,14 +4,14 @@
 
 #include <vector>
 
-#include "model/kernels.h"
+#include "kernels/kernels.h"
 
 namespace strata::testing {
 
-inline std::vector<const model::KernelTable*> AvailableKernelTables() {
-  std::vector<const model::KernelTable*> out;
-  for (model::Isa isa : {model::Isa::kScalar, model::Isa::kAvx2, model::Isa::kAvx512}) {
-    if (const model::KernelTable* k = model::GetKernels(isa)) out.push_back(k);
+inline std::vector<const kernels::KernelTable*> AvailableKernelTables() {
+  std::vector<const kernels::KernelTable*> out;
+  for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    if (const kernels::KernelTable* k = kernels::GetKernels(isa)) out.push_back(k);
   }
   return out;
 }

@@ -17,9 +17,9 @@ model::SyntheticShape TinyShape() {
   return s;
 }
 
-model::SyntheticShape TinyShapeFor(model::TensorType type) {
+model::SyntheticShape TinyShapeFor(kernels::TensorType type) {
   model::SyntheticShape s = TinyShape();
-  const int32_t block = model::GetTypeInfo(type).block_size;
+  const int32_t block = kernels::GetTypeInfo(type).block_size;
   if (s.n_embd % block == 0 && s.n_ff % block == 0) return s;
   s.n_embd = 256;
   s.n_ff = 512;
@@ -29,7 +29,7 @@ model::SyntheticShape TinyShapeFor(model::TensorType type) {
   return s;
 }
 
-TinyModel MakeTinyModel(model::TensorType type, uint64_t seed, model::SyntheticShape shape) {
+TinyModel MakeTinyModel(kernels::TensorType type, uint64_t seed, model::SyntheticShape shape) {
   TinyModel t;
   t.fs = std::make_unique<MemFileSystem>();
   auto log = util::NewNullLogger();

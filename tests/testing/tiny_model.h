@@ -23,9 +23,9 @@ model::SyntheticShape TinyShape();
 // TinyShape when its rows (n_embd 64, n_ff 128) are whole blocks of `type`;
 // otherwise the smallest shape whose rows are whole blocks of 256 (the
 // k-quants): 1 layer, n_embd 256, n_ff 512, 4 heads, 2 KV heads.
-model::SyntheticShape TinyShapeFor(model::TensorType type);
+model::SyntheticShape TinyShapeFor(kernels::TensorType type);
 
-TinyModel MakeTinyModel(model::TensorType type = model::TensorType::kF32, uint64_t seed = 1,
+TinyModel MakeTinyModel(kernels::TensorType type = kernels::TensorType::kF32, uint64_t seed = 1,
                         model::SyntheticShape shape = TinyShape());
 
 }  // namespace strata::testing

@@ -1,0 +1,24 @@
+# The module table: every module under src/, in dependency order, and the
+# modules its code may include besides itself. This is the only copy.
+# strata_module() links each module's library to exactly the modules listed
+# here, and tests/layering_check.cmake fails on any include outside them, on
+# a module directory missing from the table (or a table row with no
+# directory), on another module's internal/ headers, and on a row of the
+# table in docs/architecture.md that says otherwise.
+#
+# A module may include only modules above it: a row names modules from the
+# rows before it.
+set(STRATA_MODULES util kernels format text model engine sampling cache obs gateway server cli)
+
+set(STRATA_MAY_INCLUDE_util "")
+set(STRATA_MAY_INCLUDE_kernels util)
+set(STRATA_MAY_INCLUDE_format kernels util)
+set(STRATA_MAY_INCLUDE_text format kernels util)
+set(STRATA_MAY_INCLUDE_model text format kernels util)
+set(STRATA_MAY_INCLUDE_engine model text format kernels util)
+set(STRATA_MAY_INCLUDE_sampling util)
+set(STRATA_MAY_INCLUDE_cache util)
+set(STRATA_MAY_INCLUDE_obs util)
+set(STRATA_MAY_INCLUDE_gateway engine sampling cache obs model text format kernels util)
+set(STRATA_MAY_INCLUDE_server gateway obs util)
+set(STRATA_MAY_INCLUDE_cli server gateway obs cache sampling engine model text format kernels util)

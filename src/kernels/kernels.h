@@ -1,0 +1,116 @@
+// kernels/kernels.h — quantized dot products, matrix products and attention, per CPU ISA.
+//
+// Promise: for each weight type the kernels can compute (IsComputeSupported),
+// `matmul` computes out[t][r] = dot(W row r, activation row t). The scalar
+// table is the reference: every SIMD table is tested against it with per-type
+// error bounds (tests/kernels/kernels_test.cpp), and the scalar table itself
+// against a float64 reference. Within one table, the arithmetic that produces
+// each output element depends only on that element's weight row and activation
+// row, never on how many tokens or rows are computed together or on which
+// thread: results are bitwise identical whatever the batch (batch invariance).
+//
+// Activations are quantized once per row into the format the weight type
+// intends (ActFormatFor): F32 for float weights, Q8_0-style blocks of 32 with a
+// float scale and the block's sum for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, blocks of 256 with a float scale and sums of
+// 16-element groups for the k-quants Q4_K/Q5_K/Q6_K (docs/formats/gguf.md,
+// "activation formats").
+//
+// Threading: pure functions; callers split rows across threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "kernels/tensor_type.h"
+
+namespace strata::kernels {
+
+enum class Isa { kScalar, kAvx2, kAvx512 };
+std::string_view IsaName(Isa isa);
+
+enum class ActFormat {
+  kF32,   // float[n]
+  kQ8,    // blocks of 32: {float d; int32 sum; int8 q[32]} (40 bytes), x ≈ d·q
+  kQ8K,   // blocks of 256: {float d; int8 q[256]; int16 bsums[16]} (292 bytes), x ≈ d·q,
+          // d = max|x|/127, bsums[g] = Σ q[16g .. 16g+15]
+};
+
+ActFormat ActFormatFor(TensorType weight_type);
+// Elements per block of the format (1 for F32).
+int64_t ActBlockSize(ActFormat fmt);
+size_t ActRowBytes(ActFormat fmt, int64_t n);
+
+struct MatMulArgs {
+  TensorType w_type = TensorType::kF32;
+  const uint8_t* w = nullptr;        // [n_rows][w_row_bytes], row r = output feature r
+  size_t w_row_bytes = 0;
+  int64_t row_begin = 0, row_end = 0;  // rows of W to compute
+  const uint8_t* act = nullptr;      // [n_tokens][act_row_bytes], in ActFormatFor(w_type)
+  size_t act_row_bytes = 0;
+  int64_t n_tokens = 0;
+  int64_t n = 0;                     // row length (elements), a multiple of the block size
+  float* out = nullptr;              // out[t * out_stride + r] for r in [row_begin, row_end)
+  int64_t out_stride = 0;
+};
+
+// Causal softmax attention of query vectors that share one KV head (the
+// query heads of a GQA group, for one or more tokens of one or more
+// sequences):
+//   out[m] = Σ_{p < n_pos[m]} softmax_p(scale · q[m]·k_p) · v_p
+// Query m's key and value rows of position p are k_base + row_off[m][p] and
+// v_base + row_off[m][p] (head_dim floats each). Consecutive queries with the
+// same row_off pointer form a run (the tokens of one sequence); row_off[m]
+// must cover positions below the largest n_pos of m's run. Below shared_pos
+// every query's offsets are the same (KV blocks the sequences share), so a
+// kernel may read those rows once for all runs; shared_pos <= every n_pos.
+// Each output depends only on its own query, n_pos and rows: computing a
+// query alone or in any group gives bitwise the same result.
+inline constexpr int kMaxAttendQueries = 64;
+struct AttendArgs {
+  int64_t head_dim = 0;
+  int n_q = 0;                           // 1 .. kMaxAttendQueries
+  const float* const* q = nullptr;       // q[m]: head_dim floats
+  const int32_t* n_pos = nullptr;        // n_pos[m] >= 1
+  float scale = 1.0f;
+  const float* k_base = nullptr;
+  const float* v_base = nullptr;
+  const size_t* const* row_off = nullptr;  // row_off[m][p]: floats from the base to the row
+  int32_t shared_pos = 0;                // positions whose rows every query shares
+  float* const* out = nullptr;           // out[m]: head_dim floats, apart from every input
+  float* scratch = nullptr;              // AttendScratchFloats(n_q, max n_pos, head_dim) floats
+};
+size_t AttendScratchFloats(int n_q, int32_t max_pos, int64_t head_dim);
+
+struct KernelTable {
+  Isa isa = Isa::kScalar;
+  // Quantizes n floats (n a multiple of ActBlockSize(fmt)) into `out`.
+  void (*quantize_act)(ActFormat fmt, const float* x, int64_t n, void* out) = nullptr;
+  void (*matmul)(const MatMulArgs& args) = nullptr;
+  void (*attend)(const AttendArgs& args) = nullptr;
+};
+
+// The table for `isa`, or nullptr when this build or this CPU lacks it.
+const KernelTable* GetKernels(Isa isa);
+// The fastest table this CPU supports.
+const KernelTable& BestKernels();
+
+// Reference codecs (scalar, exact layouts of the GGUF types) for the types
+// where HasCodec is true; other types CHECK-fail.
+// DequantizeRow: n elements starting at a block boundary (n a multiple of the
+// block size). QuantizeRow: the same, the other way; for Q4_0/Q5_0/Q8_0 this is
+// the round-to-nearest scheme GGUF converters use (scale from the largest
+// magnitude), for Q4_1/Q5_1 round to nearest over each block's [min, max];
+// for Q4_K/Q5_K/Q6_K a deterministic least-squares search of each sub-block's
+// scale (and min), described in docs/formats/gguf.md. QuantizeRow's input must
+// be finite; k-quant magnitudes beyond what the f16 super-block scales hold
+// (about 6e7 for Q4_K) saturate.
+bool HasCodec(TensorType type);
+void DequantizeRow(TensorType type, const void* src, int64_t n, float* dst);
+void QuantizeRow(TensorType type, const float* src, int64_t n, void* dst);
+
+// One dot product with the scalar reference: weight row (type) · activation row
+// (already quantized into ActFormatFor(type)).
+float ReferenceDot(TensorType type, const void* w_row, const void* act_row, int64_t n);
+
+}  // namespace strata::kernels
