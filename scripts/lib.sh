@@ -8,7 +8,7 @@ STRATA_PACKAGES=(
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libhiredis-dev redis-server
-  clang libclang-rt-14-dev
+  clang clang-format libclang-rt-14-dev
 )
 
 # The client tests drive the server with the official npm SDKs: Node.js and

@@ -41,7 +41,8 @@ class Blob final : public cache::CachedValue {
 
 cache::CacheKey PromptKey(int32_t n_tokens, int32_t variant) {
   std::vector<int32_t> tokens(static_cast<size_t>(n_tokens));
-  for (int32_t i = 0; i < n_tokens; ++i) tokens[static_cast<size_t>(i)] = (i * 7919 + variant) % 32000;
+  for (int32_t i = 0; i < n_tokens; ++i)
+    tokens[static_cast<size_t>(i)] = (i * 7919 + variant) % 32000;
   cache::CacheKeyBuilder b("tenant-a");
   b.U64(0x1234).I32s(tokens).I32(64).F32(0.0f).U64(0);
   return b.Build();
@@ -84,8 +85,8 @@ struct Served {
     go.max_tokens_cap = 256;
     go.l1.max_bytes = 64u << 20;
     go.coalesce = true;
-    gw = std::move(gateway::Gateway::Create(*tiny.model, *sched, metrics, go, util::RealClock(),
-                                            *log))
+    gw = std::move(
+             gateway::Gateway::Create(*tiny.model, *sched, metrics, go, util::RealClock(), *log))
              .value();
   }
   ~Served() {
@@ -126,8 +127,8 @@ gateway::CompletionRequest ChatRequest(int32_t max_tokens, int32_t top_logprobs)
 
 void BM_GatewayL1Hit(benchmark::State& state) {
   Served s;
-  const auto r = ChatRequest(static_cast<int32_t>(state.range(0)),
-                             static_cast<int32_t>(state.range(1)));
+  const auto r =
+      ChatRequest(static_cast<int32_t>(state.range(0)), static_cast<int32_t>(state.range(1)));
   size_t bytes = 0;
   s.Run(r, &bytes);  // the miss that stores it
   state.counters["prompt_tokens"] = static_cast<double>(s.gw->Tokenize(r)->size());

@@ -38,7 +38,8 @@ Fixture Make(TensorType type, int64_t n, int64_t rows, int64_t tokens) {
   f.act.resize(f.act_row_bytes * static_cast<size_t>(tokens));
   for (int64_t t = 0; t < tokens; ++t) {
     for (auto& v : row) v = static_cast<float>(rng.Normal());
-    GetKernels(Isa::kScalar)->quantize_act(fmt, row.data(), n, f.act.data() + static_cast<size_t>(t) * f.act_row_bytes);
+    GetKernels(Isa::kScalar)
+        ->quantize_act(fmt, row.data(), n, f.act.data() + static_cast<size_t>(t) * f.act_row_bytes);
   }
   return f;
 }
@@ -151,7 +152,8 @@ void BM_Attend(benchmark::State& state, Isa isa, int queries, int32_t positions)
   std::vector<float> kv(static_cast<size_t>(2 * positions * stride));
   for (float& x : kv) x = static_cast<float>(rng.Normal());
   std::vector<size_t> row_off(static_cast<size_t>(positions));
-  for (int32_t p = 0; p < positions; ++p) row_off[static_cast<size_t>(p)] = static_cast<size_t>(p * stride);
+  for (int32_t p = 0; p < positions; ++p)
+    row_off[static_cast<size_t>(p)] = static_cast<size_t>(p * stride);
   std::vector<int32_t> n_pos;
   for (int m = 0; m < queries; ++m) {
     n_pos.push_back(positions - (queries - 1 - m) / 8);  // consecutive tokens, 8 heads each
@@ -235,8 +237,8 @@ void Register() {
   }
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     for (TensorType t : {TensorType::kF16, TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
-                          TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K,
-                          TensorType::kQ6_K}) {
+                         TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K,
+                         TensorType::kQ6_K}) {
       for (int64_t tokens : {1, 32, 64}) {
         if (isa == Isa::kScalar && tokens > 1) continue;
         const std::string name = std::string("MatMul/") + std::string(IsaName(isa)) + "/" +

@@ -20,7 +20,8 @@ std::vector<std::vector<float>> MakeLogits(size_t n_vocab) {
   std::vector<std::vector<float>> out(8, std::vector<float>(n_vocab));
   for (auto& v : out) {
     for (auto& x : v) x = static_cast<float>(2.0 * rng.Normal());
-    for (int i = 0; i < 40; ++i) v[rng.Below(n_vocab)] += 4.0f + 8.0f * static_cast<float>(rng.Uniform());
+    for (int i = 0; i < 40; ++i)
+      v[rng.Below(n_vocab)] += 4.0f + 8.0f * static_cast<float>(rng.Uniform());
   }
   return out;
 }
@@ -68,8 +69,8 @@ SamplingParams Policy(int which) {
   return p;
 }
 
-const char* kNames[] = {"greedy",  "topk40_topp0.95", "minp0.05",  "entropy2.5",
-                        "mirostat5", "temp0.8_full",  "topp0.95", "typical0.95"};
+const char* kNames[] = {"greedy",    "topk40_topp0.95", "minp0.05", "entropy2.5",
+                        "mirostat5", "temp0.8_full",    "topp0.95", "typical0.95"};
 
 void BM_Sample(benchmark::State& state) {
   const auto logits = MakeLogits(static_cast<size_t>(state.range(1)));

@@ -9,7 +9,8 @@ namespace strata::cache {
 
 util::Status ValidateAdmission(const AdmissionOptions& o) {
   auto bad = [](std::string what) { return util::InvalidArgumentError("admission: " + what); };
-  if (!(o.gain > 0 && o.gain <= 100)) return bad(fmt::format("gain {} is outside (0, 100]", o.gain));
+  if (!(o.gain > 0 && o.gain <= 100))
+    return bad(fmt::format("gain {} is outside (0, 100]", o.gain));
   if (!(o.min_probability > 0 && o.min_probability <= 1)) {
     return bad(fmt::format("min_probability {} is outside (0, 1]", o.min_probability));
   }

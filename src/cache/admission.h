@@ -57,9 +57,9 @@ struct AdmissionOptions {
 util::Status ValidateAdmission(const AdmissionOptions& options);
 
 struct AdmissionStats {
-  uint64_t offered = 0;    // entries that needed room (the gate was asked)
-  uint64_t admitted = 0;   // of those, admitted
-  uint64_t returned = 0;   // of those admitted, keys that had come back (always admitted)
+  uint64_t offered = 0;   // entries that needed room (the gate was asked)
+  uint64_t admitted = 0;  // of those, admitted
+  uint64_t returned = 0;  // of those admitted, keys that had come back (always admitted)
 };
 
 class AdmissionGate {

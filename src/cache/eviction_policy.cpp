@@ -95,7 +95,9 @@ class DualFactorPolicy final : public EvictionPolicy {
     if (!origin_) origin_ = now;
     return std::chrono::duration<double>(now - *origin_).count();
   }
-  double Order(const Entry& e) const { return lambda_ * e.last_s + std::log(e.count / (e.count + k_)); }
+  double Order(const Entry& e) const {
+    return lambda_ * e.last_s + std::log(e.count / (e.count + k_));
+  }
 
   const double lambda_, k_, mu_;
   std::optional<TimePoint> origin_;
@@ -151,9 +153,10 @@ class WTinyLfuPolicy final : public EvictionPolicy {
  public:
   explicit WTinyLfuPolicy(const PolicyOptions& o)
       : sketch_(std::max<size_t>(o.capacity, 16)),
-        window_max_(std::max<size_t>(1, static_cast<size_t>(static_cast<double>(o.capacity) *
-                                                            o.window_fraction))),
-        protected_max_(std::max<size_t>(1, (o.capacity - std::min(o.capacity, window_max_)) * 8 / 10)) {}
+        window_max_(std::max<size_t>(
+            1, static_cast<size_t>(static_cast<double>(o.capacity) * o.window_fraction))),
+        protected_max_(
+            std::max<size_t>(1, (o.capacity - std::min(o.capacity, window_max_)) * 8 / 10)) {}
 
   void Insert(uint64_t key, uint64_t, TimePoint) override {
     STRATA_CHECK_MSG(where_.count(key) == 0, "W-TinyLFU: key inserted twice");
@@ -197,8 +200,8 @@ class WTinyLfuPolicy final : public EvictionPolicy {
       // only if it is accessed more often than the one it would displace.
       const uint64_t candidate = probation.back();
       const uint64_t victim = probation.size() > 1 ? probation.front()
-                              : !prot.empty()       ? prot.front()
-                                                    : candidate;
+                              : !prot.empty()      ? prot.front()
+                                                   : candidate;
       if (victim == candidate) return candidate;
       return sketch_.Frequency(candidate) > sketch_.Frequency(victim) ? victim : candidate;
     }
@@ -231,9 +234,12 @@ class WTinyLfuPolicy final : public EvictionPolicy {
 
 std::unique_ptr<EvictionPolicy> NewEvictionPolicy(PolicyKind kind, const PolicyOptions& o) {
   switch (kind) {
-    case PolicyKind::kLru: return std::make_unique<LruPolicy>();
-    case PolicyKind::kDualFactor: return std::make_unique<DualFactorPolicy>(o);
-    case PolicyKind::kWTinyLfu: return std::make_unique<WTinyLfuPolicy>(o);
+    case PolicyKind::kLru:
+      return std::make_unique<LruPolicy>();
+    case PolicyKind::kDualFactor:
+      return std::make_unique<DualFactorPolicy>(o);
+    case PolicyKind::kWTinyLfu:
+      return std::make_unique<WTinyLfuPolicy>(o);
   }
   return std::make_unique<LruPolicy>();
 }
@@ -247,9 +253,12 @@ std::optional<PolicyKind> ParsePolicyKind(std::string_view name) {
 
 std::string_view PolicyKindName(PolicyKind kind) {
   switch (kind) {
-    case PolicyKind::kLru: return "lru";
-    case PolicyKind::kDualFactor: return "dual-factor";
-    case PolicyKind::kWTinyLfu: return "w-tinylfu";
+    case PolicyKind::kLru:
+      return "lru";
+    case PolicyKind::kDualFactor:
+      return "dual-factor";
+    case PolicyKind::kWTinyLfu:
+      return "w-tinylfu";
   }
   return "lru";
 }

@@ -50,14 +50,16 @@ struct PolicyOptions {
   // of W-TinyLFU) against recency-driven traces (Mooncake, BurstGPT: 0.001
   // falls up to 3.6 points below LRU); docs/benchmarks.md, "Eviction policies".
   double lambda_per_s = 0.003;
-  double k = 0.5;               // dual-factor: frequency saturation, > 0
+  double k = 0.5;                  // dual-factor: frequency saturation, > 0
   double count_half_life_s = 600;  // dual-factor: half-life of the access count (s), > 0
-  size_t capacity = 1024;       // W-TinyLFU: expected number of entries (sizes the sketch and window)
+  size_t capacity = 1024;  // W-TinyLFU: expected number of entries (sizes the sketch and window)
   double window_fraction = 0.01;  // W-TinyLFU: share of capacity in the LRU window, (0, 1)
 };
 
-std::unique_ptr<EvictionPolicy> NewEvictionPolicy(PolicyKind kind, const PolicyOptions& options = {});
-std::optional<PolicyKind> ParsePolicyKind(std::string_view name);  // "lru", "dual-factor", "w-tinylfu"
+std::unique_ptr<EvictionPolicy> NewEvictionPolicy(PolicyKind kind,
+                                                  const PolicyOptions& options = {});
+std::optional<PolicyKind> ParsePolicyKind(
+    std::string_view name);  // "lru", "dual-factor", "w-tinylfu"
 std::string_view PolicyKindName(PolicyKind kind);
 
 }  // namespace strata::cache

@@ -30,8 +30,9 @@ util::StatusOr<NearDupText> PrepareNearDupText(std::string_view text,
     return util::InvalidArgumentError("l3: the text has no words to compare");
   }
   if (norm.tokens.size() > options.max_words) {
-    return util::OutOfRangeError(fmt::format("l3: the text has {} words, more than the {} L3 handles",
-                                             norm.tokens.size(), options.max_words));
+    return util::OutOfRangeError(
+        fmt::format("l3: the text has {} words, more than the {} L3 handles", norm.tokens.size(),
+                    options.max_words));
   }
   NearDupText out;
   const std::vector<WeightedFeature> features = TokenFeatures(norm, options.flat_weights);
@@ -55,19 +56,23 @@ util::StatusOr<NearDupText> PrepareNearDupText(std::string_view text,
     out.total_weight += features[i].weight;
   }
   out.fingerprint = SimHash(features);
-  out.sequence_hash = util::Hash64(
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(out.tokens.data()),
-                               out.tokens.size() * sizeof(uint64_t)));
+  out.sequence_hash = util::Hash64(std::span<const uint8_t>(
+      reinterpret_cast<const uint8_t*>(out.tokens.data()), out.tokens.size() * sizeof(uint64_t)));
   return out;
 }
 
 std::string_view GuardName(Guard guard) {
   switch (guard) {
-    case Guard::kNone: return "none";
-    case Guard::kSlots: return "slots";
-    case Guard::kNegation: return "negation";
-    case Guard::kOrder: return "order";
-    case Guard::kEntity: return "entity";
+    case Guard::kNone:
+      return "none";
+    case Guard::kSlots:
+      return "slots";
+    case Guard::kNegation:
+      return "negation";
+    case Guard::kOrder:
+      return "order";
+    case Guard::kEntity:
+      return "entity";
   }
   return "none";
 }
@@ -196,10 +201,10 @@ std::vector<std::pair<uint64_t, double>> Shingles(const NearDupText& t) {
   const size_t n = t.tokens.size();
   for (size_t len = 1; len <= 3; ++len) {
     for (size_t i = 0; i + len <= n; ++i) {
-      const uint64_t h = util::Hash64(
-          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&t.tokens[i]),
-                                   len * sizeof(uint64_t)),
-          len);
+      const uint64_t h =
+          util::Hash64(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&t.tokens[i]),
+                                                len * sizeof(uint64_t)),
+                       len);
       double logw = 0;
       for (size_t k = i; k < i + len; ++k) logw += std::log(static_cast<double>(t.weights[k]));
       v.emplace_back(h, std::exp(logw / static_cast<double>(len)));
@@ -292,7 +297,8 @@ struct Entry {
 
 struct PairHash {
   size_t operator()(const std::pair<uint32_t, uint64_t>& p) const {
-    return static_cast<size_t>(p.second * 0x9E3779B97F4A7C15ULL ^ (uint64_t{p.first} << 17 | p.first));
+    return static_cast<size_t>(p.second * 0x9E3779B97F4A7C15ULL ^
+                               (uint64_t{p.first} << 17 | p.first));
   }
 };
 
@@ -454,12 +460,14 @@ struct NearDupIndex::State {
   mutable std::mutex mu;  // guards everything below
   std::unique_ptr<EvictionPolicy> policy;
   AdmissionGate admission;
-  util::Rng rng;  // TTL jitter and admission draws
-  std::set<std::pair<TimePoint, uint64_t>> by_expiry;  // (expires, id), soonest first
-  std::unordered_map<uint64_t, Entry> entries;                  // id → entry
+  util::Rng rng;                                                  // TTL jitter and admission draws
+  std::set<std::pair<TimePoint, uint64_t>> by_expiry;             // (expires, id), soonest first
+  std::unordered_map<uint64_t, Entry> entries;                    // id → entry
   std::unordered_map<uint64_t, std::vector<BucketItem>> buckets;  // BucketKey → items
-  std::unordered_map<std::pair<uint32_t, uint64_t>, uint64_t, PairHash> by_payload;   // (ns, payload) → id
-  std::unordered_map<std::pair<uint32_t, uint64_t>, uint64_t, PairHash> by_sequence;  // (ns, sequence_hash) → id
+  std::unordered_map<std::pair<uint32_t, uint64_t>, uint64_t, PairHash>
+      by_payload;  // (ns, payload) → id
+  std::unordered_map<std::pair<uint32_t, uint64_t>, uint64_t, PairHash>
+      by_sequence;  // (ns, sequence_hash) → id
   std::unordered_map<std::string, NsInfo, StringHash, std::equal_to<>> namespaces;
   std::unordered_map<uint32_t, std::string> ns_names;
   std::vector<uint32_t> free_ns_ids;
@@ -469,8 +477,8 @@ struct NearDupIndex::State {
   NearDupStats stats;
 };
 
-NearDupIndex::NearDupIndex(const NearDupOptions& options, const util::Clock& clock,
-                           util::Rng rng, TierObserver* observer)
+NearDupIndex::NearDupIndex(const NearDupOptions& options, const util::Clock& clock, util::Rng rng,
+                           TierObserver* observer)
     : state_(std::make_unique<State>(options, clock, std::move(rng), observer)) {}
 NearDupIndex::~NearDupIndex() = default;
 

@@ -129,7 +129,7 @@ enum class Guard { kNone, kSlots, kNegation, kOrder, kEntity };
 std::string_view GuardName(Guard guard);  // "none", "slots", "negation", "order", "entity"
 
 struct PairScore {
-  double similarity = 0;        // in [0, 1]; 0 when a guard rejected the pair
+  double similarity = 0;  // in [0, 1]; 0 when a guard rejected the pair
   Guard rejected_by = Guard::kNone;
 };
 
@@ -147,23 +147,23 @@ struct NearDupOptions {
   size_t max_entries = 100'000;          // entries over all namespaces; [1, 2^26]
   size_t max_bytes = size_t{256} << 20;  // approximate memory of entries and buckets; >= 4096
   double min_similarity = kDefaultNearDupSimilarity;  // (0, 1]
-  int bands = 4;                 // fingerprint blocks, [2, 16]
-  int probe_radius = 2;          // bits flipped per block when probing, [0, 3]
-  size_t max_candidates = 16;    // candidates confirmed per lookup, closest first; >= 1
-  std::chrono::seconds ttl{0};   // entries older than this never match; 0 = no TTL; >= 0
-  double ttl_jitter = 0;         // [0, 0.9]; each entry lives ttl × U[1 − j, 1 + j]
+  int bands = 4;                                      // fingerprint blocks, [2, 16]
+  int probe_radius = 2;                               // bits flipped per block when probing, [0, 3]
+  size_t max_candidates = 16;   // candidates confirmed per lookup, closest first; >= 1
+  std::chrono::seconds ttl{0};  // entries older than this never match; 0 = no TTL; >= 0
+  double ttl_jitter = 0;        // [0, 0.9]; each entry lives ttl × U[1 − j, 1 + j]
   PolicyKind policy = PolicyKind::kDualFactor;
   PolicyOptions policy_options;
-  PrepareOptions prepare;        // for the overloads that take raw text
+  PrepareOptions prepare;  // for the overloads that take raw text
   SimilarityOptions similarity;
-  AdmissionOptions admission;    // off by default: every entry is stored
+  AdmissionOptions admission;  // off by default: every entry is stored
 };
 
 struct NearDupMatch {
   uint64_t payload = 0;
   std::shared_ptr<const CachedValue> value;  // what Insert stored with it (may be null)
-  double similarity = 0;  // ScorePair similarity, >= min_similarity
-  int distance = 0;       // Hamming distance of the fingerprints
+  double similarity = 0;                     // ScorePair similarity, >= min_similarity
+  int distance = 0;                          // Hamming distance of the fingerprints
 };
 
 // An entry that left the index during an Insert (evicted, or replaced by an
@@ -176,7 +176,7 @@ struct NearDupDropped {
 struct NearDupStats {
   uint64_t lookups = 0, hits = 0, inserts = 0, evictions = 0, expired = 0;
   uint64_t not_admitted = 0;  // inserts the admission gate turned away
-  uint64_t candidates = 0;  // candidates scored by ScorePair, over all lookups
+  uint64_t candidates = 0;    // candidates scored by ScorePair, over all lookups
   size_t entries = 0, bytes = 0, namespaces = 0;
 };
 
@@ -204,9 +204,9 @@ class NearDupIndex {
   // the same payload, or the same token sequence, in `ns` is replaced.
   // ResourceExhausted if the entry alone is over max_bytes. Nothing changes
   // (an empty list) when the admission gate turns a new entry away.
-  util::StatusOr<std::vector<NearDupDropped>> Insert(std::string_view ns, const NearDupText& text,
-                                                     uint64_t payload,
-                                                     std::shared_ptr<const CachedValue> value = nullptr);
+  util::StatusOr<std::vector<NearDupDropped>> Insert(
+      std::string_view ns, const NearDupText& text, uint64_t payload,
+      std::shared_ptr<const CachedValue> value = nullptr);
   util::StatusOr<std::vector<NearDupDropped>> Insert(std::string_view ns, std::string_view text,
                                                      uint64_t payload);
 

@@ -67,12 +67,13 @@ util::StatusOr<NearDupText> DecodeNearDupText(std::string_view bytes) {
   Reader r(bytes.substr(4));
   const uint32_t n = r.U32();
   if (n == 0 || n > kMaxTokens) {
-    return util::DataLossError(fmt::format("l3 text: token count {} is outside [1, {}]", n, kMaxTokens));
+    return util::DataLossError(
+        fmt::format("l3 text: token count {} is outside [1, {}]", n, kMaxTokens));
   }
   const size_t need = size_t{n} * 13 + 24;
   if (r.left() != need) {
-    return util::DataLossError(
-        fmt::format("l3 text: {} tokens need {} bytes after the header, got {}", n, need, r.left()));
+    return util::DataLossError(fmt::format(
+        "l3 text: {} tokens need {} bytes after the header, got {}", n, need, r.left()));
   }
   NearDupText t;
   t.tokens.resize(n);
@@ -85,7 +86,8 @@ util::StatusOr<NearDupText> DecodeNearDupText(std::string_view bytes) {
   t.sequence_hash = r.U64();
   t.total_weight = std::bit_cast<double>(r.U64());
   for (float w : t.weights) {
-    if (!(w > 0) || !std::isfinite(w)) return util::DataLossError("l3 text: a token weight is not a positive number");
+    if (!(w > 0) || !std::isfinite(w))
+      return util::DataLossError("l3 text: a token weight is not a positive number");
   }
   if (!(t.total_weight > 0) || !std::isfinite(t.total_weight)) {
     return util::DataLossError("l3 text: the total weight is not a positive number");

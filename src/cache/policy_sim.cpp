@@ -57,7 +57,8 @@ std::vector<KeyAccess> ZipfWorkload(uint64_t n_keys, size_t n, double skew, uint
   std::vector<KeyAccess> out(n);
   for (size_t i = 0; i < n; ++i) {
     const double u = rng.Uniform() * sum;
-    const uint64_t rank = static_cast<uint64_t>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
+    const uint64_t rank =
+        static_cast<uint64_t>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
     uint64_t x = rank + 1;
     out[i].key = util::Rng::SplitMix64(x);
     out[i].time = start + step * static_cast<int64_t>(i);

@@ -27,12 +27,13 @@ struct KeyAccess {
 struct SimResult {
   uint64_t hits = 0;
   uint64_t misses = 0;
-  uint64_t evictions = 0;  // replacements: stored entries evicted for a newer one
-  uint64_t stores = 0;     // misses stored
-  uint64_t rejected = 0;   // misses on a full cache the admission gate turned away
+  uint64_t evictions = 0;                  // replacements: stored entries evicted for a newer one
+  uint64_t stores = 0;                     // misses stored
+  uint64_t rejected = 0;                   // misses on a full cache the admission gate turned away
   double final_admission_probability = 1;  // the gate's p at the end of the stream
   double hit_ratio() const {
-    return hits + misses == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(hits + misses);
+    return hits + misses == 0 ? 0.0
+                              : static_cast<double>(hits) / static_cast<double>(hits + misses);
   }
 };
 

@@ -17,16 +17,16 @@ bool ShouldRefreshEarly(std::chrono::nanoseconds remaining, std::chrono::nanosec
   return -std::log1p(-u) * scale >= std::chrono::duration<double>(remaining).count();
 }
 
-util::StatusOr<std::unique_ptr<ResponseCache>> ResponseCache::Create(
-    const ResponseCacheOptions& o, const util::Clock& clock, util::Rng rng,
-    TierObserver* observer) {
+util::StatusOr<std::unique_ptr<ResponseCache>> ResponseCache::Create(const ResponseCacheOptions& o,
+                                                                     const util::Clock& clock,
+                                                                     util::Rng rng,
+                                                                     TierObserver* observer) {
   using util::InvalidArgumentError;
   if (o.max_bytes > (1ull << 40)) {
     return InvalidArgumentError(fmt::format("L1 max_bytes {} is above 2^40", o.max_bytes));
   }
   if (o.ttl <= std::chrono::milliseconds::zero() || o.ttl > std::chrono::hours(24 * 30)) {
-    return InvalidArgumentError(
-        fmt::format("L1 ttl {} ms is outside (0, 30 days]", o.ttl.count()));
+    return InvalidArgumentError(fmt::format("L1 ttl {} ms is outside (0, 30 days]", o.ttl.count()));
   }
   if (!(o.ttl_jitter >= 0 && o.ttl_jitter <= 0.9)) {
     return InvalidArgumentError(fmt::format("L1 ttl_jitter {} is outside [0, 0.9]", o.ttl_jitter));
@@ -39,8 +39,8 @@ util::StatusOr<std::unique_ptr<ResponseCache>> ResponseCache::Create(
   return std::unique_ptr<ResponseCache>(new ResponseCache(o, clock, std::move(rng), observer));
 }
 
-ResponseCache::ResponseCache(const ResponseCacheOptions& o, const util::Clock& clock,
-                             util::Rng rng, TierObserver* observer)
+ResponseCache::ResponseCache(const ResponseCacheOptions& o, const util::Clock& clock, util::Rng rng,
+                             TierObserver* observer)
     : options_(o),
       max_entry_bytes_(o.max_entry_bytes > 0 ? std::min(o.max_entry_bytes, o.max_bytes)
                                              : o.max_bytes / 8),
@@ -113,7 +113,8 @@ bool ResponseCache::Insert(const CacheKey& key, std::shared_ptr<const CachedValu
   if (stats_.bytes + bytes > options_.max_bytes) DropExpiredLocked(now);
   old = map_.find(key);
   const uint64_t freed = old != map_.end() ? old->second.bytes : 0;
-  if (!replacing && options_.admission.enabled && stats_.bytes - freed + bytes > options_.max_bytes &&
+  if (!replacing && options_.admission.enabled &&
+      stats_.bytes - freed + bytes > options_.max_bytes &&
       !admission_.Admit(key.hash, stats_.entries, rng_.Uniform())) {
     ++stats_.not_admitted;
     return false;

@@ -77,14 +77,14 @@ class TierObserver {
 };
 
 struct ResponseCacheOptions {
-  uint64_t max_bytes = 64ull << 20;   // [0, 2^40] bytes; 0 = stores nothing
-  uint64_t max_entry_bytes = 0;       // bytes, largest entry stored; 0 = max_bytes / 8
+  uint64_t max_bytes = 64ull << 20;  // [0, 2^40] bytes; 0 = stores nothing
+  uint64_t max_entry_bytes = 0;      // bytes, largest entry stored; 0 = max_bytes / 8
   std::chrono::milliseconds ttl{std::chrono::minutes(10)};  // (0, 30 days]
-  double ttl_jitter = 0.1;            // [0, 0.9]; each TTL is ttl × U[1 − j, 1 + j]
-  double early_refresh_beta = 1.0;    // [0, 100]; XFetch beta, 0 = no early refresh
+  double ttl_jitter = 0.1;          // [0, 0.9]; each TTL is ttl × U[1 − j, 1 + j]
+  double early_refresh_beta = 1.0;  // [0, 100]; XFetch beta, 0 = no early refresh
   PolicyKind policy = PolicyKind::kDualFactor;
   PolicyOptions policy_options{};
-  AdmissionOptions admission{};       // off by default: every entry that fits the limits is stored
+  AdmissionOptions admission{};  // off by default: every entry that fits the limits is stored
 };
 
 // Fixed bookkeeping charged to every entry on top of its key and value.
@@ -107,10 +107,10 @@ struct ResponseCacheStats {
   uint64_t misses = 0;           // kMiss and kRefresh answers (expired entries included)
   uint64_t early_refreshes = 0;  // kRefresh answers
   uint64_t stores = 0;
-  uint64_t rejected = 0;         // Insert refused: larger than max_entry_bytes
-  uint64_t not_admitted = 0;     // Insert refused by the admission gate (the cache was full)
-  uint64_t evictions = 0;        // removed for room
-  uint64_t expirations = 0;      // removed because their TTL ran out
+  uint64_t rejected = 0;      // Insert refused: larger than max_entry_bytes
+  uint64_t not_admitted = 0;  // Insert refused by the admission gate (the cache was full)
+  uint64_t evictions = 0;     // removed for room
+  uint64_t expirations = 0;   // removed because their TTL ran out
 };
 
 // The XFetch rule as a pure function: true when a hit with `remaining` time

@@ -107,10 +107,10 @@ struct SharedStore::State {
   struct Job {
     enum class Kind { kExact, kNear, kForget };
     Kind kind = Kind::kExact;
-    std::string key;                             // kExact: the Redis key; kNear: the namespace base
-    CacheKey cache_key;                          // kExact
-    std::shared_ptr<const NearDupText> text;     // kNear
-    std::shared_ptr<const CachedValue> value;    // kExact, kNear
+    std::string key;                           // kExact: the Redis key; kNear: the namespace base
+    CacheKey cache_key;                        // kExact
+    std::shared_ptr<const NearDupText> text;   // kNear
+    std::shared_ptr<const CachedValue> value;  // kExact, kNear
     std::chrono::milliseconds ttl{0};
     std::vector<std::pair<std::string, std::string>> forget;  // kForget: (bucket, member)
   };
@@ -141,8 +141,12 @@ struct SharedStore::State {
   static std::string EntryKey(const std::string& base, uint64_t id) {
     return fmt::format("{}:e:{:016x}", base, id);
   }
-  static std::string Member(uint64_t id, uint64_t fp) { return fmt::format("{:016x}{:016x}", id, fp); }
-  int max_distance() const { return options.near_dup.bands * (options.near_dup.probe_radius + 1) - 1; }
+  static std::string Member(uint64_t id, uint64_t fp) {
+    return fmt::format("{:016x}{:016x}", id, fp);
+  }
+  int max_distance() const {
+    return options.near_dup.bands * (options.near_dup.probe_radius + 1) - 1;
+  }
 
   // Every bucket key within probe_radius bits of each block of `fp`.
   std::vector<std::string> ProbeKeys(const std::string& base, uint64_t fp) const {
@@ -279,7 +283,8 @@ struct SharedStore::State {
       case Job::Kind::kNear: {
         const uint64_t id = job.text->sequence_hash, fp = job.text->fingerprint;
         const std::string entry = EntryKey(job.key, id);
-        cmds.push_back({"HSET", entry, "t", EncodeNearDupText(*job.text), "v", codec.Encode(*job.value)});
+        cmds.push_back(
+            {"HSET", entry, "t", EncodeNearDupText(*job.text), "v", codec.Encode(*job.value)});
         cmds.push_back({"PEXPIRE", entry, ttl});
         for (int band = 0; band < options.near_dup.bands; ++band) {
           const std::string bucket = BucketKey(job.key, band, Block(fp, band));
@@ -301,8 +306,8 @@ struct SharedStore::State {
     STRATA_ASSIGN_OR_RETURN(RedisReply pong, conn->Command({"PING"}));
     if (pong.type != RedisReply::Type::kStatus || pong.str != "PONG") {
       conn.reset();
-      return util::UnavailableError(fmt::format("redis {}:{}: PING answered '{}'", options.host,
-                                                options.port, pong.str));
+      return util::UnavailableError(
+          fmt::format("redis {}:{}: PING answered '{}'", options.host, options.port, pong.str));
     }
     return util::OkStatus();
   }
@@ -378,33 +383,33 @@ struct SharedStore::State {
   util::Logger& log;
   std::vector<int> block_shift, block_width;  // per band, fixed at construction
 
-  mutable std::mutex mu;  // guards everything below
+  mutable std::mutex mu;              // guards everything below
   std::condition_variable writer_cv;  // work for the writer: a job, a retry, stop
   std::condition_variable conn_cv;    // a pooled connection came back (or Redis went down)
   std::condition_variable flush_cv;   // the queue drained a little
   util::Rng rng;                      // TTL jitter
   bool up = false;
   bool stop = false;
-  uint64_t epoch = 0;                 // incremented each time Redis goes down
-  std::vector<Pooled> idle;           // lookup connections not in use
-  size_t pool_size = 0;               // lookup connections of this epoch, idle or in use
-  std::deque<Job> queue;              // stores waiting for the writer
-  bool in_flight = false;             // the writer is sending a job
+  uint64_t epoch = 0;        // incremented each time Redis goes down
+  std::vector<Pooled> idle;  // lookup connections not in use
+  size_t pool_size = 0;      // lookup connections of this epoch, idle or in use
+  std::deque<Job> queue;     // stores waiting for the writer
+  bool in_flight = false;    // the writer is sending a job
   std::chrono::milliseconds backoff{0};
   TimePoint next_retry{};
   SharedStoreStats stats;
-  std::thread writer;                 // runs WriterLoop; started last, joined first
+  std::thread writer;  // runs WriterLoop; started last, joined first
 };
 
 util::StatusOr<std::unique_ptr<SharedStore>> SharedStore::Create(const SharedStoreOptions& o,
                                                                  const ValueCodec& codec,
                                                                  const util::Clock& clock,
-                                                                 util::Rng rng,
-                                                                 util::Logger& log) {
+                                                                 util::Rng rng, util::Logger& log) {
   auto bad = [](std::string what) { return util::InvalidArgumentError("shared store: " + what); };
   using std::chrono::milliseconds;
   if (o.host.empty()) return bad("host is empty");
-  if (o.port < 1 || o.port > 65535) return bad(fmt::format("port {} is outside [1, 65535]", o.port));
+  if (o.port < 1 || o.port > 65535)
+    return bad(fmt::format("port {} is outside [1, 65535]", o.port));
   if (o.timeout < milliseconds(1) || o.timeout > milliseconds(10'000)) {
     return bad(fmt::format("timeout {} ms is outside [1, 10000]", o.timeout.count()));
   }
@@ -428,8 +433,9 @@ util::StatusOr<std::unique_ptr<SharedStore>> SharedStore::Create(const SharedSto
   if (o.near_dup.bands < 2 || o.near_dup.bands > 16 || o.near_dup.probe_radius < 0 ||
       o.near_dup.probe_radius > 3 || o.near_dup.max_candidates < 1 ||
       !(o.near_dup.min_similarity > 0 && o.near_dup.min_similarity <= 1)) {
-    return bad("near_dup: bands [2, 16], probe_radius [0, 3], max_candidates >= 1, "
-               "min_similarity (0, 1]");
+    return bad(
+        "near_dup: bands [2, 16], probe_radius [0, 3], max_candidates >= 1, "
+        "min_similarity (0, 1]");
   }
   auto state = std::make_unique<State>(o, codec, clock, std::move(rng), log);
   // One attempt now, so a reachable Redis serves the first request.
@@ -551,7 +557,8 @@ std::optional<SharedHit> SharedStore::FindNear(const SharedScope& scope, std::st
     if (d <= s.max_distance()) found.emplace_back(d, id, fp);
   }
   std::sort(found.begin(), found.end());
-  if (found.size() > s.options.near_dup.max_candidates) found.resize(s.options.near_dup.max_candidates);
+  if (found.size() > s.options.near_dup.max_candidates)
+    found.resize(s.options.near_dup.max_candidates);
   if (found.empty()) {
     count(false, malformed);
     return std::nullopt;
@@ -569,12 +576,14 @@ std::optional<SharedHit> SharedStore::FindNear(const SharedScope& scope, std::st
     const RedisReply& r = (*texts)[i];
     if (r.type == RedisReply::Type::kNil) {  // the entry expired; its bucket members stayed
       for (int band = 0; band < s.options.near_dup.bands; ++band) {
-        forget.forget.emplace_back(s.BucketKey(base, band, s.Block(fp, band)), State::Member(id, fp));
+        forget.forget.emplace_back(s.BucketKey(base, band, s.Block(fp, band)),
+                                   State::Member(id, fp));
       }
       continue;
     }
-    auto candidate = r.type == RedisReply::Type::kString ? DecodeNearDupText(r.str)
-                                                         : util::StatusOr<NearDupText>(util::DataLossError("not a string"));
+    auto candidate = r.type == RedisReply::Type::kString
+                         ? DecodeNearDupText(r.str)
+                         : util::StatusOr<NearDupText>(util::DataLossError("not a string"));
     if (!candidate.ok()) {
       ++malformed;
       continue;
@@ -637,9 +646,8 @@ SharedStoreStats SharedStore::stats() const {
 
 bool SharedStore::Flush(std::chrono::milliseconds timeout) {
   std::unique_lock lock(state_->mu);
-  return state_->flush_cv.wait_for(lock, timeout, [&] {
-    return state_->queue.empty() && !state_->in_flight;
-  });
+  return state_->flush_cv.wait_for(lock, timeout,
+                                   [&] { return state_->queue.empty() && !state_->in_flight; });
 }
 
 }  // namespace strata::cache

@@ -11,7 +11,8 @@
 // another tenant never see an entry:
 //   <prefix>:<model:016x>:<tenant>:l1:<32 hex>        L1 entry (string)
 //   <prefix>:<model:016x>:<tenant>:l3:<scope>:e:<id>   L3 entry (hash: t = text, v = value)
-//   <prefix>:<model:016x>:<tenant>:l3:<scope>:b:<band>:<bits>   L3 bucket (set of "<id><fingerprint>")
+//   <prefix>:<model:016x>:<tenant>:l3:<scope>:b:<band>:<bits>   L3 bucket (set of
+//   "<id><fingerprint>")
 // with the tenant percent-encoded outside [A-Za-z0-9_.-]. Each entry and
 // bucket carries a Redis TTL (the tier's TTL, jittered). An L1 value starts
 // with the full CacheKey bytes, compared on every hit, so a hash collision
@@ -83,7 +84,8 @@ class ValueCodec {
  public:
   virtual ~ValueCodec() = default;
   virtual std::string Encode(const CachedValue& value) const = 0;
-  virtual util::StatusOr<std::shared_ptr<const CachedValue>> Decode(std::string_view bytes) const = 0;
+  virtual util::StatusOr<std::shared_ptr<const CachedValue>> Decode(
+      std::string_view bytes) const = 0;
 };
 
 // Whose entries: the namespace of every key.

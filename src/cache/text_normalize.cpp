@@ -24,10 +24,9 @@ struct FreeDeleter {
 // utf8proc_map with the given options; `what` names the step in errors.
 util::StatusOr<std::string> Map(std::string_view s, int options, const char* what) {
   utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                   static_cast<utf8proc_ssize_t>(s.size()), &out,
-                   static_cast<utf8proc_option_t>(options));
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                          static_cast<utf8proc_ssize_t>(s.size()), &out,
+                                          static_cast<utf8proc_option_t>(options));
   std::unique_ptr<utf8proc_uint8_t, FreeDeleter> owned(out);
   if (n < 0) {
     if (n == UTF8PROC_ERROR_NOMEM) {
@@ -52,11 +51,20 @@ bool IsDigit(utf8proc_category_t c) { return c == UTF8PROC_CATEGORY_ND; }
 // use, unassigned) build words.
 bool IsWordChar(utf8proc_category_t c) {
   switch (c) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO: case UTF8PROC_CATEGORY_PC:
-    case UTF8PROC_CATEGORY_CO: case UTF8PROC_CATEGORY_CN:
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_NO:
+    case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN:
       return true;
     default:
       return false;
@@ -78,7 +86,15 @@ bool IsSymbol(const CodePoint& c) {
     return true;
   }
   switch (c.cp) {
-    case '%': case '*': case '/': case '^': case '&': case '|': case '#': case '@': case '\\':
+    case '%':
+    case '*':
+    case '/':
+    case '^':
+    case '&':
+    case '|':
+    case '#':
+    case '@':
+    case '\\':
       return true;
     default:
       return false;
@@ -180,9 +196,9 @@ class Tokenizer {
         if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
       }
     } else {
-      STRATA_ASSIGN_OR_RETURN(folded, Map(cur_, UTF8PROC_STABLE | UTF8PROC_COMPAT |
-                                                    UTF8PROC_COMPOSE | UTF8PROC_CASEFOLD |
-                                                    UTF8PROC_IGNORE,
+      STRATA_ASSIGN_OR_RETURN(folded, Map(cur_,
+                                          UTF8PROC_STABLE | UTF8PROC_COMPAT | UTF8PROC_COMPOSE |
+                                              UTF8PROC_CASEFOLD | UTF8PROC_IGNORE,
                                           "case folding"));
     }
     const bool capital = inner_upper_ || (first_upper_ && !sentence_start_);
@@ -245,12 +261,12 @@ class Tokenizer {
   }
 
   std::vector<Token>& out_;
-  std::string cur_;           // the token being built, NFKC, not yet case folded
-  size_t letters_ = 0;        // letters in cur_
-  bool all_digits_ = true;    // cur_ holds only digits (and '.'/',' between digits)
+  std::string cur_;         // the token being built, NFKC, not yet case folded
+  size_t letters_ = 0;      // letters in cur_
+  bool all_digits_ = true;  // cur_ holds only digits (and '.'/',' between digits)
   bool has_digit_ = false;
-  bool first_upper_ = false;  // cur_ starts with an upper-case letter
-  bool inner_upper_ = false;  // an upper-case letter after the first code point
+  bool first_upper_ = false;    // cur_ starts with an upper-case letter
+  bool inner_upper_ = false;    // an upper-case letter after the first code point
   bool sentence_start_ = true;  // no token since the start or a sentence end
 };
 
@@ -268,8 +284,9 @@ std::string NormalizedText::Joined() const {
 util::StatusOr<NormalizedText> NormalizeText(std::string_view utf8,
                                              const NormalizeOptions& options) {
   if (utf8.size() > options.max_input_bytes) {
-    return util::InvalidArgumentError(fmt::format("normalize: text of {} bytes is over the limit of {}",
-                                                  utf8.size(), options.max_input_bytes));
+    return util::InvalidArgumentError(
+        fmt::format("normalize: text of {} bytes is over the limit of {}", utf8.size(),
+                    options.max_input_bytes));
   }
   // Validate first so the error can name the offset (utf8proc_map only says "invalid").
   const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(utf8.data());
@@ -278,8 +295,9 @@ util::StatusOr<NormalizedText> NormalizeText(std::string_view utf8,
     const utf8proc_ssize_t n =
         utf8proc_iterate(bytes + pos, static_cast<utf8proc_ssize_t>(utf8.size() - pos), &cp);
     if (n <= 0 || cp < 0) {
-      return util::InvalidArgumentError(fmt::format(
-          "normalize: invalid UTF-8 at byte {} (0x{:02x})", pos, static_cast<unsigned>(bytes[pos])));
+      return util::InvalidArgumentError(
+          fmt::format("normalize: invalid UTF-8 at byte {} (0x{:02x})", pos,
+                      static_cast<unsigned>(bytes[pos])));
     }
     pos += static_cast<size_t>(n);
   }

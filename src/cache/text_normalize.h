@@ -40,7 +40,7 @@ enum class TokenKind : uint8_t {
 };
 
 struct Token {
-  std::string text;          // NFKC + case folded
+  std::string text;  // NFKC + case folded
   TokenKind kind = TokenKind::kWord;
   bool has_digit = false;    // contains a digit (every kNumber; words like "x86")
   bool entity_like = false;  // written with a capital that is not just the start of a

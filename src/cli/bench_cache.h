@@ -14,17 +14,17 @@
 namespace strata::cli {
 
 struct BenchCacheFlags {
-  uint64_t keys = 100000;      // distinct keys of the Zipf workloads
-  size_t accesses = 1000000;   // accesses per Zipf workload
+  uint64_t keys = 100000;                               // distinct keys of the Zipf workloads
+  size_t accesses = 1000000;                            // accesses per Zipf workload
   double lambda = cache::PolicyOptions{}.lambda_per_s;  // dual-factor age decay (1/s)
-  double k = cache::PolicyOptions{}.k;                   // dual-factor frequency saturation
+  double k = cache::PolicyOptions{}.k;                  // dual-factor frequency saturation
   double half_life_s = cache::PolicyOptions{}.count_half_life_s;  // access-count half-life (s)
-  bool admission = false;      // compare always-admit with cache-aware admission instead
+  bool admission = false;  // compare always-admit with cache-aware admission instead
   double admission_gain = cache::AdmissionOptions{}.gain;
   double admission_min = cache::AdmissionOptions{}.min_probability;
   double admission_watch = cache::AdmissionOptions{}.watch_factor;
-  bool l2 = false;             // replay the Mooncake traces through the L2 prefix cache instead
-  double l2_tpot_ms = 20;      // L2 replay: a request holds its blocks for output_length x this
+  bool l2 = false;         // replay the Mooncake traces through the L2 prefix cache instead
+  double l2_tpot_ms = 20;  // L2 replay: a request holds its blocks for output_length x this
   double l2_window = cache::PolicyOptions{}.window_fraction;  // L2 replay: W-TinyLFU window share
   std::string data_dir = "../shared/data";
   std::string json;

@@ -41,7 +41,8 @@ util::StatusOr<std::vector<KeyAccess>> LoadMooncake(util::FileSystem& fs, const 
 
 // BurstGPT (release 3 layout): Timestamp, Session ID, ...: each request of a
 // conversation is an access to its session's key; rows without a session are skipped.
-util::StatusOr<std::vector<KeyAccess>> LoadBurstSessions(util::FileSystem& fs, const std::string& path) {
+util::StatusOr<std::vector<KeyAccess>> LoadBurstSessions(util::FileSystem& fs,
+                                                         const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(std::string text, fs.ReadFile(path));
   std::vector<KeyAccess> out;
   std::istringstream in(text);
@@ -68,9 +69,9 @@ util::StatusOr<std::vector<KeyAccess>> LoadBurstSessions(util::FileSystem& fs, c
 util::StatusOr<std::vector<Workload>> LoadWorkloads(const Env& env, const BenchCacheFlags& f) {
   std::vector<Workload> workloads;
   for (double skew : {0.6, 0.8, 1.0, 1.2}) {
-    workloads.push_back({fmt::format("zipf-{:.1f}", skew),
-                         cache::ZipfWorkload(f.keys, f.accesses, skew, 7, At(0),
-                                             std::chrono::microseconds(1000))});
+    workloads.push_back(
+        {fmt::format("zipf-{:.1f}", skew),
+         cache::ZipfWorkload(f.keys, f.accesses, skew, 7, At(0), std::chrono::microseconds(1000))});
   }
   const std::string traces = f.data_dir + "/traces/";
   for (const char* file : {"mooncake_conversation_trace.jsonl", "mooncake_synthetic_trace.jsonl"}) {
@@ -80,7 +81,8 @@ util::StatusOr<std::vector<Workload>> LoadWorkloads(const Env& env, const BenchC
       continue;
     }
     STRATA_ASSIGN_OR_RETURN(auto s, LoadMooncake(*env.fs, path));
-    workloads.push_back({std::string("mooncake-") + (file[9] == 'c' ? "conversation" : "synthetic"), std::move(s)});
+    workloads.push_back(
+        {std::string("mooncake-") + (file[9] == 'c' ? "conversation" : "synthetic"), std::move(s)});
   }
   const std::string path = traces + "burstgpt_3_first400.csv";
   if (env.fs->Exists(path)) {
@@ -103,19 +105,22 @@ int RunAdmission(const Env& env, const BenchCacheFlags& f, const std::vector<Wor
   if (util::Status st = cache::ValidateAdmission(adm); !st.ok()) return UsageError(st.message());
   const cache::PolicyKind kinds[] = {cache::PolicyKind::kLru, cache::PolicyKind::kDualFactor};
   nlohmann::json out = nlohmann::json::array();
-  fmt::print("admission (asked only when the cache is full): keys that came back are admitted; a new "
-             "key with p = clamp({} x hit ratio of new keys over {} outcomes, {}, 1); watch list "
-             "{} x entries\n\n",
-             adm.gain, adm.window, adm.min_probability, adm.watch_factor);
-  fmt::print("| {:<22} | {:>10} | {:<11} | {:>8} | {:>8} | {:>7} | {:>10} | {:>10} | {:>7} | {:>4} |\n",
-             "workload", "size", "policy", "hit all", "hit adm", "delta", "repl all", "repl adm",
-             "repl", "p end");
-  fmt::print("|{:-<24}|{:->12}|{:-<13}|{:->10}|{:->10}|{:->9}|{:->12}|{:->12}|{:->9}|{:->6}|\n", "", "", "",
-             "", "", "", "", "", "", "");
+  fmt::print(
+      "admission (asked only when the cache is full): keys that came back are admitted; a new "
+      "key with p = clamp({} x hit ratio of new keys over {} outcomes, {}, 1); watch list "
+      "{} x entries\n\n",
+      adm.gain, adm.window, adm.min_probability, adm.watch_factor);
+  fmt::print(
+      "| {:<22} | {:>10} | {:<11} | {:>8} | {:>8} | {:>7} | {:>10} | {:>10} | {:>7} | {:>4} |\n",
+      "workload", "size", "policy", "hit all", "hit adm", "delta", "repl all", "repl adm", "repl",
+      "p end");
+  fmt::print("|{:-<24}|{:->12}|{:-<13}|{:->10}|{:->10}|{:->9}|{:->12}|{:->12}|{:->9}|{:->6}|\n", "",
+             "", "", "", "", "", "", "", "", "");
   for (const Workload& w : workloads) {
     const size_t distinct = cache::DistinctKeys(w.stream);
     for (double frac : {0.01, 0.05, 0.10, 0.25}) {
-      const size_t cap = std::max<size_t>(4, static_cast<size_t>(static_cast<double>(distinct) * frac));
+      const size_t cap =
+          std::max<size_t>(4, static_cast<size_t>(static_cast<double>(distinct) * frac));
       for (cache::PolicyKind kind : kinds) {
         cache::PolicyOptions o;
         o.capacity = cap;
@@ -127,23 +132,28 @@ int RunAdmission(const Env& env, const BenchCacheFlags& f, const std::vector<Wor
         auto p_adm = cache::NewEvictionPolicy(kind, o);
         const cache::SimResult gated = cache::SimulatePolicy(*p_adm, w.stream, cap, adm, 11);
         const double repl_change =
-            all.evictions == 0 ? 0.0
-                               : (static_cast<double>(gated.evictions) / static_cast<double>(all.evictions) - 1) * 100;
-        fmt::print("| {:<22} | {:>5}({:>2.0f}%) | {:<11} | {:>7.2f}% | {:>7.2f}% | {:>+7.2f} | {:>10} | {:>10} | {:>+6.0f}% | {:>4.2f} |\n",
-                   w.name, cap, frac * 100, cache::PolicyKindName(kind), all.hit_ratio() * 100,
-                   gated.hit_ratio() * 100, (gated.hit_ratio() - all.hit_ratio()) * 100,
-                   all.evictions, gated.evictions, repl_change, gated.final_admission_probability);
-        out.push_back({{"workload", w.name},
-                       {"accesses", w.stream.size()},
-                       {"distinct_keys", distinct},
-                       {"capacity", cap},
-                       {"policy", cache::PolicyKindName(kind)},
-                       {"always", {{"hit_ratio", all.hit_ratio()}, {"replacements", all.evictions}}},
-                       {"admission",
-                        {{"hit_ratio", gated.hit_ratio()},
-                         {"replacements", gated.evictions},
-                         {"rejected", gated.rejected},
-                         {"final_probability", gated.final_admission_probability}}}});
+            all.evictions == 0
+                ? 0.0
+                : (static_cast<double>(gated.evictions) / static_cast<double>(all.evictions) - 1) *
+                      100;
+        fmt::print(
+            "| {:<22} | {:>5}({:>2.0f}%) | {:<11} | {:>7.2f}% | {:>7.2f}% | {:>+7.2f} | {:>10} | "
+            "{:>10} | {:>+6.0f}% | {:>4.2f} |\n",
+            w.name, cap, frac * 100, cache::PolicyKindName(kind), all.hit_ratio() * 100,
+            gated.hit_ratio() * 100, (gated.hit_ratio() - all.hit_ratio()) * 100, all.evictions,
+            gated.evictions, repl_change, gated.final_admission_probability);
+        out.push_back(
+            {{"workload", w.name},
+             {"accesses", w.stream.size()},
+             {"distinct_keys", distinct},
+             {"capacity", cap},
+             {"policy", cache::PolicyKindName(kind)},
+             {"always", {{"hit_ratio", all.hit_ratio()}, {"replacements", all.evictions}}},
+             {"admission",
+              {{"hit_ratio", gated.hit_ratio()},
+               {"replacements", gated.evictions},
+               {"rejected", gated.rejected},
+               {"final_probability", gated.final_admission_probability}}}});
       }
     }
   }
@@ -202,11 +212,13 @@ int RunBenchCache(const Env& env, const BenchCacheFlags& f) {
   int goal_misses = 0;
   fmt::print("| {:<22} | {:>9} | {:>8} | {:>8} | {:>11} | {:>9} | {:>9} | {:>10} |\n", "workload",
              "accesses", "size", "LRU", "dual-factor", "W-TinyLFU", "DF - LRU", "DF - TLFU");
-  fmt::print("|{:-<24}|{:->11}|{:->10}|{:->10}|{:->13}|{:->11}|{:->11}|{:->12}|\n", "", "", "", "", "", "", "", "");
+  fmt::print("|{:-<24}|{:->11}|{:->10}|{:->10}|{:->13}|{:->11}|{:->11}|{:->12}|\n", "", "", "", "",
+             "", "", "", "");
   for (const Workload& w : workloads) {
     const size_t distinct = cache::DistinctKeys(w.stream);
     for (double frac : {0.01, 0.05, 0.10, 0.25}) {
-      const size_t cap = std::max<size_t>(4, static_cast<size_t>(static_cast<double>(distinct) * frac));
+      const size_t cap =
+          std::max<size_t>(4, static_cast<size_t>(static_cast<double>(distinct) * frac));
       double ratio[3];
       for (int i = 0; i < 3; ++i) {
         cache::PolicyOptions o;
@@ -220,19 +232,23 @@ int RunBenchCache(const Env& env, const BenchCacheFlags& f) {
       const double vs_lru = (ratio[1] - ratio[0]) * 100, vs_tlfu = (ratio[1] - ratio[2]) * 100;
       const bool ok = vs_lru >= -1e-9 && vs_tlfu >= -2.0;
       goal_misses += ok ? 0 : 1;
-      fmt::print("| {:<22} | {:>9} | {:>4}({:>2.0f}%) | {:>7.2f}% | {:>10.2f}% | {:>8.2f}% | {:>+8.2f} | {:>+9.2f}{} |\n",
-                 w.name, w.stream.size(), cap, frac * 100, ratio[0] * 100, ratio[1] * 100,
-                 ratio[2] * 100, vs_lru, vs_tlfu, ok ? " " : "!");
-      out.push_back({{"workload", w.name},
-                     {"accesses", w.stream.size()},
-                     {"distinct_keys", distinct},
-                     {"capacity", cap},
-                     {"hit_ratio", {{"lru", ratio[0]}, {"dual-factor", ratio[1]}, {"w-tinylfu", ratio[2]}}}});
+      fmt::print(
+          "| {:<22} | {:>9} | {:>4}({:>2.0f}%) | {:>7.2f}% | {:>10.2f}% | {:>8.2f}% | {:>+8.2f} | "
+          "{:>+9.2f}{} |\n",
+          w.name, w.stream.size(), cap, frac * 100, ratio[0] * 100, ratio[1] * 100, ratio[2] * 100,
+          vs_lru, vs_tlfu, ok ? " " : "!");
+      out.push_back(
+          {{"workload", w.name},
+           {"accesses", w.stream.size()},
+           {"distinct_keys", distinct},
+           {"capacity", cap},
+           {"hit_ratio", {{"lru", ratio[0]}, {"dual-factor", ratio[1]}, {"w-tinylfu", ratio[2]}}}});
     }
   }
-  fmt::print("\ndual-factor (lambda {} /s, k {}, count half-life {} s): {} of {} rows miss the goal "
-             "(>= LRU and within 2 points of W-TinyLFU; marked !)\n",
-             f.lambda, f.k, f.half_life_s, goal_misses, out.size());
+  fmt::print(
+      "\ndual-factor (lambda {} /s, k {}, count half-life {} s): {} of {} rows miss the goal "
+      "(>= LRU and within 2 points of W-TinyLFU; marked !)\n",
+      f.lambda, f.k, f.half_life_s, goal_misses, out.size());
   if (!f.json.empty()) {
     if (util::Status st = env.fs->WriteFileAtomic(f.json, out.dump(2) + "\n"); !st.ok()) {
       return ReportError(st);

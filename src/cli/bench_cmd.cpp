@@ -131,8 +131,10 @@ int RunBench(const Env& env, const BenchFlags& f) {
   if (f.n_prompt < 0 || f.n_gen < 0 || (f.n_prompt == 0 && f.n_gen == 0)) {
     return UsageError("-p and -n must be >= 0 and not both 0");
   }
-  if (f.threads < 1 || f.threads > 256) return UsageError(fmt::format("-t {} is outside [1, 256]", f.threads));
-  if (f.reps < 1 || f.reps > 1000) return UsageError(fmt::format("-r {} is outside [1, 1000]", f.reps));
+  if (f.threads < 1 || f.threads > 256)
+    return UsageError(fmt::format("-t {} is outside [1, 256]", f.threads));
+  if (f.reps < 1 || f.reps > 1000)
+    return UsageError(fmt::format("-r {} is outside [1, 1000]", f.reps));
   if (f.batch < 1) return UsageError("--batch must be >= 1");
   auto log = MakeLogger(f.log_level);
   auto path = ResolveModelPath(env, f.model, *log);
@@ -173,8 +175,8 @@ int RunBench(const Env& env, const BenchFlags& f) {
     const auto t0 = clock.Now();
     for (int32_t i = 0; i < n; i += f.batch) {
       const int32_t k = std::min(f.batch, n - i);
-      engine::Engine::Work w{s, std::span(tokens).subspan(static_cast<size_t>(i), static_cast<size_t>(k)),
-                             i + k == n};
+      engine::Engine::Work w{
+          s, std::span(tokens).subspan(static_cast<size_t>(i), static_cast<size_t>(k)), i + k == n};
       STRATA_RETURN_IF_ERROR(eng.Step(std::span(&w, 1)));
     }
     const double secs = util::SecondsBetween(t0, clock.Now());
@@ -229,31 +231,33 @@ int RunBench(const Env& env, const BenchFlags& f) {
       fmt::format("{} {:.2f}B {}", c.architecture, static_cast<double>(c.n_params) / 1e9,
                   m.WeightTypeSummary());
   const std::string isa(kernels::IsaName(eng.kernels().isa));
-  fmt::print("| {:<28} | {:>10} | {:>8} | {:<11} | {:>7} | {:>6} | {:>9} | {:>17} |\n", "model", "size",
-             "params", "backend", "threads", "test", "t/s", "min .. max");
-  fmt::print("| {:-<28} | {:->10} | {:->8} | {:-<11} | {:->7} | {:->6} | {:->9} | {:->17} |\n", "", "", "",
-             "", "", "", "", "");
+  fmt::print("| {:<28} | {:>10} | {:>8} | {:<11} | {:>7} | {:>6} | {:>9} | {:>17} |\n", "model",
+             "size", "params", "backend", "threads", "test", "t/s", "min .. max");
+  fmt::print("| {:-<28} | {:->10} | {:->8} | {:-<11} | {:->7} | {:->6} | {:->9} | {:->17} |\n", "",
+             "", "", "", "", "", "", "");
   for (const TestResult& t : results) {
-    fmt::print("| {:<28} | {:>10} | {:>8} | {:<11} | {:>7} | {:>6} | {:>9.2f} | {:>7.2f} .. {:>7.2f} |\n",
-               model_desc, HumanBytes(file_bytes),
-               fmt::format("{:.2f} B", static_cast<double>(c.n_params) / 1e9), "CPU " + isa,
-               f.threads, t.name, t.Median(), t.Min(), t.Max());
+    fmt::print(
+        "| {:<28} | {:>10} | {:>8} | {:<11} | {:>7} | {:>6} | {:>9.2f} | {:>7.2f} .. {:>7.2f} |\n",
+        model_desc, HumanBytes(file_bytes),
+        fmt::format("{:.2f} B", static_cast<double>(c.n_params) / 1e9), "CPU " + isa, f.threads,
+        t.name, t.Median(), t.Min(), t.Max());
   }
   std::fprintf(stdout, "\nload to first token: %.1f ms (warm page cache)\n", load_to_first_ms);
   if (bandwidth > 0) {
     for (const TestResult& t : results) {
       if (t.n_gen == 0) continue;
-      std::fprintf(stdout,
-                   "%s reads %.2f GB/token: %.1f GB/s of a measured %.1f GB/s read bandwidth (%.0f%%)\n",
-                   t.name.c_str(), step_bytes / 1e9, t.Median() * step_bytes / 1e9, bandwidth / 1e9,
-                   100.0 * t.Median() * step_bytes / bandwidth);
+      std::fprintf(
+          stdout,
+          "%s reads %.2f GB/token: %.1f GB/s of a measured %.1f GB/s read bandwidth (%.0f%%)\n",
+          t.name.c_str(), step_bytes / 1e9, t.Median() * step_bytes / 1e9, bandwidth / 1e9,
+          100.0 * t.Median() * step_bytes / bandwidth);
     }
   }
   std::fprintf(stdout,
                "resident memory: %s now, %s peak; file %s + KV cache %s = %s (peak/limit %.2f)\n",
-               HumanBytes(static_cast<double>(rss)).c_str(), HumanBytes(static_cast<double>(hwm)).c_str(),
-               HumanBytes(file_bytes).c_str(), HumanBytes(kv_bytes).c_str(),
-               HumanBytes(file_bytes + kv_bytes).c_str(),
+               HumanBytes(static_cast<double>(rss)).c_str(),
+               HumanBytes(static_cast<double>(hwm)).c_str(), HumanBytes(file_bytes).c_str(),
+               HumanBytes(kv_bytes).c_str(), HumanBytes(file_bytes + kv_bytes).c_str(),
                static_cast<double>(hwm) / (file_bytes + kv_bytes));
 
   if (!f.json.empty()) {
@@ -312,31 +316,38 @@ Command RegisterBench(CLI::App& app) {
   auto cf = std::make_shared<BenchCacheFlags>();
   CLI::App* cache_cmd = cmd->add_subcommand(
       "cache", "Hit ratios of the eviction policies on Zipf workloads and real traces");
-  cache_cmd->add_option("--keys", cf->keys, "Distinct keys of the Zipf workloads")->capture_default_str();
-  cache_cmd->add_option("--accesses", cf->accesses, "Accesses per Zipf workload")->capture_default_str();
-  cache_cmd->add_option("--lambda", cf->lambda, "Dual-factor age decay per second")->capture_default_str();
+  cache_cmd->add_option("--keys", cf->keys, "Distinct keys of the Zipf workloads")
+      ->capture_default_str();
+  cache_cmd->add_option("--accesses", cf->accesses, "Accesses per Zipf workload")
+      ->capture_default_str();
+  cache_cmd->add_option("--lambda", cf->lambda, "Dual-factor age decay per second")
+      ->capture_default_str();
   cache_cmd->add_option("--k", cf->k, "Dual-factor frequency saturation")->capture_default_str();
   cache_cmd->add_option("--half-life", cf->half_life_s, "Dual-factor access-count half-life (s)")
       ->capture_default_str();
   cache_cmd->add_flag("--admission", cf->admission,
                       "Compare always-admit with cache-aware admission (LRU and dual-factor)");
-  cache_cmd->add_option("--admission-gain", cf->admission_gain,
-                        "Admission probability of a new key per unit of the new keys' hit ratio")
+  cache_cmd
+      ->add_option("--admission-gain", cf->admission_gain,
+                   "Admission probability of a new key per unit of the new keys' hit ratio")
       ->capture_default_str();
-  cache_cmd->add_option("--admission-watch", cf->admission_watch,
-                        "Keys the admission gate watches per cache entry")
+  cache_cmd
+      ->add_option("--admission-watch", cf->admission_watch,
+                   "Keys the admission gate watches per cache entry")
       ->capture_default_str();
   cache_cmd->add_option("--admission-min", cf->admission_min, "Lowest admission probability")
       ->capture_default_str();
   cache_cmd->add_flag("--l2", cf->l2,
                       "Replay the Mooncake traces through the KV prefix cache (L2) with each "
                       "policy, against the ideal (Belady's MIN) at the same capacity");
-  cache_cmd->add_option("--l2-tpot-ms", cf->l2_tpot_ms,
-                        "L2 replay: a request holds its blocks for output_length x this many ms "
-                        "(0 = only while it is admitted)")
+  cache_cmd
+      ->add_option("--l2-tpot-ms", cf->l2_tpot_ms,
+                   "L2 replay: a request holds its blocks for output_length x this many ms "
+                   "(0 = only while it is admitted)")
       ->capture_default_str();
-  cache_cmd->add_option("--l2-window", cf->l2_window,
-                        "L2 replay: W-TinyLFU's window, share of the pool in (0, 1)")
+  cache_cmd
+      ->add_option("--l2-window", cf->l2_window,
+                   "L2 replay: W-TinyLFU's window, share of the pool in (0, 1)")
       ->capture_default_str();
   cache_cmd->add_option("--data", cf->data_dir, "Directory holding traces/")->capture_default_str();
   cache_cmd->add_option("--json", cf->json, "Also write the results as JSON to FILE");

@@ -46,7 +46,8 @@ Command RegisterEvalL3(CLI::App& app);
 
 // The model to use: `flag` if set, else $STRATA_MODEL, else
 // ../shared/models/stories260K.gguf (relative to the working directory) if
-// present, else a random-weight demo model written next to the binary (with a notice that its text is gibberish).
+// present, else a random-weight demo model written next to the binary (with a notice that its text
+// is gibberish).
 util::StatusOr<std::string> ResolveModelPath(const Env& env, const std::string& flag,
                                              util::Logger& log);
 

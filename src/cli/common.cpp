@@ -36,8 +36,9 @@ util::StatusOr<std::string> ResolveModelPath(const Env& env, const std::string& 
   const std::string shared = "../shared/models/stories260K.gguf";
   if (env.fs->Exists(shared)) return shared;
   const std::string demo = (std::filesystem::path(env.exe_dir) / "strata-demo.gguf").string();
-  log.Warn("no model given: using a random-weight demo model, so the text it writes is "
-           "gibberish. Point strata at a real GGUF with -m FILE or STRATA_MODEL=FILE.");
+  log.Warn(
+      "no model given: using a random-weight demo model, so the text it writes is "
+      "gibberish. Point strata at a real GGUF with -m FILE or STRATA_MODEL=FILE.");
   if (!env.fs->Exists(demo)) {
     model::SyntheticOptions o;
     o.shape = model::DemoShape();

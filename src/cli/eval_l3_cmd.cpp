@@ -13,8 +13,8 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
-#include <unordered_map>
 #include <tuple>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -182,7 +182,7 @@ std::string Pct(double v) { return fmt::format("{:.3f}", v); }
 
 struct LookupQuery {
   std::string text;
-  int partner = -1;           // index of the stored text it is labelled a paraphrase of, or -1
+  int partner = -1;            // index of the stored text it is labelled a paraphrase of, or -1
   bool any_hit_wrong = false;  // no stored text answers it (an unrelated prompt)
 };
 
@@ -266,13 +266,13 @@ util::StatusOr<LookupResult> RunLookup(const LookupCase& c, const EvalL3Flags& f
     const auto start = clock.Now();
     const std::optional<cache::NearDupMatch> m = index->Lookup(ns, *t);
     total_us += std::chrono::duration<double, std::micro>(clock.Now() - start).count();
-    const cache::NearDupText* partner =
-        q.partner >= 0 && prepared[static_cast<size_t>(q.partner)]
-            ? &*prepared[static_cast<size_t>(q.partner)]
-            : nullptr;
+    const cache::NearDupText* partner = q.partner >= 0 && prepared[static_cast<size_t>(q.partner)]
+                                            ? &*prepared[static_cast<size_t>(q.partner)]
+                                            : nullptr;
     if (partner && cache::ScorePair(*t, *partner).similarity >= f.threshold - 1e-9) {
       ++r.pair_hits;
-      r.in_reach += cache::HammingDistance(t->fingerprint, partner->fingerprint) <= index->max_distance();
+      r.in_reach +=
+          cache::HammingDistance(t->fingerprint, partner->fingerprint) <= index->max_distance();
     }
     if (!m) continue;
     ++r.hits;
@@ -280,7 +280,8 @@ util::StatusOr<LookupResult> RunLookup(const LookupCase& c, const EvalL3Flags& f
     bool correct = false, wrong = false;
     if (got == t->sequence_hash) {
       correct = true;
-    } else if (auto it = labels.find({std::min(got, t->sequence_hash), std::max(got, t->sequence_hash)});
+    } else if (auto it =
+                   labels.find({std::min(got, t->sequence_hash), std::max(got, t->sequence_hash)});
                it != labels.end()) {
       (it->second == 1 ? correct : wrong) = true;
     } else if (q.any_hit_wrong) {
@@ -342,22 +343,23 @@ std::string CurveTable(const DatasetResult& r, double default_t) {
     std::string mark;
     if (std::abs(t - default_t) < 1e-9) mark += " default";
     if (r.chosen[0] && std::abs(t - *r.chosen[0]) < 1e-9) mark += " chosen";
-    out += fmt::format("| {:>9} | {:>6} | {:>6} | {:>6} | {:>6} | {:>7} |{}\n",
-                       fmt::format("{:.2f}", t), d.any() ? Pct(d.precision()) : "-",
-                       Pct(d.recall()), s.any() ? Pct(s.precision()) : "-", Pct(s.recall()),
-                       Pct(f1), mark);
+    out +=
+        fmt::format("| {:>9} | {:>6} | {:>6} | {:>6} | {:>6} | {:>7} |{}\n",
+                    fmt::format("{:.2f}", t), d.any() ? Pct(d.precision()) : "-", Pct(d.recall()),
+                    s.any() ? Pct(s.precision()) : "-", Pct(s.recall()), Pct(f1), mark);
   }
   return out;
 }
 
 std::string AblationTable(const DatasetResult& r, const std::vector<Variant>& variants,
                           double default_t, double target) {
-  std::string out = fmt::format("| {:<38} | {:>13} | {:>6} | {:>6} | {:>9} | {:>9} |\n", "variant",
-                                fmt::format("dev t, P>={:.2f}", target), "test P", "test R",
-                                fmt::format("P @ {:.2f}", default_t),
-                                fmt::format("R @ {:.2f}", default_t));
-  out += "|:---------------------------------------|--------------:|-------:|-------:|----------:|"
-         "----------:|\n";
+  std::string out =
+      fmt::format("| {:<38} | {:>13} | {:>6} | {:>6} | {:>9} | {:>9} |\n", "variant",
+                  fmt::format("dev t, P>={:.2f}", target), "test P", "test R",
+                  fmt::format("P @ {:.2f}", default_t), fmt::format("R @ {:.2f}", default_t));
+  out +=
+      "|:---------------------------------------|--------------:|-------:|-------:|----------:|"
+      "----------:|\n";
   for (size_t v = 0; v < variants.size(); ++v) {
     const Point d = At(r.test.score[v], r.test.label, default_t);
     std::string t = "none", tp = "-", tr = "-";
@@ -396,11 +398,14 @@ std::string LookupTable(const std::vector<LookupResult>& rs) {
       "{:>6} | {:>5} | {:>8} | {:>9} |\n",
       "set", "stored", "pos qry", "neg qry", "hits", "correct", "wrong", "unlabelled", "P",
       "P strict", "R", "pair R", "reach", "cand/qry", "us/lookup");
-  out += "|:--------------|-------:|--------:|--------:|------:|--------:|------:|-----------:|------:|"
-         "---------:|------:|-------:|------:|---------:|----------:|\n";
+  out +=
+      "|:--------------|-------:|--------:|--------:|------:|--------:|------:|-----------:|------:"
+      "|"
+      "---------:|------:|-------:|------:|---------:|----------:|\n";
   for (const LookupResult& r : rs) {
     out += fmt::format(
-        "| {:<13} | {:>6} | {:>7} | {:>7} | {:>5} | {:>7} | {:>5} | {:>10} | {:>5} | {:>8} | {:>5} | "
+        "| {:<13} | {:>6} | {:>7} | {:>7} | {:>5} | {:>7} | {:>5} | {:>10} | {:>5} | {:>8} | {:>5} "
+        "| "
         "{:>6} | {:>5} | {:>8.1f} | {:>9.1f} |\n",
         r.name, r.stored, r.positives, r.negatives, r.hits, r.correct, r.wrong, r.unlabelled,
         Pct(r.precision()), Pct(r.strict_precision()), Pct(r.recall()), Pct(r.pair_recall()),
@@ -459,9 +464,9 @@ std::string Svg(const std::vector<DatasetResult>& results, double default_t, dou
       for (const Point& p : c) {
         if (p.any()) pts += fmt::format("{:.1f},{:.1f} ", x(p.recall()), y(p.precision()));
       }
-      s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"{}\"{} points=\"{}\"/>\n",
-                       color, split == 0 ? 2 : 1, split == 0 ? "" : " stroke-dasharray=\"5,4\"",
-                       pts);
+      s += fmt::format(
+          "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"{}\"{} points=\"{}\"/>\n", color,
+          split == 0 ? 2 : 1, split == 0 ? "" : " stroke-dasharray=\"5,4\"", pts);
     }
     const Point d = At(r.test.score[0], r.test.label, default_t);
     if (d.any()) {
@@ -484,25 +489,31 @@ std::string Svg(const std::vector<DatasetResult>& results, double default_t, dou
 }
 
 nlohmann::json PointJson(const Point& p) {
-  return {{"threshold", p.threshold}, {"tp", p.tp},           {"fp", p.fp},
-          {"fn", p.fn},               {"precision", p.precision()}, {"recall", p.recall()}};
+  return {{"threshold", p.threshold},   {"tp", p.tp},          {"fp", p.fp}, {"fn", p.fn},
+          {"precision", p.precision()}, {"recall", p.recall()}};
 }
 
 nlohmann::json Json(const std::vector<DatasetResult>& results, const std::vector<Variant>& variants,
-                    const std::vector<LookupResult>& lookups, const EvalL3Flags& f, int max_distance) {
+                    const std::vector<LookupResult>& lookups, const EvalL3Flags& f,
+                    int max_distance) {
   nlohmann::json j;
   j["target_precision"] = f.target_precision;
   j["default_threshold"] = f.threshold;
-  j["index"] = {{"bands", f.bands}, {"probe_radius", f.probe_radius}, {"max_distance", max_distance}};
+  j["index"] = {
+      {"bands", f.bands}, {"probe_radius", f.probe_radius}, {"max_distance", max_distance}};
   j["datasets"] = nlohmann::json::array();
   for (const DatasetResult& r : results) {
     nlohmann::json d;
     d["name"] = r.data->name;
-    d["dev"] = {{"source", r.data->dev_source}, {"pairs", r.dev.label.size()},
-                {"identical_pairs", r.dev.identical}, {"identical_positive", r.dev.identical_pos},
+    d["dev"] = {{"source", r.data->dev_source},
+                {"pairs", r.dev.label.size()},
+                {"identical_pairs", r.dev.identical},
+                {"identical_positive", r.dev.identical_pos},
                 {"unscorable", r.dev.unscorable}};
-    d["test"] = {{"source", r.data->test_source}, {"pairs", r.test.label.size()},
-                 {"identical_pairs", r.test.identical}, {"identical_positive", r.test.identical_pos},
+    d["test"] = {{"source", r.data->test_source},
+                 {"pairs", r.test.label.size()},
+                 {"identical_pairs", r.test.identical},
+                 {"identical_positive", r.test.identical_pos},
                  {"unscorable", r.test.unscorable}};
     d["variants"] = nlohmann::json::array();
     for (size_t v = 0; v < variants.size(); ++v) {
@@ -552,7 +563,8 @@ int RunEvalL3(const Env& env, const EvalL3Flags& f) {
   if (!(f.threshold > 0 && f.threshold <= 1)) {
     return UsageError(fmt::format("--threshold {} is outside (0, 1]", f.threshold));
   }
-  if (f.bands < 2 || f.bands > 16) return UsageError(fmt::format("--bands {} is outside [2, 16]", f.bands));
+  if (f.bands < 2 || f.bands > 16)
+    return UsageError(fmt::format("--bands {} is outside [2, 16]", f.bands));
   if (f.probe_radius < 0 || f.probe_radius > 3) {
     return UsageError(fmt::format("--probe-radius {} is outside [0, 3]", f.probe_radius));
   }
@@ -621,29 +633,32 @@ int RunEvalL3(const Env& env, const EvalL3Flags& f) {
     results.push_back(std::move(r));
   }
 
-  std::printf("strata eval l3: confirmation score (weighted LCS + guards) on labelled pairs; "
-              "target precision %.2f, default threshold %.2f\n\n",
-              f.target_precision, f.threshold);
+  std::printf(
+      "strata eval l3: confirmation score (weighted LCS + guards) on labelled pairs; "
+      "target precision %.2f, default threshold %.2f\n\n",
+      f.target_precision, f.threshold);
   std::printf("| %-13s | %-58s | %6s | %5s | %16s |\n", "dataset", "split", "pairs", "pos",
               "identical text");
-  std::printf("|:--------------|:-----------------------------------------------------------|"
-              "-------:|------:|-----------------:|\n");
+  std::printf(
+      "|:--------------|:-----------------------------------------------------------|"
+      "-------:|------:|-----------------:|\n");
   for (const DatasetResult& r : results) {
     for (int split = 0; split < 2; ++split) {
       const Scored& s = split == 0 ? r.dev : r.test;
       size_t pos = 0;
       for (int l : s.label) pos += static_cast<size_t>(l);
-      std::printf("| %-13s | %-58s | %6zu | %5zu | %16s |\n", r.data->name.c_str(),
-                  fmt::format("{}: {}", split == 0 ? "dev" : "test",
-                              split == 0 ? r.data->dev_source : r.data->test_source)
-                      .c_str(),
-                  s.label.size(), pos,
-                  s.identical ? fmt::format("{} ({} pos)", s.identical, s.identical_pos).c_str()
-                              : "0");
+      std::printf(
+          "| %-13s | %-58s | %6zu | %5zu | %16s |\n", r.data->name.c_str(),
+          fmt::format("{}: {}", split == 0 ? "dev" : "test",
+                      split == 0 ? r.data->dev_source : r.data->test_source)
+              .c_str(),
+          s.label.size(), pos,
+          s.identical ? fmt::format("{} ({} pos)", s.identical, s.identical_pos).c_str() : "0");
     }
   }
-  std::printf("\n'identical text': pairs whose normalized token sequences are equal; when some "
-              "of\nthose are labelled different, no text-only measure can reach precision 1.\n");
+  std::printf(
+      "\n'identical text': pairs whose normalized token sequences are equal; when some "
+      "of\nthose are labelled different, no text-only measure can reach precision 1.\n");
 
   for (const DatasetResult& r : results) {
     std::printf("\n### %s: precision/recall over the threshold (default settings)\n\n",
@@ -658,11 +673,13 @@ int RunEvalL3(const Env& env, const EvalL3Flags& f) {
                   Pct(std::max_element(r.dev_curve[0].begin(), r.dev_curve[0].end(),
                                        [](const Point& a, const Point& b) {
                                          return a.precision() < b.precision();
-                                       })->precision())
+                                       })
+                          ->precision())
                       .c_str());
     }
-    std::printf("\nablation (each row a complete setting; thresholds chosen on dev, measured on "
-                "test):\n\n");
+    std::printf(
+        "\nablation (each row a complete setting; thresholds chosen on dev, measured on "
+        "test):\n\n");
     std::fputs(AblationTable(r, variants, f.threshold, f.target_precision).c_str(), stdout);
     std::printf("\nguards at threshold %.2f on dev (pairs the unguarded weighted LCS accepts):\n\n",
                 f.threshold);
@@ -695,9 +712,10 @@ int RunEvalL3(const Env& env, const EvalL3Flags& f) {
     lookups.push_back(*r);
   }
   const int max_distance = f.bands * (f.probe_radius + 1) - 1;
-  std::printf("\n### Cache lookups through NearDupIndex (threshold %.2f, %d bands, probe radius %d: "
-              "every fingerprint within %d bits is a candidate)\n\n",
-              f.threshold, f.bands, f.probe_radius, max_distance);
+  std::printf(
+      "\n### Cache lookups through NearDupIndex (threshold %.2f, %d bands, probe radius %d: "
+      "every fingerprint within %d bits is a candidate)\n\n",
+      f.threshold, f.bands, f.probe_radius, max_distance);
   std::fputs(LookupTable(lookups).c_str(), stdout);
   std::printf(
       "\nA hit is correct when the stored text has the query's token sequence or a labelled pair\n"
@@ -710,7 +728,8 @@ int RunEvalL3(const Env& env, const EvalL3Flags& f) {
       "(what the banded candidate stage can find).\n");
 
   if (!f.svg.empty()) {
-    if (util::Status st = env.fs->WriteFileAtomic(f.svg, Svg(results, f.threshold, f.target_precision));
+    if (util::Status st =
+            env.fs->WriteFileAtomic(f.svg, Svg(results, f.threshold, f.target_precision));
         !st.ok()) {
       return ReportError(st);
     }
@@ -736,8 +755,9 @@ Command RegisterEvalL3(CLI::App& app) {
     eval->require_subcommand(1);
   }
   CLI::App* cmd = eval->add_subcommand(
-      "l3", "Precision/recall of the L3 near-duplicate tier on paraphrase sets (PAWS, QQP, "
-            "GPTCache mock + Arena-Hard)");
+      "l3",
+      "Precision/recall of the L3 near-duplicate tier on paraphrase sets (PAWS, QQP, "
+      "GPTCache mock + Arena-Hard)");
   cmd->add_option("--data-dir", f->data_dir, "Directory of the prompt sets")->capture_default_str();
   cmd->add_option("--qqp", f->qqp,
                   "QQP pairs: the .json.tar.gz or an extracted .json (default: "

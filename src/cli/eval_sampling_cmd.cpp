@@ -165,7 +165,8 @@ util::StatusOr<std::vector<Generation>> Run(engine::Engine& eng, const text::Tok
     STRATA_ASSIGN_OR_RETURN(std::span<const float> logits, eng.Step(work));
     for (size_t k = 0; k < owners.size(); ++k) {
       const size_t i = owners[k];
-      const auto row = logits.subspan(k * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab));
+      const auto row =
+          logits.subspan(k * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab));
       STRATA_ASSIGN_OR_RETURN(sampling::StepReport r, samplers[i].SampleWithReport(row));
       Step s;
       s.entropy = r.entropy_nats;
@@ -248,10 +249,11 @@ void Summarize(PolicyResult& r) {
 }
 
 std::string Table(const std::vector<PolicyResult>& results) {
-  std::string out = fmt::format("| {:<18} | {:>6} | {:>6} | {:>9} | {:>7} | {:>7} | {:>8} | {:>6} | "
-                                "{:>6} | {:>5} | {:>10} |\n",
-                                "policy", "target", "steps", "entropy", "|H-H*|", "clamped",
-                                "surprise", "dist-1", "dist-2", "rep-3", "LL/tok T=1");
+  std::string out = fmt::format(
+      "| {:<18} | {:>6} | {:>6} | {:>9} | {:>7} | {:>7} | {:>8} | {:>6} | "
+      "{:>6} | {:>5} | {:>10} |\n",
+      "policy", "target", "steps", "entropy", "|H-H*|", "clamped", "surprise", "dist-1", "dist-2",
+      "rep-3", "LL/tok T=1");
   out += "|" + std::string(20, '-') + "|" + std::string(8, '-') + "|" + std::string(8, '-') + "|" +
          std::string(11, '-') + "|" + std::string(9, '-') + "|" + std::string(9, '-') + "|" +
          std::string(10, '-') + "|" + std::string(8, '-') + "|" + std::string(8, '-') + "|" +
@@ -314,7 +316,8 @@ std::string Svg(const std::vector<PolicyResult>& results, const std::string& tit
     const char* color = kColors[i % 10];
     std::string pts;
     for (size_t t = 0; t < r.entropy_by_step.size(); ++t) {
-      pts += fmt::format("{:.1f},{:.1f} ", x(static_cast<double>(t) + 0.5), y(r.entropy_by_step[t]));
+      pts +=
+          fmt::format("{:.1f},{:.1f} ", x(static_cast<double>(t) + 0.5), y(r.entropy_by_step[t]));
     }
     s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n",
                      color, pts);
@@ -337,7 +340,7 @@ std::string Svg(const std::vector<PolicyResult>& results, const std::string& tit
 }
 
 nlohmann::json Json(const std::vector<PolicyResult>& results, const std::string& model,
-                     const EvalFlags& f, size_t n_prompts) {
+                    const EvalFlags& f, size_t n_prompts) {
   nlohmann::json j;
   j["model"] = model;
   j["n_predict"] = f.n_predict;
@@ -348,9 +351,12 @@ nlohmann::json Json(const std::vector<PolicyResult>& results, const std::string&
     const sampling::SamplingParams& p = r.spec.params;
     nlohmann::json e;
     e["name"] = r.spec.name;
-    e["params"] = {{"temperature", p.temperature},       {"top_p", p.top_p},
-                   {"min_p", p.min_p},                   {"target_entropy", p.target_entropy},
-                   {"entropy_tail_nats", p.entropy_tail_nats}, {"mirostat", p.mirostat},
+    e["params"] = {{"temperature", p.temperature},
+                   {"top_p", p.top_p},
+                   {"min_p", p.min_p},
+                   {"target_entropy", p.target_entropy},
+                   {"entropy_tail_nats", p.entropy_tail_nats},
+                   {"mirostat", p.mirostat},
                    {"mirostat_tau_bits", p.mirostat_tau_bits}};
     if (r.spec.target_nats >= 0) {
       e["target_nats"] = r.spec.target_nats;
@@ -379,7 +385,8 @@ util::StatusOr<std::vector<std::string>> ReadPrompts(const Env& env, const std::
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (!line.empty()) out.push_back(line);
   }
-  if (out.empty()) return util::InvalidArgumentError(fmt::format("{}: no prompts (one per line)", path));
+  if (out.empty())
+    return util::InvalidArgumentError(fmt::format("{}: no prompts (one per line)", path));
   return out;
 }
 
@@ -389,7 +396,8 @@ util::Status WriteText(const Env& env, const std::string& path, const std::strin
 
 int RunEvalSampling(const Env& env, const EvalFlags& f) {
   if (f.n_predict < 1) return UsageError(fmt::format("-n {} must be >= 1", f.n_predict));
-  if (f.threads < 1 || f.threads > 256) return UsageError(fmt::format("-t {} is outside [1, 256]", f.threads));
+  if (f.threads < 1 || f.threads > 256)
+    return UsageError(fmt::format("-t {} is outside [1, 256]", f.threads));
   if (f.seed < 0) return UsageError(fmt::format("--seed {} must be >= 0", f.seed));
   const std::vector<PolicySpec> policies = Policies(f);
   for (const PolicySpec& p : policies) {
@@ -412,7 +420,8 @@ int RunEvalSampling(const Env& env, const EvalFlags& f) {
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& s : prompt_text) {
     prompts.push_back(tok.Encode(s, {.add_special = true, .parse_special = false}));
-    if (prompts.back().empty()) return UsageError(fmt::format("prompt '{}' encodes to no tokens", s));
+    if (prompts.back().empty())
+      return UsageError(fmt::format("prompt '{}' encodes to no tokens", s));
   }
   engine::EngineOptions eo;
   eo.n_threads = f.threads;
@@ -459,7 +468,8 @@ int RunEvalSampling(const Env& env, const EvalFlags& f) {
     const std::string title =
         fmt::format("Entropy per step, {} ({} prompts, seed {})",
                     std::filesystem::path(*path).filename().string(), prompts.size(), f.seed);
-    if (util::Status st = WriteText(env, f.svg, Svg(results, title)); !st.ok()) return ReportError(st);
+    if (util::Status st = WriteText(env, f.svg, Svg(results, title)); !st.ok())
+      return ReportError(st);
     std::printf("\nplot: %s\n", f.svg.c_str());
   }
   if (!f.json.empty()) {
@@ -477,12 +487,14 @@ Command RegisterEvalSampling(CLI::App& app) {
   CLI::App* eval = app.add_subcommand("eval", "Evaluate a component on a real model");
   eval->require_subcommand(1);
   CLI::App* cmd = eval->add_subcommand(
-      "sampling", "Compare sampling policies: entropy, tracking, diversity, repetition, likelihood");
+      "sampling",
+      "Compare sampling policies: entropy, tracking, diversity, repetition, likelihood");
   cmd->add_option("-m,--model", f->model,
                   "GGUF model file (default: $STRATA_MODEL, ../shared/models/stories260K.gguf, or "
                   "a random-weight demo model)");
-  cmd->add_option("--prompts", f->prompts_file, "File with one prompt per line (default: 10 built-in "
-                                                "story openings)");
+  cmd->add_option("--prompts", f->prompts_file,
+                  "File with one prompt per line (default: 10 built-in "
+                  "story openings)");
   cmd->add_option("-n,--n-predict", f->n_predict, "Tokens to generate per prompt")
       ->capture_default_str();
   cmd->add_option("-s,--seed", f->seed, "Seed of the first prompt (prompt i uses seed + i)")

@@ -94,8 +94,8 @@ int RunGenerate(const Env& env, const GenerateFlags& f) {
     chooser = std::make_unique<SamplerChooser>(sp);
   }
   engine::GenerationStats stats;
-  auto results = engine::GenerateAll(**eng, std::span(&req, 1), *chooser, on_token, {}, clock,
-                                     &stats);
+  auto results =
+      engine::GenerateAll(**eng, std::span(&req, 1), *chooser, on_token, {}, clock, &stats);
   const std::string tail = detok.Finish();
   std::fwrite(tail.data(), 1, tail.size(), stdout);
   std::fputc('\n', stdout);

@@ -26,7 +26,8 @@ int RunInspect(const Env& env, const InspectFlags& f) {
   if (f.tensors) {
     for (const auto& t : g.tensors()) {
       std::string shape;
-      for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? " x " : "") + std::to_string(t.shape[i]);
+      for (size_t i = 0; i < t.shape.size(); ++i)
+        shape += (i ? " x " : "") + std::to_string(t.shape[i]);
       fmt::print("  {:<40} {:<7} [{}] {} bytes @ {}\n", t.name, kernels::TypeName(t.type), shape,
                  t.n_bytes, g.data_offset() + t.offset);
     }

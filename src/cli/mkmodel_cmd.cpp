@@ -56,8 +56,8 @@ util::StatusOr<model::SyntheticShape> ParseDims(const std::string& text) {
     }
     const auto i = static_cast<int32_t>(v);
     const std::pair<const char*, int32_t*> fields[] = {
-        {"n_embd", &s.n_embd}, {"n_layers", &s.n_layers}, {"n_heads", &s.n_heads},
-        {"n_kv_heads", &s.n_kv_heads}, {"n_ff", &s.n_ff}, {"n_ctx", &s.n_ctx}};
+        {"n_embd", &s.n_embd},         {"n_layers", &s.n_layers}, {"n_heads", &s.n_heads},
+        {"n_kv_heads", &s.n_kv_heads}, {"n_ff", &s.n_ff},         {"n_ctx", &s.n_ctx}};
     bool known = false;
     for (const auto& [name, field] : fields) {
       if (key == name) {
@@ -70,7 +70,11 @@ util::StatusOr<model::SyntheticShape> ParseDims(const std::string& text) {
       known = true;
     }
     if (!known) return util::InvalidArgumentError(fmt::format("--dims: unknown key '{}'", key));
-    seen |= key == "n_embd" ? 1 : key == "n_layers" ? 2 : key == "n_heads" ? 4 : key == "n_ff" ? 8 : 0;
+    seen |= key == "n_embd"     ? 1
+            : key == "n_layers" ? 2
+            : key == "n_heads"  ? 4
+            : key == "n_ff"     ? 8
+                                : 0;
   }
   if (seen != 15) {
     return util::InvalidArgumentError("--dims needs at least n_embd, n_layers, n_heads and n_ff");
@@ -80,7 +84,8 @@ util::StatusOr<model::SyntheticShape> ParseDims(const std::string& text) {
 }
 
 int RunMkModel(const Env& env, const MkModelFlags& f) {
-  if (f.shape.empty() == f.dims.empty()) return UsageError("give exactly one of --shape and --dims");
+  if (f.shape.empty() == f.dims.empty())
+    return UsageError("give exactly one of --shape and --dims");
   if (f.out.empty()) return UsageError("-o OUT.gguf is required");
   model::SyntheticOptions o;
   if (!f.shape.empty()) {
@@ -108,8 +113,9 @@ int RunMkModel(const Env& env, const MkModelFlags& f) {
   o.type = spec->first;
   o.mix = spec->second;
   o.seed = f.seed;
-  o.name = f.name.empty() ? fmt::format("strata-synthetic {} {}", f.shape.empty() ? "custom" : f.shape, f.type)
-                          : f.name;
+  o.name = f.name.empty()
+               ? fmt::format("strata-synthetic {} {}", f.shape.empty() ? "custom" : f.shape, f.type)
+               : f.name;
   auto log = MakeLogger(f.log_level);
   std::unique_ptr<format::GgufFile> vocab;
   if (f.byte_tokens_as_text && f.vocab.empty()) {
@@ -122,11 +128,13 @@ int RunMkModel(const Env& env, const MkModelFlags& f) {
     o.vocab = vocab.get();
     o.byte_tokens_as_text = f.byte_tokens_as_text;
   } else if (f.shape != "demo" && f.shape != "") {
-    log->Warn("no --vocab: using the small built-in vocabulary, so the output head is far smaller "
-              "than a real model's; give e.g. --vocab ../shared/models/vocab/ggml-vocab-llama-spm.gguf");
+    log->Warn(
+        "no --vocab: using the small built-in vocabulary, so the output head is far smaller "
+        "than a real model's; give e.g. --vocab ../shared/models/vocab/ggml-vocab-llama-spm.gguf");
   }
-  const int threads = f.threads > 0 ? f.threads
-                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = f.threads > 0
+                          ? f.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   util::ThreadPool pool(threads);
   o.pool = &pool;
   const auto t0 = util::RealClock().Now();
@@ -149,14 +157,14 @@ Command RegisterMkModel(CLI::App& app) {
   cmd->add_option("--dims", f->dims,
                   "Custom shape: n_embd=..,n_layers=..,n_heads=..,n_ff=..[,n_kv_heads=..]"
                   "[,n_ctx=..][,arch=llama|qwen2][,tied=0|1]");
-  cmd->add_option("--type", f->type,
-                  "f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m")
+  cmd->add_option("--type", f->type, "f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m")
       ->capture_default_str();
-  cmd->add_option("--vocab", f->vocab, "Copy the tokenizer from this GGUF (e.g. a vocab-only file)");
+  cmd->add_option("--vocab", f->vocab,
+                  "Copy the tokenizer from this GGUF (e.g. a vocab-only file)");
   cmd->add_flag("--byte-tokens-as-text", f->byte_tokens_as_text,
-               "Give the vocabulary's <0xNN> byte tokens the normal type, so random weights only "
-               "ever produce valid UTF-8 text (for comparisons with servers that reject "
-               "invalid UTF-8)");
+                "Give the vocabulary's <0xNN> byte tokens the normal type, so random weights only "
+                "ever produce valid UTF-8 text (for comparisons with servers that reject "
+                "invalid UTF-8)");
   cmd->add_option("-o,--output", f->out, "Output GGUF file")->required();
   cmd->add_option("--seed", f->seed, "Seed of the random weights")->capture_default_str();
   cmd->add_option("--ctx", f->ctx, "Training context length to record; 0 = the shape's");

@@ -11,10 +11,10 @@ namespace strata::cli {
 namespace {
 
 util::Status Missing(const std::string& path) {
-  return util::NotFoundError(fmt::format(
-      "{} is not present (the prompt sets live under ../shared/data/prompts; see "
-      "PROVENANCE.md there)",
-      path));
+  return util::NotFoundError(
+      fmt::format("{} is not present (the prompt sets live under ../shared/data/prompts; see "
+                  "PROVENANCE.md there)",
+                  path));
 }
 
 util::StatusOr<std::string> Read(util::FileSystem& fs, const std::string& path) {
@@ -45,13 +45,14 @@ util::StatusOr<std::vector<Pair>> LoadPaws(util::FileSystem& fs, const std::stri
     size_t start = 0;
     while (true) {
       const size_t tab = line.find('\t', start);
-      cols.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+      cols.push_back(
+          line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
       if (tab == std::string::npos) break;
       start = tab + 1;
     }
     if (cols.size() != 4 || (cols[3] != "0" && cols[3] != "1")) {
-      return util::InvalidArgumentError(fmt::format(
-          "{}:{}: expected 'id<TAB>sentence1<TAB>sentence2<TAB>0|1'", path, line_no));
+      return util::InvalidArgumentError(
+          fmt::format("{}:{}: expected 'id<TAB>sentence1<TAB>sentence2<TAB>0|1'", path, line_no));
     }
     out.push_back({cols[1], cols[2], cols[3] == "1" ? 1 : 0});
   }
@@ -96,7 +97,8 @@ util::StatusOr<std::vector<Pair>> LoadMock(util::FileSystem& fs, const std::stri
     const auto& e = j[i];
     if (!e.is_object() || !e.contains("origin") || !e.contains("similar") ||
         !e["origin"].is_string() || !e["similar"].is_string()) {
-      return util::InvalidArgumentError(fmt::format("{}: item {} is not {{origin, similar}}", path, i));
+      return util::InvalidArgumentError(
+          fmt::format("{}: item {} is not {{origin, similar}}", path, i));
     }
     out.push_back({e["origin"].get<std::string>(), e["similar"].get<std::string>(), 1});
   }
@@ -119,7 +121,8 @@ util::StatusOr<std::vector<ArenaPrompt>> LoadArena(util::FileSystem& fs, const s
     }
     ArenaPrompt p;
     p.prompt = j["prompt"].get<std::string>();
-    if (j.contains("cluster") && j["cluster"].is_string()) p.cluster = j["cluster"].get<std::string>();
+    if (j.contains("cluster") && j["cluster"].is_string())
+      p.cluster = j["cluster"].get<std::string>();
     out.push_back(std::move(p));
   }
   return out;

@@ -37,18 +37,23 @@ void RegisterCacheFlags(CLI::App& cmd, CacheFlags& f) {
 util::Status ApplyCacheFlags(const CacheFlags& f, double ttl_jitter, uint64_t seed,
                              gateway::GatewayOptions& go) {
   const auto mode = gateway::ParseL3Mode(f.l3);
-  if (!mode) return util::InvalidArgumentError(fmt::format("--l3 '{}' is not off, opt-in or on", f.l3));
+  if (!mode)
+    return util::InvalidArgumentError(fmt::format("--l3 '{}' is not off, opt-in or on", f.l3));
   if (f.admission != "on" && f.admission != "off") {
-    return util::InvalidArgumentError(fmt::format("--admission '{}' is not on or off", f.admission));
+    return util::InvalidArgumentError(
+        fmt::format("--admission '{}' is not on or off", f.admission));
   }
   if (f.l3_bytes < 4096 || f.l3_bytes > (1ull << 40)) {
-    return util::InvalidArgumentError(fmt::format("--l3-bytes {} is outside [4096, 2^40]", f.l3_bytes));
+    return util::InvalidArgumentError(
+        fmt::format("--l3-bytes {} is outside [4096, 2^40]", f.l3_bytes));
   }
   if (!(f.l3_ttl_s >= 1 && f.l3_ttl_s <= 30 * 86400)) {
-    return util::InvalidArgumentError(fmt::format("--l3-ttl {} is outside [1, 2592000] seconds", f.l3_ttl_s));
+    return util::InvalidArgumentError(
+        fmt::format("--l3-ttl {} is outside [1, 2592000] seconds", f.l3_ttl_s));
   }
   if (!(f.l3_similarity > 0 && f.l3_similarity <= 1)) {
-    return util::InvalidArgumentError(fmt::format("--l3-similarity {} is outside (0, 1]", f.l3_similarity));
+    return util::InvalidArgumentError(
+        fmt::format("--l3-similarity {} is outside (0, 1]", f.l3_similarity));
   }
   go.l3_mode = *mode;
   go.l3_tenants.clear();

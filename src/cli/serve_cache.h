@@ -13,14 +13,14 @@
 namespace strata::cli {
 
 struct CacheFlags {
-  std::string l3 = "opt-in";            // off | opt-in | on
-  std::string l3_tenants;               // comma-separated: L3 by default for these tenants
-  uint64_t l3_bytes = 64ull << 20;      // bytes of entries and answers
-  double l3_ttl_s = 600;                // seconds (before jitter)
+  std::string l3 = "opt-in";        // off | opt-in | on
+  std::string l3_tenants;           // comma-separated: L3 by default for these tenants
+  uint64_t l3_bytes = 64ull << 20;  // bytes of entries and answers
+  double l3_ttl_s = 600;            // seconds (before jitter)
   double l3_similarity = cache::kDefaultNearDupSimilarity;
-  std::string admission = "on";         // on | off, both tiers
-  std::string redis;                    // HOST:PORT or redis://HOST:PORT; empty = no shared tier
-  int32_t redis_timeout_ms = 50;        // [1, 10000] connect and each command
+  std::string admission = "on";   // on | off, both tiers
+  std::string redis;              // HOST:PORT or redis://HOST:PORT; empty = no shared tier
+  int32_t redis_timeout_ms = 50;  // [1, 10000] connect and each command
 };
 
 void RegisterCacheFlags(CLI::App& cmd, CacheFlags& flags);

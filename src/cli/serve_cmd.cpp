@@ -22,9 +22,9 @@
 #include "gateway/gateway.h"
 #include "gateway/prefix_metrics.h"
 #include "gateway/rt_control.h"
-#include "sampling/rt_switcher.h"
 #include "model/transformer.h"
 #include "obs/metrics.h"
+#include "sampling/rt_switcher.h"
 #include "server/auth.h"
 #include "server/server.h"
 #include "util/clock.h"
@@ -55,7 +55,7 @@ struct ServeFlags {
   double l1_ttl_s = 600;
   double l1_ttl_jitter = 0.1;
   bool coalesce = true;
-  CacheFlags cache;  // L3 and admission (cli/serve_cache.h)
+  CacheFlags cache;                       // L3 and admission (cli/serve_cache.h)
   std::string l2_policy = "dual-factor";  // eviction of cached KV prefix blocks
   std::string rt_switcher = "off";
   std::string rt_levels = sampling::FormatLevels(sampling::DefaultLevels());
@@ -104,8 +104,8 @@ util::StatusOr<gateway::RtControlOptions> RtOptions(const ServeFlags& f) {
     return util::InvalidArgumentError(fmt::format("--rt-tpot-slo {} is below --rt-tpot-floor {}",
                                                   f.rt_tpot_slo_s, f.rt_tpot_floor_s));
   }
-  for (const auto& [flag, v] : {std::pair{"--rt-breach", f.rt_breach},
-                                std::pair{"--rt-calm", f.rt_calm}}) {
+  for (const auto& [flag, v] :
+       {std::pair{"--rt-breach", f.rt_breach}, std::pair{"--rt-calm", f.rt_calm}}) {
     if (v < 1 || v > 1'000'000) {
       return util::InvalidArgumentError(
           fmt::format("{} {} is outside [1, 1000000] intervals", flag, v));
@@ -140,12 +140,14 @@ util::StatusOr<gateway::RtControlOptions> RtOptions(const ServeFlags& f) {
 
 int RunServe(const Env& env, const ServeFlags& f) {
   auto log = MakeLogger(f.log_level);
-  if (f.threads < 1 || f.threads > 256) return UsageError(fmt::format("-t {} is outside [1, 256]", f.threads));
+  if (f.threads < 1 || f.threads > 256)
+    return UsageError(fmt::format("-t {} is outside [1, 256]", f.threads));
   if (f.ctx < 16) return UsageError(fmt::format("--ctx {} must be at least 16", f.ctx));
   if (f.parallel < 1 || f.queue < 0 || f.batch_tokens < 1 || f.max_tokens_cap < 1 ||
       f.timeout_s < 1 || f.grace_s < 0 || f.kv_tokens < 0 || f.http_threads < 0) {
-    return UsageError("--parallel, --batch-tokens, --max-tokens-cap and --timeout must be >= 1; "
-                      "--queue, --grace, --kv-tokens and --http-threads >= 0");
+    return UsageError(
+        "--parallel, --batch-tokens, --max-tokens-cap and --timeout must be >= 1; "
+        "--queue, --grace, --kv-tokens and --http-threads >= 0");
   }
   if (!(f.l1_ttl_s >= 0.001 && f.l1_ttl_s <= 30 * 86400)) {
     return UsageError(fmt::format("--l1-ttl {} is outside [0.001, 2592000] seconds", f.l1_ttl_s));
@@ -173,9 +175,10 @@ int RunServe(const Env& env, const ServeFlags& f) {
   if (!f.chat_format.empty()) {
     chat_format = text::ParseChatFormat(f.chat_format);
     if (!chat_format) {
-      return UsageError(fmt::format("--chat-format '{}' is not one of plain, chatml, llama2, llama3, "
-                                    "zephyr, mistral, phi3, gemma, deepseek-r1",
-                                    f.chat_format));
+      return UsageError(
+          fmt::format("--chat-format '{}' is not one of plain, chatml, llama2, llama3, "
+                      "zephyr, mistral, phi3, gemma, deepseek-r1",
+                      f.chat_format));
     }
   }
   server::ApiKeys keys;
@@ -208,8 +211,8 @@ int RunServe(const Env& env, const ServeFlags& f) {
   if (!srv.ok()) return ReportError(srv.status());
   auto port = (*srv)->Start();
   if (!port.ok()) return ReportError(port.status());
-  log->Info("listening on http://{}:{} (loading the model; /health answers 503 until ready)", f.host,
-            *port);
+  log->Info("listening on http://{}:{} (loading the model; /health answers 503 until ready)",
+            f.host, *port);
 
   auto path = ResolveModelPath(env, f.model, *log);
   if (!path.ok()) return ReportError(path.status());
@@ -256,7 +259,8 @@ int RunServe(const Env& env, const ServeFlags& f) {
   }
   go.rt_control = rt.get();
   // Unseeded requests sample differently each time, as the APIs define.
-  go.unseeded_seed_base = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  go.unseeded_seed_base =
+      (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   auto gw = gateway::Gateway::Create(m, **sched, metrics, go, clock, *log);
   if (!gw.ok()) return ReportError(gw.status());
   gateway::ExportPrefixCacheMetrics(metrics, **sched);  // after the gateway's per-tier families
@@ -273,8 +277,9 @@ int RunServe(const Env& env, const ServeFlags& f) {
   const double load_s = util::SecondsBetween(t0, clock.Now());
   metrics.Gauge("strata_model_load_seconds", "Seconds from start to ready.").With({}).Set(load_s);
   (*srv)->SetGateway(gw->get());
-  log->Info("ready in {:.0f} ms: model '{}' at http://{}:{}/v1 ({} threads, context {}, {} parallel)",
-            load_s * 1e3, go.model_name, f.host, *port, f.threads, n_ctx, f.parallel);
+  log->Info(
+      "ready in {:.0f} ms: model '{}' at http://{}:{}/v1 ({} threads, context {}, {} parallel)",
+      load_s * 1e3, go.model_name, f.host, *port, f.threads, n_ctx, f.parallel);
 
   int sig = 0;
   sigwait(&signals, &sig);
@@ -284,7 +289,8 @@ int RunServe(const Env& env, const ServeFlags& f) {
   (*gw)->FlushShared(std::chrono::seconds(2));  // answers still queued for Redis
   (*srv)->Stop();
   sched->reset();
-  log->Info("stopped{}", clean ? "" : " (some requests were cancelled at the end of the grace period)");
+  log->Info("stopped{}",
+            clean ? "" : " (some requests were cancelled at the end of the grace period)");
   return kExitOk;
 }
 
@@ -292,7 +298,8 @@ int RunServe(const Env& env, const ServeFlags& f) {
 
 Command RegisterServe(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over the OpenAI and Anthropic HTTP APIs");
+  CLI::App* cmd =
+      app.add_subcommand("serve", "Serve a model over the OpenAI and Anthropic HTTP APIs");
   cmd->add_option("-m,--model", f->model, "GGUF model file (default as for generate)");
   cmd->add_option("--host", f->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", f->port, "Port (0 = any free port)")->capture_default_str();
@@ -314,10 +321,13 @@ Command RegisterServe(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--body-limit", f->body_limit, "Largest request body in bytes")
       ->capture_default_str();
-  cmd->add_option("--http-threads", f->http_threads, "Connections served at once; 0 = parallel + queue + 16");
-  cmd->add_option("--alias", f->alias, "Model id clients use (default: the file name without .gguf)");
+  cmd->add_option("--http-threads", f->http_threads,
+                  "Connections served at once; 0 = parallel + queue + 16");
+  cmd->add_option("--alias", f->alias,
+                  "Model id clients use (default: the file name without .gguf)");
   cmd->add_option("--chat-format", f->chat_format, "Override the chat template family");
-  cmd->add_option("--log-level", f->log_level, "debug, info, warn, error or off")->capture_default_str();
+  cmd->add_option("--log-level", f->log_level, "debug, info, warn, error or off")
+      ->capture_default_str();
   cmd->add_option("--l1-bytes", f->l1_bytes,
                   "Response cache (L1) budget in bytes for answers of deterministic requests "
                   "(temperature 0 or a fixed seed); 0 = off")

@@ -69,9 +69,8 @@ util::StatusOr<std::string> Gunzip(std::string_view gz, std::string_view what) {
   const std::string zmsg = zs.msg ? zs.msg : "";
   inflateEnd(&zs);
   if (truncated) {
-    return util::InvalidArgumentError(
-        fmt::format("{}: not valid gzip data (it ends early, after {} bytes inflated)", what,
-                    out.size()));
+    return util::InvalidArgumentError(fmt::format(
+        "{}: not valid gzip data (it ends early, after {} bytes inflated)", what, out.size()));
   }
   if (rc != Z_STREAM_END) {
     return util::InvalidArgumentError(fmt::format("{}: not valid gzip data (zlib error {}{}{})",
@@ -95,9 +94,9 @@ util::StatusOr<std::string> TarMember(std::string_view tar, std::string_view nam
     const char type = h[156];
     const size_t data = pos + kBlock;
     if (size > tar.size() - data) {
-      return util::InvalidArgumentError(fmt::format(
-          "{}: tar member at byte {} claims {} bytes, only {} remain", what, pos, size,
-          tar.size() - data));
+      return util::InvalidArgumentError(
+          fmt::format("{}: tar member at byte {} claims {} bytes, only {} remain", what, pos, size,
+                      tar.size() - data));
     }
     std::string name;
     if (!long_name.empty()) {

@@ -8,8 +8,10 @@ namespace {
 // An intrusive doubly linked list over block ids: O(1) for every operation.
 class LruBlockEviction final : public BlockEvictionPolicy {
  public:
-  explicit LruBlockEviction(int32_t n) : prev_(static_cast<size_t>(n), -1), next_(static_cast<size_t>(n), -1),
-                                         in_(static_cast<size_t>(n), false) {}
+  explicit LruBlockEviction(int32_t n)
+      : prev_(static_cast<size_t>(n), -1),
+        next_(static_cast<size_t>(n), -1),
+        in_(static_cast<size_t>(n), false) {}
   void Insert(int32_t b) override {
     if (in_[Idx(b)]) Unlink(b);
     PushBack(b);
@@ -39,8 +41,14 @@ class LruBlockEviction final : public BlockEvictionPolicy {
   }
   void Unlink(int32_t b) {
     const int32_t p = prev_[Idx(b)], n = next_[Idx(b)];
-    if (p >= 0) next_[Idx(p)] = n; else head_ = n;
-    if (n >= 0) prev_[Idx(n)] = p; else tail_ = p;
+    if (p >= 0)
+      next_[Idx(p)] = n;
+    else
+      head_ = n;
+    if (n >= 0)
+      prev_[Idx(n)] = p;
+    else
+      tail_ = p;
     in_[Idx(b)] = false;
   }
   std::vector<int32_t> prev_, next_;

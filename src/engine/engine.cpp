@@ -9,8 +9,7 @@
 namespace strata::engine {
 
 util::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model,
-                                                       const EngineOptions& o,
-                                                       util::Logger& log) {
+                                                       const EngineOptions& o, util::Logger& log) {
   const model::ModelConfig& c = model.config();
   if (o.n_threads < 1 || o.n_threads > 256) {
     return util::InvalidArgumentError(fmt::format("threads {} is outside [1, 256]", o.n_threads));
@@ -36,20 +35,19 @@ util::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model
   const double bytes = static_cast<double>(model::KvFloatsPerBlock(c, o.block_size)) * 4.0 *
                        static_cast<double>(n_blocks);
   if (n_blocks > INT32_MAX || bytes > 1024.0 * 1024 * 1024 * 1024) {
-    return util::InvalidArgumentError(
-        fmt::format("KV cache of {} blocks ({:.1f} GiB) is too large", n_blocks,
-                    bytes / (1024.0 * 1024 * 1024)));
+    return util::InvalidArgumentError(fmt::format("KV cache of {} blocks ({:.1f} GiB) is too large",
+                                                  n_blocks, bytes / (1024.0 * 1024 * 1024)));
   }
   const kernels::KernelTable& kernels = o.kernels ? *o.kernels : kernels::BestKernels();
   std::unique_ptr<BlockEvictionPolicy> eviction =
       o.block_eviction ? o.block_eviction(static_cast<int32_t>(n_blocks)) : nullptr;
-  log.Info("engine: {} threads, {} kernels, context {}, KV cache {} blocks x {} tokens ({:.1f} MiB)",
-           o.n_threads, kernels::IsaName(kernels.isa), n_ctx, n_blocks, o.block_size,
-           bytes / (1024.0 * 1024.0));
-  return std::unique_ptr<Engine>(new Engine(model, n_ctx,
-                                            std::make_unique<util::ThreadPool>(o.n_threads),
-                                            static_cast<int32_t>(n_blocks), o.block_size, kernels,
-                                            std::move(eviction)));
+  log.Info(
+      "engine: {} threads, {} kernels, context {}, KV cache {} blocks x {} tokens ({:.1f} MiB)",
+      o.n_threads, kernels::IsaName(kernels.isa), n_ctx, n_blocks, o.block_size,
+      bytes / (1024.0 * 1024.0));
+  return std::unique_ptr<Engine>(
+      new Engine(model, n_ctx, std::make_unique<util::ThreadPool>(o.n_threads),
+                 static_cast<int32_t>(n_blocks), o.block_size, kernels, std::move(eviction)));
 }
 
 Engine::Engine(const model::Model& model, int32_t n_ctx, std::unique_ptr<util::ThreadPool> threads,
@@ -151,8 +149,8 @@ util::Status Engine::TruncateSequence(SeqId seq, int32_t n_tokens) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return util::NotFoundError(fmt::format("sequence {} does not exist", seq));
   if (n_tokens < 0 || n_tokens > it->second.length) {
-    return util::InvalidArgumentError(fmt::format("cannot truncate sequence of {} tokens to {}",
-                                                  it->second.length, n_tokens));
+    return util::InvalidArgumentError(
+        fmt::format("cannot truncate sequence of {} tokens to {}", it->second.length, n_tokens));
   }
   Sequence& s = it->second;
   s.length = n_tokens;
@@ -196,7 +194,8 @@ util::StatusOr<std::span<const float>> Engine::Step(std::span<const Work> work) 
       return util::NotFoundError(fmt::format("sequence {} does not exist", w.seq));
     }
     if (std::find(seqs.begin(), seqs.end(), &it->second) != seqs.end()) {
-      return util::InvalidArgumentError(fmt::format("sequence {} appears twice in one step", w.seq));
+      return util::InvalidArgumentError(
+          fmt::format("sequence {} appears twice in one step", w.seq));
     }
     if (w.tokens.empty()) return util::InvalidArgumentError("a step work item has no tokens");
     const int64_t new_len = it->second.length + static_cast<int64_t>(w.tokens.size());

@@ -9,10 +9,10 @@
 // tenants), and a new sequence adopts the longest cached prefix of its prompt
 // (AttachCachedPrefix) instead of recomputing it. Because the forward pass is
 // batch-invariant, a cached block holds exactly the bytes a recomputation
-// would write, so outputs are identical with the cache on or off. A step either fully happens or changes nothing: when the KV pool
-// cannot hold it, Step returns ResourceExhausted and every sequence is as it
-// was, so the scheduler can queue or preempt. A sequence never grows past
-// n_ctx (OutOfRange, "context length exceeded").
+// would write, so outputs are identical with the cache on or off. A step either fully happens or
+// changes nothing: when the KV pool cannot hold it, Step returns ResourceExhausted and every
+// sequence is as it was, so the scheduler can queue or preempt. A sequence never grows past n_ctx
+// (OutOfRange, "context length exceeded").
 //
 // Threading: owned by one thread (the scheduler thread); not thread-safe.
 //
@@ -41,11 +41,11 @@ namespace strata::engine {
 using SeqId = int64_t;
 
 struct EngineOptions {
-  int32_t n_threads = 2;          // [1, 256] threads of the forward pass (caller included)
-  int32_t n_ctx = 0;              // max tokens per sequence; 0 = the model's training context
-  int32_t block_size = 16;        // [1, 1024] token positions per KV block
-  int32_t n_kv_blocks = 0;        // 0 = enough for n_seq_max full sequences
-  int32_t n_seq_max = 1;          // [1, 4096] used only to size the default pool
+  int32_t n_threads = 2;    // [1, 256] threads of the forward pass (caller included)
+  int32_t n_ctx = 0;        // max tokens per sequence; 0 = the model's training context
+  int32_t block_size = 16;  // [1, 1024] token positions per KV block
+  int32_t n_kv_blocks = 0;  // 0 = enough for n_seq_max full sequences
+  int32_t n_seq_max = 1;    // [1, 4096] used only to size the default pool
   const kernels::KernelTable* kernels = nullptr;  // nullptr = the best for this CPU
   // Which unreferenced cached block to reclaim; nullptr = LRU.
   std::function<std::unique_ptr<BlockEvictionPolicy>(int32_t n_blocks)> block_eviction;
@@ -102,9 +102,9 @@ class Engine {
   struct Sequence {
     BlockTable table;
     int32_t length = 0;
-    uint64_t cache_namespace = 0;   // 0: not cached
-    std::vector<int32_t> tokens;    // tokens held (cached sequences only)
-    std::vector<uint64_t> chain;    // chain hash of each published block
+    uint64_t cache_namespace = 0;  // 0: not cached
+    std::vector<int32_t> tokens;   // tokens held (cached sequences only)
+    std::vector<uint64_t> chain;   // chain hash of each published block
   };
   Engine(const model::Model& model, int32_t n_ctx, std::unique_ptr<util::ThreadPool> threads,
          int32_t n_blocks, int32_t block_size, const kernels::KernelTable& kernels,

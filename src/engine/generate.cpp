@@ -63,7 +63,8 @@ util::StatusOr<std::vector<GenerationResult>> GenerateAll(
   auto accept = [&](size_t i, std::span<const float> logits) -> util::Status {
     STRATA_ASSIGN_OR_RETURN(int32_t t, chooser.Choose(i, logits));
     if (t < 0 || t >= engine.n_vocab()) {
-      return util::InternalError(fmt::format("token chooser returned id {} outside the vocabulary", t));
+      return util::InternalError(
+          fmt::format("token chooser returned id {} outside the vocabulary", t));
     }
     results[i].tokens.push_back(t);
     ++st.generated_tokens;
@@ -97,7 +98,8 @@ util::StatusOr<std::vector<GenerationResult>> GenerateAll(
       const auto& p = requests[i].prompt;
       const size_t take = std::min<size_t>(p.size() - fed[i], static_cast<size_t>(budget));
       const bool last = fed[i] + take == p.size();
-      work.push_back({seqs[i], std::span<const int32_t>(p).subspan(fed[i], take), last && !done[i]});
+      work.push_back(
+          {seqs[i], std::span<const int32_t>(p).subspan(fed[i], take), last && !done[i]});
       owners.push_back(i);
       budget -= static_cast<int32_t>(take);
     }

@@ -157,8 +157,7 @@ void KvBlockPool::CopyPositions(int32_t from, int32_t to, int32_t n) {
 }
 
 util::Status BlockTable::Reserve(KvBlockPool& pool, int32_t n_tokens) {
-  const size_t need =
-      static_cast<size_t>((n_tokens + pool.block_size() - 1) / pool.block_size());
+  const size_t need = static_cast<size_t>((n_tokens + pool.block_size() - 1) / pool.block_size());
   if (need <= blocks_.size()) return util::OkStatus();
   const size_t missing = need - blocks_.size();
   if (missing > static_cast<size_t>(pool.n_free())) {
@@ -170,8 +169,7 @@ util::Status BlockTable::Reserve(KvBlockPool& pool, int32_t n_tokens) {
 }
 
 void BlockTable::Truncate(KvBlockPool& pool, int32_t n_tokens) {
-  const size_t keep =
-      static_cast<size_t>((n_tokens + pool.block_size() - 1) / pool.block_size());
+  const size_t keep = static_cast<size_t>((n_tokens + pool.block_size() - 1) / pool.block_size());
   while (blocks_.size() > keep) {
     pool.Unref(blocks_.back());
     blocks_.pop_back();

@@ -45,13 +45,13 @@
 namespace strata::engine {
 
 struct PrefixCacheStats {
-  int64_t lookups = 0;     // blocks looked up
-  int64_t hits = 0;        // ... and found cached
+  int64_t lookups = 0;         // blocks looked up
+  int64_t hits = 0;            // ... and found cached
   int64_t partial_hits = 0;    // partly matching blocks whose first positions were reused
   int64_t partial_tokens = 0;  // ... the positions reused
-  int64_t published = 0;   // full blocks added to the index
-  int64_t deduplicated = 0;  // full blocks dropped because an equal one was already cached
-  int64_t evictions = 0;   // cached blocks reclaimed for new data
+  int64_t published = 0;       // full blocks added to the index
+  int64_t deduplicated = 0;    // full blocks dropped because an equal one was already cached
+  int64_t evictions = 0;       // cached blocks reclaimed for new data
 };
 
 class KvBlockPool {
@@ -130,10 +130,10 @@ class KvBlockPool {
   const size_t floats_per_block_;
   const size_t row_floats_;  // one position of one layer's K or V
   const size_t bytes_;
-  std::unique_ptr<float[]> data_;   // [n_blocks][floats_per_block], see model::KvBuffer
-  std::vector<int32_t> refs_;       // per block
-  std::vector<int32_t> free_;       // stack of never-used or forgotten block ids
-  std::vector<uint64_t> hashes_;    // per block: published hash, 0 if none
+  std::unique_ptr<float[]> data_;  // [n_blocks][floats_per_block], see model::KvBuffer
+  std::vector<int32_t> refs_;      // per block
+  std::vector<int32_t> free_;      // stack of never-used or forgotten block ids
+  std::vector<uint64_t> hashes_;   // per block: published hash, 0 if none
   std::unordered_map<uint64_t, int32_t> index_;  // published hash -> block
   // Partial matches: per block, the parent it was published after (0: not a
   // candidate), its tokens ([n_blocks][block_size]) and its place in
@@ -144,8 +144,8 @@ class KvBlockPool {
   std::vector<uint32_t> child_slot_;
   std::unordered_map<uint64_t, std::vector<int32_t>> children_;
   std::unique_ptr<BlockEvictionPolicy> eviction_;
-  int32_t n_cached_ = 0;            // published blocks without references
-  int32_t n_shared_ = 0;            // blocks with more than one reference
+  int32_t n_cached_ = 0;  // published blocks without references
+  int32_t n_shared_ = 0;  // blocks with more than one reference
   PrefixCacheStats stats_;
 };
 

@@ -13,7 +13,7 @@ struct Scheduler::Active {
   SeqId seq = 0;                // engine sequence while running, 0 otherwise
   std::vector<int32_t> tokens;  // prompt then generated tokens
   int32_t n_prompt = 0;
-  int32_t n_evaluated = 0;      // leading tokens already in the KV cache
+  int32_t n_evaluated = 0;  // leading tokens already in the KV cache
   int32_t generated = 0;
   int32_t preemptions = 0;
   int32_t cached_tokens = -1;  // prompt tokens adopted from the prefix cache at first admission
@@ -26,24 +26,26 @@ util::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(Engine& engine,
                                                             const SchedulerOptions& o,
                                                             util::Logger& log) {
   if (o.max_running < 1 || o.max_running > 4096) {
-    return util::InvalidArgumentError(fmt::format("max_running {} is outside [1, 4096]", o.max_running));
+    return util::InvalidArgumentError(
+        fmt::format("max_running {} is outside [1, 4096]", o.max_running));
   }
   if (o.max_batch_tokens < 1 || o.max_batch_tokens > 65536) {
     return util::InvalidArgumentError(
         fmt::format("max_batch_tokens {} is outside [1, 65536]", o.max_batch_tokens));
   }
   if (o.max_queue < 0 || o.max_queue > 1000000) {
-    return util::InvalidArgumentError(fmt::format("max_queue {} is outside [0, 1000000]", o.max_queue));
+    return util::InvalidArgumentError(
+        fmt::format("max_queue {} is outside [0, 1000000]", o.max_queue));
   }
   if (o.control != nullptr && o.control->idle_tick().count() <= 0) {
     return util::InvalidArgumentError("the scheduler control's idle tick must be positive");
   }
-  const int32_t per_ctx = (engine.n_ctx() + engine.kv_pool().block_size() - 1) /
-                          engine.kv_pool().block_size();
+  const int32_t per_ctx =
+      (engine.n_ctx() + engine.kv_pool().block_size() - 1) / engine.kv_pool().block_size();
   if (engine.kv_pool().n_blocks() < per_ctx) {
-    return util::InvalidArgumentError(fmt::format(
-        "the KV cache ({} blocks) cannot hold one full context ({} blocks)",
-        engine.kv_pool().n_blocks(), per_ctx));
+    return util::InvalidArgumentError(
+        fmt::format("the KV cache ({} blocks) cannot hold one full context ({} blocks)",
+                    engine.kv_pool().n_blocks(), per_ctx));
   }
   return std::unique_ptr<Scheduler>(new Scheduler(engine, o, log));
 }
@@ -67,7 +69,8 @@ util::StatusOr<RequestId> Scheduler::Submit(SchedulerRequest request) {
   if (request.sink == nullptr) return util::InvalidArgumentError("request has no sink");
   if (request.prompt.empty()) return util::InvalidArgumentError("the prompt is empty");
   if (request.max_tokens < 1 && !request.embed) {
-    return util::InvalidArgumentError(fmt::format("max_tokens {} must be >= 1", request.max_tokens));
+    return util::InvalidArgumentError(
+        fmt::format("max_tokens {} must be >= 1", request.max_tokens));
   }
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= engine_.n_vocab()) {
@@ -76,9 +79,9 @@ util::StatusOr<RequestId> Scheduler::Submit(SchedulerRequest request) {
     }
   }
   if (request.embed && static_cast<int64_t>(request.prompt.size()) > engine_.n_ctx()) {
-    return util::OutOfRangeError(fmt::format(
-        "context length exceeded: the input has {} tokens, the context holds {}",
-        request.prompt.size(), engine_.n_ctx()));
+    return util::OutOfRangeError(
+        fmt::format("context length exceeded: the input has {} tokens, the context holds {}",
+                    request.prompt.size(), engine_.n_ctx()));
   }
   if (!request.embed && static_cast<int64_t>(request.prompt.size()) >= engine_.n_ctx()) {
     return util::OutOfRangeError(fmt::format(
@@ -264,7 +267,8 @@ bool Scheduler::StepOnce(int32_t max_running) {
     int32_t budget = options_.max_batch_tokens;
     for (auto& a : running_) {
       if (a->decoding() && budget > 0) {
-        work.push_back({a->seq, std::span(a->tokens).subspan(static_cast<size_t>(a->n_evaluated), 1), true});
+        work.push_back(
+            {a->seq, std::span(a->tokens).subspan(static_cast<size_t>(a->n_evaluated), 1), true});
         owners.push_back(a.get());
         --budget;
       }
@@ -418,14 +422,16 @@ void Scheduler::Loop() {
       auto found = by_id_.find(id);
       if (found == by_id_.end()) continue;
       Active* a = found->second;
-      auto rit = std::find_if(running_.begin(), running_.end(), [a](const auto& p) { return p.get() == a; });
+      auto rit = std::find_if(running_.begin(), running_.end(),
+                              [a](const auto& p) { return p.get() == a; });
       if (rit != running_.end()) {
         std::unique_ptr<Active> owned = std::move(*rit);
         running_.erase(rit);
         Finish(*owned, FinishReason::kCancelled, util::OkStatus());
         continue;
       }
-      auto wit = std::find_if(waiting_.begin(), waiting_.end(), [a](const auto& p) { return p.get() == a; });
+      auto wit = std::find_if(waiting_.begin(), waiting_.end(),
+                              [a](const auto& p) { return p.get() == a; });
       if (wit != waiting_.end()) {
         std::unique_ptr<Active> owned = std::move(*wit);
         waiting_.erase(wit);

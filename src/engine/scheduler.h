@@ -82,10 +82,10 @@ class RequestSink {
 };
 
 struct SchedulerRequest {
-  std::vector<int32_t> prompt;           // non-empty, shorter than the context
-  int32_t max_tokens = 16;               // >= 1; capped by the context
+  std::vector<int32_t> prompt;  // non-empty, shorter than the context
+  int32_t max_tokens = 16;      // >= 1; capped by the context
   bool stop_at_eog = true;
-  std::shared_ptr<RequestSink> sink;     // required
+  std::shared_ptr<RequestSink> sink;  // required
   bool embed = false;  // evaluate the prompt only and report its embedding (no generation)
   // != 0: use the prefix cache within this namespace (an embedding request
   // publishes its blocks but adopts none: it needs every hidden state)
@@ -98,20 +98,20 @@ struct SchedulerStats {
   int32_t kv_blocks_used = 0;
   int32_t kv_blocks_total = 0;
   int64_t steps = 0;
-  int64_t prompt_tokens = 0;      // prompt tokens evaluated (recomputation included)
+  int64_t prompt_tokens = 0;  // prompt tokens evaluated (recomputation included)
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
-  int64_t submitted = 0;          // well-formed Submit calls: accepted, or refused for load
-  int64_t refused = 0;            // Submit calls refused for load (full queue or the control's limit)
+  int64_t submitted = 0;  // well-formed Submit calls: accepted, or refused for load
+  int64_t refused = 0;    // Submit calls refused for load (full queue or the control's limit)
   bool draining = false;
   // The prefix cache (L2), as of the last step (engine/kv_pool.h). Blocks:
-  int64_t prefix_lookups = 0;     // looked up (each admission looks up to the first miss)
-  int64_t prefix_hits = 0;        // ... and found cached: prefix blocks reused
+  int64_t prefix_lookups = 0;       // looked up (each admission looks up to the first miss)
+  int64_t prefix_hits = 0;          // ... and found cached: prefix blocks reused
   int64_t prefix_partial_hits = 0;  // partly matching blocks whose first positions were copied
-  int64_t prefix_evictions = 0;   // cached blocks reclaimed for new data
-  int32_t prefix_blocks = 0;      // published blocks held, referenced or not
-  int64_t prefix_bytes = 0;       // their KV bytes
-  int32_t kv_blocks_shared = 0;   // blocks referenced by more than one sequence
+  int64_t prefix_evictions = 0;     // cached blocks reclaimed for new data
+  int32_t prefix_blocks = 0;        // published blocks held, referenced or not
+  int64_t prefix_bytes = 0;         // their KV bytes
+  int32_t kv_blocks_shared = 0;     // blocks referenced by more than one sequence
   // Tokens, counted once per request at its first admission (requests with a
   // cache namespace only, embeddings excluded):
   int64_t prefix_prompt_tokens = 0;  // prompt tokens of requests that looked the cache up
@@ -141,7 +141,7 @@ class SchedulerControl {
 struct SchedulerOptions {
   int32_t max_running = 16;        // [1, 4096] sequences decoding or prefilling at once
   int32_t max_batch_tokens = 512;  // [1, 65536] tokens per forward pass (decode + prefill)
-  int32_t max_queue = 256;         // [0, 1e6] requests waiting beyond max_running before Submit refuses
+  int32_t max_queue = 256;  // [0, 1e6] requests waiting beyond max_running before Submit refuses
   // Borrowed; nullptr = none. Must outlive the Scheduler; used only on its thread.
   SchedulerControl* control = nullptr;
 };
@@ -197,11 +197,11 @@ class Scheduler {
   std::deque<std::pair<RequestId, SchedulerRequest>> incoming_;
   std::vector<RequestId> cancels_;
   RequestId next_id_ = 1;
-  int32_t in_flight_ = 0;  // submitted and not yet finished
+  int32_t in_flight_ = 0;     // submitted and not yet finished
   int32_t max_waiting_ = -1;  // the control's limit on waiting requests; -1 = none
   bool draining_ = false;
   bool stop_ = false;
-  SchedulerStats stats_;   // published by the scheduler thread after each step
+  SchedulerStats stats_;  // published by the scheduler thread after each step
 
   // Owned by the scheduler thread.
   std::deque<std::unique_ptr<Active>> waiting_;   // admitted order, preempted ones at the front

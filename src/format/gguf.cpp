@@ -53,19 +53,32 @@ T Load(const uint8_t* p) {
 
 std::string_view GgufValueTypeName(GgufValueType t) {
   switch (t) {
-    case GgufValueType::kUint8: return "uint8";
-    case GgufValueType::kInt8: return "int8";
-    case GgufValueType::kUint16: return "uint16";
-    case GgufValueType::kInt16: return "int16";
-    case GgufValueType::kUint32: return "uint32";
-    case GgufValueType::kInt32: return "int32";
-    case GgufValueType::kFloat32: return "float32";
-    case GgufValueType::kBool: return "bool";
-    case GgufValueType::kString: return "string";
-    case GgufValueType::kArray: return "array";
-    case GgufValueType::kUint64: return "uint64";
-    case GgufValueType::kInt64: return "int64";
-    case GgufValueType::kFloat64: return "float64";
+    case GgufValueType::kUint8:
+      return "uint8";
+    case GgufValueType::kInt8:
+      return "int8";
+    case GgufValueType::kUint16:
+      return "uint16";
+    case GgufValueType::kInt16:
+      return "int16";
+    case GgufValueType::kUint32:
+      return "uint32";
+    case GgufValueType::kInt32:
+      return "int32";
+    case GgufValueType::kFloat32:
+      return "float32";
+    case GgufValueType::kBool:
+      return "bool";
+    case GgufValueType::kString:
+      return "string";
+    case GgufValueType::kArray:
+      return "array";
+    case GgufValueType::kUint64:
+      return "uint64";
+    case GgufValueType::kInt64:
+      return "int64";
+    case GgufValueType::kFloat64:
+      return "float64";
   }
   return "unknown";
 }
@@ -75,19 +88,27 @@ std::string_view GgufValueTypeName(GgufValueType t) {
 
 std::optional<int64_t> GgufValue::ScalarInt(GgufValueType t, const uint8_t* p) const {
   switch (t) {
-    case GgufValueType::kUint8: return Load<uint8_t>(p);
-    case GgufValueType::kInt8: return Load<int8_t>(p);
-    case GgufValueType::kUint16: return Load<uint16_t>(p);
-    case GgufValueType::kInt16: return Load<int16_t>(p);
-    case GgufValueType::kUint32: return Load<uint32_t>(p);
-    case GgufValueType::kInt32: return Load<int32_t>(p);
-    case GgufValueType::kInt64: return Load<int64_t>(p);
+    case GgufValueType::kUint8:
+      return Load<uint8_t>(p);
+    case GgufValueType::kInt8:
+      return Load<int8_t>(p);
+    case GgufValueType::kUint16:
+      return Load<uint16_t>(p);
+    case GgufValueType::kInt16:
+      return Load<int16_t>(p);
+    case GgufValueType::kUint32:
+      return Load<uint32_t>(p);
+    case GgufValueType::kInt32:
+      return Load<int32_t>(p);
+    case GgufValueType::kInt64:
+      return Load<int64_t>(p);
     case GgufValueType::kUint64: {
       const uint64_t u = Load<uint64_t>(p);
       if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
       return static_cast<int64_t>(u);
     }
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -167,10 +188,13 @@ std::string GgufValue::DebugString(size_t max_items) const {
       }
       return fmt::format("\"{}\"{}", s, str_.size() > 120 ? "..." : "");
     }
-    case GgufValueType::kBool: return *AsBool() ? "true" : "false";
+    case GgufValueType::kBool:
+      return *AsBool() ? "true" : "false";
     case GgufValueType::kFloat32:
-    case GgufValueType::kFloat64: return fmt::format("{}", *AsFloat());
-    case GgufValueType::kUint64: return fmt::format("{}", *AsUint());
+    case GgufValueType::kFloat64:
+      return fmt::format("{}", *AsFloat());
+    case GgufValueType::kUint64:
+      return fmt::format("{}", *AsUint());
     case GgufValueType::kArray: {
       std::string out = fmt::format("[{} x {}]", count_, GgufValueTypeName(element_type_));
       if (count_ == 0) return out;
@@ -252,8 +276,8 @@ class GgufParser {
     const uint64_t at = pos_;
     STRATA_ASSIGN_OR_RETURN(uint64_t len, ReadU64(what));
     if (len > left()) {
-      return Err(at, fmt::format("{}: string length {} exceeds the {} bytes left in the file",
-                                 what, len, left()));
+      return Err(at, fmt::format("{}: string length {} exceeds the {} bytes left in the file", what,
+                                 len, left()));
     }
     std::string_view s(reinterpret_cast<const char*>(bytes_.data() + pos_), len);
     pos_ += len;
@@ -337,7 +361,8 @@ StatusOr<GgufValue> GgufParser::ReadValue(GgufValueType type, std::string_view w
 Status GgufParser::Run(GgufFile& out) {
   // Header: magic, version, tensor count, metadata count.
   if (bytes_.size() < 4) {
-    return Err(0, fmt::format("not a GGUF file: {} bytes is too short for the magic", bytes_.size()));
+    return Err(0,
+               fmt::format("not a GGUF file: {} bytes is too short for the magic", bytes_.size()));
   }
   STRATA_ASSIGN_OR_RETURN(uint32_t magic, ReadU32("magic"));
   if (magic != kGgufMagic) {
@@ -347,8 +372,9 @@ Status GgufParser::Run(GgufFile& out) {
   }
   STRATA_ASSIGN_OR_RETURN(uint32_t version, ReadU32("version"));
   if (version == 1) {
-    return Err(4, "GGUF version 1 is not supported (only 2 and 3): convert the model again with "
-                  "a current converter");
+    return Err(4,
+               "GGUF version 1 is not supported (only 2 and 3): convert the model again with "
+               "a current converter");
   }
   if (version != 2 && version != 3) {
     // A big-endian file shows its version byte-swapped.
@@ -364,7 +390,8 @@ Status GgufParser::Run(GgufFile& out) {
   STRATA_ASSIGN_OR_RETURN(uint64_t n_kv, ReadU64("metadata count"));
   // Each metadata pair takes >= 8 (key) + 4 (type) + 1 bytes.
   if (n_kv > left() / 13) {
-    return Err(kv_at, fmt::format("metadata count {} cannot fit in the {} bytes left", n_kv, left()));
+    return Err(kv_at,
+               fmt::format("metadata count {} cannot fit in the {} bytes left", n_kv, left()));
   }
 
   out.metadata_.reserve(n_kv);
@@ -396,9 +423,9 @@ Status GgufParser::Run(GgufFile& out) {
     auto align = a->AsUint();
     if (a->type() != GgufValueType::kUint32 || !align || *align == 0 ||
         (*align & (*align - 1)) != 0) {
-      return InvalidArgumentError(fmt::format(
-          "gguf '{}': general.alignment must be a uint32 power of two, got {} {}", name_,
-          GgufValueTypeName(a->type()), a->DebugString()));
+      return InvalidArgumentError(
+          fmt::format("gguf '{}': general.alignment must be a uint32 power of two, got {} {}",
+                      name_, GgufValueTypeName(a->type()), a->DebugString()));
     }
     out.alignment_ = *align;
   }
@@ -419,7 +446,8 @@ Status GgufParser::Run(GgufFile& out) {
     const uint64_t dims_at = pos_;
     STRATA_ASSIGN_OR_RETURN(uint32_t n_dims, ReadU32(what + " n_dims"));
     if (n_dims < 1 || n_dims > kGgufMaxDims) {
-      return Err(dims_at, fmt::format("{}: n_dims {} is outside [1, {}]", what, n_dims, kGgufMaxDims));
+      return Err(dims_at,
+                 fmt::format("{}: n_dims {} is outside [1, {}]", what, n_dims, kGgufMaxDims));
     }
     int64_t n_elements = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
@@ -460,7 +488,8 @@ Status GgufParser::Run(GgufFile& out) {
   const uint64_t data_offset = (pos_ + out.alignment_ - 1) / out.alignment_ * out.alignment_;
   if (data_offset > bytes_.size() && !out.tensors_.empty()) {
     return Err(pos_, fmt::format("data section would start at {}, past the end of the file ({} "
-                                 "bytes)", data_offset, bytes_.size()));
+                                 "bytes)",
+                                 data_offset, bytes_.size()));
   }
   out.data_offset_ = data_offset;
   const uint64_t data_size = data_offset <= bytes_.size() ? bytes_.size() - data_offset : 0;

@@ -147,7 +147,7 @@ struct GgufTensorInfo {
   // ggml order: shape[0] is the number of elements in one row (fastest varying).
   std::vector<int64_t> shape;
   kernels::TensorType type = kernels::TensorType::kF32;
-  uint64_t offset = 0;   // from the start of the data section
+  uint64_t offset = 0;  // from the start of the data section
   uint64_t n_bytes = 0;
   std::span<const uint8_t> data;  // the tensor's bytes inside the file
 

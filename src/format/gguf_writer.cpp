@@ -119,12 +119,12 @@ void GgufWriter::SetString(const std::string& key, std::string_view value) {
   Put(key, std::move(e));
 }
 
-#define STRATA_GGUF_SCALAR_SETTER(Name, CType, Tag) \
+#define STRATA_GGUF_SCALAR_SETTER(Name, CType, Tag)            \
   void GgufWriter::Name(const std::string& key, CType value) { \
-    std::string e;                                              \
-    PutType(e, GgufValueType::Tag);                             \
-    PutPod(e, value);                                           \
-    Put(key, std::move(e));                                     \
+    std::string e;                                             \
+    PutType(e, GgufValueType::Tag);                            \
+    PutPod(e, value);                                          \
+    Put(key, std::move(e));                                    \
   }
 STRATA_GGUF_SCALAR_SETTER(SetUint32, uint32_t, kUint32)
 STRATA_GGUF_SCALAR_SETTER(SetInt32, int32_t, kInt32)
@@ -183,9 +183,9 @@ util::Status GgufWriter::AddTensor(const std::string& name, std::vector<int64_t>
         fmt::format("tensor '{}': cannot encode type {}", name, kernels::TypeName(type)));
   }
   if (shape[0] % kernels::GetTypeInfo(type).block_size != 0) {
-    return util::InvalidArgumentError(fmt::format(
-        "tensor '{}': row length {} is not a multiple of the {} block size {}", name, shape[0],
-        kernels::TypeName(type), kernels::GetTypeInfo(type).block_size));
+    return util::InvalidArgumentError(
+        fmt::format("tensor '{}': row length {} is not a multiple of the {} block size {}", name,
+                    shape[0], kernels::TypeName(type), kernels::GetTypeInfo(type).block_size));
   }
   Tensor t;
   t.name = name;
@@ -209,9 +209,9 @@ util::Status GgufWriter::AddTensorBytes(const std::string& name, std::vector<int
   const kernels::TypeInfo info = kernels::GetTypeInfo(type);
   const uint64_t want = static_cast<uint64_t>(n / info.block_size) * info.block_bytes;
   if (n % info.block_size != 0 || bytes.size() != want) {
-    return util::InvalidArgumentError(fmt::format(
-        "tensor '{}': {} bytes given, {} elements of {} need {}", name, bytes.size(), n,
-        info.name, want));
+    return util::InvalidArgumentError(
+        fmt::format("tensor '{}': {} bytes given, {} elements of {} need {}", name, bytes.size(), n,
+                    info.name, want));
   }
   Tensor t;
   t.name = name;
@@ -257,7 +257,8 @@ util::Status GgufWriter::WriteTo(Sink& sink, util::ThreadPool* pool,
       const int64_t n = t.shape[0];
       const size_t rb = kernels::RowBytes(t.type, n);
       const int64_t rows = static_cast<int64_t>(t.n_bytes / rb);
-      const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>((8u << 20) / std::max<size_t>(rb, 1)));
+      const int64_t chunk =
+          std::max<int64_t>(1, static_cast<int64_t>((8u << 20) / std::max<size_t>(rb, 1)));
       for (auto& r : row_scratch) r.resize(static_cast<size_t>(n));
       for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         const int64_t r1 = std::min(rows, r0 + chunk);
@@ -266,7 +267,8 @@ util::Status GgufWriter::WriteTo(Sink& sink, util::ThreadPool* pool,
           std::vector<float>& row = row_scratch[static_cast<size_t>(thread)];
           for (int64_t r = begin; r < end; ++r) {
             t.fill(r0 + r, std::span<float>(row));
-            kernels::QuantizeRow(t.type, row.data(), n, encoded.data() + static_cast<size_t>(r) * rb);
+            kernels::QuantizeRow(t.type, row.data(), n,
+                                 encoded.data() + static_cast<size_t>(r) * rb);
           }
         };
         if (pool != nullptr && r1 - r0 > 1) {

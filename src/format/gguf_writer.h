@@ -56,8 +56,8 @@ class GgufWriter {
 
   // shape[0] must be a multiple of the type's block size and the type must have
   // a codec (kernels::HasCodec).
-  util::Status AddTensor(const std::string& name, std::vector<int64_t> shape, kernels::TensorType type,
-                         RowFiller fill);
+  util::Status AddTensor(const std::string& name, std::vector<int64_t> shape,
+                         kernels::TensorType type, RowFiller fill);
   // Raw, already-encoded bytes (exactly kernels::RowBytes(type, shape[0]) * rows).
   util::Status AddTensorBytes(const std::string& name, std::vector<int64_t> shape,
                               kernels::TensorType type, std::vector<uint8_t> bytes);

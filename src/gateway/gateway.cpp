@@ -21,19 +21,26 @@ using util::InvalidArgumentError;
 
 std::string_view CacheOutcomeName(CacheOutcome outcome) {
   switch (outcome) {
-    case CacheOutcome::kMiss: return "miss";
-    case CacheOutcome::kL1: return "l1";
-    case CacheOutcome::kL3: return "l3";
-    case CacheOutcome::kCoalesced: return "coalesced";
+    case CacheOutcome::kMiss:
+      return "miss";
+    case CacheOutcome::kL1:
+      return "l1";
+    case CacheOutcome::kL3:
+      return "l3";
+    case CacheOutcome::kCoalesced:
+      return "coalesced";
   }
   return "miss";
 }
 
 std::string_view L3ModeName(L3Mode mode) {
   switch (mode) {
-    case L3Mode::kOff: return "off";
-    case L3Mode::kOptIn: return "opt-in";
-    case L3Mode::kOn: return "on";
+    case L3Mode::kOff:
+      return "off";
+    case L3Mode::kOptIn:
+      return "opt-in";
+    case L3Mode::kOn:
+      return "on";
   }
   return "off";
 }
@@ -49,10 +56,14 @@ namespace {
 
 std::string_view ReasonLabel(FinishReason r) {
   switch (r) {
-    case FinishReason::kEndOfTurn: return "end_of_turn";
-    case FinishReason::kStopString: return "stop_string";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kEndOfTurn:
+      return "end_of_turn";
+    case FinishReason::kStopString:
+      return "stop_string";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
   }
   return "cancelled";
 }
@@ -73,7 +84,8 @@ struct GatewayMetrics {
                           "Time from submission to the last token of a request.", {},
                           obs::ExponentialBuckets(0.01, 2, 16))
                 .With({})),
-        prompt_tokens(reg.Counter("strata_prompt_tokens_total", "Prompt tokens of requests.").With({})),
+        prompt_tokens(
+            reg.Counter("strata_prompt_tokens_total", "Prompt tokens of requests.").With({})),
         generated_tokens(
             reg.Counter("strata_generated_tokens_total", "Tokens generated.").With({})),
         finished(reg.Counter("strata_generations_finished_total",
@@ -86,8 +98,8 @@ struct GatewayMetrics {
         cache_early_refreshes(reg.Counter(
             "strata_cache_early_refreshes_total",
             "Hits near expiry chosen to regenerate (probabilistic early refresh).", {"tier"})),
-        cache_evictions(reg.Counter("strata_cache_evictions_total",
-                                    "Entries removed to make room.", {"tier"})),
+        cache_evictions(
+            reg.Counter("strata_cache_evictions_total", "Entries removed to make room.", {"tier"})),
         cache_expirations(reg.Counter("strata_cache_expirations_total",
                                       "Entries removed because their TTL ran out.", {"tier"})),
         cache_bytes(reg.Gauge("strata_cache_bytes", "Bytes held by a cache tier.", {"tier"})),
@@ -169,9 +181,9 @@ class TierMetrics final : public cache::TierObserver {
 // timing line.
 struct ChoiceContext {
   std::string request_id;
-  std::string session_id;         // "" = none
-  int32_t max_tokens = 0;         // as submitted
-  RtControl* rt = nullptr;        // nullptr: no RT-Switcher
+  std::string session_id;   // "" = none
+  int32_t max_tokens = 0;   // as submitted
+  RtControl* rt = nullptr;  // nullptr: no RT-Switcher
   util::Logger* log = nullptr;
 };
 
@@ -181,8 +193,8 @@ class ChoiceSink final : public engine::RequestSink {
  public:
   ChoiceSink(int32_t index, const sampling::SamplingParams& params, const text::Tokenizer& tok,
              std::vector<std::string> stops, size_t n_user_stops, int32_t top_logprobs,
-             std::shared_ptr<Flight> ch,
-             const util::Clock& clock, std::shared_ptr<GatewayMetrics> metrics, ChoiceContext ctx)
+             std::shared_ptr<Flight> ch, const util::Clock& clock,
+             std::shared_ptr<GatewayMetrics> metrics, ChoiceContext ctx)
       : index_(index),
         params_(params),
         sampler_(params),
@@ -252,7 +264,8 @@ class ChoiceSink final : public engine::RequestSink {
     const auto now = clock_.Now();
     metrics_->e2e.Observe(util::SecondsBetween(start_, now));
     if (n_tokens_ > 1) {
-      metrics_->tpot.Observe(util::SecondsBetween(first_, now) / static_cast<double>(n_tokens_ - 1));
+      metrics_->tpot.Observe(util::SecondsBetween(first_, now) /
+                             static_cast<double>(n_tokens_ - 1));
       if (ctx_.rt != nullptr) ctx_.rt->ObserveTpot((now - first_) / (n_tokens_ - 1));
     }
     if (traced_) Trace(now, usage);
@@ -284,7 +297,9 @@ class ChoiceSink final : public engine::RequestSink {
   void Trace(std::chrono::steady_clock::time_point end, const engine::Usage& usage) {
     metrics_->traced.Inc();
     if (ctx_.log == nullptr) return;
-    auto ms = [](auto a, auto b) { return fmt::format("{:.1f}", util::SecondsBetween(a, b) * 1e3); };
+    auto ms = [](auto a, auto b) {
+      return fmt::format("{:.1f}", util::SecondsBetween(a, b) * 1e3);
+    };
     const bool admitted = admitted_ != std::chrono::steady_clock::time_point{};
     const std::string terms =
         policy_ == nullptr
@@ -322,11 +337,12 @@ class ChoiceSink final : public engine::RequestSink {
       std::vector<int32_t> ids(logits.size());
       for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
       const size_t k = std::min(ids.size(), static_cast<size_t>(top_logprobs_));
-      std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
-                        [&](int32_t a, int32_t b) {
-                          return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
-                                 (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
-                        });
+      std::partial_sort(
+          ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+          [&](int32_t a, int32_t b) {
+            return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+                   (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+          });
       for (size_t i = 0; i < k; ++i) {
         lp.top.emplace_back(describe(ids[i]),
                             static_cast<float>(logits[static_cast<size_t>(ids[i])] - lse));
@@ -389,8 +405,8 @@ class EmbeddingBatch {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::vector<float>> results_;  // guarded by mu_
-  size_t pending_;                            // guarded by mu_
-  util::Status status_;                       // guarded by mu_
+  size_t pending_;                           // guarded by mu_
+  util::Status status_;                      // guarded by mu_
 };
 
 class EmbeddingSink final : public engine::RequestSink {
@@ -439,7 +455,8 @@ util::StatusOr<EmbeddingResult> Gateway::Embed(const EmbeddingRequest& r,
     }
     for (int32_t id : inputs[i]) {
       if (!tok.IsValid(id)) {
-        return InvalidArgumentError(fmt::format("'input[{}]' holds token id {} outside the vocabulary", i, id));
+        return InvalidArgumentError(
+            fmt::format("'input[{}]' holds token id {} outside the vocabulary", i, id));
       }
     }
     out.prompt_tokens += static_cast<int32_t>(inputs[i].size());
@@ -471,12 +488,9 @@ util::StatusOr<EmbeddingResult> Gateway::Embed(const EmbeddingRequest& r,
   return out;
 }
 
-util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const model::Model& model,
-                                                         engine::Scheduler& scheduler,
-                                                         obs::MetricsRegistry& metrics,
-                                                         const GatewayOptions& options,
-                                                         const util::Clock& clock,
-                                                         util::Logger& log) {
+util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(
+    const model::Model& model, engine::Scheduler& scheduler, obs::MetricsRegistry& metrics,
+    const GatewayOptions& options, const util::Clock& clock, util::Logger& log) {
   if (options.max_tokens_cap < 1 || options.max_choices < 1 || options.max_choices > 128 ||
       options.max_top_logprobs < 0 || options.max_top_logprobs > 20 ||
       options.max_stop_strings < 0 || options.max_stop_strings > 64) {
@@ -490,15 +504,15 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const model::Model& mod
   g->tier_->coalesced = &g->metrics_->cache_coalesced;
   if (options.l1.max_bytes > 0) {
     g->tier_->observer = std::make_unique<TierMetrics>(*g->metrics_, "l1");
-    STRATA_ASSIGN_OR_RETURN(g->tier_->l1,
-                            cache::ResponseCache::Create(options.l1, clock, util::Rng(options.l1_seed),
-                                                         g->tier_->observer.get()));
+    STRATA_ASSIGN_OR_RETURN(
+        g->tier_->l1, cache::ResponseCache::Create(options.l1, clock, util::Rng(options.l1_seed),
+                                                   g->tier_->observer.get()));
   }
   if (options.l3_mode != L3Mode::kOff) {
     g->tier_->l3_observer = std::make_unique<TierMetrics>(*g->metrics_, "l3");
-    STRATA_ASSIGN_OR_RETURN(g->tier_->l3, cache::NearDupIndex::Create(
-                                              options.l3, clock, util::Rng(options.l3_seed),
-                                              g->tier_->l3_observer.get()));
+    STRATA_ASSIGN_OR_RETURN(
+        g->tier_->l3, cache::NearDupIndex::Create(options.l3, clock, util::Rng(options.l3_seed),
+                                                  g->tier_->l3_observer.get()));
   }
   if (options.shared && (g->tier_->l1 || g->tier_->l3)) {
     cache::SharedStoreOptions so = *options.shared;
@@ -508,10 +522,10 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const model::Model& mod
     so.near_dup.min_similarity = options.l3.min_similarity;
     so.near_dup.similarity = options.l3.similarity;
     g->tier_->codec = std::make_unique<StoredResponseCodec>();
-    STRATA_ASSIGN_OR_RETURN(g->tier_->shared,
-                            cache::SharedStore::Create(so, *g->tier_->codec, clock,
-                                                       util::Rng(options.l1_seed ^ 0x5348'5244ULL),
-                                                       log));
+    STRATA_ASSIGN_OR_RETURN(
+        g->tier_->shared,
+        cache::SharedStore::Create(so, *g->tier_->codec, clock,
+                                   util::Rng(options.l1_seed ^ 0x5348'5244ULL), log));
     for (int t = 0; t < 2; ++t) {
       const std::string label = t == 0 ? "l1" : "l3";
       g->tier_->remote_hits[t] = &g->metrics_->remote_hits.With({label});
@@ -539,10 +553,11 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const model::Model& mod
     metrics.CounterCallback("strata_cache_remote_writes_total",
                             "Answers written to the shared tier.",
                             read([](const cache::SharedStoreStats& s) { return s.writes; }));
-    metrics.CounterCallback("strata_cache_remote_dropped_writes_total",
-                            "Answers not written to the shared tier: Redis down, the write "
-                            "queue full, or the write failed.",
-                            read([](const cache::SharedStoreStats& s) { return s.dropped_writes; }));
+    metrics.CounterCallback(
+        "strata_cache_remote_dropped_writes_total",
+        "Answers not written to the shared tier: Redis down, the write "
+        "queue full, or the write failed.",
+        read([](const cache::SharedStoreStats& s) { return s.dropped_writes; }));
   }
   // Live engine state, read at render time. The scheduler must outlive any
   // render of `metrics` (the server stops serving /metrics before it goes).
@@ -567,15 +582,20 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(const model::Model& mod
   g->style_ = text::DetectChatStyle(tpl.ok() ? *tpl : "", eos_text);
   if (options.chat_format) g->style_.format = *options.chat_format;
   log.Info("chat format: {}{}", text::ChatFormatName(g->style_.format),
-           options.chat_format ? " (set by option)" : tpl.ok() && !tpl->empty() ? " (from the model's template)"
-                                                                                : " (the model has no template)");
+           options.chat_format         ? " (set by option)"
+           : tpl.ok() && !tpl->empty() ? " (from the model's template)"
+                                       : " (the model has no template)");
   return g;
 }
 
 Gateway::Gateway(const model::Model& model, engine::Scheduler& scheduler,
                  const GatewayOptions& options, const util::Clock& clock, util::Logger& log,
                  int32_t n_ctx)
-    : model_(model), scheduler_(scheduler), options_(options), clock_(clock), log_(log),
+    : model_(model),
+      scheduler_(scheduler),
+      options_(options),
+      clock_(clock),
+      log_(log),
       n_ctx_(n_ctx) {}
 
 Gateway::~Gateway() = default;
@@ -594,8 +614,8 @@ util::Status Gateway::Validate(const CompletionRequest& r) const {
     return InvalidArgumentError(fmt::format("n {} is outside [1, {}]", r.n, options_.max_choices));
   }
   if (r.max_tokens && (*r.max_tokens < 1 || *r.max_tokens > options_.max_tokens_cap)) {
-    return InvalidArgumentError(fmt::format("max_tokens {} is outside [1, {}]", *r.max_tokens,
-                                            options_.max_tokens_cap));
+    return InvalidArgumentError(
+        fmt::format("max_tokens {} is outside [1, {}]", *r.max_tokens, options_.max_tokens_cap));
   }
   if (static_cast<int32_t>(r.stop.size()) > options_.max_stop_strings) {
     return InvalidArgumentError(fmt::format("stop has {} strings; at most {} are allowed",
@@ -603,8 +623,8 @@ util::Status Gateway::Validate(const CompletionRequest& r) const {
   }
   for (size_t i = 0; i < r.stop.size(); ++i) {
     if (r.stop[i].empty() || static_cast<int32_t>(r.stop[i].size()) > options_.max_stop_length) {
-      return InvalidArgumentError(fmt::format("stop[{}] must have 1 to {} bytes", i,
-                                              options_.max_stop_length));
+      return InvalidArgumentError(
+          fmt::format("stop[{}] must have 1 to {} bytes", i, options_.max_stop_length));
     }
   }
   if (r.top_logprobs > options_.max_top_logprobs) {
@@ -639,8 +659,8 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   if (r.max_tokens) {
     if (*r.max_tokens > room) {
       return util::OutOfRangeError(fmt::format(
-          "context length exceeded: {} prompt tokens + max_tokens {} > the context of {}",
-          n_prompt, *r.max_tokens, n_ctx_));
+          "context length exceeded: {} prompt tokens + max_tokens {} > the context of {}", n_prompt,
+          *r.max_tokens, n_ctx_));
     }
     max_tokens = *r.max_tokens;
   }
@@ -691,15 +711,15 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   if (use_coalesce) {
     auto joined = tier_->flights.Join(key, make_flight);
     if (joined.role == cache::SingleFlight<Flight>::Role::kNone) {
-      return std::unique_ptr<Generation>(new ReplayGeneration(
-          std::static_pointer_cast<const StoredResponse>(stored_meanwhile)));
+      return std::unique_ptr<Generation>(
+          new ReplayGeneration(std::static_pointer_cast<const StoredResponse>(stored_meanwhile)));
     }
     if (joined.role == cache::SingleFlight<Flight>::Role::kFollower) {
       tier_->coalesced->Inc();
       log_.Debug("[{}] tenant={} coalesced with an identical request in flight", r.request_id,
                  r.tenant);
-      return std::unique_ptr<Generation>(new FlightGeneration(
-          scheduler_, joined.flight, tier_, n_prompt, CacheOutcome::kCoalesced));
+      return std::unique_ptr<Generation>(new FlightGeneration(scheduler_, joined.flight, tier_,
+                                                              n_prompt, CacheOutcome::kCoalesced));
     }
     flight = std::move(joined.flight);
     registered = true;
@@ -724,17 +744,20 @@ util::Status Gateway::Submit(const CompletionRequest& r, const std::vector<int32
   // stream): the same prompt must not sample the same text every time.
   uint64_t base = r.sampling.seed;
   if (!r.fixed_seed && options_.unseeded_seed_base) {
-    uint64_t x = *options_.unseeded_seed_base + unseeded_count_.fetch_add(1, std::memory_order_relaxed);
+    uint64_t x =
+        *options_.unseeded_seed_base + unseeded_count_.fetch_add(1, std::memory_order_relaxed);
     base = util::Rng::SplitMix64(x);
   }
   for (int32_t i = 0; i < r.n; ++i) {
     sampling::SamplingParams p = r.sampling;
     p.seed = base + static_cast<uint64_t>(i);  // distinct choices, reproducible
-    auto sink = std::make_shared<ChoiceSink>(
-        i, p, model_.tokenizer(), stops, r.stop.size(), r.top_logprobs, flight, clock_, metrics_,
-        ChoiceContext{.request_id = r.request_id, .session_id = r.session_id,
-                      .max_tokens = max_tokens,
-                      .rt = options_.rt_control, .log = &log_});
+    auto sink = std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), stops, r.stop.size(),
+                                             r.top_logprobs, flight, clock_, metrics_,
+                                             ChoiceContext{.request_id = r.request_id,
+                                                           .session_id = r.session_id,
+                                                           .max_tokens = max_tokens,
+                                                           .rt = options_.rt_control,
+                                                           .log = &log_});
     engine::SchedulerRequest sr;
     sr.prompt = tokens;
     sr.max_tokens = max_tokens;

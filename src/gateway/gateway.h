@@ -71,10 +71,10 @@
 #include "cache/response_cache.h"
 #include "cache/shared_store.h"
 #include "engine/scheduler.h"
-#include "text/chat_template.h"
 #include "model/transformer.h"
 #include "obs/metrics.h"
 #include "sampling/sampler.h"
+#include "text/chat_template.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -93,19 +93,19 @@ std::string_view L3ModeName(L3Mode mode);  // "off", "opt-in", "on"
 std::optional<L3Mode> ParseL3Mode(std::string_view name);
 
 struct GatewayOptions {
-  std::string model_name;             // the id clients use ("model" field)
-  int32_t max_tokens_cap = 4096;      // [1, n_ctx] hard cap on tokens generated per choice
-  int32_t max_choices = 8;            // [1, 128] largest n
-  int32_t max_stop_strings = 16;      // [0, 64]
-  int32_t max_stop_length = 256;      // bytes per stop string
-  int32_t max_top_logprobs = 20;      // [0, 20]
-  int32_t max_embedding_inputs = 256; // [1, 65536] inputs per embeddings request
-  bool prefix_cache = true;           // the shared-prefix KV cache (L2) for every request
+  std::string model_name;              // the id clients use ("model" field)
+  int32_t max_tokens_cap = 4096;       // [1, n_ctx] hard cap on tokens generated per choice
+  int32_t max_choices = 8;             // [1, 128] largest n
+  int32_t max_stop_strings = 16;       // [0, 64]
+  int32_t max_stop_length = 256;       // bytes per stop string
+  int32_t max_top_logprobs = 20;       // [0, 20]
+  int32_t max_embedding_inputs = 256;  // [1, 65536] inputs per embeddings request
+  bool prefix_cache = true;            // the shared-prefix KV cache (L2) for every request
   std::optional<text::ChatFormat> chat_format;  // override the template detected in the GGUF
   // L1 exact response cache; max_bytes 0 (the default here) = off. `strata
   // serve` turns it on (--l1-bytes).
   cache::ResponseCacheOptions l1{.max_bytes = 0};
-  uint64_t l1_seed = 0;               // seeds the L1's TTL jitter and early-refresh draws
+  uint64_t l1_seed = 0;  // seeds the L1's TTL jitter and early-refresh draws
   // Requests without a seed: nullopt = seed 0 (reproducible, for tests);
   // a value = each such choice draws its own seed from a stream started at
   // this value, so unseeded sampling differs from request to request.
@@ -137,14 +137,14 @@ struct CompletionRequest {
   // Labels the request's log lines; it never changes what is generated.
   std::string session_id;
   std::vector<text::ChatMessage> messages;  // chat: rendered with the chat template
-  std::optional<std::string> prompt;         // completion: raw text (used when set)
-  std::optional<int32_t> max_tokens;         // default: what is left of the context, capped
+  std::optional<std::string> prompt;        // completion: raw text (used when set)
+  std::optional<int32_t> max_tokens;        // default: what is left of the context, capped
   sampling::SamplingParams sampling;
   std::vector<std::string> stop;
   int32_t n = 1;
-  int32_t top_logprobs = -1;                 // -1: no logprobs; 0..20: chosen token (+ top N)
-  bool prefix_cache = true;                  // reuse cached KV blocks of this tenant's prompts
-  bool ignore_eos = false;                   // keep generating past end-of-generation tokens (benchmarks)
+  int32_t top_logprobs = -1;  // -1: no logprobs; 0..20: chosen token (+ top N)
+  bool prefix_cache = true;   // reuse cached KV blocks of this tenant's prompts
+  bool ignore_eos = false;    // keep generating past end-of-generation tokens (benchmarks)
   // The client chose sampling.seed: sampling at temperature > 0 is then
   // reproducible, so the response may be cached and shared.
   bool fixed_seed = false;
@@ -168,10 +168,10 @@ std::string_view CacheOutcomeName(CacheOutcome outcome);
 
 // How a choice ended (the HTTP layer maps these to each API's words).
 enum class FinishReason {
-  kEndOfTurn,  // the model ended its turn (an end-of-generation token or turn-end text)
-  kStopString, // a stop string of the request matched (Event::stop_sequence says which)
-  kLength,     // max_tokens or the context
-  kCancelled,  // cancelled, or failed (see Event::status)
+  kEndOfTurn,   // the model ended its turn (an end-of-generation token or turn-end text)
+  kStopString,  // a stop string of the request matched (Event::stop_sequence says which)
+  kLength,      // max_tokens or the context
+  kCancelled,   // cancelled, or failed (see Event::status)
 };
 
 struct Usage {
@@ -181,7 +181,7 @@ struct Usage {
 };
 
 struct TokenLogprob {
-  std::string text;     // the token's bytes as text (may be partial UTF-8, sanitized)
+  std::string text;  // the token's bytes as text (may be partial UTF-8, sanitized)
   std::vector<uint8_t> bytes;
   float logprob = 0.0f;
   std::vector<std::pair<std::string, float>> top;  // most likely tokens at that step
@@ -190,20 +190,20 @@ struct TokenLogprob {
 struct Event {
   enum class Kind { kDelta, kFinish };
   Kind kind = Kind::kDelta;
-  int32_t index = 0;    // choice index
-  std::string text;     // kDelta: new text
-  std::vector<TokenLogprob> logprobs;  // kDelta: one per token that produced this text
+  int32_t index = 0;                            // choice index
+  std::string text;                             // kDelta: new text
+  std::vector<TokenLogprob> logprobs;           // kDelta: one per token that produced this text
   FinishReason finish = FinishReason::kLength;  // kFinish
-  std::string stop_sequence;  // kFinish with kStopString: the string that matched
-  util::Status status;  // kFinish: not OK when the choice failed
-  Usage usage;          // kFinish
+  std::string stop_sequence;                    // kFinish with kStopString: the string that matched
+  util::Status status;                          // kFinish: not OK when the choice failed
+  Usage usage;                                  // kFinish
 };
 
 struct EmbeddingRequest {
   std::string request_id;
   std::string tenant = "default";
-  std::vector<std::string> texts;                // each is embedded separately
-  std::vector<std::vector<int32_t>> token_ids;   // or pre-tokenized inputs
+  std::vector<std::string> texts;               // each is embedded separately
+  std::vector<std::vector<int32_t>> token_ids;  // or pre-tokenized inputs
 };
 
 struct EmbeddingResult {
@@ -234,12 +234,9 @@ class Flight;
 
 class Gateway {
  public:
-  static util::StatusOr<std::unique_ptr<Gateway>> Create(const model::Model& model,
-                                                         engine::Scheduler& scheduler,
-                                                         obs::MetricsRegistry& metrics,
-                                                         const GatewayOptions& options,
-                                                         const util::Clock& clock,
-                                                         util::Logger& log);
+  static util::StatusOr<std::unique_ptr<Gateway>> Create(
+      const model::Model& model, engine::Scheduler& scheduler, obs::MetricsRegistry& metrics,
+      const GatewayOptions& options, const util::Clock& clock, util::Logger& log);
   ~Gateway();
 
   util::StatusOr<std::unique_ptr<Generation>> Start(const CompletionRequest& request);
@@ -287,8 +284,8 @@ class Gateway {
   // tier) if every choice succeeded on the request's own terms, then leave the
   // single-flight table.
   std::unique_ptr<Generation> FindCached(const CompletionRequest& r, const cache::CacheKey& key,
-                                         const NearDupRequest* near, bool use_l1,
-                                         int32_t n_prompt, bool* refresh);
+                                         const NearDupRequest* near, bool use_l1, int32_t n_prompt,
+                                         bool* refresh);
   std::function<void(const Flight&, bool, const std::vector<Event>&)> StoreHook(
       const CompletionRequest& r, int32_t n_prompt, bool use_l1,
       std::shared_ptr<const NearDupRequest> near) const;

@@ -97,17 +97,17 @@ util::StatusOr<std::unique_ptr<RtControl>> RtControl::Create(const RtControlOpti
     return util::InvalidArgumentError("rt_control: capacity_memory must be >= 0");
   }
   if (!(options.kv_pressure_free_fraction >= 0 && options.kv_pressure_free_fraction < 1)) {
-    return util::InvalidArgumentError(fmt::format(
-        "rt_control: kv_pressure_free_fraction {} is outside [0, 1)",
-        options.kv_pressure_free_fraction));
+    return util::InvalidArgumentError(
+        fmt::format("rt_control: kv_pressure_free_fraction {} is outside [0, 1)",
+                    options.kv_pressure_free_fraction));
   }
   STRATA_ASSIGN_OR_RETURN(auto sw, sampling::RtSwitcher::Create(options.switcher, clock.Now()));
   return std::unique_ptr<RtControl>(new RtControl(options, std::move(sw), metrics, clock, log));
 }
 
 RtControl::RtControl(const RtControlOptions& options,
-                     std::unique_ptr<sampling::RtSwitcher> switcher,
-                     obs::MetricsRegistry& metrics, const util::Clock& clock, util::Logger& log)
+                     std::unique_ptr<sampling::RtSwitcher> switcher, obs::MetricsRegistry& metrics,
+                     const util::Clock& clock, util::Logger& log)
     : options_(options),
       clock_(clock),
       log_(log),
@@ -154,10 +154,11 @@ void RtControl::GuardStepUp(std::chrono::steady_clock::time_point now) {
     const double demand = DemandRate();
     if (above.per_s > 0 && now - above.measured < options_.capacity_memory &&
         demand > 0.9 * above.per_s) {
-      why = fmt::format("{:.1f} requests/s submitted, above 90% of the {:.1f}/s level {} served "
-                        "when it last breached {:.0f} s ago",
-                        demand, above.per_s, level - 1,
-                        std::chrono::duration<double>(now - above.measured).count());
+      why = fmt::format(
+          "{:.1f} requests/s submitted, above 90% of the {:.1f}/s level {} served "
+          "when it last breached {:.0f} s ago",
+          demand, above.per_s, level - 1,
+          std::chrono::duration<double>(now - above.measured).count());
     }
   }
   if (why.empty() != !holding_) {
@@ -175,12 +176,12 @@ engine::AdmissionLimits RtControl::BeforeAdmission(const engine::SchedulerStats&
   const auto now = clock_.Now();
   // Refusals since the last call (the scheduler counts them on the threads that submit).
   if (refused_seen_ >= 0 && stats.refused > refused_seen_) {
-    Apply(switcher_->ObserveRefusals(static_cast<int32_t>(std::min<int64_t>(
-                                         stats.refused - refused_seen_, 1 << 30)),
-                                     now));
+    Apply(switcher_->ObserveRefusals(
+        static_cast<int32_t>(std::min<int64_t>(stats.refused - refused_seen_, 1 << 30)), now));
   }
   refused_seen_ = stats.refused;
-  if (submitted_seen_ >= 0) submitted_open_ += std::max<int64_t>(0, stats.submitted - submitted_seen_);
+  if (submitted_seen_ >= 0)
+    submitted_open_ += std::max<int64_t>(0, stats.submitted - submitted_seen_);
   submitted_seen_ = stats.submitted;
   GuardStepUp(now);
   Apply(switcher_->Tick(now));
@@ -255,7 +256,8 @@ void RtControl::Apply(const std::vector<sampling::Decision>& decisions) {
       // prompts) says nothing about load, and holds nothing back.
       capacity_[static_cast<size_t>(d.from_level)] = {AdmissionRate(), d.interval_end};
     }
-    const sampling::Policy now = EffectivePolicy(switcher_->options().levels, d.to_level, kv_pressure_);
+    const sampling::Policy now =
+        EffectivePolicy(switcher_->options().levels, d.to_level, kv_pressure_);
     log_.Warn("rt-switcher: {}; new requests get {}{}", d.Reason(), DescribePolicy(now),
               kv_pressure_ ? " (caps tightened: KV pressure)" : "");
   }

@@ -65,7 +65,7 @@
 namespace strata::gateway {
 
 struct RtControlOptions {
-  sampling::RtSwitcherOptions switcher;   // levels, interval, window, thresholds, dwell
+  sampling::RtSwitcherOptions switcher;    // levels, interval, window, thresholds, dwell
   double kv_pressure_free_fraction = 0.1;  // [0, 1); below it a degraded level tightens its caps;
                                            // 0 = never
   uint64_t trace_seed = 0;                 // seeds the trace-sampling draws
@@ -132,10 +132,10 @@ class RtControl final : public engine::SchedulerControl {
   std::unique_ptr<Metrics> metrics_;
   // Owned by the scheduler thread.
   std::unique_ptr<sampling::RtSwitcher> switcher_;
-  util::Rng rng_;                                   // trace-sampling draws
+  util::Rng rng_;  // trace-sampling draws
   bool kv_pressure_ = false;
   std::shared_ptr<const sampling::Policy> policy_;  // what Admit hands out
-  int32_t admitted_open_ = 0;      // admissions in the open interval
+  int32_t admitted_open_ = 0;                       // admissions in the open interval
   std::deque<int32_t> admitted_;   // admissions of the last closed intervals, oldest first
   int64_t refused_seen_ = -1;      // SchedulerStats::refused last reported; -1 = none yet
   int64_t submitted_seen_ = -1;    // SchedulerStats::submitted last seen; -1 = none yet

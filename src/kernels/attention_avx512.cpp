@@ -172,14 +172,29 @@ void ScoreQueries(const AttendArgs& a, int m_begin, int m_end, const float* kt, 
   int m = m_begin;
   for (; m + 8 <= m_end; m += 8) ScoreGroup<8, NT>(a, m, kt, p0, scores, stride);
   switch (m_end - m) {
-    case 7: ScoreGroup<7, NT>(a, m, kt, p0, scores, stride); break;
-    case 6: ScoreGroup<6, NT>(a, m, kt, p0, scores, stride); break;
-    case 5: ScoreGroup<5, NT>(a, m, kt, p0, scores, stride); break;
-    case 4: ScoreGroup<4, NT>(a, m, kt, p0, scores, stride); break;
-    case 3: ScoreGroup<3, NT>(a, m, kt, p0, scores, stride); break;
-    case 2: ScoreGroup<2, NT>(a, m, kt, p0, scores, stride); break;
-    case 1: ScoreGroup<1, NT>(a, m, kt, p0, scores, stride); break;
-    default: break;
+    case 7:
+      ScoreGroup<7, NT>(a, m, kt, p0, scores, stride);
+      break;
+    case 6:
+      ScoreGroup<6, NT>(a, m, kt, p0, scores, stride);
+      break;
+    case 5:
+      ScoreGroup<5, NT>(a, m, kt, p0, scores, stride);
+      break;
+    case 4:
+      ScoreGroup<4, NT>(a, m, kt, p0, scores, stride);
+      break;
+    case 3:
+      ScoreGroup<3, NT>(a, m, kt, p0, scores, stride);
+      break;
+    case 2:
+      ScoreGroup<2, NT>(a, m, kt, p0, scores, stride);
+      break;
+    case 1:
+      ScoreGroup<1, NT>(a, m, kt, p0, scores, stride);
+      break;
+    default:
+      break;
   }
 }
 
@@ -231,10 +246,18 @@ template <int G>
 void ValueBlockC(const AttendArgs& a, int m0, int64_t d0, int c, const float* scores,
                  int64_t stride, int32_t p_begin, int32_t p_end) {
   switch (c) {
-    case 4: ValueBlock<G, 4>(a, m0, d0, scores, stride, p_begin, p_end); return;
-    case 3: ValueBlock<G, 3>(a, m0, d0, scores, stride, p_begin, p_end); return;
-    case 2: ValueBlock<G, 2>(a, m0, d0, scores, stride, p_begin, p_end); return;
-    default: ValueBlock<G, 1>(a, m0, d0, scores, stride, p_begin, p_end); return;
+    case 4:
+      ValueBlock<G, 4>(a, m0, d0, scores, stride, p_begin, p_end);
+      return;
+    case 3:
+      ValueBlock<G, 3>(a, m0, d0, scores, stride, p_begin, p_end);
+      return;
+    case 2:
+      ValueBlock<G, 2>(a, m0, d0, scores, stride, p_begin, p_end);
+      return;
+    default:
+      ValueBlock<G, 1>(a, m0, d0, scores, stride, p_begin, p_end);
+      return;
   }
 }
 
@@ -326,10 +349,17 @@ void AttendAvx512(const AttendArgs& a) {
         const int m_end = run_begin[r + 1];
         for (; m + 4 <= m_end; m += 4) ValueBlockC<4>(a, m, d0, c, scores, stride, pb, pe);
         switch (m_end - m) {
-          case 3: ValueBlockC<3>(a, m, d0, c, scores, stride, pb, pe); break;
-          case 2: ValueBlockC<2>(a, m, d0, c, scores, stride, pb, pe); break;
-          case 1: ValueBlockC<1>(a, m, d0, c, scores, stride, pb, pe); break;
-          default: break;
+          case 3:
+            ValueBlockC<3>(a, m, d0, c, scores, stride, pb, pe);
+            break;
+          case 2:
+            ValueBlockC<2>(a, m, d0, c, scores, stride, pb, pe);
+            break;
+          case 1:
+            ValueBlockC<1>(a, m, d0, c, scores, stride, pb, pe);
+            break;
+          default:
+            break;
         }
       }
     }

@@ -103,7 +103,8 @@ struct Q8_0Micro {
         for (int i = 0; i < R; ++i) {
           const __m256i p16 = _mm256_maddubs_epi16(wabs[i], _mm256_sign_epi8(xq, wq[i]));
           const __m256i p = _mm256_madd_epi16(p16, ones);
-          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[i] * xb.d), acc[i][j]);
+          acc[i][j] =
+              _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[i] * xb.d), acc[i][j]);
         }
       }
     }
@@ -186,9 +187,10 @@ struct Small32Micro {
         const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
         const __m256i corr = _mm256_setr_epi32(-K::kOffset * xb.sum, 0, 0, 0, 0, 0, 0, 0);
         for (int i = 0; i < R; ++i) {
-          const __m256i p = _mm256_add_epi32(
-              _mm256_madd_epi16(_mm256_maddubs_epi16(wu[i], xq), ones), corr);
-          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[i] * xb.d), acc[i][j]);
+          const __m256i p =
+              _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wu[i], xq), ones), corr);
+          acc[i][j] =
+              _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[i] * xb.d), acc[i][j]);
           if constexpr (K::kHasMin) {
             acc[i][j] = _mm256_fmadd_ps(mw[i], _mm256_set1_ps(xb.d * static_cast<float>(xb.sum)),
                                         acc[i][j]);
@@ -269,7 +271,8 @@ struct Q5KKind {
   // cross into a neighbouring byte are masked off).
   static void Piece(const Block& b, const Prep& p, int g, __m256i* q, __m256i* s) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * (g / 2)));
-    const __m256i nib = _mm256_and_si256(g % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+    const __m256i nib =
+        _mm256_and_si256(g % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
     const __m256i hb = g < 4 ? _mm256_slli_epi16(p.qh, 4 - g) : _mm256_srli_epi16(p.qh, g - 4);
     *q = _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
     *s = ScaleWords(p.sc + g);
@@ -299,9 +302,11 @@ struct Q6KKind {
   // 2k..2k+1 of qh[32h + l]; sub-blocks 2g (first 16) and 2g+1.
   static void Piece(const Block& b, const Prep& p, int g, __m256i* q, __m256i* s) {
     const int h = g / 4, k = g % 4;
-    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32 * (k % 2)));
+    const __m256i ql =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32 * (k % 2)));
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-    const __m256i low = _mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0F));
+    const __m256i low =
+        _mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0F));
     // Bits 2k..2k+1 to bits 4..5 (16-bit shifts; crossing bits are masked off).
     const __m256i hb = k < 2 ? _mm256_slli_epi16(qh, 4 - 2 * k) : _mm256_srli_epi16(qh, 2 * k - 4);
     *q = _mm256_or_si256(low, _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
@@ -309,8 +314,8 @@ struct Q6KKind {
     int32_t pair;
     std::memcpy(&pair, p.sc + 2 * g, sizeof(pair));
     *s = _mm256_shuffle_epi8(_mm256_set1_epi32(pair),
-                             _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2,
-                                              3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
+                             _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3,
+                                              2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
   }
   static __m256 Finish(__m256 acc, __m256i isum, const Prep& p, float da, __m256i) {
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(p.d * da), acc);
@@ -349,11 +354,12 @@ struct KQuantMicro {
         for (int i = 0; i < R; ++i) K::Piece(w[i][b], p[i], g, &q[i], &s[i]);
 #pragma GCC unroll 8
         for (int j = 0; j < T; ++j) {
-          const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j][b].q + 32 * g));
+          const __m256i xq =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j][b].q + 32 * g));
 #pragma GCC unroll 8
           for (int i = 0; i < R; ++i) {
-            isum[i][j] = _mm256_add_epi32(
-                isum[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(q[i], xq), s[i]));
+            isum[i][j] = _mm256_add_epi32(isum[i][j],
+                                          _mm256_madd_epi16(_mm256_maddubs_epi16(q[i], xq), s[i]));
           }
         }
       }
@@ -378,7 +384,8 @@ struct KQuantMicro {
 inline __m256i QuantizeLanes(__m256 v, __m256 id) {
   const __m256 lim = _mm256_set1_ps(127.0f);
   // vmaxps returns its second operand when the first is NaN.
-  const __m256 c = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, id), _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim);
+  const __m256 c = _mm256_min_ps(
+      _mm256_max_ps(_mm256_mul_ps(v, id), _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim);
   return _mm256_cvtps_epi32(c);
 }
 
@@ -386,7 +393,8 @@ inline __m256i QuantizeLanes(__m256 v, __m256 id) {
 inline float AbsMax(const float* x, int k) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 m = _mm256_setzero_ps();
-  for (int i = 0; i < k; ++i) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * i)), m);
+  for (int i = 0; i < k; ++i)
+    m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * i)), m);
   __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
   h = _mm_max_ss(h, _mm_movehdup_ps(h));
@@ -442,16 +450,17 @@ void QuantizeQ8K(const float* x, int64_t n, ActBlockQ8K* blocks) {
     }
     // Two rounds of pairwise sums: per 128-bit lane L, [Σ sums[4m], Σ sums[4m+1],
     // Σ sums[4m+2], Σ sums[4m+3]] = groups 8m + L, 8m + 2 + L, 8m + 4 + L, 8m + 6 + L.
-    const __m256i lo = _mm256_hadd_epi32(_mm256_hadd_epi32(sums[0], sums[1]),
-                                         _mm256_hadd_epi32(sums[2], sums[3]));
-    const __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(sums[4], sums[5]),
-                                         _mm256_hadd_epi32(sums[6], sums[7]));
+    const __m256i lo =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(sums[0], sums[1]), _mm256_hadd_epi32(sums[2], sums[3]));
+    const __m256i hi =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(sums[4], sums[5]), _mm256_hadd_epi32(sums[6], sums[7]));
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     // Groups 0..7 and 8..15 in order, then packed to words (the 128-bit lanes
     // of packs interleave, the 64-bit permute restores the order).
     const __m256i packed = _mm256_packs_epi32(_mm256_permutevar8x32_epi32(lo, order),
                                               _mm256_permutevar8x32_epi32(hi, order));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b.bsums), _mm256_permute4x64_epi64(packed, 0xD8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b.bsums),
+                        _mm256_permute4x64_epi64(packed, 0xD8));
   }
 }
 
@@ -540,8 +549,8 @@ void MatMul(const MatMulArgs& a) {
 namespace strata::kernels::internal {
 
 const KernelTable* Avx2Kernels() {
-  static const bool supported = __builtin_cpu_supports("avx2") &&
-                                __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                                __builtin_cpu_supports("f16c");
   static const KernelTable kTable{Isa::kAvx2, &QuantizeAct, &MatMul, &AttendScalar};
   return supported ? &kTable : nullptr;
 }

@@ -17,6 +17,7 @@ namespace strata::kernels::internal {
 namespace {
 
 #include "kernels/internal/matmul_tiles.inc"
+// After the tiles: it uses their helpers.
 #include "kernels/internal/avx512_matmul.inc"
 
 // Loads 16 weights of a float-like type as floats; `mask` selects the valid
@@ -128,9 +129,9 @@ struct QuantMicro {
   using K = Small32<Block>;
   // Token-side terms of a block pair, formed once for all rows of a tile.
   struct TokenPair {
-    __m512i q;     // the two blocks' 64 activation bytes
-    __m512i init;  // lane 0: −offset·Σq_b, lane 8: −offset·Σq_b+1
-    __m512 d;      // [dx_b ×8, dx_b+1 ×8]
+    __m512i q;         // the two blocks' 64 activation bytes
+    __m512i init;      // lane 0: −offset·Σq_b, lane 8: −offset·Σq_b+1
+    __m512 d;          // [dx_b ×8, dx_b+1 ×8]
     __m512 min_terms;  // lane 0: dx_b·Σq_b, lane 8: dx_b+1·Σq_b+1 (blocks with a min)
   };
   static TokenPair Token(const ActBlockQ8& x0, const ActBlockQ8& x1) {
@@ -143,20 +144,22 @@ struct QuantMicro {
     t.d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(x0.d), _mm512_set1_ps(x1.d));
     if constexpr (K::kHasMin) {
       t.min_terms = _mm512_maskz_mov_ps(0x0001, _mm512_set1_ps(x0.d * static_cast<float>(x0.sum)));
-      t.min_terms = _mm512_mask_mov_ps(t.min_terms, 0x0100, _mm512_set1_ps(x1.d * static_cast<float>(x1.sum)));
+      t.min_terms = _mm512_mask_mov_ps(t.min_terms, 0x0100,
+                                       _mm512_set1_ps(x1.d * static_cast<float>(x1.sum)));
     }
     return t;
   }
   // Row-side terms of a block pair, formed once for all tokens of a tile.
   struct RowPair {
-    __m512i u;     // 64 unsigned weight codes
-    __m512 d;      // [dw_b ×8, dw_b+1 ×8]
-    __m512 mins;   // lane 0: m_b, lane 8: m_b+1 (blocks with a min)
+    __m512i u;    // 64 unsigned weight codes
+    __m512 d;     // [dw_b ×8, dw_b+1 ×8]
+    __m512 mins;  // lane 0: m_b, lane 8: m_b+1 (blocks with a min)
   };
   static RowPair Row(const Block& w0, const Block& w1) {
     RowPair r;
     r.u = _mm512_inserti64x4(_mm512_castsi256_si512(K::Unsigned(w0)), K::Unsigned(w1), 1);
-    r.d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(_cvtsh_ss(w0.d)), _mm512_set1_ps(_cvtsh_ss(w1.d)));
+    r.d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(_cvtsh_ss(w0.d)),
+                               _mm512_set1_ps(_cvtsh_ss(w1.d)));
     if constexpr (K::kHasMin) {
       r.mins = _mm512_maskz_mov_ps(0x0001, _mm512_set1_ps(_cvtsh_ss(w0.m)));
       r.mins = _mm512_mask_mov_ps(r.mins, 0x0100, _mm512_set1_ps(_cvtsh_ss(w1.m)));
@@ -181,7 +184,8 @@ struct QuantMicro {
     const size_t n_pairs = static_cast<size_t>((nb + 1) / 2);
     std::vector<uint8_t> storage(n_pairs * sizeof(TokenPair) + alignof(TokenPair));
     const uintptr_t base = reinterpret_cast<uintptr_t>(storage.data());
-    TokenPair* tx = reinterpret_cast<TokenPair*>((base + alignof(TokenPair) - 1) & ~(uintptr_t{alignof(TokenPair)} - 1));
+    TokenPair* tx = reinterpret_cast<TokenPair*>((base + alignof(TokenPair) - 1) &
+                                                 ~(uintptr_t{alignof(TokenPair)} - 1));
     for (int64_t b = 0; b < nb; b += 2) tx[b / 2] = Token(x[b], x[b + (b + 1 < nb)]);
     if (nb % 2 != 0) MaskHigh(tx[n_pairs - 1]);
     for (int64_t r = a.row_begin; r < a.row_end; ++r) {
@@ -247,7 +251,8 @@ inline __m512i QuantizeLanes(__m512 v, __m512 id) {
 inline float AbsMax(const float* x, int k) {
   const __m512 sign = _mm512_set1_ps(-0.0f);
   __m512 m = _mm512_setzero_ps();
-  for (int i = 0; i < k; ++i) m = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + 16 * i)), m);
+  for (int i = 0; i < k; ++i)
+    m = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + 16 * i)), m);
   return _mm512_reduce_max_ps(m);
 }
 
@@ -286,8 +291,8 @@ void QuantizeQ8K(const float* x, int64_t n, ActBlockQ8K* blocks) {
       const __m128i b1 = _mm512_cvtepi32_epi8(QuantizeLanes(_mm512_loadu_ps(xk + 16), id));
       const __m128i b2 = _mm512_cvtepi32_epi8(QuantizeLanes(_mm512_loadu_ps(xk + 32), id));
       const __m128i b3 = _mm512_cvtepi32_epi8(QuantizeLanes(_mm512_loadu_ps(xk + 48), id));
-      const __m512i bytes = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_set_m128i(b1, b0)), _mm256_set_m128i(b3, b2), 1);
+      const __m512i bytes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(b1, b0)),
+                                               _mm256_set_m128i(b3, b2), 1);
       _mm512_storeu_si512(b.q + 64 * k, bytes);
       sums[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, bytes);
     }
@@ -297,7 +302,8 @@ void QuantizeQ8K(const float* x, int64_t n, ActBlockQ8K* blocks) {
                                          _mm512_unpackhi_epi32(sums[0], sums[1]));
     const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(sums[2], sums[3]),
                                          _mm512_unpackhi_epi32(sums[2], sums[3]));
-    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+    const __m512i u =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(b.bsums),
                         _mm512_cvtepi32_epi16(_mm512_permutexvar_epi32(order, u)));
   }

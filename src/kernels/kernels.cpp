@@ -24,9 +24,12 @@ using internal::kQK_K;
 
 std::string_view IsaName(Isa isa) {
   switch (isa) {
-    case Isa::kScalar: return "scalar";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
   }
   return "?";
 }
@@ -50,27 +53,36 @@ ActFormat ActFormatFor(TensorType weight_type) {
 
 int64_t ActBlockSize(ActFormat fmt) {
   switch (fmt) {
-    case ActFormat::kF32: return 1;
-    case ActFormat::kQ8: return 32;
-    case ActFormat::kQ8K: return kQK_K;
+    case ActFormat::kF32:
+      return 1;
+    case ActFormat::kQ8:
+      return 32;
+    case ActFormat::kQ8K:
+      return kQK_K;
   }
   return 1;
 }
 
 size_t ActRowBytes(ActFormat fmt, int64_t n) {
   switch (fmt) {
-    case ActFormat::kF32: return static_cast<size_t>(n) * sizeof(float);
-    case ActFormat::kQ8: return static_cast<size_t>(n / 32) * sizeof(ActBlockQ8);
-    case ActFormat::kQ8K: return static_cast<size_t>(n / kQK_K) * sizeof(ActBlockQ8K);
+    case ActFormat::kF32:
+      return static_cast<size_t>(n) * sizeof(float);
+    case ActFormat::kQ8:
+      return static_cast<size_t>(n / 32) * sizeof(ActBlockQ8);
+    case ActFormat::kQ8K:
+      return static_cast<size_t>(n / kQK_K) * sizeof(ActBlockQ8K);
   }
   return 0;
 }
 
 const KernelTable* GetKernels(Isa isa) {
   switch (isa) {
-    case Isa::kScalar: return &internal::ScalarKernels();
-    case Isa::kAvx2: return internal::Avx2Kernels();
-    case Isa::kAvx512: return internal::Avx512Kernels();
+    case Isa::kScalar:
+      return &internal::ScalarKernels();
+    case Isa::kAvx2:
+      return internal::Avx2Kernels();
+    case Isa::kAvx512:
+      return internal::Avx512Kernels();
   }
   return nullptr;
 }

@@ -11,9 +11,9 @@
 //
 // Activations are quantized once per row into the format the weight type
 // intends (ActFormatFor): F32 for float weights, Q8_0-style blocks of 32 with a
-// float scale and the block's sum for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, blocks of 256 with a float scale and sums of
-// 16-element groups for the k-quants Q4_K/Q5_K/Q6_K (docs/formats/gguf.md,
-// "activation formats").
+// float scale and the block's sum for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, blocks of 256 with a float scale
+// and sums of 16-element groups for the k-quants Q4_K/Q5_K/Q6_K (docs/formats/gguf.md, "activation
+// formats").
 //
 // Threading: pure functions; callers split rows across threads.
 #pragma once
@@ -30,10 +30,10 @@ enum class Isa { kScalar, kAvx2, kAvx512 };
 std::string_view IsaName(Isa isa);
 
 enum class ActFormat {
-  kF32,   // float[n]
-  kQ8,    // blocks of 32: {float d; int32 sum; int8 q[32]} (40 bytes), x ≈ d·q
-  kQ8K,   // blocks of 256: {float d; int8 q[256]; int16 bsums[16]} (292 bytes), x ≈ d·q,
-          // d = max|x|/127, bsums[g] = Σ q[16g .. 16g+15]
+  kF32,  // float[n]
+  kQ8,   // blocks of 32: {float d; int32 sum; int8 q[32]} (40 bytes), x ≈ d·q
+  kQ8K,  // blocks of 256: {float d; int8 q[256]; int16 bsums[16]} (292 bytes), x ≈ d·q,
+         // d = max|x|/127, bsums[g] = Σ q[16g .. 16g+15]
 };
 
 ActFormat ActFormatFor(TensorType weight_type);
@@ -43,14 +43,14 @@ size_t ActRowBytes(ActFormat fmt, int64_t n);
 
 struct MatMulArgs {
   TensorType w_type = TensorType::kF32;
-  const uint8_t* w = nullptr;        // [n_rows][w_row_bytes], row r = output feature r
+  const uint8_t* w = nullptr;  // [n_rows][w_row_bytes], row r = output feature r
   size_t w_row_bytes = 0;
   int64_t row_begin = 0, row_end = 0;  // rows of W to compute
-  const uint8_t* act = nullptr;      // [n_tokens][act_row_bytes], in ActFormatFor(w_type)
+  const uint8_t* act = nullptr;        // [n_tokens][act_row_bytes], in ActFormatFor(w_type)
   size_t act_row_bytes = 0;
   int64_t n_tokens = 0;
-  int64_t n = 0;                     // row length (elements), a multiple of the block size
-  float* out = nullptr;              // out[t * out_stride + r] for r in [row_begin, row_end)
+  int64_t n = 0;         // row length (elements), a multiple of the block size
+  float* out = nullptr;  // out[t * out_stride + r] for r in [row_begin, row_end)
   int64_t out_stride = 0;
 };
 
@@ -69,16 +69,16 @@ struct MatMulArgs {
 inline constexpr int kMaxAttendQueries = 64;
 struct AttendArgs {
   int64_t head_dim = 0;
-  int n_q = 0;                           // 1 .. kMaxAttendQueries
-  const float* const* q = nullptr;       // q[m]: head_dim floats
-  const int32_t* n_pos = nullptr;        // n_pos[m] >= 1
+  int n_q = 0;                      // 1 .. kMaxAttendQueries
+  const float* const* q = nullptr;  // q[m]: head_dim floats
+  const int32_t* n_pos = nullptr;   // n_pos[m] >= 1
   float scale = 1.0f;
   const float* k_base = nullptr;
   const float* v_base = nullptr;
   const size_t* const* row_off = nullptr;  // row_off[m][p]: floats from the base to the row
-  int32_t shared_pos = 0;                // positions whose rows every query shares
-  float* const* out = nullptr;           // out[m]: head_dim floats, apart from every input
-  float* scratch = nullptr;              // AttendScratchFloats(n_q, max n_pos, head_dim) floats
+  int32_t shared_pos = 0;                  // positions whose rows every query shares
+  float* const* out = nullptr;             // out[m]: head_dim floats, apart from every input
+  float* scratch = nullptr;                // AttendScratchFloats(n_q, max n_pos, head_dim) floats
 };
 size_t AttendScratchFloats(int n_q, int32_t max_pos, int64_t head_dim);
 

@@ -16,6 +16,7 @@ namespace strata::kernels::internal {
 namespace {
 
 #include "kernels/internal/matmul_tiles.inc"
+// After the tiles: it uses their helpers.
 #include "kernels/internal/avx512_matmul.inc"
 
 // ---------------------------------------------------------------------------
@@ -75,9 +76,9 @@ inline PrepK4 PrepareK4(const uint8_t* scales, uint16_t d, uint16_t dmin) {
   // Chunk c holds sub-block 2c in its lanes 0..7 (128-bit lanes 0, 1) and 2c+1
   // in lanes 8..15: pair (0, 1) has sc0, sc2 in 128-bit lanes 0, 1 and sc1, sc3
   // in lanes 2, 3.
-  const __m512i idx = _mm512_set_epi64(0x0003000300030003, 0x0001000100010001, 0x0003000300030003,
-                                       0x0001000100010001, 0x0002000200020002, 0,
-                                       0x0002000200020002, 0);
+  const __m512i idx =
+      _mm512_set_epi64(0x0003000300030003, 0x0001000100010001, 0x0003000300030003,
+                       0x0001000100010001, 0x0002000200020002, 0, 0x0002000200020002, 0);
   p.scales[0] = _mm512_permutexvar_epi16(idx, words);
   p.scales[1] = _mm512_permutexvar_epi16(_mm512_add_epi16(idx, _mm512_set1_epi16(4)), words);
   const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(bytes, bytes)));
@@ -150,7 +151,8 @@ struct Q4KKind {
     // Only the final add depends on acc, so the chain through the super-blocks
     // is one add long.
     const __m512 m = _mm512_fmadd_ps(p.mins[1], t.sums[1], _mm512_mul_ps(p.mins[0], t.sums[0]));
-    return _mm512_add_ps(acc, _mm512_fmsub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums), p.d), t.da, m));
+    return _mm512_add_ps(acc,
+                         _mm512_fmsub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums), p.d), t.da, m));
   }
 };
 
@@ -222,8 +224,10 @@ struct Q6KKind {
     // Move the wanted 2 bits to bits 4..5 of each byte (16-bit shifts; the bits
     // that cross into a neighbouring byte are masked off).
     const __m512i hi =
-        e == 0 ? _mm512_sllv_epi16(qh, _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1))
-               : _mm512_srlv_epi16(qh, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1));
+        e == 0 ? _mm512_sllv_epi16(
+                     qh, _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1))
+               : _mm512_srlv_epi16(
+                     qh, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1));
     // (low & 0x0F) | (hi & 0x30)
     return _mm512_ternarylogic_epi32(low, _mm512_set1_epi8(0x0F),
                                      _mm512_and_si512(hi, _mm512_set1_epi8(0x30)), 0xEA);
@@ -256,8 +260,10 @@ inline __m512i TileSums(const __m512i isum[T]) {
   const __m512i z = _mm512_setzero_si512();
   const __m512i i0 = isum[0], i1 = T > 1 ? isum[1] : z;
   const __m512i i2 = T > 2 ? isum[2] : z, i3 = T > 3 ? isum[3] : z;
-  const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(i0, i1), _mm512_unpackhi_epi32(i0, i1));
-  const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(i2, i3), _mm512_unpackhi_epi32(i2, i3));
+  const __m512i s01 =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(i0, i1), _mm512_unpackhi_epi32(i0, i1));
+  const __m512i s23 =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(i2, i3), _mm512_unpackhi_epi32(i2, i3));
   return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
 }
 
@@ -414,7 +420,8 @@ struct KQuantDecodedTiles {
     for (int i = 0; i < R; ++i) acc[i] = acc_store[tc / 4][i];
     const ActBlockQ8K* x[T];
 #pragma GCC unroll 8
-    for (int j = 0; j < T; ++j) x[j] = RowPtr<ActBlockQ8K>(a.act, a.act_row_bytes, t0 + tc + j) + b0;
+    for (int j = 0; j < T; ++j)
+      x[j] = RowPtr<ActBlockQ8K>(a.act, a.act_row_bytes, t0 + tc + j) + b0;
     for (int64_t b = 0; b < nb; ++b) {
       const ActBlockQ8K* xb[T];
 #pragma GCC unroll 8
@@ -431,12 +438,20 @@ struct KQuantDecodedTiles {
   template <int R>
   void TokenTiles(const MatMulArgs& a, int64_t t0, int64_t nt, int64_t b0, int64_t nb) {
     int64_t tc = 0;
-    for (; tc + kDecodedTokens <= nt; tc += kDecodedTokens) Tile<R, kDecodedTokens>(a, t0, b0, nb, tc);
+    for (; tc + kDecodedTokens <= nt; tc += kDecodedTokens)
+      Tile<R, kDecodedTokens>(a, t0, b0, nb, tc);
     switch (nt - tc) {
-      case 3: Tile<R, 3>(a, t0, b0, nb, tc); break;
-      case 2: Tile<R, 2>(a, t0, b0, nb, tc); break;
-      case 1: Tile<R, 1>(a, t0, b0, nb, tc); break;
-      default: break;
+      case 3:
+        Tile<R, 3>(a, t0, b0, nb, tc);
+        break;
+      case 2:
+        Tile<R, 2>(a, t0, b0, nb, tc);
+        break;
+      case 1:
+        Tile<R, 1>(a, t0, b0, nb, tc);
+        break;
+      default:
+        break;
     }
   }
 
@@ -472,10 +487,18 @@ struct KQuantDecodedTiles {
     if (!have_terms) return;
     for (int64_t tc = 0; tc < nt; tc += 4) {
       switch (tiles::MinI64(4, nt - tc)) {
-        case 4: FormTileTerms<4>(a, t0 + tc, n_blocks); break;
-        case 3: FormTileTerms<3>(a, t0 + tc, n_blocks); break;
-        case 2: FormTileTerms<2>(a, t0 + tc, n_blocks); break;
-        default: FormTileTerms<1>(a, t0 + tc, n_blocks); break;
+        case 4:
+          FormTileTerms<4>(a, t0 + tc, n_blocks);
+          break;
+        case 3:
+          FormTileTerms<3>(a, t0 + tc, n_blocks);
+          break;
+        case 2:
+          FormTileTerms<2>(a, t0 + tc, n_blocks);
+          break;
+        default:
+          FormTileTerms<1>(a, t0 + tc, n_blocks);
+          break;
       }
     }
   }
@@ -518,10 +541,18 @@ struct KQuantDecodedTiles {
             tiles::MinI64(kDecodedBlocks, n_blocks));
       }
       switch (nr) {
-        case 4: TokenTiles<4>(a, t0, nt, b0, nb); break;
-        case 3: TokenTiles<3>(a, t0, nt, b0, nb); break;
-        case 2: TokenTiles<2>(a, t0, nt, b0, nb); break;
-        default: TokenTiles<1>(a, t0, nt, b0, nb); break;
+        case 4:
+          TokenTiles<4>(a, t0, nt, b0, nb);
+          break;
+        case 3:
+          TokenTiles<3>(a, t0, nt, b0, nb);
+          break;
+        case 2:
+          TokenTiles<2>(a, t0, nt, b0, nb);
+          break;
+        default:
+          TokenTiles<1>(a, t0, nt, b0, nb);
+          break;
       }
     }
   }
@@ -549,7 +580,8 @@ struct KQuantDecodedTiles {
       for (int i = 0; i < kDecodedRows; ++i)
         o[i] = i < nr ? TileOutputs(acc_store[t / 4][i]) : _mm_setzero_ps();
       _MM_TRANSPOSE4_PS(o[0], o[1], o[2], o[3]);
-      for (int64_t k = 0; k < tiles::MinI64(4, nt - t); ++k) _mm_storeu_ps(&staged[t + k][col], o[k]);
+      for (int64_t k = 0; k < tiles::MinI64(4, nt - t); ++k)
+        _mm_storeu_ps(&staged[t + k][col], o[k]);
     }
   }
 };

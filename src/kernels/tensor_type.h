@@ -54,9 +54,9 @@ enum class TensorType : uint32_t {
 };
 
 struct TypeInfo {
-  std::string_view name;    // "Q8_0"
-  int32_t block_size;       // elements per block
-  int32_t block_bytes;      // bytes per block
+  std::string_view name;  // "Q8_0"
+  int32_t block_size;     // elements per block
+  int32_t block_bytes;    // bytes per block
 };
 
 // nullopt for an id no GGUF type has.

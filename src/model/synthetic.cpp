@@ -1,8 +1,8 @@
 #include "model/synthetic.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cctype>
+#include <cmath>
 #include <set>
 
 #include <fmt/format.h>
@@ -20,14 +20,14 @@ constexpr std::string_view kSpace = "\xE2\x96\x81";  // "▁"
 // Words of the built-in vocabulary; every prefix of "▁word" becomes a token so
 // that SentencePiece merges can build the whole word.
 constexpr std::string_view kWords[] = {
-    "the",   "a",     "and",   "to",    "of",    "in",    "was",   "he",    "she",  "it",
-    "you",   "that",  "is",    "for",   "on",    "with",  "they",  "but",   "had",  "his",
-    "her",   "at",    "one",   "day",   "there", "once",  "upon",  "time",  "little", "big",
-    "said",  "saw",   "play",  "went",  "very",  "happy", "friend", "love", "tree", "sun",
-    "ball",  "dog",   "cat",   "bird",  "house", "mom",   "dad",   "girl",  "boy",  "park",
-    "run",   "jump",  "look",  "help",  "good",  "fun",   "all",   "not",   "so",   "we",
-    "what",  "can",   "do",    "this",  "from",  "have",  "be",    "are",   "an",   "as",
-    "model", "strata", "cache", "token", "hello", "world", "server", "fast",  "slow", "data",
+    "the",   "a",      "and",   "to",    "of",    "in",    "was",    "he",   "she",    "it",
+    "you",   "that",   "is",    "for",   "on",    "with",  "they",   "but",  "had",    "his",
+    "her",   "at",     "one",   "day",   "there", "once",  "upon",   "time", "little", "big",
+    "said",  "saw",    "play",  "went",  "very",  "happy", "friend", "love", "tree",   "sun",
+    "ball",  "dog",    "cat",   "bird",  "house", "mom",   "dad",    "girl", "boy",    "park",
+    "run",   "jump",   "look",  "help",  "good",  "fun",   "all",    "not",  "so",     "we",
+    "what",  "can",    "do",    "this",  "from",  "have",  "be",     "are",  "an",     "as",
+    "model", "strata", "cache", "token", "hello", "world", "server", "fast", "slow",   "data",
 };
 
 struct Vocab {
@@ -71,7 +71,8 @@ bool UseMoreBits(int32_t layer, int32_t n_layers) {
 }
 
 bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // general.file_type: the numbering GGUF tools use for a file's dominant
@@ -80,18 +81,30 @@ uint32_t FileType(kernels::TensorType t, QuantMix mix) {
   if (mix == QuantMix::kQ4_K_M) return 15;
   if (mix == QuantMix::kQ5_K_M) return 17;
   switch (t) {
-    case kernels::TensorType::kF32: return 0;
-    case kernels::TensorType::kF16: return 1;
-    case kernels::TensorType::kQ4_0: return 2;
-    case kernels::TensorType::kQ4_1: return 3;
-    case kernels::TensorType::kQ8_0: return 7;
-    case kernels::TensorType::kQ5_0: return 8;
-    case kernels::TensorType::kQ5_1: return 9;
-    case kernels::TensorType::kQ4_K: return 14;  // "Q4_K_S": uniform Q4_K
-    case kernels::TensorType::kQ5_K: return 16;  // "Q5_K_S"
-    case kernels::TensorType::kQ6_K: return 18;
-    case kernels::TensorType::kBF16: return 32;
-    default: return 0;
+    case kernels::TensorType::kF32:
+      return 0;
+    case kernels::TensorType::kF16:
+      return 1;
+    case kernels::TensorType::kQ4_0:
+      return 2;
+    case kernels::TensorType::kQ4_1:
+      return 3;
+    case kernels::TensorType::kQ8_0:
+      return 7;
+    case kernels::TensorType::kQ5_0:
+      return 8;
+    case kernels::TensorType::kQ5_1:
+      return 9;
+    case kernels::TensorType::kQ4_K:
+      return 14;  // "Q4_K_S": uniform Q4_K
+    case kernels::TensorType::kQ5_K:
+      return 16;  // "Q5_K_S"
+    case kernels::TensorType::kQ6_K:
+      return 18;
+    case kernels::TensorType::kBF16:
+      return 32;
+    default:
+      return 0;
   }
 }
 
@@ -135,7 +148,9 @@ std::optional<SyntheticShape> NamedShape(std::string_view name) {
   return std::nullopt;
 }
 
-std::vector<std::string> NamedShapeNames() { return {"demo", "llama-100m", "llama-1b", "qwen2-0.5b"}; }
+std::vector<std::string> NamedShapeNames() {
+  return {"demo", "llama-100m", "llama-1b", "qwen2-0.5b"};
+}
 
 std::optional<std::pair<kernels::TensorType, QuantMix>> ParseTypeSpec(std::string_view spec) {
   std::string lower(spec);
@@ -147,11 +162,13 @@ std::optional<std::pair<kernels::TensorType, QuantMix>> ParseTypeSpec(std::strin
   return std::pair{*t, QuantMix::kUniform};
 }
 
-kernels::TensorType TypeForTensor(kernels::TensorType base, QuantMix mix, const std::string& name, int32_t layer,
-                         int32_t n_layers, int64_t row_length, bool tied_embeddings) {
+kernels::TensorType TypeForTensor(kernels::TensorType base, QuantMix mix, const std::string& name,
+                                  int32_t layer, int32_t n_layers, int64_t row_length,
+                                  bool tied_embeddings) {
   kernels::TensorType t = base;
   const bool k_mix = mix != QuantMix::kUniform;
-  const bool is_output = name == "output.weight" || (tied_embeddings && name == "token_embd.weight");
+  const bool is_output =
+      name == "output.weight" || (tied_embeddings && name == "token_embd.weight");
   if (k_mix && is_output) {
     // The output head keeps more bits; where its rows are not whole 256-blocks, Q8_0.
     return row_length % 256 == 0 ? kernels::TensorType::kQ6_K : kernels::TensorType::kQ8_0;
@@ -163,12 +180,21 @@ kernels::TensorType TypeForTensor(kernels::TensorType base, QuantMix mix, const 
   const int32_t block = kernels::GetTypeInfo(t).block_size;
   if (row_length % block == 0) return t;
   switch (t) {
-    case kernels::TensorType::kQ4_K: t = kernels::TensorType::kQ5_0; break;
-    case kernels::TensorType::kQ5_K: t = kernels::TensorType::kQ5_1; break;
-    case kernels::TensorType::kQ6_K: t = kernels::TensorType::kQ8_0; break;
-    default: t = kernels::TensorType::kF16; break;
+    case kernels::TensorType::kQ4_K:
+      t = kernels::TensorType::kQ5_0;
+      break;
+    case kernels::TensorType::kQ5_K:
+      t = kernels::TensorType::kQ5_1;
+      break;
+    case kernels::TensorType::kQ6_K:
+      t = kernels::TensorType::kQ8_0;
+      break;
+    default:
+      t = kernels::TensorType::kF16;
+      break;
   }
-  if (row_length % kernels::GetTypeInfo(t).block_size != 0 || !kernels::HasCodec(t)) return kernels::TensorType::kF16;
+  if (row_length % kernels::GetTypeInfo(t).block_size != 0 || !kernels::HasCodec(t))
+    return kernels::TensorType::kF16;
   return t;
 }
 
@@ -176,16 +202,15 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
                                  const SyntheticOptions& options, util::Logger& log) {
   const SyntheticShape& s = options.shape;
   if (s.architecture != "llama" && s.architecture != "qwen2") {
-    return util::InvalidArgumentError(
-        fmt::format("synthetic models: architecture '{}' is not supported (llama, qwen2)",
-                    s.architecture));
+    return util::InvalidArgumentError(fmt::format(
+        "synthetic models: architecture '{}' is not supported (llama, qwen2)", s.architecture));
   }
   if (s.n_embd <= 0 || s.n_layers <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_ff <= 0 ||
       s.n_embd % s.n_heads != 0 || s.n_heads % s.n_kv_heads != 0 ||
       (s.n_embd / s.n_heads) % 2 != 0 || s.n_ctx <= 0) {
     return util::InvalidArgumentError(fmt::format(
-        "synthetic models: inconsistent shape n_embd={} n_heads={} n_kv_heads={} n_ff={}",
-        s.n_embd, s.n_heads, s.n_kv_heads, s.n_ff));
+        "synthetic models: inconsistent shape n_embd={} n_heads={} n_kv_heads={} n_ff={}", s.n_embd,
+        s.n_heads, s.n_kv_heads, s.n_ff));
   }
   if (!kernels::HasCodec(options.type)) {
     return util::InvalidArgumentError(
@@ -213,8 +238,9 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
         std::vector<int32_t> types(static_cast<size_t>(value.size()));
         for (uint64_t i = 0; i < value.size(); ++i) {
           const int64_t t = value.IntAt(i).value_or(1);
-          types[i] = t == static_cast<int64_t>(text::TokenType::kByte) ? static_cast<int32_t>(text::TokenType::kNormal)
-                                                                : static_cast<int32_t>(t);
+          types[i] = t == static_cast<int64_t>(text::TokenType::kByte)
+                         ? static_cast<int32_t>(text::TokenType::kNormal)
+                         : static_cast<int32_t>(t);
         }
         w.SetInt32Array(key, types);
         continue;
@@ -256,9 +282,10 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
   const int64_t KV = static_cast<int64_t>(s.n_embd / s.n_heads) * s.n_kv_heads;
   const float sd = 0.02f;
   const float sd_out = 1.0f / std::sqrt(static_cast<float>(E));
-  auto matrix = [&](const std::string& name, int32_t layer, int64_t cols, int64_t rows, float stddev) {
-    const kernels::TensorType t = TypeForTensor(options.type, options.mix, name, layer, s.n_layers, cols,
-                                       s.tied_embeddings);
+  auto matrix = [&](const std::string& name, int32_t layer, int64_t cols, int64_t rows,
+                    float stddev) {
+    const kernels::TensorType t =
+        TypeForTensor(options.type, options.mix, name, layer, s.n_layers, cols, s.tied_embeddings);
     return w.AddTensor(name, {cols, rows}, t, random_rows(stddev));
   };
   auto vector = [&](const std::string& name, int64_t n, bool is_ones) {
@@ -288,7 +315,8 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
     STRATA_RETURN_IF_ERROR(matrix("output.weight", -1, E, n_vocab, sd_out));
   }
   log.Info("writing synthetic model '{}' ({} {} layers, n_embd {}, vocab {}, {}) to {}",
-           options.name, arch, s.n_layers, s.n_embd, n_vocab, kernels::TypeName(options.type), path);
+           options.name, arch, s.n_layers, s.n_embd, n_vocab, kernels::TypeName(options.type),
+           path);
   return w.Write(fs, path, options.pool,
                  [&log](size_t done, size_t total, const std::string& name) {
                    if (done == total || done % 16 == 0) {

@@ -62,8 +62,9 @@ std::optional<std::pair<kernels::TensorType, QuantMix>> ParseTypeSpec(std::strin
 // outside blocks), `row_length` its shape[0]. Where the chosen type's block
 // does not divide the row, falls back as GGUF quantizers do (Q4_K→Q5_0,
 // Q5_K→Q5_1, Q6_K→Q8_0, else F16).
-kernels::TensorType TypeForTensor(kernels::TensorType base, QuantMix mix, const std::string& name, int32_t layer,
-                         int32_t n_layers, int64_t row_length, bool tied_embeddings);
+kernels::TensorType TypeForTensor(kernels::TensorType base, QuantMix mix, const std::string& name,
+                                  int32_t layer, int32_t n_layers, int64_t row_length,
+                                  bool tied_embeddings);
 
 struct SyntheticOptions {
   SyntheticShape shape;
@@ -71,13 +72,14 @@ struct SyntheticOptions {
   QuantMix mix = QuantMix::kUniform;
   uint64_t seed = 42;
   std::string name = "strata-synthetic";
-  const format::GgufFile* vocab = nullptr;  // copy tokenizer.* from here; nullptr: built-in vocabulary
+  const format::GgufFile* vocab =
+      nullptr;  // copy tokenizer.* from here; nullptr: built-in vocabulary
   // Give the copied vocabulary's byte tokens ("<0xNN>", token type 6) the
   // normal type, so they print as that literal text. Random weights emit byte
   // tokens that do not form valid UTF-8, which some servers refuse to send;
   // with this, every token decodes to valid text (for server comparisons).
   bool byte_tokens_as_text = false;
-  util::ThreadPool* pool = nullptr; // encode rows in parallel
+  util::ThreadPool* pool = nullptr;  // encode rows in parallel
 };
 
 // The shape of the demo model strata writes when no model is available.

@@ -113,9 +113,9 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<format::GgufFil
                           get_dim(p + "attention.head_count_kv", c.n_heads, c.n_heads));
   STRATA_ASSIGN_OR_RETURN(c.n_ctx_train, get_dim(p + "context_length", 1 << 24, 2048));
   if (c.n_heads % c.n_kv_heads != 0) {
-    return InvalidArgumentError(fmt::format(
-        "attention.head_count {} is not a multiple of attention.head_count_kv {}", c.n_heads,
-        c.n_kv_heads));
+    return InvalidArgumentError(
+        fmt::format("attention.head_count {} is not a multiple of attention.head_count_kv {}",
+                    c.n_heads, c.n_kv_heads));
   }
   if (c.n_embd % c.n_heads != 0 && !g.Find(p + "attention.key_length")) {
     return InvalidArgumentError(fmt::format(
@@ -125,8 +125,8 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<format::GgufFil
                           get_dim(p + "attention.key_length", 4096, c.n_embd / c.n_heads));
   STRATA_ASSIGN_OR_RETURN(int32_t v_dim, get_dim(p + "attention.value_length", 4096, c.head_dim));
   if (v_dim != c.head_dim) {
-    return util::UnimplementedError(fmt::format(
-        "attention.value_length {} differs from key_length {}", v_dim, c.head_dim));
+    return util::UnimplementedError(
+        fmt::format("attention.value_length {} differs from key_length {}", v_dim, c.head_dim));
   }
   STRATA_ASSIGN_OR_RETURN(c.n_rot, get_dim(p + "rope.dimension_count", c.head_dim, c.head_dim));
   if (c.n_rot % 2 != 0) {
@@ -150,7 +150,8 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<format::GgufFil
     }
     c.rope_freq_scale = static_cast<float>(1.0 / factor);
   } else if (scaling != "none") {
-    return util::UnimplementedError(fmt::format("rope.scaling.type '{}' is not supported", scaling));
+    return util::UnimplementedError(
+        fmt::format("rope.scaling.type '{}' is not supported", scaling));
   }
   // GGUF llama weights are permuted for adjacent-pair rotation; qwen2 keeps the
   // original layout and rotates halves.
@@ -192,11 +193,12 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<format::GgufFil
     c.n_params += t.n_elements();
     c.weight_bytes += t.n_bytes;
   }
-  log.Info("model '{}': {} {} layers, n_embd {}, {} heads ({} kv), n_ff {}, vocab {}, {:.2f} M params, "
-           "{}, {:.1f} MiB",
-           c.name, c.architecture, c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.n_ff,
-           c.n_vocab, static_cast<double>(c.n_params) / 1e6, m->WeightTypeSummary(),
-           static_cast<double>(c.weight_bytes) / (1024.0 * 1024.0));
+  log.Info(
+      "model '{}': {} {} layers, n_embd {}, {} heads ({} kv), n_ff {}, vocab {}, {:.2f} M params, "
+      "{}, {:.1f} MiB",
+      c.name, c.architecture, c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.n_ff, c.n_vocab,
+      static_cast<double>(c.n_params) / 1e6, m->WeightTypeSummary(),
+      static_cast<double>(c.weight_bytes) / (1024.0 * 1024.0));
   return m;
 }
 
@@ -230,7 +232,8 @@ StatusOr<Weight> Model::LoadMatrix(const std::string& name, int64_t n_cols, int6
   log.Warn("tensor '{}' ({}, rows of {} are not whole blocks): converted to F32 at load", name,
            kernels::TypeName(t->type), n_cols);
   std::vector<uint8_t> buf(static_cast<size_t>(t->n_elements()) * sizeof(float));
-  kernels::DequantizeRow(t->type, t->data.data(), t->n_elements(), reinterpret_cast<float*>(buf.data()));
+  kernels::DequantizeRow(t->type, t->data.data(), t->n_elements(),
+                         reinterpret_cast<float*>(buf.data()));
   w.type = kernels::TensorType::kF32;
   w.data = buf.data();
   w.row_bytes = static_cast<size_t>(n_cols) * sizeof(float);
@@ -245,8 +248,8 @@ StatusOr<std::vector<float>> Model::LoadVector(const std::string& name, int64_t 
     return std::vector<float>();
   }
   if (t->shape != std::vector<int64_t>{n}) {
-    return InvalidArgumentError(fmt::format("tensor '{}' has shape {}, expected [{}]", name,
-                                            ShapeString(t->shape), n));
+    return InvalidArgumentError(
+        fmt::format("tensor '{}' has shape {}, expected [{}]", name, ShapeString(t->shape), n));
   }
   if (!kernels::HasCodec(t->type)) {
     return util::UnimplementedError(
@@ -301,7 +304,8 @@ std::string Model::WeightTypeSummary() const {
     }
   }
   if (totals.empty()) return "none";
-  std::sort(totals.begin(), totals.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(totals.begin(), totals.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
   std::string s(kernels::TypeName(totals[0].second));
   if (totals.size() > 1) s += " (mixed)";
   return s;
@@ -354,7 +358,8 @@ Forward::Act Forward::PrepareAct(const Weight& w, const float* x, int64_t n_toke
   const kernels::ActFormat fmt = kernels::ActFormatFor(w.type);
   const size_t rb = kernels::ActRowBytes(fmt, n);
   std::vector<uint8_t>& buf = act_[fmt == kernels::ActFormat::kF32 ? 0 : 1];
-  if (buf.size() < rb * static_cast<size_t>(n_tokens)) buf.resize(rb * static_cast<size_t>(n_tokens));
+  if (buf.size() < rb * static_cast<size_t>(n_tokens))
+    buf.resize(rb * static_cast<size_t>(n_tokens));
   uint8_t* dst = buf.data();
   auto quantize = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -389,20 +394,19 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
                       e.token, c.n_vocab));
     }
     if (e.seq < 0 || static_cast<size_t>(e.seq) >= batch.block_tables.size()) {
-      return InvalidArgumentError(fmt::format("forward: entry {}: sequence {} has no block table",
-                                              t, e.seq));
+      return InvalidArgumentError(
+          fmt::format("forward: entry {}: sequence {} has no block table", t, e.seq));
     }
     const auto& table = batch.block_tables[static_cast<size_t>(e.seq)];
     if (e.pos < 0 || static_cast<size_t>(e.pos / kv.block_size) >= table.size()) {
-      return InvalidArgumentError(fmt::format(
-          "forward: entry {}: position {} is not covered by the sequence's {} blocks", t, e.pos,
-          table.size()));
+      return InvalidArgumentError(
+          fmt::format("forward: entry {}: position {} is not covered by the sequence's {} blocks",
+                      t, e.pos, table.size()));
     }
     for (size_t b = 0; b <= static_cast<size_t>(e.pos / kv.block_size); ++b) {
       if (table[b] < 0 || table[b] >= kv.n_blocks) {
-        return InvalidArgumentError(
-            fmt::format("forward: sequence {}: block id {} is outside [0, {})", e.seq, table[b],
-                        kv.n_blocks));
+        return InvalidArgumentError(fmt::format(
+            "forward: sequence {}: block id {} is outside [0, {})", e.seq, table[b], kv.n_blocks));
       }
     }
     max_pos = std::max(max_pos, e.pos);
@@ -414,8 +418,9 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
                                             logits.size(), n_logits * c.n_vocab));
   }
   if (static_cast<int64_t>(hidden.size()) < n_hidden * c.n_embd) {
-    return InvalidArgumentError(fmt::format("forward: hidden-state buffer holds {} floats, needs {}",
-                                            hidden.size(), n_hidden * c.n_embd));
+    return InvalidArgumentError(
+        fmt::format("forward: hidden-state buffer holds {} floats, needs {}", hidden.size(),
+                    n_hidden * c.n_embd));
   }
 
   const int64_t D = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), F = c.n_ff, HD = c.head_dim;
@@ -442,9 +447,10 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
   pool_.ParallelFor(T, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const BatchEntry& e = batch.entries[static_cast<size_t>(t)];
-      kernels::DequantizeRow(m_.token_embd_.type,
-                    m_.token_embd_.data + static_cast<size_t>(e.token) * m_.token_embd_.row_bytes,
-                    D, x_.data() + t * D);
+      kernels::DequantizeRow(
+          m_.token_embd_.type,
+          m_.token_embd_.data + static_cast<size_t>(e.token) * m_.token_embd_.row_bytes, D,
+          x_.data() + t * D);
       const double p = static_cast<double>(e.pos) * c.rope_freq_scale;
       for (int32_t i = 0; i < half_rot; ++i) {
         const double ang = p * m_.rope_inv_freq_[static_cast<size_t>(i)];
@@ -457,7 +463,8 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
   const int32_t bs = kv.block_size;
   const size_t layer_floats = 2 * static_cast<size_t>(bs) * static_cast<size_t>(KVD);
   auto kv_row = [&](int32_t seq, int32_t pos, int32_t layer, int which) -> float* {
-    const int32_t block = batch.block_tables[static_cast<size_t>(seq)][static_cast<size_t>(pos / bs)];
+    const int32_t block =
+        batch.block_tables[static_cast<size_t>(seq)][static_cast<size_t>(pos / bs)];
     return kv.data + (static_cast<size_t>(block) * c.n_layers + layer) * layer_floats +
            static_cast<size_t>(which) * bs * KVD + static_cast<size_t>(pos % bs) * KVD;
   };
@@ -544,7 +551,8 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
       t = end;
     }
   }
-  const size_t scratch_per_thread = kernels::AttendScratchFloats(kernels::kMaxAttendQueries, max_pos + 1, HD);
+  const size_t scratch_per_thread =
+      kernels::AttendScratchFloats(kernels::kMaxAttendQueries, max_pos + 1, HD);
   grow(scores_, static_cast<int64_t>(pool_.size()) * static_cast<int64_t>(scratch_per_thread));
 
   for (int32_t l = 0; l < c.n_layers; ++l) {
@@ -558,9 +566,11 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
     });
     Act act = PrepareAct(L.wq, xn_.data(), T, D);
     MatMul(L.wq, act, T, q_.data(), QD);
-    if (kernels::ActFormatFor(L.wk.type) != kernels::ActFormatFor(L.wq.type)) act = PrepareAct(L.wk, xn_.data(), T, D);
+    if (kernels::ActFormatFor(L.wk.type) != kernels::ActFormatFor(L.wq.type))
+      act = PrepareAct(L.wk, xn_.data(), T, D);
     MatMul(L.wk, act, T, k_.data(), KVD);
-    if (kernels::ActFormatFor(L.wv.type) != kernels::ActFormatFor(L.wk.type)) act = PrepareAct(L.wv, xn_.data(), T, D);
+    if (kernels::ActFormatFor(L.wv.type) != kernels::ActFormatFor(L.wk.type))
+      act = PrepareAct(L.wv, xn_.data(), T, D);
     MatMul(L.wv, act, T, v_.data(), KVD);
 
     pool_.ParallelFor(T, [&](int64_t begin, int64_t end) {
@@ -569,13 +579,18 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
         float* qt = q_.data() + t * QD;
         float* kt = k_.data() + t * KVD;
         float* vt = v_.data() + t * KVD;
-        if (!L.bq.empty()) for (int64_t i = 0; i < QD; ++i) qt[i] += L.bq[static_cast<size_t>(i)];
-        if (!L.bk.empty()) for (int64_t i = 0; i < KVD; ++i) kt[i] += L.bk[static_cast<size_t>(i)];
-        if (!L.bv.empty()) for (int64_t i = 0; i < KVD; ++i) vt[i] += L.bv[static_cast<size_t>(i)];
+        if (!L.bq.empty())
+          for (int64_t i = 0; i < QD; ++i) qt[i] += L.bq[static_cast<size_t>(i)];
+        if (!L.bk.empty())
+          for (int64_t i = 0; i < KVD; ++i) kt[i] += L.bk[static_cast<size_t>(i)];
+        if (!L.bv.empty())
+          for (int64_t i = 0; i < KVD; ++i) vt[i] += L.bv[static_cast<size_t>(i)];
         const float* ct = rope_cos_.data() + t * half_rot;
         const float* st = rope_sin_.data() + t * half_rot;
-        for (int32_t h = 0; h < c.n_heads; ++h) RopeHead(qt + h * HD, ct, st, c.n_rot, c.rope_style);
-        for (int32_t h = 0; h < c.n_kv_heads; ++h) RopeHead(kt + h * HD, ct, st, c.n_rot, c.rope_style);
+        for (int32_t h = 0; h < c.n_heads; ++h)
+          RopeHead(qt + h * HD, ct, st, c.n_rot, c.rope_style);
+        for (int32_t h = 0; h < c.n_kv_heads; ++h)
+          RopeHead(kt + h * HD, ct, st, c.n_rot, c.rope_style);
         std::memcpy(kv_row(e.seq, e.pos, l, 0), kt, static_cast<size_t>(KVD) * sizeof(float));
         std::memcpy(kv_row(e.seq, e.pos, l, 1), vt, static_cast<size_t>(KVD) * sizeof(float));
       }
@@ -630,7 +645,8 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
     act = PrepareAct(L.wo, att_.data(), T, QD);
     MatMul(L.wo, act, T, xn_.data(), D);
     pool_.ParallelFor(T * D, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) x_[static_cast<size_t>(i)] += xn_[static_cast<size_t>(i)];
+      for (int64_t i = begin; i < end; ++i)
+        x_[static_cast<size_t>(i)] += xn_[static_cast<size_t>(i)];
     });
 
     // Feed-forward block: down(silu(gate(x)) * up(x)).
@@ -646,7 +662,8 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
       float* xc = xn_.data() + t0 * D;
       act = PrepareAct(L.w_gate, xc, n, D);
       MatMul(L.w_gate, act, n, gate_.data(), F);
-      if (kernels::ActFormatFor(L.w_up.type) != kernels::ActFormatFor(L.w_gate.type)) act = PrepareAct(L.w_up, xc, n, D);
+      if (kernels::ActFormatFor(L.w_up.type) != kernels::ActFormatFor(L.w_gate.type))
+        act = PrepareAct(L.w_up, xc, n, D);
       MatMul(L.w_up, act, n, up_.data(), F);
       pool_.ParallelFor(n * F, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
@@ -658,7 +675,8 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
       MatMul(L.w_down, act, n, xc, D);
     }
     pool_.ParallelFor(T * D, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) x_[static_cast<size_t>(i)] += xn_[static_cast<size_t>(i)];
+      for (int64_t i = begin; i < end; ++i)
+        x_[static_cast<size_t>(i)] += xn_[static_cast<size_t>(i)];
     });
   }
 

@@ -48,14 +48,14 @@ struct ModelConfig {
   std::string architecture;  // "llama"
   std::string name;          // general.name
   int32_t n_vocab = 0;
-  int32_t n_ctx_train = 0;   // context length the model was trained for
-  int32_t n_embd = 0;        // residual width
+  int32_t n_ctx_train = 0;  // context length the model was trained for
+  int32_t n_embd = 0;       // residual width
   int32_t n_layers = 0;
   int32_t n_heads = 0;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t n_ff = 0;
-  int32_t n_rot = 0;         // rotated dimensions per head
+  int32_t n_rot = 0;  // rotated dimensions per head
   float rms_eps = 1e-5f;
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // positions are multiplied by this (linear scaling)
@@ -85,8 +85,7 @@ struct LoadOptions {
 class Model {
  public:
   static util::StatusOr<std::unique_ptr<Model>> Load(util::FileSystem& fs, const std::string& path,
-                                                     const LoadOptions& options,
-                                                     util::Logger& log);
+                                                     const LoadOptions& options, util::Logger& log);
   static util::StatusOr<std::unique_ptr<Model>> FromGguf(std::unique_ptr<format::GgufFile> gguf,
                                                          util::Logger& log);
 
@@ -116,11 +115,11 @@ class Model {
   std::unique_ptr<format::GgufFile> gguf_;
   std::unique_ptr<text::Tokenizer> tokenizer_;
   ModelConfig config_;
-  Weight token_embd_;             // [n_vocab] rows of n_embd
-  Weight output_;                 // [n_vocab] rows of n_embd (token_embd_ when tied)
+  Weight token_embd_;  // [n_vocab] rows of n_embd
+  Weight output_;      // [n_vocab] rows of n_embd (token_embd_ when tied)
   std::vector<float> output_norm_;
   std::vector<Layer> layers_;
-  std::vector<double> rope_inv_freq_;  // [n_rot / 2]
+  std::vector<double> rope_inv_freq_;        // [n_rot / 2]
   std::vector<std::vector<uint8_t>> owned_;  // weights converted at load (rare)
   uint64_t fingerprint_ = 0;
 };
@@ -140,10 +139,10 @@ inline size_t KvFloatsPerBlock(const ModelConfig& c, int32_t block_size) {
 
 struct BatchEntry {
   int32_t token = 0;
-  int32_t pos = 0;     // position in its sequence; positions [0, pos) are already in the KV cache
-  int32_t seq = 0;     // index into ForwardBatch::block_tables
-  bool logits = false; // produce this entry's logits
-  bool hidden = false; // produce this entry's final hidden state (after the output norm)
+  int32_t pos = 0;      // position in its sequence; positions [0, pos) are already in the KV cache
+  int32_t seq = 0;      // index into ForwardBatch::block_tables
+  bool logits = false;  // produce this entry's logits
+  bool hidden = false;  // produce this entry's final hidden state (after the output norm)
 };
 
 struct ForwardBatch {
@@ -153,7 +152,8 @@ struct ForwardBatch {
 
 class Forward {
  public:
-  Forward(const Model& model, util::ThreadPool& pool, const kernels::KernelTable& kernels = kernels::BestKernels());
+  Forward(const Model& model, util::ThreadPool& pool,
+          const kernels::KernelTable& kernels = kernels::BestKernels());
 
   // Writes K/V of every entry into `kv` and, for entries with `logits`, their
   // next-token logits into `logits` ([n_logit_entries][n_vocab], entry order);
@@ -180,7 +180,7 @@ class Forward {
   const kernels::KernelTable& kernels_;
   // Scratch, grown on demand; [n_tokens][width] row-major each.
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, rope_cos_, rope_sin_;
-  std::vector<float> scores_;            // [threads][kernels::AttendScratchFloats(...)]
+  std::vector<float> scores_;  // [threads][kernels::AttendScratchFloats(...)]
   // Attention work of a batch: per sequence the offset of each position's K
   // row from layer 0's KV base (row_off_), where each entry's sequence starts
   // in it (entry_row_off_), and the (entries, KV head) tiles.
@@ -194,7 +194,7 @@ class Forward {
   std::vector<size_t> row_off_;
   std::vector<size_t> entry_row_off_;
   std::vector<AttendTile> attend_tiles_;
-  std::vector<uint8_t> act_[2];          // quantized activations per kernels::ActFormat
+  std::vector<uint8_t> act_[2];  // quantized activations per kernels::ActFormat
 };
 
 }  // namespace strata::model

@@ -15,8 +15,8 @@ bool ValidName(const std::string& s, bool label) {
   if (s.empty()) return false;
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
-    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
-                       (!label && c == ':');
+    const bool alpha =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (!label && c == ':');
     const bool digit = c >= '0' && c <= '9';
     if (!(alpha || (i > 0 && digit))) return false;
   }
@@ -26,10 +26,14 @@ bool ValidName(const std::string& s, bool label) {
 std::string EscapeLabel(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -37,9 +41,12 @@ std::string EscapeLabel(const std::string& v) {
 std::string EscapeHelp(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -83,8 +90,8 @@ HistogramValue::HistogramValue(const std::vector<double>& bounds)
 }
 
 void HistogramValue::Observe(double v) {
-  const size_t i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) -
-                                       bounds_.begin());
+  const size_t i =
+      static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
   buckets_[i].fetch_add(1, std::memory_order_relaxed);
   AtomicAdd(sum_, v);
   count_.fetch_add(1, std::memory_order_relaxed);
@@ -142,8 +149,8 @@ Family<CounterValue>& MetricsRegistry::Counter(const std::string& name, const st
                                                std::vector<std::string> labels) {
   for (const auto& l : labels) STRATA_CHECK_MSG(ValidName(l, true), "invalid label name");
   Entry& e = Add(name, help, "counter");
-  e.counter.reset(new Family<CounterValue>(std::move(labels),
-                                           [] { return std::make_unique<CounterValue>(); }));
+  e.counter.reset(
+      new Family<CounterValue>(std::move(labels), [] { return std::make_unique<CounterValue>(); }));
   return *e.counter;
 }
 
@@ -156,8 +163,7 @@ Family<GaugeValue>& MetricsRegistry::Gauge(const std::string& name, const std::s
   return *e.gauge;
 }
 
-Family<HistogramValue>& MetricsRegistry::Histogram(const std::string& name,
-                                                   const std::string& help,
+Family<HistogramValue>& MetricsRegistry::Histogram(const std::string& name, const std::string& help,
                                                    std::vector<std::string> labels,
                                                    std::vector<double> bounds) {
   for (const auto& l : labels) {
@@ -188,16 +194,18 @@ void MetricsRegistry::ChildCallback(const std::string& name, std::vector<std::st
   auto attach = [&](auto& family) {
     STRATA_CHECK_MSG(label_values.size() == family.labels_.size(), "wrong number of label values");
     std::lock_guard<std::mutex> l(family.mu_);
-    STRATA_CHECK_MSG(family.children_.count(label_values) == 0 &&
-                         family.read_children_.count(label_values) == 0,
-                     "label set registered twice");
+    STRATA_CHECK_MSG(
+        family.children_.count(label_values) == 0 && family.read_children_.count(label_values) == 0,
+        "label set registered twice");
     family.read_children_.emplace(std::move(label_values), std::move(read));
   };
   for (const auto& e : entries_) {
     if (e->name != name) continue;
     STRATA_CHECK_MSG(e->counter || e->gauge, "ChildCallback needs a labelled counter or gauge");
-    if (e->counter) attach(*e->counter);
-    else attach(*e->gauge);
+    if (e->counter)
+      attach(*e->counter);
+    else
+      attach(*e->gauge);
     return;
   }
   STRATA_CHECK_MSG(false, "ChildCallback: no such metric family");

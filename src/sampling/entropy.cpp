@@ -32,10 +32,10 @@ Eval EvalAt(std::span<const Candidate> c, float mx, double beta) {
 
 struct Shape {
   float mx = 0;
-  double gap2 = 0;    // max - the largest logit below it (0 when all tie)
-  double range = 0;   // max - min
-  size_t ties = 0;    // tokens at the max
-  double sigma = 0;   // unweighted standard deviation of the logits
+  double gap2 = 0;   // max - the largest logit below it (0 when all tie)
+  double range = 0;  // max - min
+  size_t ties = 0;   // tokens at the max
+  double sigma = 0;  // unweighted standard deviation of the logits
 };
 
 Shape ShapeOf(std::span<const Candidate> c) {

@@ -47,9 +47,9 @@ enum class EntropyClamp : uint8_t {
 std::string_view EntropyClampName(EntropyClamp c);
 
 struct SolverOptions {
-  double tolerance_nats = 1e-3;     // (0, 0.1]; stop when |H - H*| < tolerance
-  int32_t max_iterations = 20;      // [1, 100]; entropy evaluations at most
-  double initial_temperature = 0;   // > 0: first guess (warm start); 0 = estimate from the logits
+  double tolerance_nats = 1e-3;    // (0, 0.1]; stop when |H - H*| < tolerance
+  int32_t max_iterations = 20;     // [1, 100]; entropy evaluations at most
+  double initial_temperature = 0;  // > 0: first guess (warm start); 0 = estimate from the logits
 };
 
 struct TemperatureSolution {
@@ -57,7 +57,7 @@ struct TemperatureSolution {
   double entropy_nats = 0.0;  // H(softmax(z/T)) achieved
   int32_t iterations = 0;     // entropy evaluations used
   EntropyClamp clamp = EntropyClamp::kNone;
-  bool converged = false;     // |H - H*| < tolerance, or clamped at the reachable end
+  bool converged = false;  // |H - H*| < tolerance, or clamped at the reachable end
 };
 
 // Solves H(softmax(z/T)) = target_nats over the logits of c (non-empty,

@@ -6,8 +6,8 @@
 #include <numbers>
 
 #include "sampling/internal/fast_exp.h"
-#include "sampling/internal/vector_math.h"
 #include "sampling/internal/select.h"
+#include "sampling/internal/vector_math.h"
 
 namespace strata::sampling {
 
@@ -48,9 +48,7 @@ Candidates SortByLogit(Candidates c) {
   return c;
 }
 
-void PartialSelect(std::span<Candidate> c, size_t m) {
-  internal::PartialSelectBest(c, m);
-}
+void PartialSelect(std::span<Candidate> c, size_t m) { internal::PartialSelectBest(c, m); }
 
 float PenalizedLogit(float logit, int32_t count, const Penalties& p) {
   if (count <= 0) return logit;
@@ -166,7 +164,8 @@ Candidates MirostatV2(Candidates c, float mu_bits) {
   const float mx = MaxLogit(c);
   const double log_z = std::log(SumExp(c.items, mx).z);
   // -log2 p <= mu  <=>  x - ln Z >= -mu ln 2, x = logit - mx.
-  const double cutoff = static_cast<double>(mx) + log_z - static_cast<double>(mu_bits) * std::numbers::ln2;
+  const double cutoff =
+      static_cast<double>(mx) + log_z - static_cast<double>(mu_bits) * std::numbers::ln2;
   if (cutoff > mx) {
     // Even the most likely token is more surprising than mu: keep it alone.
     const Candidate best = c.order == Order::kByLogit
@@ -200,7 +199,8 @@ DrawResult Draw(const Candidates& c, double uniform) {
   std::vector<double> block_z(n_blocks);
   double z = 0, zx = 0;
   for (size_t b = 0; b < n_blocks; ++b) {
-    const auto block = std::span<const Candidate>(v).subspan(b * kb, std::min(kb, v.size() - b * kb));
+    const auto block =
+        std::span<const Candidate>(v).subspan(b * kb, std::min(kb, v.size() - b * kb));
     const internal::ExpSums s = SumExp(block, mx);
     block_z[b] = s.z;
     z += s.z;

@@ -115,10 +115,10 @@ Candidates MirostatV2(Candidates c, float mu_bits);
 float MirostatV2Update(float mu_bits, float tau_bits, float eta, double p_chosen);
 
 struct DrawResult {
-  int32_t id = -1;            // the drawn token
-  double probability = 0;     // its probability in the distribution drawn from
-  double entropy_nats = 0;    // entropy of that distribution
-  size_t n_candidates = 0;    // size of the set drawn from
+  int32_t id = -1;          // the drawn token
+  double probability = 0;   // its probability in the distribution drawn from
+  double entropy_nats = 0;  // entropy of that distribution
+  size_t n_candidates = 0;  // size of the set drawn from
 };
 
 // Draws from softmax(logits) of c (non-empty) by inverse CDF: walks the

@@ -57,8 +57,7 @@ util::StatusOr<std::vector<Policy>> ParseLevels(std::string_view spec) {
   for (std::string_view item : split(spec, ',')) {
     const size_t i = out.size();
     auto bad = [&](const std::string& why) {
-      return util::InvalidArgumentError(
-          fmt::format("rt levels: item {} '{}': {}", i, item, why));
+      return util::InvalidArgumentError(fmt::format("rt levels: item {} '{}': {}", i, item, why));
     };
     const std::vector<std::string_view> f = split(item, ':');
     if (f.size() != 4 && f.size() != 5) {
@@ -143,9 +142,9 @@ std::string Describe(std::string_view name, const SignalStats& s, double sigmas)
       !s.from_window
           ? fmt::format("the ceiling; {} intervals in the window, too few for a threshold",
                         s.n_window)
-                     : fmt::format("window mean {:.4f} s + {} sigma {:.4f} s over {} intervals{}",
-                                   s.mean_s, sigmas, s.stddev_s, s.n_window,
-                                   s.clamped ? ", clamped to the floor/ceiling" : "");
+          : fmt::format("window mean {:.4f} s + {} sigma {:.4f} s over {} intervals{}", s.mean_s,
+                        sigmas, s.stddev_s, s.n_window,
+                        s.clamped ? ", clamped to the floor/ceiling" : "");
   return fmt::format("{} p95 {:.4f} s {} threshold {:.4f} s ({}; {} samples)", name, s.p95_s, rel,
                      s.threshold_s, how, s.n_samples);
 }
@@ -165,8 +164,8 @@ std::string Decision::Reason() const {
   if (dwell_blocked) streak += " (waiting for the minimum dwell)";
   if (!step_up_held.empty()) streak += fmt::format(" (step up held: {})", step_up_held);
   return fmt::format("{} {} -> {}: {}; {}; {}", SwitchActionName(action), from_level, to_level,
-                     streak,
-                     Describe("ttft", ttft, threshold_sigmas), Describe("tpot", tpot, threshold_sigmas));
+                     streak, Describe("ttft", ttft, threshold_sigmas),
+                     Describe("tpot", tpot, threshold_sigmas));
 }
 
 util::StatusOr<std::unique_ptr<RtSwitcher>> RtSwitcher::Create(
@@ -179,12 +178,12 @@ util::StatusOr<std::unique_ptr<RtSwitcher>> RtSwitcher::Create(
       return bad(fmt::format("levels[{}].level is {}, must be {}", i, p.level, i));
     }
     if (!(p.trace_sample_rate >= 0 && p.trace_sample_rate <= 1)) {
-      return bad(fmt::format("levels[{}].trace_sample_rate {} is outside [0, 1]", i,
-                             p.trace_sample_rate));
+      return bad(
+          fmt::format("levels[{}].trace_sample_rate {} is outside [0, 1]", i, p.trace_sample_rate));
     }
     if (p.max_batch_size < 0 || p.max_batch_size > 65536) {
-      return bad(fmt::format("levels[{}].max_batch_size {} is outside [0, 65536]", i,
-                             p.max_batch_size));
+      return bad(
+          fmt::format("levels[{}].max_batch_size {} is outside [0, 65536]", i, p.max_batch_size));
     }
     if (p.max_tokens_cap < 0) {
       return bad(fmt::format("levels[{}].max_tokens_cap {} is negative", i, p.max_tokens_cap));
@@ -277,7 +276,8 @@ SignalStats RtSwitcher::Evaluate(Signal& s, const SignalLimits& limits) {
   if (st.p95_known) {
     // Nearest rank: the smallest sample with at least 95% of samples at or below it.
     const size_t rank = static_cast<size_t>(std::ceil(0.95 * st.n_samples));
-    std::nth_element(s.interval_s.begin(), s.interval_s.begin() + static_cast<std::ptrdiff_t>(rank - 1),
+    std::nth_element(s.interval_s.begin(),
+                     s.interval_s.begin() + static_cast<std::ptrdiff_t>(rank - 1),
                      s.interval_s.end());
     st.p95_s = s.interval_s[rank - 1];
   }

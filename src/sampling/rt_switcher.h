@@ -92,11 +92,11 @@ enum class SamplingTier : uint8_t {
 };
 
 struct Policy {
-  int32_t level = 0;                // index into RtSwitcherOptions::levels; 0 = full quality
-  double trace_sample_rate = 1.0;   // [0, 1]; fraction of requests traced
+  int32_t level = 0;               // index into RtSwitcherOptions::levels; 0 = full quality
+  double trace_sample_rate = 1.0;  // [0, 1]; fraction of requests traced
   SamplingTier sampling_tier = SamplingTier::kEntropyTargeted;
-  int32_t max_batch_size = 0;       // [0, 65536] sequences per step; 0 = no cap
-  int32_t max_tokens_cap = 0;       // >= 0 generated tokens per request; 0 = no cap
+  int32_t max_batch_size = 0;  // [0, 65536] sequences per step; 0 = no cap
+  int32_t max_tokens_cap = 0;  // >= 0 generated tokens per request; 0 = no cap
   // [0, 3600] seconds; 0 = no limit. Admission shaping: new requests are
   // refused while those already waiting would take longer than this to be
   // admitted at the recent admission rate (so a queue never holds more wait
@@ -134,7 +134,7 @@ struct SignalLimits {
 };
 
 struct RtSwitcherOptions {
-  std::vector<Policy> levels = DefaultLevels();  // >= 1; levels[i].level must be i
+  std::vector<Policy> levels = DefaultLevels();                 // >= 1; levels[i].level must be i
   std::chrono::nanoseconds interval = std::chrono::seconds(1);  // > 0; one evaluation each
   int32_t min_interval_samples = 5;   // [1, 1e6]; fewer: that interval's P95 is unknown
   int32_t window_intervals = 60;      // [2, 1e5]; interval P95s giving mean and sigma
@@ -154,19 +154,19 @@ std::string_view SwitchActionName(SwitchAction a);
 
 // One signal in one interval.
 struct SignalStats {
-  int32_t n_samples = 0;       // in the interval
-  bool idle = false;           // no samples
-  bool p95_known = false;      // n_samples >= min_interval_samples
-  double p95_s = 0;            // nearest-rank P95 of the interval
-  int32_t n_window = 0;        // known P95s in the window (before this interval)
-  double mean_s = 0;           // of the window's P95s
-  double stddev_s = 0;         // of the window's P95s (population)
+  int32_t n_samples = 0;   // in the interval
+  bool idle = false;       // no samples
+  bool p95_known = false;  // n_samples >= min_interval_samples
+  double p95_s = 0;        // nearest-rank P95 of the interval
+  int32_t n_window = 0;    // known P95s in the window (before this interval)
+  double mean_s = 0;       // of the window's P95s
+  double stddev_s = 0;     // of the window's P95s (population)
   bool has_threshold = false;
-  double threshold_s = 0;      // clamp(mean + k sigma, floor, ceiling)
-  bool from_window = false;    // mean and sigma were computed (enough intervals in the window)
-  bool clamped = false;        // the floor or ceiling decided the threshold
+  double threshold_s = 0;    // clamp(mean + k sigma, floor, ceiling)
+  bool from_window = false;  // mean and sigma were computed (enough intervals in the window)
+  bool clamped = false;      // the floor or ceiling decided the threshold
   bool breach = false;
-  bool calm = false;           // below calm_fraction * threshold
+  bool calm = false;  // below calm_fraction * threshold
 };
 
 struct Decision {
@@ -175,9 +175,9 @@ struct Decision {
   int32_t to_level = 0;
   std::chrono::steady_clock::time_point interval_end;  // when the evaluation happened
   SignalStats ttft, tpot;
-  bool breach = false;          // this interval, over both signals
+  bool breach = false;  // this interval, over both signals
   bool calm = false;
-  int32_t breach_streak = 0;    // consecutive intervals, including this one
+  int32_t breach_streak = 0;  // consecutive intervals, including this one
   int32_t calm_streak = 0;
   int32_t n_refused = 0;        // requests refused for load in the interval (a breach if > 0)
   bool dwell_blocked = false;   // a sustained streak waits for min_dwell

@@ -34,7 +34,8 @@ util::Status Validate(const SamplingParams& p) {
   if (!(p.repetition_penalty > 0.0f && p.repetition_penalty <= 10.0f)) {
     return OutOfRange("repetition_penalty", p.repetition_penalty, "(0, 10]");
   }
-  if (!(p.typical_p > 0.0f && p.typical_p <= 1.0f)) return OutOfRange("typical_p", p.typical_p, "(0, 1]");
+  if (!(p.typical_p > 0.0f && p.typical_p <= 1.0f))
+    return OutOfRange("typical_p", p.typical_p, "(0, 1]");
   if (std::isnan(p.target_entropy) || p.target_entropy > 100.0f) {
     return OutOfRange("target_entropy", p.target_entropy, "[0, 100] (or < 0 for off)");
   }
@@ -48,8 +49,9 @@ util::Status Validate(const SamplingParams& p) {
     return OutOfRange("mirostat_eta", p.mirostat_eta, "(0, 1]");
   }
   if (p.mirostat && p.target_entropy >= 0.0f) {
-    return util::InvalidArgumentError(fmt::format(
-        "mirostat and target_entropy {} are exclusive: both set the temperature", p.target_entropy));
+    return util::InvalidArgumentError(
+        fmt::format("mirostat and target_entropy {} are exclusive: both set the temperature",
+                    p.target_entropy));
   }
   return util::OkStatus();
 }
@@ -83,8 +85,8 @@ util::StatusOr<StepReport> Sampler::SampleWithReport(std::span<const float> logi
   const Penalties pen{.repetition = p.repetition_penalty,
                       .presence = p.presence_penalty,
                       .frequency = p.frequency_penalty};
-  const bool penalise = !counts_.empty() && (pen.repetition != 1.0f || pen.presence != 0.0f ||
-                                             pen.frequency != 0.0f);
+  const bool penalise =
+      !counts_.empty() && (pen.repetition != 1.0f || pen.presence != 0.0f || pen.frequency != 0.0f);
   StepReport r;
   if (p.temperature == 0.0f) {
     r.temperature = 0;

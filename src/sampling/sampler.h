@@ -43,21 +43,22 @@
 namespace strata::sampling {
 
 struct SamplingParams {
-  float temperature = 0.8f;  // [0, 100]; 0 = greedy (argmax)
-  int32_t top_k = 40;        // [0, n_vocab]; 0 = off
-  float top_p = 0.95f;       // (0, 1]; 1 = off
-  float min_p = 0.05f;       // [0, 1); 0 = off
-  float presence_penalty = 0.0f;    // [-2, 2]; subtracted once from every generated token's logit
-  float frequency_penalty = 0.0f;   // [-2, 2]; subtracted per occurrence
-  float repetition_penalty = 1.0f;  // (0, 10]; 1 = off; divides positive logits, multiplies negative
+  float temperature = 0.8f;        // [0, 100]; 0 = greedy (argmax)
+  int32_t top_k = 40;              // [0, n_vocab]; 0 = off
+  float top_p = 0.95f;             // (0, 1]; 1 = off
+  float min_p = 0.05f;             // [0, 1); 0 = off
+  float presence_penalty = 0.0f;   // [-2, 2]; subtracted once from every generated token's logit
+  float frequency_penalty = 0.0f;  // [-2, 2]; subtracted per occurrence
+  float repetition_penalty =
+      1.0f;  // (0, 10]; 1 = off; divides positive logits, multiplies negative
   uint64_t seed = 0;
-  float typical_p = 1.0f;           // (0, 1]; 1 = off; locally typical sampling
-  float target_entropy = -1.0f;     // nats, [0, 100]; < 0 = off; targets above ln(candidates)
-                                    // or below the greedy limit are clamped and reported
-  float entropy_tail_nats = 3.0f;   // [0.05, 20]; m of the entropy tail rule (keep p >= e^-(H*+m))
-  bool mirostat = false;            // Mirostat v2; exclusive with target_entropy
-  float mirostat_tau_bits = 5.0f;   // bits, (0, 40]; target surprise (llama.cpp's mirostat_tau)
-  float mirostat_eta = 0.1f;        // (0, 1]; learning rate of mu
+  float typical_p = 1.0f;          // (0, 1]; 1 = off; locally typical sampling
+  float target_entropy = -1.0f;    // nats, [0, 100]; < 0 = off; targets above ln(candidates)
+                                   // or below the greedy limit are clamped and reported
+  float entropy_tail_nats = 3.0f;  // [0.05, 20]; m of the entropy tail rule (keep p >= e^-(H*+m))
+  bool mirostat = false;           // Mirostat v2; exclusive with target_entropy
+  float mirostat_tau_bits = 5.0f;  // bits, (0, 40]; target surprise (llama.cpp's mirostat_tau)
+  float mirostat_eta = 0.1f;       // (0, 1]; learning rate of mu
 };
 
 // InvalidArgument naming the field when a parameter is out of range.
@@ -66,14 +67,14 @@ util::Status Validate(const SamplingParams& params);
 // What one step did, for reports and metrics.
 struct StepReport {
   int32_t token = -1;
-  double entropy_nats = 0;      // entropy of the distribution drawn from (0 when greedy)
-  double probability = 1;       // of the token in that distribution
-  size_t n_candidates = 1;      // tokens left after every cut
-  double temperature = 0;       // effective T on the penalised logits (solved under target_entropy;
-                                // 0 = greedy, +inf = uniform)
+  double entropy_nats = 0;  // entropy of the distribution drawn from (0 when greedy)
+  double probability = 1;   // of the token in that distribution
+  size_t n_candidates = 1;  // tokens left after every cut
+  double temperature = 0;   // effective T on the penalised logits (solved under target_entropy;
+                            // 0 = greedy, +inf = uniform)
   EntropyClamp entropy_clamp = EntropyClamp::kNone;  // target_entropy out of reach this step
-  int32_t solver_iterations = 0;  // entropy evaluations (target_entropy only)
-  float mirostat_mu_bits = 0;   // mu after this step's update (mirostat only)
+  int32_t solver_iterations = 0;                     // entropy evaluations (target_entropy only)
+  float mirostat_mu_bits = 0;                        // mu after this step's update (mirostat only)
 };
 
 class Sampler {

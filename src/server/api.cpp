@@ -103,8 +103,7 @@ StatusOr<json> ParseJson(std::string_view body) {
       const json again = json::parse(body);
       (void)again;
     } catch (const json::parse_error& e) {
-      return InvalidArgumentError(fmt::format("malformed JSON at byte {}: {}", e.byte,
-                                              e.what()));
+      return InvalidArgumentError(fmt::format("malformed JSON at byte {}: {}", e.byte, e.what()));
     } catch (const std::exception& e) {
       return InvalidArgumentError(fmt::format("malformed JSON: {}", e.what()));
     }
@@ -119,7 +118,8 @@ StatusOr<std::string> ContentText(const json& content, const std::string& where)
   if (content.is_null()) return std::string();
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) {
-    return InvalidArgumentError(fmt::format("'{}' must be a string or an array of content parts", where));
+    return InvalidArgumentError(
+        fmt::format("'{}' must be a string or an array of content parts", where));
   }
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
@@ -185,7 +185,8 @@ Status ParseSampling(const Fields& f, double temp_max, gateway::CompletionReques
     p.typical_p = static_cast<float>(*typ);
   }
   if (miro && *miro == 1) {
-    return InvalidArgumentError("'mirostat' must be 0 (off) or 2 (Mirostat v2); version 1 is not supported");
+    return InvalidArgumentError(
+        "'mirostat' must be 0 (off) or 2 (Mirostat v2); version 1 is not supported");
   }
   if (miro) p.mirostat = *miro == 2;
   if (tau) p.mirostat_tau_bits = static_cast<float>(*tau);
@@ -234,8 +235,8 @@ Status ParseSessionId(const Fields& f, gateway::CompletionRequest& r) {
   STRATA_ASSIGN_OR_RETURN(auto id, f.String("session_id"));
   if (!id) return util::OkStatus();
   const bool valid_chars = std::all_of(id->begin(), id->end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == ':' || c == '@' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '@' || c == '-';
   });
   if (id->empty() || id->size() > 128 || !valid_chars) {
     return InvalidArgumentError(
@@ -363,7 +364,8 @@ StatusOr<ParsedRequest> ParseAnthropic(const json& j) {
       return InvalidArgumentError(
           fmt::format("'{}.role' is '{}': must be 'user' or 'assistant'", at, role));
     }
-    if (!m.contains("content")) return InvalidArgumentError(fmt::format("'{}.content' is required", at));
+    if (!m.contains("content"))
+      return InvalidArgumentError(fmt::format("'{}.content' is required", at));
     STRATA_ASSIGN_OR_RETURN(std::string content, ContentText(m["content"], at + ".content"));
     r.messages.push_back({role, std::move(content)});
   }
@@ -384,9 +386,12 @@ const char* OpenAIFinish(gateway::FinishReason r) {
 }
 const char* AnthropicStop(gateway::FinishReason r) {
   switch (r) {
-    case gateway::FinishReason::kLength: return "max_tokens";
-    case gateway::FinishReason::kStopString: return "stop_sequence";
-    default: return "end_turn";
+    case gateway::FinishReason::kLength:
+      return "max_tokens";
+    case gateway::FinishReason::kStopString:
+      return "stop_sequence";
+    default:
+      return "end_turn";
   }
 }
 
@@ -401,9 +406,13 @@ json ChatLogprobs(const std::vector<gateway::TokenLogprob>& lps) {
   for (const auto& lp : lps) {
     json top = json::array();
     for (const auto& [text, l] : lp.top) {
-      top.push_back({{"token", text}, {"logprob", l}, {"bytes", Bytes(std::vector<uint8_t>(text.begin(), text.end()))}});
+      top.push_back({{"token", text},
+                     {"logprob", l},
+                     {"bytes", Bytes(std::vector<uint8_t>(text.begin(), text.end()))}});
     }
-    content.push_back({{"token", lp.text}, {"logprob", lp.logprob}, {"bytes", Bytes(lp.bytes)},
+    content.push_back({{"token", lp.text},
+                       {"logprob", lp.logprob},
+                       {"bytes", Bytes(lp.bytes)},
                        {"top_logprobs", top}});
   }
   return {{"content", content}, {"refusal", nullptr}};
@@ -422,7 +431,9 @@ json CompletionLogprobs(const std::vector<gateway::TokenLogprob>& lps, size_t te
     offsets.push_back(off);
     off += lp.text.size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops},
+  return {{"tokens", tokens},
+          {"token_logprobs", token_lps},
+          {"top_logprobs", tops},
           {"text_offset", offsets}};
 }
 
@@ -475,7 +486,8 @@ StatusOr<std::vector<int32_t>> TokenArray(const json& a, const std::string& wher
   std::vector<int32_t> ids;
   for (size_t i = 0; i < a.size(); ++i) {
     if (!a[i].is_number_integer() || a[i].get<int64_t>() < 0 || a[i].get<int64_t>() > INT32_MAX) {
-      return InvalidArgumentError(fmt::format("'{}[{}]' must be a token id (a non-negative integer)", where, i));
+      return InvalidArgumentError(
+          fmt::format("'{}[{}]' must be a token id (a non-negative integer)", where, i));
     }
     ids.push_back(static_cast<int32_t>(a[i].get<int64_t>()));
   }
@@ -508,7 +520,8 @@ StatusOr<ParsedEmbeddingRequest> ParseEmbeddingRequest(std::string_view body) {
           STRATA_ASSIGN_OR_RETURN(auto ids, TokenArray(in[i], at));
           out.request.token_ids.push_back(std::move(ids));
         } else {
-          return InvalidArgumentError(fmt::format("'{}' must be a string or an array of token ids", at));
+          return InvalidArgumentError(
+              fmt::format("'{}' must be a string or an array of token ids", at));
         }
       }
       if (!out.request.texts.empty() && !out.request.token_ids.empty()) {
@@ -536,7 +549,8 @@ std::string RenderEmbeddings(const std::string& model, const gateway::EmbeddingR
     const auto& e = r.embeddings[i];
     json item = {{"object", "embedding"}, {"index", i}};
     if (base64) {
-      item["embedding"] = Base64(reinterpret_cast<const uint8_t*>(e.data()), e.size() * sizeof(float));
+      item["embedding"] =
+          Base64(reinterpret_cast<const uint8_t*>(e.data()), e.size() * sizeof(float));
     } else {
       item["embedding"] = e;
     }
@@ -631,10 +645,9 @@ std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& m, const gateway
                               bool logprobs) {
   if (kind == ApiKind::kAnthropicMessages) {
     if (e.text.empty()) return "";
-    return SseEvent("content_block_delta",
-                    {{"type", "content_block_delta"},
-                     {"index", 0},
-                     {"delta", {{"type", "text_delta"}, {"text", e.text}}}});
+    return SseEvent("content_block_delta", {{"type", "content_block_delta"},
+                                            {"index", 0},
+                                            {"delta", {{"type", "text_delta"}, {"text", e.text}}}});
   }
   json c = ChunkBase(kind, m);
   json choice = {{"index", e.index}, {"finish_reason", nullptr}};
@@ -656,14 +669,17 @@ std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& m, const gatewa
                     {{"type", "message_delta"},
                      {"delta",
                       {{"stop_reason", AnthropicStop(e.finish)},
-                       {"stop_sequence", e.stop_sequence.empty() ? json(nullptr) : json(e.stop_sequence)}}},
-                     {"usage", {{"output_tokens", e.usage.completion_tokens},
-                                {"input_tokens", m.prompt_tokens - e.usage.cached_tokens},
-                                {"cache_read_input_tokens", e.usage.cached_tokens}}}}) +
+                       {"stop_sequence",
+                        e.stop_sequence.empty() ? json(nullptr) : json(e.stop_sequence)}}},
+                     {"usage",
+                      {{"output_tokens", e.usage.completion_tokens},
+                       {"input_tokens", m.prompt_tokens - e.usage.cached_tokens},
+                       {"cache_read_input_tokens", e.usage.cached_tokens}}}}) +
            SseEvent("message_stop", {{"type", "message_stop"}});
   }
   json c = ChunkBase(kind, m);
-  json choice = {{"index", e.index}, {"finish_reason", OpenAIFinish(e.finish)}, {"logprobs", nullptr}};
+  json choice = {
+      {"index", e.index}, {"finish_reason", OpenAIFinish(e.finish)}, {"logprobs", nullptr}};
   if (kind == ApiKind::kOpenAIChat) {
     choice["delta"] = json::object();
   } else {
@@ -688,20 +704,29 @@ std::string RenderStreamEnd(ApiKind kind, const ResponseMeta& m, int32_t complet
 
 int HttpStatus(const Status& s) {
   switch (s.code()) {
-    case util::StatusCode::kOk: return 200;
+    case util::StatusCode::kOk:
+      return 200;
     case util::StatusCode::kInvalidArgument:
     case util::StatusCode::kOutOfRange:
     case util::StatusCode::kFailedPrecondition:
     case util::StatusCode::kUnimplemented:
       return 400;
-    case util::StatusCode::kUnauthenticated: return 401;
-    case util::StatusCode::kPermissionDenied: return 403;
-    case util::StatusCode::kNotFound: return 404;
-    case util::StatusCode::kResourceExhausted: return 429;
-    case util::StatusCode::kCancelled: return 499;
-    case util::StatusCode::kUnavailable: return 503;
-    case util::StatusCode::kDeadlineExceeded: return 504;
-    default: return 500;
+    case util::StatusCode::kUnauthenticated:
+      return 401;
+    case util::StatusCode::kPermissionDenied:
+      return 403;
+    case util::StatusCode::kNotFound:
+      return 404;
+    case util::StatusCode::kResourceExhausted:
+      return 429;
+    case util::StatusCode::kCancelled:
+      return 499;
+    case util::StatusCode::kUnavailable:
+      return 503;
+    case util::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
   }
 }
 
@@ -740,7 +765,8 @@ std::string RenderError(ApiKind kind, const Status& s) {
     const size_t end = s.message().find('\'', 1);
     if (end != std::string::npos) param = s.message().substr(1, end - 1);
   }
-  return Dump({{"error", {{"message", s.message()}, {"type", type}, {"param", param}, {"code", code}}}});
+  return Dump(
+      {{"error", {{"message", s.message()}, {"type", type}, {"param", param}, {"code", code}}}});
 }
 
 std::string RenderStreamError(ApiKind kind, const Status& s) {

@@ -26,10 +26,10 @@ enum class ApiKind { kOpenAIChat, kOpenAICompletion, kAnthropicMessages };
 
 struct ParsedRequest {
   gateway::CompletionRequest request;
-  std::string model;            // as the client sent it
+  std::string model;  // as the client sent it
   bool stream = false;
-  bool include_usage = false;   // OpenAI stream_options.include_usage
-  bool logprobs = false;        // OpenAI: logprobs requested
+  bool include_usage = false;  // OpenAI stream_options.include_usage
+  bool logprobs = false;       // OpenAI: logprobs requested
 };
 
 // Parses a request body.
@@ -57,12 +57,12 @@ struct ChoiceResult {
 };
 
 struct ResponseMeta {
-  std::string id;          // response id ("chatcmpl-...", "cmpl-...", "msg_...")
+  std::string id;  // response id ("chatcmpl-...", "cmpl-...", "msg_...")
   std::string model;
-  int64_t created = 0;     // unix seconds
+  int64_t created = 0;  // unix seconds
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;
-  std::string fingerprint; // system_fingerprint
+  std::string fingerprint;  // system_fingerprint
 };
 
 // A whole non-streaming response body.
@@ -73,7 +73,8 @@ std::string RenderResponse(ApiKind kind, const ResponseMeta& meta,
 std::string RenderStreamStart(ApiKind kind, const ResponseMeta& meta, int32_t n_choices);
 std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& meta, const gateway::Event& delta,
                               bool logprobs);
-std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& meta, const gateway::Event& finish);
+std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& meta,
+                               const gateway::Event& finish);
 // After every choice finished: usage chunk (if asked) and the terminator.
 std::string RenderStreamEnd(ApiKind kind, const ResponseMeta& meta, int32_t completion_tokens,
                             bool include_usage);

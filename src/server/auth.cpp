@@ -58,10 +58,11 @@ util::StatusOr<ApiKeys> ApiKeys::Parse(std::string_view text, std::string_view s
     const std::string_view key = line.substr(0, gap);
     std::string_view tenant = line.substr(gap);
     tenant.remove_prefix(tenant.find_first_not_of(" \t"));
-    while (!tenant.empty() && (tenant.back() == ' ' || tenant.back() == '\t')) tenant.remove_suffix(1);
+    while (!tenant.empty() && (tenant.back() == ' ' || tenant.back() == '\t'))
+      tenant.remove_suffix(1);
     if (!ValidKey(key)) {
-      return util::InvalidArgumentError(fmt::format(
-          "{}:{}: keys must be 8 to 512 printable ASCII characters", source, line_no));
+      return util::InvalidArgumentError(
+          fmt::format("{}:{}: keys must be 8 to 512 printable ASCII characters", source, line_no));
     }
     if (!ValidTenant(tenant)) {
       return util::InvalidArgumentError(fmt::format(

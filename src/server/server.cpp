@@ -28,9 +28,12 @@ bool SaneRequestId(const std::string& id) {
 
 const char* EndpointLabel(ApiKind k) {
   switch (k) {
-    case ApiKind::kOpenAIChat: return "/v1/chat/completions";
-    case ApiKind::kOpenAICompletion: return "/v1/completions";
-    case ApiKind::kAnthropicMessages: return "/v1/messages";
+    case ApiKind::kOpenAIChat:
+      return "/v1/chat/completions";
+    case ApiKind::kOpenAICompletion:
+      return "/v1/completions";
+    case ApiKind::kAnthropicMessages:
+      return "/v1/messages";
   }
   return "?";
 }
@@ -50,8 +53,8 @@ class HttpServer::Impl {
         clock_(clock),
         log_(log),
         id_rng_(o.request_id_seed),
-        requests_(metrics.Counter("strata_http_requests_total", "HTTP requests by endpoint and status.",
-                                  {"endpoint", "status"})),
+        requests_(metrics.Counter("strata_http_requests_total",
+                                  "HTTP requests by endpoint and status.", {"endpoint", "status"})),
         metrics_(metrics) {}
 
   ~Impl() { Stop(); }
@@ -59,7 +62,9 @@ class HttpServer::Impl {
   util::StatusOr<int> Start() {
     Route();
     const int threads = options_.http_threads;
-    svr_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    svr_.new_task_queue = [threads] {
+      return new httplib::ThreadPool(static_cast<size_t>(threads));
+    };
     svr_.set_payload_max_length(options_.max_body_bytes);
     // Responses go out in small writes (headers, then the body or SSE
     // frames): with Nagle's algorithm a kept-alive client's delayed ACK held
@@ -76,10 +81,12 @@ class HttpServer::Impl {
     int port = options_.port;
     if (port == 0) {
       port = svr_.bind_to_any_port(options_.host);
-      if (port <= 0) return util::UnavailableError(fmt::format("cannot bind {}:any", options_.host));
+      if (port <= 0)
+        return util::UnavailableError(fmt::format("cannot bind {}:any", options_.host));
     } else if (!svr_.bind_to_port(options_.host, port)) {
-      return util::UnavailableError(fmt::format(
-          "cannot listen on {}:{} (in use, or not an address of this machine)", options_.host, port));
+      return util::UnavailableError(
+          fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
+                      options_.host, port));
     }
     // httplib listens with a backlog of 5 (compiled into Debian's library).
     // 32 clients connecting at once overflowed it: the kernel fell back to SYN
@@ -123,18 +130,25 @@ class HttpServer::Impl {
       const std::string rid = RequestId(req);
       res.set_header("X-Request-ID", rid);
       gateway::Gateway* g = gateway_.load();
-      if (g == nullptr) return Error(res, ApiKind::kOpenAIChat, util::UnavailableError("the model is loading"), "/v1/models");
+      if (g == nullptr)
+        return Error(res, ApiKind::kOpenAIChat, util::UnavailableError("the model is loading"),
+                     "/v1/models");
       auto tenant = Authenticate(req);
       if (!tenant.ok()) return Error(res, ApiKind::kOpenAIChat, tenant.status(), "/v1/models");
-      const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
-                                  clock_.WallNow().time_since_epoch()).count();
-      res.set_content(fmt::format(R"({{"object":"list","data":[{{"id":"{}","object":"model","created":{},"owned_by":"strata"}}]}})",
-                                  g->model_name(), created),
-                      kJson);
+      const int64_t created =
+          std::chrono::duration_cast<std::chrono::seconds>(clock_.WallNow().time_since_epoch())
+              .count();
+      res.set_content(
+          fmt::format(
+              R"({{"object":"list","data":[{{"id":"{}","object":"model","created":{},"owned_by":"strata"}}]}})",
+              g->model_name(), created),
+          kJson);
       requests_.With({"/v1/models", "200"}).Inc();
     });
     auto api = [this](ApiKind kind) {
-      return [this, kind](const httplib::Request& req, httplib::Response& res) { HandleApi(req, res, kind); };
+      return [this, kind](const httplib::Request& req, httplib::Response& res) {
+        HandleApi(req, res, kind);
+      };
     };
     svr_.Post("/v1/chat/completions", api(ApiKind::kOpenAIChat));
     svr_.Post("/v1/completions", api(ApiKind::kOpenAICompletion));
@@ -149,8 +163,8 @@ class HttpServer::Impl {
       const ApiKind kind = KindForPath(req.path);
       util::Status st;
       if (res.status == 413) {
-        st = util::InvalidArgumentError(fmt::format("the request body exceeds the limit of {} bytes",
-                                                    options_.max_body_bytes));
+        st = util::InvalidArgumentError(
+            fmt::format("the request body exceeds the limit of {} bytes", options_.max_body_bytes));
         res.set_content(RenderError(kind, st), kJson);
         if (kind == ApiKind::kAnthropicMessages) {
           res.set_content(R"({"type":"error","error":{"type":"request_too_large","message":")" +
@@ -168,19 +182,20 @@ class HttpServer::Impl {
       res.set_content(RenderError(kind, st), kJson);
       res.status = keep;
     });
-    svr_.set_exception_handler([this](const httplib::Request& req, httplib::Response& res,
-                                      std::exception_ptr ep) {
-      std::string what = "unknown";
-      try {
-        if (ep) std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      log_.Error("internal error serving {} {}: {}", req.method, req.path, what);
-      res.status = 500;
-      res.set_content(RenderError(KindForPath(req.path), util::InternalError("internal error")), kJson);
-    });
+    svr_.set_exception_handler(
+        [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+          std::string what = "unknown";
+          try {
+            if (ep) std::rethrow_exception(ep);
+          } catch (const std::exception& e) {
+            what = e.what();
+          } catch (...) {
+          }
+          log_.Error("internal error serving {} {}: {}", req.method, req.path, what);
+          res.status = 500;
+          res.set_content(RenderError(KindForPath(req.path), util::InternalError("internal error")),
+                          kJson);
+        });
   }
 
   std::string RequestId(const httplib::Request& req) {
@@ -293,10 +308,14 @@ class HttpServer::Impl {
     }
 
     ResponseMeta meta;
-    meta.id = (kind == ApiKind::kAnthropicMessages ? "msg_" : kind == ApiKind::kOpenAIChat ? "chatcmpl-" : "cmpl-") + rid;
+    meta.id = (kind == ApiKind::kAnthropicMessages ? "msg_"
+               : kind == ApiKind::kOpenAIChat      ? "chatcmpl-"
+                                                   : "cmpl-") +
+              rid;
     meta.model = parsed->model;
-    meta.created = std::chrono::duration_cast<std::chrono::seconds>(
-                       clock_.WallNow().time_since_epoch()).count();
+    meta.created =
+        std::chrono::duration_cast<std::chrono::seconds>(clock_.WallNow().time_since_epoch())
+            .count();
     meta.prompt_tokens = (*started)->prompt_tokens();
     meta.fingerprint = "strata";
     const auto deadline = t0 + options_.request_timeout;
@@ -354,59 +373,58 @@ class HttpServer::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     requests_.With({endpoint, "200"}).Inc();
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, s, kind, t0, deadline](size_t, httplib::DataSink& sink) {
-          util::PrefixLogger slog(log_, "req=" + s->rid);
-          auto write = [&](const std::string& frame) {
-            return frame.empty() || sink.write(frame.data(), frame.size());
-          };
-          std::string end_note = "done";
-          int32_t completion = 0;
-          bool ok = write(RenderStreamStart(kind, s->meta, s->gen->n_choices()));
-          while (ok) {
-            // Wake up regularly to notice a client that went away during a long prefill.
-            const auto step = std::min(deadline, clock_.Now() + std::chrono::milliseconds(200));
-            auto e = s->gen->Next(step);
-            if (!e.ok()) {
-              if (e.status().code() == util::StatusCode::kOutOfRange) {
-                ok = write(RenderStreamEnd(kind, s->meta, completion, s->parsed.include_usage));
-                break;
-              }
-              if (clock_.Now() >= deadline) {
-                write(RenderStreamError(kind, util::DeadlineExceededError("the request timed out")));
-                end_note = "timed out";
-                break;
-              }
-              if (!sink.is_writable()) {
-                ok = false;
-                break;
-              }
-              continue;
-            }
-            if (e->kind == gateway::Event::Kind::kDelta) {
-              ok = write(RenderStreamDelta(kind, s->meta, *e, s->parsed.logprobs));
-            } else if (!e->status.ok()) {
-              write(RenderStreamError(kind, e->status));
-              end_note = "failed: " + e->status.message();
-              break;
-            } else {
-              completion += e->usage.completion_tokens;
-              s->meta.cached_tokens = std::max(s->meta.cached_tokens, e->usage.cached_tokens);
-              ok = write(RenderStreamFinish(kind, s->meta, *e));
-            }
+    res.set_chunked_content_provider("text/event-stream", [this, s, kind, t0, deadline](
+                                                              size_t, httplib::DataSink& sink) {
+      util::PrefixLogger slog(log_, "req=" + s->rid);
+      auto write = [&](const std::string& frame) {
+        return frame.empty() || sink.write(frame.data(), frame.size());
+      };
+      std::string end_note = "done";
+      int32_t completion = 0;
+      bool ok = write(RenderStreamStart(kind, s->meta, s->gen->n_choices()));
+      while (ok) {
+        // Wake up regularly to notice a client that went away during a long prefill.
+        const auto step = std::min(deadline, clock_.Now() + std::chrono::milliseconds(200));
+        auto e = s->gen->Next(step);
+        if (!e.ok()) {
+          if (e.status().code() == util::StatusCode::kOutOfRange) {
+            ok = write(RenderStreamEnd(kind, s->meta, completion, s->parsed.include_usage));
+            break;
           }
-          if (!ok) {
-            s->gen->Cancel();
-            end_note = "client disconnected";
+          if (clock_.Now() >= deadline) {
+            write(RenderStreamError(kind, util::DeadlineExceededError("the request timed out")));
+            end_note = "timed out";
+            break;
           }
-          slog.Info("{} {} 200 stream tenant={}{} prompt={} completion={} cache={} {} {:.1f} ms",
-                    s->method, s->path, s->tenant, s->session_note, s->meta.prompt_tokens, completion,
-                    gateway::CacheOutcomeName(s->gen->cache_outcome()), end_note,
-                    util::SecondsBetween(t0, clock_.Now()) * 1e3);
-          if (ok) sink.done();
-          return ok;
-        });
+          if (!sink.is_writable()) {
+            ok = false;
+            break;
+          }
+          continue;
+        }
+        if (e->kind == gateway::Event::Kind::kDelta) {
+          ok = write(RenderStreamDelta(kind, s->meta, *e, s->parsed.logprobs));
+        } else if (!e->status.ok()) {
+          write(RenderStreamError(kind, e->status));
+          end_note = "failed: " + e->status.message();
+          break;
+        } else {
+          completion += e->usage.completion_tokens;
+          s->meta.cached_tokens = std::max(s->meta.cached_tokens, e->usage.cached_tokens);
+          ok = write(RenderStreamFinish(kind, s->meta, *e));
+        }
+      }
+      if (!ok) {
+        s->gen->Cancel();
+        end_note = "client disconnected";
+      }
+      slog.Info("{} {} 200 stream tenant={}{} prompt={} completion={} cache={} {} {:.1f} ms",
+                s->method, s->path, s->tenant, s->session_note, s->meta.prompt_tokens, completion,
+                gateway::CacheOutcomeName(s->gen->cache_outcome()), end_note,
+                util::SecondsBetween(t0, clock_.Now()) * 1e3);
+      if (ok) sink.done();
+      return ok;
+    });
   }
 
   const ServerOptions options_;

@@ -14,8 +14,8 @@
 // runs on one of them and talks to the gateway, which is thread-safe.
 //
 // Usage:
-//   STRATA_ASSIGN_OR_RETURN(auto srv, HttpServer::Create(opts, std::move(keys), metrics, clock, log));
-//   STRATA_ASSIGN_OR_RETURN(int port, srv->Start());   // serving; /health says 503
+//   STRATA_ASSIGN_OR_RETURN(auto srv, HttpServer::Create(opts, std::move(keys), metrics, clock,
+//   log)); STRATA_ASSIGN_OR_RETURN(int port, srv->Start());   // serving; /health says 503
 //   srv->SetGateway(gateway.get());                     // model loaded: 200
 //   ...
 //   srv->StartDraining(); scheduler->Drain(grace); srv->Stop();
@@ -40,12 +40,13 @@ namespace strata::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                          // 0 = any free port (tests)
-  size_t max_body_bytes = 4u << 20;         // larger bodies get 413
-  int http_threads = 128;                   // [2, 4096] connections served at once
-  std::chrono::seconds request_timeout{600};  // a request still running after this is cancelled (504)
-  std::vector<std::string> model_aliases;   // "model" values accepted besides the served name
-  uint64_t request_id_seed = 0;             // seeds generated request ids
+  int port = 8080;                   // 0 = any free port (tests)
+  size_t max_body_bytes = 4u << 20;  // larger bodies get 413
+  int http_threads = 128;            // [2, 4096] connections served at once
+  std::chrono::seconds request_timeout{
+      600};                                // a request still running after this is cancelled (504)
+  std::vector<std::string> model_aliases;  // "model" values accepted besides the served name
+  uint64_t request_id_seed = 0;            // seeds generated request ids
 };
 
 class HttpServer {

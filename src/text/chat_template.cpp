@@ -5,7 +5,9 @@
 namespace strata::text {
 namespace {
 
-bool Has(std::string_view s, std::string_view needle) { return s.find(needle) != std::string_view::npos; }
+bool Has(std::string_view s, std::string_view needle) {
+  return s.find(needle) != std::string_view::npos;
+}
 
 std::string Trim(std::string_view s) {
   const char* ws = " \t\n\r\f\v";
@@ -54,8 +56,9 @@ util::Status CheckRoles(std::span<const ChatMessage> m, bool system_first_only, 
       continue;
     }
     if (alternate && (r == "user") != (turn % 2 == 0)) {
-      return RoleError(i, r, "this model's format needs user and assistant turns to alternate, "
-                             "starting with user");
+      return RoleError(i, r,
+                       "this model's format needs user and assistant turns to alternate, "
+                       "starting with user");
     }
     ++turn;
   }
@@ -84,15 +87,24 @@ std::string ChatMLDefaultSystem(std::string_view tpl) {
 
 std::string_view ChatFormatName(ChatFormat f) {
   switch (f) {
-    case ChatFormat::kPlain: return "plain";
-    case ChatFormat::kChatML: return "chatml";
-    case ChatFormat::kLlama2: return "llama2";
-    case ChatFormat::kLlama3: return "llama3";
-    case ChatFormat::kZephyr: return "zephyr";
-    case ChatFormat::kMistral: return "mistral";
-    case ChatFormat::kPhi3: return "phi3";
-    case ChatFormat::kGemma: return "gemma";
-    case ChatFormat::kDeepSeekR1: return "deepseek-r1";
+    case ChatFormat::kPlain:
+      return "plain";
+    case ChatFormat::kChatML:
+      return "chatml";
+    case ChatFormat::kLlama2:
+      return "llama2";
+    case ChatFormat::kLlama3:
+      return "llama3";
+    case ChatFormat::kZephyr:
+      return "zephyr";
+    case ChatFormat::kMistral:
+      return "mistral";
+    case ChatFormat::kPhi3:
+      return "phi3";
+    case ChatFormat::kGemma:
+      return "gemma";
+    case ChatFormat::kDeepSeekR1:
+      return "deepseek-r1";
   }
   return "plain";
 }
@@ -142,7 +154,9 @@ util::StatusOr<std::vector<PromptSegment>> RenderChat(const ChatStyle& style,
     case ChatFormat::kPlain: {
       STRATA_RETURN_IF_ERROR(CheckRoles(m, false, false));
       for (const auto& msg : m) {
-        const std::string role = msg.role == "system" ? "System" : msg.role == "user" ? "User" : "Assistant";
+        const std::string role = msg.role == "system" ? "System"
+                                 : msg.role == "user" ? "User"
+                                                      : "Assistant";
         b.Special(role + ": ").Text(msg.content).Special("\n\n");
       }
       if (add_generation_prompt) b.Special("Assistant:");
@@ -236,7 +250,8 @@ util::StatusOr<std::vector<PromptSegment>> RenderChat(const ChatStyle& style,
       STRATA_RETURN_IF_ERROR(CheckRoles(m, false, false));
       const std::string end = style.format == ChatFormat::kPhi3 ? "<|end|>" : style.eos_text;
       for (const auto& msg : m) {
-        if (style.format == ChatFormat::kPhi3 && msg.role == "system" && msg.content.empty()) continue;
+        if (style.format == ChatFormat::kPhi3 && msg.role == "system" && msg.content.empty())
+          continue;
         b.Special("<|" + msg.role + "|>\n").Text(msg.content).Special(end + "\n");
       }
       if (add_generation_prompt) b.Special("<|assistant|>\n");
@@ -283,15 +298,22 @@ util::StatusOr<std::vector<PromptSegment>> RenderChat(const ChatStyle& style,
 
 std::vector<std::string> TurnEndStrings(const ChatStyle& style) {
   switch (style.format) {
-    case ChatFormat::kPlain: return {"\nUser:", "\nSystem:"};
-    case ChatFormat::kChatML: return {"<|im_end|>"};
-    case ChatFormat::kLlama3: return {"<|eot_id|>"};
-    case ChatFormat::kPhi3: return {"<|end|>"};
-    case ChatFormat::kGemma: return {"<end_of_turn>"};
+    case ChatFormat::kPlain:
+      return {"\nUser:", "\nSystem:"};
+    case ChatFormat::kChatML:
+      return {"<|im_end|>"};
+    case ChatFormat::kLlama3:
+      return {"<|eot_id|>"};
+    case ChatFormat::kPhi3:
+      return {"<|end|>"};
+    case ChatFormat::kGemma:
+      return {"<end_of_turn>"};
     case ChatFormat::kZephyr:
     case ChatFormat::kLlama2:
-    case ChatFormat::kMistral: return {style.eos_text};
-    case ChatFormat::kDeepSeekR1: return {"<｜end▁of▁sentence｜>"};
+    case ChatFormat::kMistral:
+      return {style.eos_text};
+    case ChatFormat::kDeepSeekR1:
+      return {"<｜end▁of▁sentence｜>"};
   }
   return {};
 }

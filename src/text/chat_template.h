@@ -53,7 +53,7 @@ struct PromptSegment {
 // Template details that change the rendering within a family.
 struct ChatStyle {
   ChatFormat format = ChatFormat::kPlain;
-  std::string default_system;       // ChatML templates that add one when none is given
+  std::string default_system;          // ChatML templates that add one when none is given
   bool llama3_knowledge_date = false;  // Llama 3.1+: "Cutting Knowledge Date" header
   bool mistral_spaced = false;         // "[INST] x [/INST]" rather than "[INST]x[/INST]"
   std::string eos_text = "</s>";       // what closes a turn in Zephyr/Llama 2/Mistral

@@ -23,8 +23,8 @@ constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581 "▁"
 
 // Texts of control tokens that end a turn in common chat formats.
 constexpr std::string_view kEogTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "</s>",       "<|end_of_text|>",
+    "<|eot_id|>",    "<|im_end|>", "<|end|>", "<end_of_turn>",
+    "<|endoftext|>", "<|eom_id|>", "</s>",    "<|end_of_text|>",
 };
 
 std::string ReplaceAll(std::string_view s, std::string_view from, std::string_view to) {
@@ -110,17 +110,18 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const format::GgufFile&
     if (!scores->is_array() || scores->size() != n ||
         (scores->element_type() != format::GgufValueType::kFloat32 &&
          scores->element_type() != format::GgufValueType::kFloat64)) {
-      return InvalidArgumentError(fmt::format(
-          "tokenizer.ggml.scores must be an array of {} floats, got {}", n, scores->DebugString(2)));
+      return InvalidArgumentError(
+          fmt::format("tokenizer.ggml.scores must be an array of {} floats, got {}", n,
+                      scores->DebugString(2)));
     }
     t->scores_.resize(n);
     for (size_t i = 0; i < n; ++i) t->scores_[i] = static_cast<float>(*scores->FloatAt(i));
   }
   if (const format::GgufValue* types = gguf.Find("tokenizer.ggml.token_type")) {
     if (!types->is_array() || types->size() != n) {
-      return InvalidArgumentError(fmt::format(
-          "tokenizer.ggml.token_type must be an array of {} integers, got {}", n,
-          types->DebugString(2)));
+      return InvalidArgumentError(
+          fmt::format("tokenizer.ggml.token_type must be an array of {} integers, got {}", n,
+                      types->DebugString(2)));
     }
     for (size_t i = 0; i < n; ++i) {
       auto v = types->IntAt(i);
@@ -132,11 +133,13 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const format::GgufFile&
   }
 
   auto special_id = [&](std::string_view key, int32_t fallback) -> StatusOr<int32_t> {
-    STRATA_ASSIGN_OR_RETURN(uint64_t id, gguf.GetUintOr(key, static_cast<uint64_t>(
-                                                                 fallback < 0 ? UINT32_MAX : fallback)));
+    STRATA_ASSIGN_OR_RETURN(
+        uint64_t id,
+        gguf.GetUintOr(key, static_cast<uint64_t>(fallback < 0 ? UINT32_MAX : fallback)));
     if (id == UINT32_MAX || id == UINT64_MAX) return -1;
     if (id >= n) {
-      return InvalidArgumentError(fmt::format("{} = {} is outside the vocabulary of {}", key, id, n));
+      return InvalidArgumentError(
+          fmt::format("{} = {} is outside the vocabulary of {}", key, id, n));
     }
     return static_cast<int32_t>(id);
   };
@@ -234,9 +237,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const format::GgufFile&
   return t;
 }
 
-bool Tokenizer::IsEog(int32_t id) const {
-  return IsValid(id) && eog_[static_cast<size_t>(id)];
-}
+bool Tokenizer::IsEog(int32_t id) const { return IsValid(id) && eog_[static_cast<size_t>(id)]; }
 
 std::optional<int32_t> Tokenizer::Find(std::string_view text) const {
   const int32_t id = texts_->Find(text);
@@ -393,9 +394,9 @@ void Tokenizer::EncodeSpm(std::string_view text, std::vector<int32_t>& out) cons
   std::map<std::string_view, std::pair<int, int>> merged_from;
   auto try_pair = [&](int left, int right) {
     if (left < 0 || right < 0) return;
-    const std::string_view s = text.substr(syms[static_cast<size_t>(left)].start,
-                                           syms[static_cast<size_t>(left)].len +
-                                               syms[static_cast<size_t>(right)].len);
+    const std::string_view s =
+        text.substr(syms[static_cast<size_t>(left)].start,
+                    syms[static_cast<size_t>(left)].len + syms[static_cast<size_t>(right)].len);
     auto id = Find(s);
     if (!id) return;
     const float score = scores_.empty() ? 0.0f : scores_[static_cast<size_t>(*id)];

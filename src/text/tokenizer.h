@@ -73,9 +73,9 @@ struct TextSegment {
 };
 
 struct DecodeOptions {
-  bool render_special = false;       // emit the text of control/unknown tokens
-  bool strip_leading_space = true;   // undo the space prefix Encode added (kSpm only;
-                                     // kBpe adds none, so nothing is stripped)
+  bool render_special = false;      // emit the text of control/unknown tokens
+  bool strip_leading_space = true;  // undo the space prefix Encode added (kSpm only;
+                                    // kBpe adds none, so nothing is stripped)
 };
 
 class Tokenizer {
@@ -103,13 +103,16 @@ class Tokenizer {
   // Encodes the concatenation of `segments` as one text, except that special
   // tokens are recognised only inside segments that allow it. Without special
   // tokens this equals Encode of the joined text.
-  std::vector<int32_t> EncodeSegments(std::span<const TextSegment> segments, bool add_special) const;
+  std::vector<int32_t> EncodeSegments(std::span<const TextSegment> segments,
+                                      bool add_special) const;
   std::string Decode(std::span<const int32_t> ids, const DecodeOptions& options = {}) const;
   // The bytes one token contributes to the text (may be part of a UTF-8 character).
   std::string_view Piece(int32_t id, bool render_special = false) const;
 
   std::string_view TokenText(int32_t id) const;
-  TokenType Type(int32_t id) const { return static_cast<TokenType>(types_[static_cast<size_t>(id)]); }
+  TokenType Type(int32_t id) const {
+    return static_cast<TokenType>(types_[static_cast<size_t>(id)]);
+  }
   std::optional<int32_t> Find(std::string_view text) const;
 
  private:
@@ -117,8 +120,8 @@ class Tokenizer {
   // (rstrip) or before (lstrip) it when text is split around it.
   static constexpr uint8_t kRstrip = 1, kLstrip = 2;
   struct Fragment {
-    int32_t token = -1;          // >= 0: an already-resolved special token
-    std::string_view text;       // raw text otherwise
+    int32_t token = -1;     // >= 0: an already-resolved special token
+    std::string_view text;  // raw text otherwise
   };
 
   friend class Detokenizer;  // reads add_space_prefix_
@@ -137,8 +140,8 @@ class Tokenizer {
   std::vector<float> scores_;                      // empty when the vocabulary has none
   std::vector<uint8_t> types_;                     // TokenType
   std::vector<uint8_t> strip_;                     // kRstrip | kLstrip
-  std::vector<int32_t> special_;    // ids split out of text, longest text first
-  std::vector<int32_t> byte_tokens_;  // byte -> id of "<0xXX>", -1 when absent
+  std::vector<int32_t> special_;                   // ids split out of text, longest text first
+  std::vector<int32_t> byte_tokens_;               // byte -> id of "<0xXX>", -1 when absent
   std::vector<bool> eog_;
   int32_t bos_ = -1, eos_ = -1, unk_ = -1;
   bool add_bos_ = true, add_eos_ = false, add_space_prefix_ = true;

@@ -22,7 +22,8 @@ Status ErrnoStatus(std::string_view what, const std::string& path, int err) {
   msg += std::strerror(err);
   if (err == ENOENT) return NotFoundError(std::move(msg));
   if (err == EACCES || err == EPERM) return PermissionDeniedError(std::move(msg));
-  if (err == ENOSPC || err == ENOMEM || err == EMFILE) return ResourceExhaustedError(std::move(msg));
+  if (err == ENOSPC || err == ENOMEM || err == EMFILE)
+    return ResourceExhaustedError(std::move(msg));
   return UnavailableError(std::move(msg));
 }
 

@@ -36,8 +36,8 @@ class WritableFile {
   virtual ~WritableFile() = default;
   virtual Status Append(std::span<const uint8_t> data) = 0;
   Status Append(std::string_view data) {
-    return Append(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()),
-                                           data.size()));
+    return Append(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
   }
   // Makes everything appended so far durable (fsync).
   virtual Status Sync() = 0;

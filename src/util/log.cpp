@@ -8,11 +8,16 @@ namespace {
 
 spdlog::level::level_enum ToSpd(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return spdlog::level::debug;
-    case LogLevel::kInfo: return spdlog::level::info;
-    case LogLevel::kWarn: return spdlog::level::warn;
-    case LogLevel::kError: return spdlog::level::err;
-    case LogLevel::kOff: return spdlog::level::off;
+    case LogLevel::kDebug:
+      return spdlog::level::debug;
+    case LogLevel::kInfo:
+      return spdlog::level::info;
+    case LogLevel::kWarn:
+      return spdlog::level::warn;
+    case LogLevel::kError:
+      return spdlog::level::err;
+    case LogLevel::kOff:
+      return spdlog::level::off;
   }
   return spdlog::level::info;
 }
@@ -48,11 +53,16 @@ class NullLogger final : public Logger {
 
 std::string_view LevelName(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kWarn: return "warn";
-    case LogLevel::kError: return "error";
-    case LogLevel::kOff: return "off";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kError:
+      return "error";
+    case LogLevel::kOff:
+      return "off";
   }
   return "?";
 }
@@ -66,8 +76,8 @@ std::unique_ptr<Logger> NewStderrLogger(LogLevel min_level) {
 std::unique_ptr<Logger> NewNullLogger() { return std::make_unique<NullLogger>(); }
 
 std::optional<LogLevel> ParseLogLevel(std::string_view text) {
-  for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError,
-                     LogLevel::kOff}) {
+  for (LogLevel l :
+       {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError, LogLevel::kOff}) {
     if (text == LevelName(l)) return l;
   }
   return std::nullopt;

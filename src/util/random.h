@@ -33,9 +33,7 @@ class Rng {
   // Uniform in [0, 1) with 53 random bits.
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
   // Uniform float in [lo, hi).
-  float UniformFloat(float lo, float hi) {
-    return lo + static_cast<float>(Uniform()) * (hi - lo);
-  }
+  float UniformFloat(float lo, float hi) { return lo + static_cast<float>(Uniform()) * (hi - lo); }
   // Uniform integer in [0, n), n > 0 (Lemire's nearly-divisionless method).
   uint64_t Below(uint64_t n) {
     __extension__ typedef unsigned __int128 U128;

@@ -100,13 +100,13 @@ class [[nodiscard]] StatusOr {
   static_assert(!std::is_same_v<std::remove_cvref_t<T>, Status>, "StatusOr<Status> is meaningless");
 
  public:
-  StatusOr(const Status& status) : v_(status) { CheckNotOk(); }  // NOLINT: implicit by design
+  StatusOr(const Status& status) : v_(status) { CheckNotOk(); }        // NOLINT: implicit by design
   StatusOr(Status&& status) : v_(std::move(status)) { CheckNotOk(); }  // NOLINT
   template <typename U = T>
-    requires std::is_constructible_v<T, U&&> &&
-             (!std::is_same_v<std::remove_cvref_t<U>, StatusOr<T>>) &&
-             (!std::is_same_v<std::remove_cvref_t<U>, Status>)
-  StatusOr(U&& value) : v_(std::in_place_index<1>, std::forward<U>(value)) {}  // NOLINT
+  requires std::is_constructible_v<T, U&&> &&
+      (!std::is_same_v<std::remove_cvref_t<U>, StatusOr<T>>)&&(
+          !std::is_same_v<std::remove_cvref_t<U>, Status>)StatusOr(U&& value)
+      : v_(std::in_place_index<1>, std::forward<U>(value)) {}  // NOLINT
 
   bool ok() const { return v_.index() == 1; }
   const Status& status() const& {
@@ -115,9 +115,18 @@ class [[nodiscard]] StatusOr {
   }
   Status status() && { return ok() ? Status() : std::move(std::get<0>(v_)); }
 
-  T& value() & { CheckOk(); return std::get<1>(v_); }
-  const T& value() const& { CheckOk(); return std::get<1>(v_); }
-  T&& value() && { CheckOk(); return std::move(std::get<1>(v_)); }
+  T& value() & {
+    CheckOk();
+    return std::get<1>(v_);
+  }
+  const T& value() const& {
+    CheckOk();
+    return std::get<1>(v_);
+  }
+  T&& value() && {
+    CheckOk();
+    return std::move(std::get<1>(v_));
+  }
 
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
@@ -139,7 +148,9 @@ namespace internal {
 // By value: `expr` may be a temporary that dies at the end of the statement.
 inline Status AsStatus(Status s) { return s; }
 template <typename T>
-Status AsStatus(const StatusOr<T>& s) { return s.status(); }
+Status AsStatus(const StatusOr<T>& s) {
+  return s.status();
+}
 }  // namespace internal
 
 }  // namespace strata::util
@@ -148,10 +159,10 @@ Status AsStatus(const StatusOr<T>& s) { return s.status(); }
 #define STRATA_CONCAT_(a, b) STRATA_CONCAT_INNER_(a, b)
 
 // Returns the Status of `expr` (a Status or StatusOr) from the enclosing function if not OK.
-#define STRATA_RETURN_IF_ERROR(expr)                                               \
-  do {                                                                            \
+#define STRATA_RETURN_IF_ERROR(expr)                                                    \
+  do {                                                                                  \
     ::strata::util::Status strata_status_ = ::strata::util::internal::AsStatus((expr)); \
-    if (!strata_status_.ok()) return strata_status_;                              \
+    if (!strata_status_.ok()) return strata_status_;                                    \
   } while (0)
 
 // `lhs = value of expr` or return its Status. `lhs` may declare a variable.
@@ -163,11 +174,11 @@ Status AsStatus(const StatusOr<T>& s) { return s.status(); }
   lhs = std::move(tmp).value()
 
 // Invariant check, always on. Never use on input from clients, files or config.
-#define STRATA_CHECK(cond)                                                 \
-  do {                                                                     \
+#define STRATA_CHECK(cond)                                                   \
+  do {                                                                       \
     if (!(cond)) ::strata::util::CheckFailed(__FILE__, __LINE__, #cond, ""); \
   } while (0)
-#define STRATA_CHECK_MSG(cond, msg)                                           \
-  do {                                                                        \
+#define STRATA_CHECK_MSG(cond, msg)                                             \
+  do {                                                                          \
     if (!(cond)) ::strata::util::CheckFailed(__FILE__, __LINE__, #cond, (msg)); \
   } while (0)

@@ -37,9 +37,8 @@ class ThreadPool {
   template <typename F>
   void RunOnAll(F&& fn) {
     using Fn = std::remove_reference_t<F>;
-    Dispatch(
-        [](void* ctx, int i) { (*static_cast<Fn*>(ctx))(i); },
-        const_cast<void*>(static_cast<const void*>(&fn)));
+    Dispatch([](void* ctx, int i) { (*static_cast<Fn*>(ctx))(i); },
+             const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
   // fn(begin, end) over contiguous chunks of [0, n); at most size() chunks.
@@ -77,10 +76,10 @@ class ThreadPool {
   Trampoline job_fn_ = nullptr;
   void* job_ctx_ = nullptr;
   std::atomic<uint32_t> generation_{0};  // 32-bit: futex-backed wait()
-  std::atomic<int> pending_{0};   // workers still running the current job
-  std::atomic<int> sleepers_{0};  // workers blocked in generation_.wait()
+  std::atomic<int> pending_{0};          // workers still running the current job
+  std::atomic<int> sleepers_{0};         // workers blocked in generation_.wait()
   std::atomic<bool> stop_{false};
-  bool running_ = false;          // owner-thread only: reentrancy guard
+  bool running_ = false;  // owner-thread only: reentrancy guard
 };
 
 }  // namespace strata::util

@@ -13,7 +13,11 @@ namespace strata::cache {
 namespace {
 
 AdmissionOptions On(double gain = 4.0, uint32_t window = 64) {
-  return {.enabled = true, .gain = gain, .min_probability = 0.05, .watch_factor = 2.0, .window = window};
+  return {.enabled = true,
+          .gain = gain,
+          .min_probability = 0.05,
+          .watch_factor = 2.0,
+          .window = window};
 }
 
 TEST(AdmissionGate, DisabledAdmitsEverythingAndCountsNothing) {
@@ -45,8 +49,8 @@ TEST(AdmissionGate, NewKeysThatNeverComeBackDriveTheProbabilityToTheFloor) {
 TEST(AdmissionGate, AKeyThatCameBackIsAlwaysAdmitted) {
   AdmissionGate g(On());
   for (uint64_t k = 1; k <= 500; ++k) g.Admit(k, 8, 0.99);  // all new, none back: p = floor
-  g.Admit(7'000, 8, 0.99);           // first time: turned away, watched
-  g.RecordLookup(7'000, false);      // asked for again while watched
+  g.Admit(7'000, 8, 0.99);                                  // first time: turned away, watched
+  g.RecordLookup(7'000, false);                             // asked for again while watched
   EXPECT_TRUE(g.Admit(7'000, 8, 0.99)) << "it came back: admitted whatever the draw";
   EXPECT_EQ(g.stats().returned, 1u);
 }
@@ -87,8 +91,8 @@ TEST(ValidateAdmission, NamesTheFieldOutOfRange) {
 // Where a small cache churns under skewed demand, the gate keeps out entries
 // that would be evicted unread: more hits, far fewer replacements.
 TEST(AdmissionSimulation, RaisesHitsAndCutsReplacementsWhereTheCacheChurns) {
-  const auto stream = ZipfWorkload(20'000, 200'000, 0.8, 3, TimePoint{},
-                                   std::chrono::microseconds(1000));
+  const auto stream =
+      ZipfWorkload(20'000, 200'000, 0.8, 3, TimePoint{}, std::chrono::microseconds(1000));
   for (PolicyKind kind : {PolicyKind::kLru, PolicyKind::kDualFactor}) {
     SCOPED_TRACE(std::string(PolicyKindName(kind)));
     PolicyOptions po;
@@ -105,7 +109,8 @@ TEST(AdmissionSimulation, RaisesHitsAndCutsReplacementsWhereTheCacheChurns) {
 }
 
 TEST(AdmissionSimulation, IsDeterministicForASeed) {
-  const auto stream = ZipfWorkload(5'000, 50'000, 1.0, 4, TimePoint{}, std::chrono::microseconds(1000));
+  const auto stream =
+      ZipfWorkload(5'000, 50'000, 1.0, 4, TimePoint{}, std::chrono::microseconds(1000));
   auto a = NewEvictionPolicy(PolicyKind::kLru);
   auto b = NewEvictionPolicy(PolicyKind::kLru);
   const SimResult ra = SimulatePolicy(*a, stream, 100, On(), 17);

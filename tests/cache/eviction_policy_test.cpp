@@ -63,7 +63,7 @@ TEST_P(PolicyConformance, ErasedKeysAreNeverVictims) {
   auto p = Make();
   for (uint64_t k = 1; k <= 10; ++k) p->Insert(k, 1, T(static_cast<int>(k)));
   for (uint64_t k = 1; k <= 10; k += 2) p->Erase(k);
-  p->Erase(999);       // absent: no-op
+  p->Erase(999);          // absent: no-op
   p->Access(999, T(20));  // absent: no-op
   for (int i = 0; i < 5; ++i) {
     const auto v = p->Victim(T(30));

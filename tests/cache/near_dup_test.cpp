@@ -115,9 +115,11 @@ TEST(ScorePair, GuardsAreWhatKeepsLongNearDuplicatesApart) {
        "cheap motels and good local restaurants along the way, with driving times for each day",
        Guard::kOrder},
       {"Write a detailed essay about the economic and social history of the Netherlands during "
-       "the nineteenth century, with a focus on trade, industry and colonial policy, citing sources",
+       "the nineteenth century, with a focus on trade, industry and colonial policy, citing "
+       "sources",
        "Write a detailed essay about the economic and social history of the Belgium during "
-       "the nineteenth century, with a focus on trade, industry and colonial policy, citing sources",
+       "the nineteenth century, with a focus on trade, industry and colonial policy, citing "
+       "sources",
        Guard::kEntity},
   };
   for (const GuardCase& c : cases) {
@@ -188,8 +190,9 @@ TEST_F(NearDupIndexTest, TenantsNeverSeeEachOthersEntries) {
       index->Lookup(other_model, "What is the boiling point of water at sea level?")->has_value());
   // Many namespaces holding the same text: each sees only its own payload.
   for (uint64_t t = 0; t < 50; ++t) {
-    ASSERT_TRUE(index->Insert(NearDupNamespace(fmt::format("t{}", t), "m"),
-                              "What is the boiling point of water at sea level?", 100 + t)
+    ASSERT_TRUE(index
+                    ->Insert(NearDupNamespace(fmt::format("t{}", t), "m"),
+                             "What is the boiling point of water at sea level?", 100 + t)
                     .ok());
   }
   for (uint64_t t = 0; t < 50; ++t) {

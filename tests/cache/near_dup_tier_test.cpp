@@ -62,7 +62,8 @@ class NearDupTierTest : public ::testing::Test {
 TEST_F(NearDupTierTest, AMatchCarriesTheStoredAnswerAndItsBytesCount) {
   auto index = Make({});
   const auto answer = std::make_shared<Answer>(std::string(5000, 'x'));
-  ASSERT_TRUE(index->Insert(ns_, Prep("How do I reverse a linked list in Python?"), 7, answer).ok());
+  ASSERT_TRUE(
+      index->Insert(ns_, Prep("How do I reverse a linked list in Python?"), 7, answer).ok());
   EXPECT_GE(index->stats().bytes, 5000u);
   EXPECT_EQ(observer_.bytes, static_cast<int64_t>(index->stats().bytes));
   auto hit = index->Lookup(ns_, Prep("how do i reverse a linked list in python"));
@@ -80,19 +81,22 @@ TEST_F(NearDupTierTest, TtlsAreJitteredAndExpiredEntriesNeverMatch) {
   o.ttl_jitter = 0.5;
   auto index = Make(o);
   for (int i = 0; i < 40; ++i) {
-    ASSERT_TRUE(index->Insert(ns_, Prep(fmt::format("question number {} about the weather", i)), i).ok());
+    ASSERT_TRUE(
+        index->Insert(ns_, Prep(fmt::format("question number {} about the weather", i)), i).ok());
   }
   // At 100 s ± 50 %, some have expired by 90 s and some live past 110 s.
   clock_.Advance(seconds(90));
   int live_at_90 = 0;
   for (int i = 0; i < 40; ++i) {
-    live_at_90 += index->Lookup(ns_, Prep(fmt::format("question number {} about the weather", i))).has_value();
+    live_at_90 += index->Lookup(ns_, Prep(fmt::format("question number {} about the weather", i)))
+                      .has_value();
   }
   EXPECT_GT(live_at_90, 5);
   EXPECT_LT(live_at_90, 35);
   clock_.Advance(seconds(61));  // 151 s: past every TTL
   for (int i = 0; i < 40; ++i) {
-    EXPECT_FALSE(index->Lookup(ns_, Prep(fmt::format("question number {} about the weather", i))).has_value());
+    EXPECT_FALSE(index->Lookup(ns_, Prep(fmt::format("question number {} about the weather", i)))
+                     .has_value());
   }
   EXPECT_EQ(index->stats().entries, 0u);
   EXPECT_EQ(observer_.expirations, 40);
@@ -124,7 +128,8 @@ TEST_F(NearDupTierTest, TheObserverSeesStoresReplacementsAndEvictions) {
   auto index = Make(o);
   for (int i = 0; i < 30; ++i) {
     clock_.Advance(std::chrono::milliseconds(10));
-    ASSERT_TRUE(index->Insert(ns_, Prep(fmt::format("request {} about topic {}", i, i * 7)), i).ok());
+    ASSERT_TRUE(
+        index->Insert(ns_, Prep(fmt::format("request {} about topic {}", i, i * 7)), i).ok());
   }
   clock_.Advance(std::chrono::milliseconds(10));
   ASSERT_TRUE(index->Insert(ns_, Prep("request 29 about topic 203"), 29).ok());  // same payload
@@ -137,7 +142,8 @@ TEST_F(NearDupTierTest, TheObserverSeesStoresReplacementsAndEvictions) {
 TEST_F(NearDupTierTest, AFullIndexAsksTheAdmissionGateForNewEntriesOnly) {
   NearDupOptions o;
   o.max_entries = 8;
-  o.admission = {.enabled = true, .gain = 4.0, .min_probability = 0.05, .watch_factor = 2.0, .window = 32};
+  o.admission = {
+      .enabled = true, .gain = 4.0, .min_probability = 0.05, .watch_factor = 2.0, .window = 32};
   auto index = Make(o, 3);
   int turned_away = 0;
   for (int i = 0; i < 400; ++i) {
@@ -184,7 +190,8 @@ TEST(NearDupCodec, ATextSurvivesItsByteFormAndScoresTheSame) {
 TEST(NearDupCodec, DamagedBytesAreDataLossNeverACrash) {
   const std::string good = EncodeNearDupText(Prep("how many legs does a spider have"));
   EXPECT_EQ(DecodeNearDupText("").status().code(), util::StatusCode::kDataLoss);
-  EXPECT_EQ(DecodeNearDupText("L3T2" + good.substr(4)).status().code(), util::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeNearDupText("L3T2" + good.substr(4)).status().code(),
+            util::StatusCode::kDataLoss);
   for (size_t cut = 0; cut < good.size(); cut += 3) {
     EXPECT_FALSE(DecodeNearDupText(good.substr(0, cut)).ok()) << cut;
   }

@@ -117,8 +117,8 @@ TEST_F(ResponseCacheTest, BytesNeverExceedTheBudgetAndEvictionsMakeRoom) {
   o.policy = PolicyKind::kLru;
   auto c = Make(o);
   for (int i = 0; i < 200; ++i) {
-    ASSERT_TRUE(c->Insert(Key("t", i), std::make_shared<Blob>(std::string(100 + 7 * (i % 13), 'x')),
-                          {}));
+    ASSERT_TRUE(
+        c->Insert(Key("t", i), std::make_shared<Blob>(std::string(100 + 7 * (i % 13), 'x')), {}));
     const auto s = c->Stats();
     ASSERT_LE(s.bytes, o.max_bytes) << "after insert " << i;
     clock_.Advance(milliseconds(1));
@@ -142,7 +142,8 @@ TEST_F(ResponseCacheTest, EvictionGoesThroughThePolicy) {
   o.max_bytes = 3 * entry;
   o.max_entry_bytes = entry;
   auto c = Make(o);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c->Insert(Key("t", i), std::make_shared<Blob>(std::string(1000, 'a')), {}));
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(c->Insert(Key("t", i), std::make_shared<Blob>(std::string(1000, 'a')), {}));
   EXPECT_EQ(c->Find(Key("t", 0)).kind, Lookup::Kind::kHit);  // 0 is now the most recent
   ASSERT_TRUE(c->Insert(Key("t", 3), std::make_shared<Blob>(std::string(1000, 'b')), {}));
   EXPECT_EQ(c->Find(Key("t", 1)).kind, Lookup::Kind::kMiss);  // 1 was least recent
@@ -251,10 +252,9 @@ TEST(EarlyRefresh, ProbabilityIsExpOfMinusRemainingOverBetaDelta) {
       int refresh = 0;
       for (int i = 0; i < kGrid; ++i) {
         const double u = (i + 0.5) / kGrid;
-        refresh += ShouldRefreshEarly(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(
-                std::chrono::duration<double>(remaining_s)),
-            delta, beta, u);
+        refresh += ShouldRefreshEarly(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::duration<double>(remaining_s)),
+                                      delta, beta, u);
       }
       const double want = std::exp(-remaining_s / (beta * 0.5));
       EXPECT_NEAR(static_cast<double>(refresh) / kGrid, want, 1e-3)
@@ -286,7 +286,7 @@ TEST_F(ResponseCacheTest, HitsNearExpiryAskForAnEarlyRefreshWithRisingProbabilit
   EXPECT_EQ(refresh_share(2000), 0.0);  // 100 s left: exp(-100)
   clock_.Advance(seconds(97));          // 3 s left: exp(-3) = 0.050
   EXPECT_NEAR(refresh_share(20'000), std::exp(-3.0), 0.01);
-  clock_.Advance(seconds(2));           // 1 s left: exp(-1) = 0.368
+  clock_.Advance(seconds(2));  // 1 s left: exp(-1) = 0.368
   EXPECT_NEAR(refresh_share(20'000), std::exp(-1.0), 0.015);
   EXPECT_EQ(c->Stats().early_refreshes, static_cast<uint64_t>(observer_.refreshes));
   EXPECT_GT(observer_.refreshes, 0);

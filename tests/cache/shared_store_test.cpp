@@ -94,7 +94,7 @@ TEST_F(SharedStoreTest, TwoStoresShareAnExactEntryWithARedisTtl) {
   const auto hit = reader->GetExact(alpha_, Key("alpha", 1));
   EXPECT_EQ(TextOf(hit), "answer one");
   ASSERT_TRUE(hit.has_value());
-  EXPECT_GT(hit->ttl_left, seconds(50));   // 60 s ± 10 % jitter, minus a moment
+  EXPECT_GT(hit->ttl_left, seconds(50));  // 60 s ± 10 % jitter, minus a moment
   EXPECT_LE(hit->ttl_left, seconds(67));
   EXPECT_EQ(reader->stats().hits, 1u);
   EXPECT_EQ(writer->stats().writes, 1u);
@@ -133,7 +133,8 @@ TEST_F(SharedStoreTest, ANearDuplicateIsFoundThroughTheBucketsAndConfirmed) {
                   std::make_shared<Blob>("use a loop"), seconds(60));
   writer->PutNear(alpha_, "scope", Text("What is 2+3?"), std::make_shared<Blob>("5"), seconds(60));
   ASSERT_TRUE(writer->Flush(seconds(5)));
-  const auto hit = reader->FindNear(alpha_, "scope", *Text("how do i reverse a linked-list in PYTHON"));
+  const auto hit =
+      reader->FindNear(alpha_, "scope", *Text("how do i reverse a linked-list in PYTHON"));
   EXPECT_EQ(TextOf(hit), "use a loop");
   ASSERT_TRUE(hit.has_value());
   EXPECT_GE(hit->similarity, kDefaultNearDupSimilarity);
@@ -229,20 +230,26 @@ TEST(SharedStoreOptionsTest, OutOfRangeOptionsAreRejectedByName) {
     change(o);
     return SharedStore::Create(o, codec, util::RealClock(), util::Rng(1), log).status();
   };
-  EXPECT_NE(make([](SharedStoreOptions& o) { o.port = 0; }).message().find("port"), std::string::npos);
-  EXPECT_NE(make([](SharedStoreOptions& o) { o.timeout = milliseconds(0); }).message().find("timeout"),
+  EXPECT_NE(make([](SharedStoreOptions& o) { o.port = 0; }).message().find("port"),
             std::string::npos);
-  EXPECT_NE(make([](SharedStoreOptions& o) { o.read_connections = 0; }).message().find("read_connections"),
+  EXPECT_NE(
+      make([](SharedStoreOptions& o) { o.timeout = milliseconds(0); }).message().find("timeout"),
+      std::string::npos);
+  EXPECT_NE(make([](SharedStoreOptions& o) { o.read_connections = 0; })
+                .message()
+                .find("read_connections"),
             std::string::npos);
   EXPECT_NE(make([](SharedStoreOptions& o) { o.prefix = "a b"; }).message().find("prefix"),
             std::string::npos);
 }
 
 TEST(ParseRedisAddressTest, AcceptsHostPortAndUrlsAndNamesWhatIsWrong) {
-  EXPECT_EQ(ParseRedisAddress("127.0.0.1:6380").value(), (std::pair<std::string, int>{"127.0.0.1", 6380}));
+  EXPECT_EQ(ParseRedisAddress("127.0.0.1:6380").value(),
+            (std::pair<std::string, int>{"127.0.0.1", 6380}));
   EXPECT_EQ(ParseRedisAddress("redis://cache.internal:7000").value(),
             (std::pair<std::string, int>{"cache.internal", 7000}));
-  EXPECT_EQ(ParseRedisAddress("redis-host").value(), (std::pair<std::string, int>{"redis-host", 6379}));
+  EXPECT_EQ(ParseRedisAddress("redis-host").value(),
+            (std::pair<std::string, int>{"redis-host", 6379}));
   for (const char* bad : {"", ":6379", "host:", "host:0", "host:70000", "host:12ab",
                           "redis://user@host:1", "a b:1"}) {
     auto r = ParseRedisAddress(bad);

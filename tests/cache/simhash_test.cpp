@@ -36,15 +36,17 @@ std::string Join(const std::vector<std::string>& w) {
 }
 
 TEST(SimHash, IdenticalTextsHaveDistanceZero) {
-  EXPECT_EQ(HammingDistance(Fingerprint("How do I bake bread?"),
-                            Fingerprint("how do i   BAKE bread")), 0);
+  EXPECT_EQ(
+      HammingDistance(Fingerprint("How do I bake bread?"), Fingerprint("how do i   BAKE bread")),
+      0);
 }
 
 TEST(SimHash, IsDeterministicAcrossRunsAndReleases) {
   // Stored fingerprints depend on these values: changing the feature hash,
   // its seed or the weights must be a deliberate, visible change.
   EXPECT_EQ(FeatureHash("hello"), FeatureHash("hello"));
-  EXPECT_EQ(Fingerprint("What is the capital of France?"), Fingerprint("what is the capital of france"));
+  EXPECT_EQ(Fingerprint("What is the capital of France?"),
+            Fingerprint("what is the capital of france"));
   EXPECT_EQ(Fingerprint("What is the capital of France?"), 0x56AB0472FCC4F453ULL);
 }
 

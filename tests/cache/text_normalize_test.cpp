@@ -14,23 +14,29 @@ std::string Norm(std::string_view s) {
 }
 
 TEST(NormalizeText, FoldsFullWidthLettersAndLigaturesToPlainLetters) {
-  EXPECT_EQ(Norm("\xEF\xBC\xA8\xEF\xBD\x85\xEF\xBD\x8C\xEF\xBD\x8C\xEF\xBD\x8F"), "hello");  // Ｈｅｌｌｏ
-  EXPECT_EQ(Norm("\xEF\xAC\x81le \xEF\xAC\x82ow"), "file flow");                           // ﬁle ﬂow
-  EXPECT_EQ(Norm("\xE2\x91\xA0 \xE2\x85\xAB"), "1 xii");                                    // ① Ⅻ
-  EXPECT_EQ(Norm("x\xC2\xB2"), "x2");                                                       // x²
+  EXPECT_EQ(Norm("\xEF\xBC\xA8\xEF\xBD\x85\xEF\xBD\x8C\xEF\xBD\x8C\xEF\xBD\x8F"),
+            "hello");                                             // Ｈｅｌｌｏ
+  EXPECT_EQ(Norm("\xEF\xAC\x81le \xEF\xAC\x82ow"), "file flow");  // ﬁle ﬂow
+  EXPECT_EQ(Norm("\xE2\x91\xA0 \xE2\x85\xAB"), "1 xii");          // ① Ⅻ
+  EXPECT_EQ(Norm("x\xC2\xB2"), "x2");                             // x²
 }
 
 TEST(NormalizeText, FoldsCaseIncludingFullCaseFolding) {
   EXPECT_EQ(Norm("HeLLo WORLD"), "hello world");
-  EXPECT_EQ(Norm("Stra\xC3\x9F" "e"), "strasse");              // Straße
-  EXPECT_EQ(Norm("\xC3\x89T\xC3\x89"), "\xC3\xA9t\xC3\xA9");  // ÉTÉ → été
+  EXPECT_EQ(Norm("Stra\xC3\x9F"
+                 "e"),
+            "strasse");                                        // Straße
+  EXPECT_EQ(Norm("\xC3\x89T\xC3\x89"), "\xC3\xA9t\xC3\xA9");   // ÉTÉ → été
   EXPECT_EQ(Norm("e\xCC\x81t\xC3\xA9"), "\xC3\xA9t\xC3\xA9");  // decomposed é composes
 }
 
 TEST(NormalizeText, CollapsesEveryKindOfWhitespace) {
   EXPECT_EQ(Norm("  a \t\n b\r\n\n  c  "), "a b c");
-  EXPECT_EQ(Norm("a\xC2\xA0" "b\xE2\x80\x83" "c"), "a b c");  // NBSP, EM SPACE
-  EXPECT_EQ(Norm(std::string("a\0b", 3)), "a b");               // control characters separate
+  EXPECT_EQ(Norm("a\xC2\xA0"
+                 "b\xE2\x80\x83"
+                 "c"),
+            "a b c");                              // NBSP, EM SPACE
+  EXPECT_EQ(Norm(std::string("a\0b", 3)), "a b");  // control characters separate
 }
 
 TEST(NormalizeText, DropsDefaultIgnorableCodePoints) {
@@ -70,7 +76,8 @@ TEST(NormalizeText, ExpandsNegativeContractions) {
 }
 
 TEST(NormalizeText, CjkCharactersAreTokensOfTheirOwn) {
-  auto r = NormalizeText("\xE6\x9D\xB1\xE4\xBA\xAC\xE3\x82\xBF\xE3\x83\xAF\xE3\x83\xBC");  // 東京タワー
+  auto r =
+      NormalizeText("\xE6\x9D\xB1\xE4\xBA\xAC\xE3\x82\xBF\xE3\x83\xAF\xE3\x83\xBC");  // 東京タワー
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->tokens.size(), 5u);
 }
@@ -93,9 +100,9 @@ TEST(NormalizeText, EmptyAndPunctuationOnlyTextsHaveNoTokens) {
 }
 
 TEST(NormalizeText, InvalidUtf8IsAnErrorThatNamesTheOffset) {
-  for (const std::string& bad : {std::string("ab\xFF"), std::string("ab\xE2\x82"),
-                                std::string("ab\xC0\xAF"), std::string("ab\xED\xA0\x80"),
-                                std::string("ab\xF4\x90\x80\x80"), std::string("ab\x80")}) {
+  for (const std::string& bad :
+       {std::string("ab\xFF"), std::string("ab\xE2\x82"), std::string("ab\xC0\xAF"),
+        std::string("ab\xED\xA0\x80"), std::string("ab\xF4\x90\x80\x80"), std::string("ab\x80")}) {
     auto r = NormalizeText(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), util::StatusCode::kInvalidArgument);

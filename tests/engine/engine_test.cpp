@@ -120,9 +120,9 @@ TEST_F(EngineTest, GenerateStopsAtMaxTokensAndOnCallback) {
   testing::FakeClock clock;
   GreedyChooser greedy;
   std::vector<GenerationRequest> reqs = {{Prompt(5), 7, false}, {Prompt(9), 20, false}};
-  auto res = GenerateAll(*e, reqs, greedy,
-                         [](size_t i, int32_t) { return i != 1; },  // stop request 1 at once
-                         {}, clock);
+  auto res = GenerateAll(
+      *e, reqs, greedy, [](size_t i, int32_t) { return i != 1; },  // stop request 1 at once
+      {}, clock);
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   EXPECT_EQ((*res)[0].tokens.size(), 7u);
   EXPECT_EQ((*res)[0].finish, FinishReason::kLength);

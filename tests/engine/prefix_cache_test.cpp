@@ -283,7 +283,9 @@ TEST_F(PrefixCacheTest, HundredsOfSharedPrefixPromptsMatchTheUncachedRunsExactly
   int64_t partial_tokens = 0;
   auto run = [&](bool cache, bool reversed, int max_running) {
     auto e = Make(1024);
-    auto sched = std::move(Scheduler::Start(*e, {.max_running = max_running, .max_batch_tokens = 24}, *log_)).value();
+    auto sched =
+        std::move(Scheduler::Start(*e, {.max_running = max_running, .max_batch_tokens = 24}, *log_))
+            .value();
     std::vector<std::shared_ptr<Sink>> sinks(cases.size());
     for (size_t k = 0; k < cases.size(); ++k) {
       const size_t i = reversed ? cases.size() - 1 - k : k;

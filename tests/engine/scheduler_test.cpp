@@ -44,9 +44,18 @@ class RecordingSink : public RequestSink {
     std::lock_guard<std::mutex> lock(mu_);
     return tokens_;
   }
-  FinishReason reason() { std::lock_guard<std::mutex> l(mu_); return reason_; }
-  Usage usage() { std::lock_guard<std::mutex> l(mu_); return usage_; }
-  int finishes() { std::lock_guard<std::mutex> l(mu_); return finishes_; }
+  FinishReason reason() {
+    std::lock_guard<std::mutex> l(mu_);
+    return reason_;
+  }
+  Usage usage() {
+    std::lock_guard<std::mutex> l(mu_);
+    return usage_;
+  }
+  int finishes() {
+    std::lock_guard<std::mutex> l(mu_);
+    return finishes_;
+  }
 
  private:
   GreedyChooser greedy_;
@@ -180,7 +189,8 @@ TEST_F(SchedulerTest, BadRequestsAreRefusedAtSubmit) {
   auto engine = MakeEngine(32, 64);
   auto sched = Scheduler::Start(*engine, {.max_running = 1, .max_queue = 0}, *log_);
   auto sink = std::make_shared<RecordingSink>();
-  EXPECT_EQ((*sched)->Submit({{}, 5, false, sink}).status().code(), util::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*sched)->Submit({{}, 5, false, sink}).status().code(),
+            util::StatusCode::kInvalidArgument);
   EXPECT_EQ((*sched)->Submit({Prompt(4, 0), 0, false, sink}).status().code(),
             util::StatusCode::kInvalidArgument);
   EXPECT_EQ((*sched)->Submit({Prompt(4, 0), 5, false, nullptr}).status().code(),
@@ -348,8 +358,14 @@ class FixedCapControl final : public SchedulerControl {
     return {.max_running = cap_, .max_waiting = max_waiting_};
   }
   std::chrono::milliseconds idle_tick() const override { return std::chrono::milliseconds(50); }
-  int calls() { std::lock_guard<std::mutex> l(mu_); return calls_; }
-  SchedulerStats last() { std::lock_guard<std::mutex> l(mu_); return last_; }
+  int calls() {
+    std::lock_guard<std::mutex> l(mu_);
+    return calls_;
+  }
+  SchedulerStats last() {
+    std::lock_guard<std::mutex> l(mu_);
+    return last_;
+  }
 
  private:
   const int32_t cap_;
@@ -450,7 +466,8 @@ TEST_F(SchedulerTest, APreemptedRequestIsAdmittedOnlyOnce) {
   ASSERT_TRUE(sched.ok());
   auto c = std::make_shared<Concurrency>();
   for (int i = 0; i < 6; ++i) {
-    ASSERT_TRUE((*sched)->Submit({Prompt(20, i), 40, false, std::make_shared<AdmitSink>(c, 0)}).ok());
+    ASSERT_TRUE(
+        (*sched)->Submit({Prompt(20, i), 40, false, std::make_shared<AdmitSink>(c, 0)}).ok());
   }
   EXPECT_TRUE((*sched)->Drain(std::chrono::minutes(1)));
   EXPECT_GT((*sched)->Stats().preemptions, 0) << "the test did not exercise preemption";

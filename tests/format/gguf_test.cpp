@@ -27,12 +27,14 @@ std::string SampleFile(uint32_t alignment = 32) {
   w.SetStringArray("strs", {"a", "", "ccc"});
   w.SetFloat32Array("floats", {1.5f, -2.0f});
   w.SetInt32Array("ints", {1, -2, 3});
-  EXPECT_TRUE(w.AddTensor("t0", {4, 2}, kernels::TensorType::kF32, [](int64_t row, std::span<float> out) {
-                 for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(row * 10 + i);
-               }).ok());
-  EXPECT_TRUE(w.AddTensor("t1", {64}, kernels::TensorType::kQ8_0, [](int64_t, std::span<float> out) {
-                 for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(i) / 8.0f;
-               }).ok());
+  EXPECT_TRUE(
+      w.AddTensor("t0", {4, 2}, kernels::TensorType::kF32, [](int64_t row, std::span<float> out) {
+         for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(row * 10 + i);
+       }).ok());
+  EXPECT_TRUE(
+      w.AddTensor("t1", {64}, kernels::TensorType::kQ8_0, [](int64_t, std::span<float> out) {
+         for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(i) / 8.0f;
+       }).ok());
   return *w.ToBytes();
 }
 
@@ -79,7 +81,8 @@ TEST(Gguf, WrongTypeAndMissingKeysAreNamed) {
   ASSERT_TRUE(g.ok());
   auto s = (*g)->GetString("u32");
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("'u32' is uint32"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("'u32' is uint32"), std::string::npos)
+      << s.status().message();
   auto m = (*g)->GetUint("nope");
   EXPECT_EQ(m.status().code(), util::StatusCode::kNotFound);
   EXPECT_EQ(*(*g)->GetUintOr("nope", 7), 7u);
@@ -227,14 +230,16 @@ TEST(Gguf, ReadsEveryRealModelInShared) {
   auto g = GgufFile::Open(*fs, testing::SharedPath("models/stories260K.gguf"));
   EXPECT_EQ((*g)->tensors().size(), 48u);
   EXPECT_EQ(*(*g)->GetUint("llama.block_count"), 5u);
-  auto legacy = GgufFile::Open(*fs, testing::SharedPath("models/legacy/tinyllamas-stories-260k-q8_0.gguf"));
+  auto legacy =
+      GgufFile::Open(*fs, testing::SharedPath("models/legacy/tinyllamas-stories-260k-q8_0.gguf"));
   EXPECT_EQ((*legacy)->version(), 2u);
 }
 
 TEST(Gguf, VersionOneFileIsRejectedClearly) {
   STRATA_REQUIRE_SHARED("models/legacy/tinyllamas-stories-260k-f32.gguf");
   auto fs = util::NewPosixFileSystem();
-  auto g = GgufFile::Open(*fs, testing::SharedPath("models/legacy/tinyllamas-stories-260k-f32.gguf"));
+  auto g =
+      GgufFile::Open(*fs, testing::SharedPath("models/legacy/tinyllamas-stories-260k-f32.gguf"));
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("version 1 is not supported"), std::string::npos);
 }

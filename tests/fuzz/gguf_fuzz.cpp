@@ -8,8 +8,8 @@
 #include <span>
 
 #include "format/gguf.h"
-#include "text/tokenizer.h"
 #include "model/transformer.h"
+#include "text/tokenizer.h"
 #include "util/log.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -23,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& [key, value] : (*gguf)->metadata()) (void)value.DebugString();
   auto tok = text::Tokenizer::FromGguf(**gguf);
   if (tok.ok()) {
-    const auto ids = (*tok)->Encode("Hello world <s> \xF0\x9F\x99\x82 \xFF", {.parse_special = true});
+    const auto ids =
+        (*tok)->Encode("Hello world <s> \xF0\x9F\x99\x82 \xFF", {.parse_special = true});
     (void)(*tok)->Decode(ids);
   }
   auto null_log = util::NewNullLogger();

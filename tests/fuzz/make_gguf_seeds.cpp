@@ -48,10 +48,10 @@ int main(int argc, char** argv) {
   w.SetFloat32Array("tokenizer.ggml.scores", {0, 0, 0, -1, -1, -0.5f});
   w.SetInt32Array("tokenizer.ggml.token_type", {2, 3, 3, 1, 1, 1});
   w.SetString("tokenizer.ggml.model", "llama");
-  failures += !w.AddTensor("t", {32, 2}, kernels::TensorType::kF16,
-                           [](int64_t r, std::span<float> out) {
-                             for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(r + i);
-                           }).ok();
+  failures +=
+      !w.AddTensor("t", {32, 2}, kernels::TensorType::kF16, [](int64_t r, std::span<float> out) {
+          for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(r + i);
+        }).ok();
   failures += !w.Write(*fs, dir + "/all_types.gguf").ok();
   std::printf("wrote seeds to %s (%d failures)\n", dir.c_str(), failures);
   return failures == 0 ? 0 : 1;

@@ -14,7 +14,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace strata::server;
   const std::string_view body(reinterpret_cast<const char*>(data), size);
-  for (ApiKind kind : {ApiKind::kOpenAIChat, ApiKind::kOpenAICompletion, ApiKind::kAnthropicMessages}) {
+  for (ApiKind kind :
+       {ApiKind::kOpenAIChat, ApiKind::kOpenAICompletion, ApiKind::kAnthropicMessages}) {
     auto r = ParseRequest(kind, body);
     if (!r.ok()) {
       if (r.status().code() != strata::util::StatusCode::kInvalidArgument) std::abort();

@@ -202,7 +202,8 @@ class L2TierTest : public ::testing::Test {
       params.seed = i;
       sinks.push_back(std::make_shared<Sink>(params));
       EXPECT_TRUE(
-          sched->Submit(testing::RecordedRequest(prompts[i], 6, sinks.back(), cache ? 99 : 0)).ok());
+          sched->Submit(testing::RecordedRequest(prompts[i], 6, sinks.back(), cache ? 99 : 0))
+              .ok());
     }
     Run run;
     for (auto& s : sinks) {

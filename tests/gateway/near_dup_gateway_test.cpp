@@ -181,7 +181,8 @@ TEST_F(NearDupGatewayTest, EverythingButTheWordingMustMatchExactly) {
     r.sampling.seed = 3;
     r.fixed_seed = true;
   });
-  add("system prompt", [](CompletionRequest& r) { r.messages.front().content = "You are verbose."; });
+  add("system prompt",
+      [](CompletionRequest& r) { r.messages.front().content = "You are verbose."; });
   add("history", [](CompletionRequest& r) {
     r.messages.insert(r.messages.begin() + 1, {{"user", "hi"}, {"assistant", "hello"}});
   });
@@ -247,7 +248,8 @@ TEST_F(NearDupGatewayTest, L3MetricsAreExported) {
   EXPECT_EQ(Metric("strata_cache_hits_total{tier=\"l3\"}"), 1);
   EXPECT_EQ(Metric("strata_cache_misses_total{tier=\"l3\"}"), 2);
   EXPECT_EQ(Metric("strata_cache_entries{tier=\"l3\"}"), 2);
-  EXPECT_EQ(Metric("strata_cache_bytes{tier=\"l3\"}"), static_cast<double>(s_.gw->l3_stats()->bytes));
+  EXPECT_EQ(Metric("strata_cache_bytes{tier=\"l3\"}"),
+            static_cast<double>(s_.gw->l3_stats()->bytes));
   EXPECT_EQ(Metric("strata_cache_evictions_total{tier=\"l3\"}"), 0);
 }
 

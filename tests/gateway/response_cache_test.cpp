@@ -34,7 +34,8 @@ struct Observed {
   }
   int32_t Completion() const {
     int32_t n = 0;
-    for (const auto& e : events) n += e.kind == Event::Kind::kFinish ? e.usage.completion_tokens : 0;
+    for (const auto& e : events)
+      n += e.kind == Event::Kind::kFinish ? e.usage.completion_tokens : 0;
     return n;
   }
   bool AllOk() const {
@@ -140,7 +141,6 @@ class ResponseCacheGatewayTest : public ::testing::Test {
     gate->WaitHolding();
     return gate;
   }
-
 
   std::unique_ptr<util::Logger> log_ = util::NewNullLogger();
   testing::FakeClock clock_;

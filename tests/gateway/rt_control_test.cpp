@@ -23,8 +23,11 @@ using std::chrono::seconds;
 
 sampling::Policy Level(int32_t level, double trace, sampling::SamplingTier tier, int32_t batch,
                        int32_t max_tokens) {
-  return {.level = level, .trace_sample_rate = trace, .sampling_tier = tier,
-          .max_batch_size = batch, .max_tokens_cap = max_tokens};
+  return {.level = level,
+          .trace_sample_rate = trace,
+          .sampling_tier = tier,
+          .max_batch_size = batch,
+          .max_tokens_cap = max_tokens};
 }
 
 TEST(EffectivePolicy, WithoutPressureItIsTheLevelItself) {
@@ -131,8 +134,9 @@ TEST_F(RtControlTest, ABreachStepsDownWithAReasonAndCalmStepsBackUp) {
       "rt-switcher: step down 0 -> 1: breach for 1 intervals; ttft p95 2.0000 s > threshold "
       "0.5000 s"))
       << log_.Lines().back();
-  EXPECT_TRUE(log_.Contains("new requests get level 1: trace 0.5, sampling topk, max batch 32, "
-                            "max_tokens cap 1024"));
+  EXPECT_TRUE(
+      log_.Contains("new requests get level 1: trace 0.5, sampling topk, max batch 32, "
+                    "max_tokens cap 1024"));
   EXPECT_TRUE(Rendered("strata_rt_level 1"));
   EXPECT_TRUE(Rendered("strata_rt_switch_total{direction=\"down\"} 1"));
   EXPECT_TRUE(Rendered("strata_rt_threshold_seconds{signal=\"ttft\"} 0.5"));
@@ -284,8 +288,9 @@ TEST_F(RtControlTest, AStepUpWaitsWhileDemandExceedsWhatTheLevelAboveServed) {
   ASSERT_EQ(Load(*rt_, clock_, s, 16, 10, milliseconds(2000)), 1);
   // Level 1 keeps up with 16/s and is calm, but level 0 could not: held.
   for (int k = 0; k < 6; ++k) EXPECT_EQ(Load(*rt_, clock_, s, 16, 16, milliseconds(10)), 1);
-  EXPECT_TRUE(log_.Contains("rt-switcher: holding level 1: 16.0 requests/s submitted, above 90% "
-                            "of the 10.0/s level 0 served when it last breached"));
+  EXPECT_TRUE(
+      log_.Contains("rt-switcher: holding level 1: 16.0 requests/s submitted, above 90% "
+                    "of the 10.0/s level 0 served when it last breached"));
   EXPECT_FALSE(log_.Contains("step up 1 -> 0"));
   // Demand falls to 5/s: once the 5-interval mean is below 9/s, it steps up.
   int32_t level = 1;
@@ -334,8 +339,8 @@ class RtServingTest : public ::testing::Test {
     eo.n_ctx = 128;
     eo.n_seq_max = 8;
     engine_ = std::move(engine::Engine::Create(*tiny_.model, eo, log_)).value();
-    sched_ = std::move(engine::Scheduler::Start(*engine_, {.max_running = 4, .control = rt_.get()},
-                                                log_))
+    sched_ = std::move(
+                 engine::Scheduler::Start(*engine_, {.max_running = 4, .control = rt_.get()}, log_))
                  .value();
     GatewayOptions go;
     go.model_name = "tiny";

@@ -49,7 +49,8 @@ std::vector<std::vector<float>> Attend(const KernelTable& table, const Kv& kv,
                                        std::vector<const size_t*> row_off = {},
                                        int32_t shared_pos = 0) {
   const int n_q = static_cast<int>(q.size());
-  std::vector<std::vector<float>> out(q.size(), std::vector<float>(static_cast<size_t>(kv.head_dim), -7.0f));
+  std::vector<std::vector<float>> out(q.size(),
+                                      std::vector<float>(static_cast<size_t>(kv.head_dim), -7.0f));
   std::vector<const float*> qp;
   std::vector<float*> op;
   for (int m = 0; m < n_q; ++m) {
@@ -82,7 +83,8 @@ std::vector<double> Reference(const Kv& kv, const std::vector<float>& q, int32_t
   for (int32_t p = 0; p < n; ++p) {
     double d = 0.0;
     for (int64_t i = 0; i < kv.head_dim; ++i) {
-      d += static_cast<double>(q[static_cast<size_t>(i)]) * kv.k[row_off[static_cast<size_t>(p)] + static_cast<size_t>(i)];
+      d += static_cast<double>(q[static_cast<size_t>(i)]) *
+           kv.k[row_off[static_cast<size_t>(p)] + static_cast<size_t>(i)];
     }
     s[static_cast<size_t>(p)] = d * scale;
     mx = std::max(mx, d * scale);
@@ -153,7 +155,8 @@ TEST(Attention, EachQueryIsBitwiseTheSameAloneOrInAnyGroup) {
         }
         const auto together = Attend(*table, kv, q, n_pos, 0.125f);
         for (int m = 0; m < n_q; ++m) {
-          const auto alone = Attend(*table, kv, {q[static_cast<size_t>(m)]}, {n_pos[static_cast<size_t>(m)]}, 0.125f);
+          const auto alone = Attend(*table, kv, {q[static_cast<size_t>(m)]},
+                                    {n_pos[static_cast<size_t>(m)]}, 0.125f);
           ASSERT_EQ(0, std::memcmp(alone[0].data(), together[static_cast<size_t>(m)].data(),
                                    static_cast<size_t>(hd) * sizeof(float)))
               << IsaName(table->isa) << " head_dim " << hd << " query " << m << " of " << n_q
@@ -187,13 +190,15 @@ TEST(Attention, SequencesSharingAPrefixGiveEachQueryItsOwnBitsAndRows) {
         std::vector<const size_t*> row_off;
         std::vector<int32_t> seq_of;
         int32_t min_pos = prefix + own;
-        for (int32_t s = 0; s < n_seq && q.size() < static_cast<size_t>(kMaxAttendQueries) - 8; ++s) {
+        for (int32_t s = 0; s < n_seq && q.size() < static_cast<size_t>(kMaxAttendQueries) - 8;
+             ++s) {
           const int per_seq = 1 + static_cast<int>(rng.Below(8));
           for (int k = 0; k < per_seq; ++k) {
             q.push_back(RandomQuery(rng, hd, 2.0f));
             // Mostly past the prefix; in round 3 some inside it.
             const int32_t lo = round == 3 ? 20 : prefix;
-            n_pos.push_back(lo + static_cast<int32_t>(rng.Below(static_cast<uint64_t>(prefix + own - lo + 1))));
+            n_pos.push_back(
+                lo + static_cast<int32_t>(rng.Below(static_cast<uint64_t>(prefix + own - lo + 1))));
             min_pos = std::min(min_pos, n_pos.back());
             row_off.push_back(seq_rows[static_cast<size_t>(s)].data());
             seq_of.push_back(s);
@@ -204,11 +209,13 @@ TEST(Attention, SequencesSharingAPrefixGiveEachQueryItsOwnBitsAndRows) {
           const auto together = Attend(*table, kv, q, n_pos, 0.125f, row_off, shared);
           for (size_t m = 0; m < q.size(); ++m) {
             const auto alone = Attend(*table, kv, {q[m]}, {n_pos[m]}, 0.125f, {row_off[m]});
-            ASSERT_EQ(0, std::memcmp(alone[0].data(), together[m].data(), static_cast<size_t>(hd) * sizeof(float)))
+            ASSERT_EQ(0, std::memcmp(alone[0].data(), together[m].data(),
+                                     static_cast<size_t>(hd) * sizeof(float)))
                 << IsaName(table->isa) << " head_dim " << hd << " round " << round << " shared "
-                << shared << " query " << m << " of sequence " << seq_of[m] << " n_pos " << n_pos[m];
-            const auto ref = Reference(kv, q[m], n_pos[m], 0.125,
-                                       seq_rows[static_cast<size_t>(seq_of[m])]);
+                << shared << " query " << m << " of sequence " << seq_of[m] << " n_pos "
+                << n_pos[m];
+            const auto ref =
+                Reference(kv, q[m], n_pos[m], 0.125, seq_rows[static_cast<size_t>(seq_of[m])]);
             for (size_t i = 0; i < ref.size(); ++i) {
               ASSERT_NEAR(together[m][i], ref[i], 1e-4)
                   << IsaName(table->isa) << " query " << m << " element " << i;
@@ -233,7 +240,8 @@ TEST(Attention, RowsPastAQuerysPositionsNeverReachIt) {
       kv.v[kv.row_off[p] + 9] = nan;
     }
     const auto both = Attend(*table, kv, {qa, qb}, {10, 64}, 0.125f);
-    EXPECT_EQ(0, std::memcmp(alone[0].data(), both[0].data(), 64 * sizeof(float))) << IsaName(table->isa);
+    EXPECT_EQ(0, std::memcmp(alone[0].data(), both[0].data(), 64 * sizeof(float)))
+        << IsaName(table->isa);
     EXPECT_TRUE(std::isnan(both[1][9])) << IsaName(table->isa);
   }
 }

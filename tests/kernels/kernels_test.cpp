@@ -27,7 +27,8 @@
 //      k = 2·nb + 5 covers it.
 //    Against the float64 reference Σ w_i·x_i over the dequantized weights:
 //    |dot - ref| ≤ Σ_i |w_i|·da_b/2                           activation rounding
-//                + γ(k) · Σ_i (|A_i| + |B_i|)·da_b·|a_i|          ≥ Σ over the lane parts of each term
+//                + γ(k) · Σ_i (|A_i| + |B_i|)·da_b·|a_i|          ≥ Σ over the lane parts of each
+//                term
 //                + γ(n+1)·Σ|w_i x_i| + γ(1)·Σ|w_i x_i|          as above, plus w_i's rounding
 #include "kernels/kernels.h"
 
@@ -57,10 +58,10 @@ using internal::BlockQ5_1;
 using internal::BlockQ5_K;
 using internal::BlockQ6_K;
 
-constexpr TensorType kTypes[] = {
-    TensorType::kF32,  TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0,
-    TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1,
-    TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K};
+constexpr TensorType kTypes[] = {TensorType::kF32,  TensorType::kF16,  TensorType::kBF16,
+                                 TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
+                                 TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ4_K,
+                                 TensorType::kQ5_K, TensorType::kQ6_K};
 constexpr TensorType kKTypes[] = {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K};
 // The legacy 32-blocks with a min or a fifth bit.
 constexpr TensorType kLegacyTypes[] = {TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1};
@@ -79,9 +80,9 @@ double Gamma(double k) {
 }
 
 struct Case {
-  std::vector<float> x;            // activations
-  std::vector<uint8_t> w;          // encoded weight row
-  std::vector<double> w_exact;     // dequantized weights (exact)
+  std::vector<float> x;         // activations
+  std::vector<uint8_t> w;       // encoded weight row
+  std::vector<double> w_exact;  // dequantized weights (exact)
 };
 
 // A k-quant element decoded straight from the bytes, independently of the
@@ -123,7 +124,8 @@ KParts DecodeK(TensorType t, const uint8_t* row, int64_t i) {
     const int h = e / 128, g = (e % 128) / 32, l = e % 32;
     const int lo = (b.ql[64 * h + 32 * (g % 2) + l] >> (g < 2 ? 0 : 4)) & 15;
     const int hi = (b.qh[32 * h + l] >> (2 * g)) & 3;
-    return {static_cast<double>(HalfToFloat(b.d)) * b.scales[e / 16] * ((lo | (hi << 4)) - 32), 0.0};
+    return {static_cast<double>(HalfToFloat(b.d)) * b.scales[e / 16] * ((lo | (hi << 4)) - 32),
+            0.0};
   }
   // Q4_K (144 bytes) and Q5_K (176) both start f16 d, f16 dmin, u8 scales[12];
   // Q5_K then has qh[32] before qs.
@@ -169,7 +171,8 @@ Case MakeCase(TensorType t, int64_t n, util::Rng& rng, float scale) {
 
 // The rounding count k of the two-part bound (see the top).
 double TwoPartRoundings(TensorType t, int64_t n) {
-  return IsKQuant(t) ? static_cast<double>(2 * (n / 256) + 6) : static_cast<double>(2 * (n / 32) + 5);
+  return IsKQuant(t) ? static_cast<double>(2 * (n / 256) + 6)
+                     : static_cast<double>(2 * (n / 32) + 5);
 }
 
 // Element i of a quantized activation row (Q8 or Q8K): its block's d and its q.
@@ -188,7 +191,8 @@ ActScale ActAt(TensorType t, const std::vector<uint8_t>& act, int64_t i) {
 
 double Bound(TensorType t, const Case& c, const std::vector<uint8_t>& act, int64_t n) {
   double abs_terms = 0;
-  for (int64_t i = 0; i < n; ++i) abs_terms += std::fabs(c.w_exact[static_cast<size_t>(i)] * c.x[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < n; ++i)
+    abs_terms += std::fabs(c.w_exact[static_cast<size_t>(i)] * c.x[static_cast<size_t>(i)]);
   double bound = Gamma(static_cast<double>(n + 1)) * abs_terms;
   if (ActFormatFor(t) == ActFormat::kQ8 && !HasTwoParts(t)) {
     const auto* blocks = reinterpret_cast<const ActBlockQ8*>(act.data());
@@ -229,7 +233,8 @@ TEST(Kernels, EveryTypeMatchesTheFloat64ReferenceWithinItsBound) {
           std::vector<uint8_t> act(ActRowBytes(ActFormatFor(t), n));
           k->quantize_act(ActFormatFor(t), c.x.data(), n, act.data());
           double ref = 0;
-          for (int64_t i = 0; i < n; ++i) ref += c.w_exact[static_cast<size_t>(i)] * c.x[static_cast<size_t>(i)];
+          for (int64_t i = 0; i < n; ++i)
+            ref += c.w_exact[static_cast<size_t>(i)] * c.x[static_cast<size_t>(i)];
           float out = 0;
           MatMulArgs a;
           a.w_type = t;
@@ -274,7 +279,8 @@ TEST(Kernels, QuantizedTypesMatchTheFloat64DotOfTheirQuantizedActivations) {
             const auto* blocks = reinterpret_cast<const ActBlockQ8*>(act.data());
             for (int64_t b = 0; b < n / 32; ++b) {
               double s = 0;
-              for (int i = 0; i < 32; ++i) s += c.w_exact[static_cast<size_t>(b * 32 + i)] * blocks[b].q[i];
+              for (int i = 0; i < 32; ++i)
+                s += c.w_exact[static_cast<size_t>(b * 32 + i)] * blocks[b].q[i];
               ref += s * blocks[b].d;
               bound += std::fabs(s * blocks[b].d);
             }
@@ -332,7 +338,8 @@ TEST(Kernels, MatMulIsBatchInvariantBitForBit) {
       const ActFormat fmt = ActFormatFor(t);
       const size_t ab = ActRowBytes(fmt, n);
       std::vector<uint8_t> act(ab * tokens);
-      for (int64_t i = 0; i < tokens; ++i) k->quantize_act(fmt, x.data() + i * n, n, act.data() + i * ab);
+      for (int64_t i = 0; i < tokens; ++i)
+        k->quantize_act(fmt, x.data() + i * n, n, act.data() + i * ab);
 
       auto run = [&](int64_t r0, int64_t r1, int64_t t0, int64_t t1, std::vector<float>& out) {
         MatMulArgs a;
@@ -397,8 +404,10 @@ TEST(Kernels, QuantizeDequantizeRoundTripIsClose) {
     for (int b = 0; b < 8; ++b) {
       const auto first = x.begin() + b * 32;
       float amax = 0;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(b * 32 + i)]));
-      const float range = *std::max_element(first, first + 32) - *std::min_element(first, first + 32);
+      for (int i = 0; i < 32; ++i)
+        amax = std::max(amax, std::fabs(x[static_cast<size_t>(b * 32 + i)]));
+      const float range =
+          *std::max_element(first, first + 32) - *std::min_element(first, first + 32);
       // Q8_0 steps are amax/127, Q4_0 steps amax/8, Q5_0 amax/16, Q4_1 and Q5_1
       // (max − min)/15 and /31: error at most half a step (plus the f16 scale and min).
       const float tol = t == TensorType::kQ4_0   ? amax / 8.0f * 0.51f + 1e-3f * amax
@@ -435,12 +444,12 @@ TEST(KQuants, HandBuiltQ4KBlockDecodesToTheValuesItsLayoutDefines) {
   b.qs[1] = 0xF0;   // element 33 (sub-block 1, high nibble): q 15
   b.qs[68] = 0x90;  // element 164 (sub-block 5 = high nibbles of bytes 64..95, l 4): q 9
   std::array<float, 256> want{};
-  for (int i = 0; i < 32; ++i) want[static_cast<size_t>(i)] = -1.5f;          // −0.5·3
-  for (int i = 32; i < 64; ++i) want[static_cast<size_t>(i)] = -4.5f;         // −0.5·9
-  for (int i = 160; i < 192; ++i) want[static_cast<size_t>(i)] = -30.0f;      // −0.5·60
-  want[0] = 12.5f;     // 1·2·7 − 1.5
-  want[33] = 250.5f;   // 1·17·15 − 4.5
-  want[164] = 375.0f;  // 1·45·9 − 30
+  for (int i = 0; i < 32; ++i) want[static_cast<size_t>(i)] = -1.5f;      // −0.5·3
+  for (int i = 32; i < 64; ++i) want[static_cast<size_t>(i)] = -4.5f;     // −0.5·9
+  for (int i = 160; i < 192; ++i) want[static_cast<size_t>(i)] = -30.0f;  // −0.5·60
+  want[0] = 12.5f;                                                        // 1·2·7 − 1.5
+  want[33] = 250.5f;                                                      // 1·17·15 − 4.5
+  want[164] = 375.0f;                                                     // 1·45·9 − 30
   std::array<float, 256> got{};
   DequantizeRow(TensorType::kQ4_K, &b, 256, got.data());
   for (size_t i = 0; i < 256; ++i) EXPECT_EQ(got[i], want[i]) << "element " << i;
@@ -495,14 +504,14 @@ TEST(KQuants, HandBuiltQ6KBlockDecodesToTheValuesItsLayoutDefines) {
   b.qh[40] = 0x20;
   std::array<float, 256> want{};
   // Every other q is 0, i.e. −32 after the offset: d·sc·(−32).
-  for (int i = 0; i < 16; ++i) want[static_cast<size_t>(i)] = 24.0f;          // 0.25·−3·−32
-  for (int i = 96; i < 112; ++i) want[static_cast<size_t>(i)] = -56.0f;       // 0.25·7·−32
-  for (int i = 144; i < 160; ++i) want[static_cast<size_t>(i)] = -800.0f;     // 0.25·100·−32
-  for (int i = 192; i < 208; ++i) want[static_cast<size_t>(i)] = 1024.0f;     // 0.25·−128·−32
-  want[0] = -3.75f;   // 0.25·−3·5
-  want[111] = 17.5f;  // 0.25·7·10
-  want[150] = 775.0f; // 0.25·100·31
-  want[200] = -32.0f; // 0.25·−128·1
+  for (int i = 0; i < 16; ++i) want[static_cast<size_t>(i)] = 24.0f;       // 0.25·−3·−32
+  for (int i = 96; i < 112; ++i) want[static_cast<size_t>(i)] = -56.0f;    // 0.25·7·−32
+  for (int i = 144; i < 160; ++i) want[static_cast<size_t>(i)] = -800.0f;  // 0.25·100·−32
+  for (int i = 192; i < 208; ++i) want[static_cast<size_t>(i)] = 1024.0f;  // 0.25·−128·−32
+  want[0] = -3.75f;                                                        // 0.25·−3·5
+  want[111] = 17.5f;                                                       // 0.25·7·10
+  want[150] = 775.0f;                                                      // 0.25·100·31
+  want[200] = -32.0f;                                                      // 0.25·−128·1
   std::array<float, 256> got{};
   DequantizeRow(TensorType::kQ6_K, &b, 256, got.data());
   for (size_t i = 0; i < 256; ++i) EXPECT_EQ(got[i], want[i]) << "element " << i;
@@ -533,11 +542,13 @@ TEST(KQuants, KernelOnHandBuiltBlocksMatchesTheirDecodedValues) {
     std::vector<float> deq(256);
     DequantizeRow(t, w.data(), 256, deq.data());
     double want = 0;
-    for (int i = 0; i < 256; ++i) want += static_cast<double>(deq[static_cast<size_t>(i)]) * 0.5 * a.q[i];
+    for (int i = 0; i < 256; ++i)
+      want += static_cast<double>(deq[static_cast<size_t>(i)]) * 0.5 * a.q[i];
     double mag = 0;
     for (int i = 0; i < 256; ++i) {
       const KParts p = DecodeK(t, w.data(), i);
-      EXPECT_EQ(deq[static_cast<size_t>(i)], static_cast<float>(p.a - p.b)) << TypeName(t) << " " << i;
+      EXPECT_EQ(deq[static_cast<size_t>(i)], static_cast<float>(p.a - p.b))
+          << TypeName(t) << " " << i;
       mag += (std::fabs(p.a) + std::fabs(p.b)) * 0.5 * std::abs(a.q[i]);
     }
     for (const KernelTable* k : testing::AvailableKernelTables()) {
@@ -554,7 +565,8 @@ TEST(KQuants, KernelOnHandBuiltBlocksMatchesTheirDecodedValues) {
       args.out = &out;
       args.out_stride = 1;
       k->matmul(args);
-      EXPECT_LE(std::fabs(out - want), Gamma(8) * mag + 1e-30) << IsaName(k->isa) << " " << TypeName(t);
+      EXPECT_LE(std::fabs(out - want), Gamma(8) * mag + 1e-30)
+          << IsaName(k->isa) << " " << TypeName(t);
     }
   }
 }
@@ -601,8 +613,8 @@ TEST(KQuants, ZeroTinyHugeAndConstantBlocksEncodeWithoutNaN) {
   };
   std::vector<Input> inputs;
   inputs.push_back({"zeros", std::vector<float>(256, 0.0f)});
-  for (float scale : {std::numeric_limits<float>::denorm_min() * 64, 1e-30f, 1e-6f, 1e4f, 1e12f,
-                      3e38f}) {
+  for (float scale :
+       {std::numeric_limits<float>::denorm_min() * 64, 1e-30f, 1e-6f, 1e4f, 1e12f, 3e38f}) {
     Input in{"scaled", normal};
     for (auto& v : in.x) v = std::clamp(v, -1.0f, 1.0f) * scale;
     inputs.push_back(std::move(in));
@@ -630,7 +642,8 @@ TEST(KQuants, ZeroTinyHugeAndConstantBlocksEncodeWithoutNaN) {
         // Saturation and underflow lose accuracy, never bound: at most the
         // largest input (the f16 scales round up by at most 2^-11, the 6- and
         // 8-bit codes by at most half a step of the largest).
-        EXPECT_LE(std::fabs(y[i]), amax * 1.1f) << TypeName(t) << " " << in.name << " element " << i;
+        EXPECT_LE(std::fabs(y[i]), amax * 1.1f)
+            << TypeName(t) << " " << in.name << " element " << i;
       }
       const std::string name = in.name;
       if (name == "zeros") {
@@ -678,7 +691,8 @@ TEST(KQuants, ScalingByAPowerOfTwoOnlyScalesTheSuperBlockScales) {
           uint16_t he, hr;
           std::memcpy(&he, e + scales_at + 2 * s, 2);
           std::memcpy(&hr, r + scales_at + 2 * s, 2);
-          EXPECT_EQ(HalfToFloat(he), std::ldexp(HalfToFloat(hr), p)) << TypeName(t) << " block " << b;
+          EXPECT_EQ(HalfToFloat(he), std::ldexp(HalfToFloat(hr), p))
+              << TypeName(t) << " block " << b;
         }
         const size_t rest_at = t == TensorType::kQ6_K ? 0 : 4;
         EXPECT_EQ(0, std::memcmp(e + rest_at, r + rest_at, bb - 2 * n_scales))
@@ -706,7 +720,8 @@ TEST(KQuants, Q8KActivationsFollowTheirFormat) {
     for (int64_t b = 0; b < 3; ++b) {
       const ActBlockQ8K& ab = act[static_cast<size_t>(b)];
       float amax = 0;
-      for (int i = 0; i < 256; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(b * 256 + i)]));
+      for (int i = 0; i < 256; ++i)
+        amax = std::max(amax, std::fabs(x[static_cast<size_t>(b * 256 + i)]));
       EXPECT_EQ(ab.d, amax / 127.0f) << IsaName(k->isa) << " block " << b;
       for (int g = 0; g < 16; ++g) {
         int sum = 0;
@@ -730,8 +745,8 @@ TEST(KQuants, Q8KActivationsFollowTheirFormat) {
 // Expected values below are worked out by hand from docs/formats/gguf.md.
 TEST(LegacyQuants, HandBuiltQ4_1BlockDecodesToTheValuesItsLayoutDefines) {
   BlockQ4_1 b{};
-  b.d = 0x3800;  // 0.5
-  b.m = 0xC000;  // −2
+  b.d = 0x3800;     // 0.5
+  b.m = 0xC000;     // −2
   b.qs[0] = 0x3A;   // element 0: q 10; element 16: q 3
   b.qs[15] = 0xF0;  // element 15: q 0; element 31: q 15
   std::array<float, 32> want;
@@ -765,8 +780,8 @@ TEST(LegacyQuants, HandBuiltQ5_0BlockDecodesToTheValuesItsLayoutDefines) {
 
 TEST(LegacyQuants, HandBuiltQ5_1BlockDecodesToTheValuesItsLayoutDefines) {
   BlockQ5_1 b{};
-  b.d = 0x3C00;  // 1
-  b.m = 0x3800;  // 0.5
+  b.d = 0x3C00;    // 1
+  b.m = 0x3800;    // 0.5
   b.qh[0] = 0x04;  // element 2
   b.qh[2] = 0x10;  // element 20
   b.qs[2] = 0x9F;  // element 2: nibble 15 → q 31; element 18: q 9
@@ -800,7 +815,7 @@ TEST(LegacyQuants, KernelOnHandBuiltBlocksMatchesTheirDecodedValues) {
     for (auto& byte : w) byte = static_cast<uint8_t>(rng.Below(256));
     const size_t bb = static_cast<size_t>(GetTypeInfo(t).block_bytes);
     for (size_t b = 0; b < 8; ++b) {
-      const uint16_t d = 0x2400;                                  // 2^-6
+      const uint16_t d = 0x2400;                                            // 2^-6
       const uint16_t m = b % 2 == 0 ? uint16_t{0x2C00} : uint16_t{0xAC00};  // ±2^-4
       std::memcpy(w.data() + b * bb, &d, 2);
       if (t != TensorType::kQ5_0) std::memcpy(w.data() + b * bb + 2, &m, 2);
@@ -812,7 +827,8 @@ TEST(LegacyQuants, KernelOnHandBuiltBlocksMatchesTheirDecodedValues) {
       const int aq = a[static_cast<size_t>(i / 32)].q[i % 32];
       want += static_cast<double>(deq[static_cast<size_t>(i)]) * 0.5 * aq;
       const KParts p = DecodeK(t, w.data(), i);
-      EXPECT_EQ(deq[static_cast<size_t>(i)], static_cast<float>(p.a - p.b)) << TypeName(t) << " " << i;
+      EXPECT_EQ(deq[static_cast<size_t>(i)], static_cast<float>(p.a - p.b))
+          << TypeName(t) << " " << i;
       mag += (std::fabs(p.a) + std::fabs(p.b)) * 0.5 * std::abs(aq);
     }
     for (const KernelTable* k : testing::AvailableKernelTables()) {
@@ -870,9 +886,8 @@ TEST(LegacyQuants, ZeroConstantAndHugeBlocksEncodeWithoutNaN) {
   util::Rng rng(37);
   std::vector<float> normal(64);
   for (auto& v : normal) v = static_cast<float>(rng.Normal());
-  std::vector<std::vector<float>> inputs = {std::vector<float>(64, 0.0f),
-                                            std::vector<float>(64, 5.0f),
-                                            std::vector<float>(64, -5.0f)};
+  std::vector<std::vector<float>> inputs = {
+      std::vector<float>(64, 0.0f), std::vector<float>(64, 5.0f), std::vector<float>(64, -5.0f)};
   for (float scale : {1e-6f, 1e4f, 1e9f}) {
     inputs.push_back(normal);
     for (auto& v : inputs.back()) v *= scale;
@@ -888,7 +903,8 @@ TEST(LegacyQuants, ZeroConstantAndHugeBlocksEncodeWithoutNaN) {
       for (size_t i = 0; i < 64; ++i) {
         ASSERT_TRUE(std::isfinite(y[i])) << TypeName(t) << " element " << i;
         if (amax <= 1e4f) {  // within the f16 range: within a step of the input
-          EXPECT_LE(std::fabs(y[i] - x[i]), amax / 7.0f + 1e-30f) << TypeName(t) << " element " << i;
+          EXPECT_LE(std::fabs(y[i] - x[i]), amax / 7.0f + 1e-30f)
+              << TypeName(t) << " element " << i;
         }
       }
       if (amax == 0) {
@@ -909,11 +925,15 @@ TEST(Kernels, SimdActivationQuantizationMatchesTheScalarBytes) {
   // Edge cases: an all-zero block, a spike, ties (x/d exactly k + 0.5), a
   // subnormal block (1/max overflows), an infinity and a NaN.
   std::vector<float> edge(static_cast<size_t>(n), 0.0f);
-  for (int64_t i = 256; i < 512; ++i) edge[static_cast<size_t>(i)] = static_cast<float>(i % 9) - 4.0f;
+  for (int64_t i = 256; i < 512; ++i)
+    edge[static_cast<size_t>(i)] = static_cast<float>(i % 9) - 4.0f;
   edge[300] = 127.0f;  // d = 1: the others are whole numbers or ties below
-  for (int64_t i = 512; i < 544; ++i) edge[static_cast<size_t>(i)] = static_cast<float>(i - 512) * 0.5f;
+  for (int64_t i = 512; i < 544; ++i)
+    edge[static_cast<size_t>(i)] = static_cast<float>(i - 512) * 0.5f;
   edge[543] = 127.0f;
-  for (int64_t i = 544; i < 768; ++i) edge[static_cast<size_t>(i)] = std::numeric_limits<float>::denorm_min() * static_cast<float>(i % 5);
+  for (int64_t i = 544; i < 768; ++i)
+    edge[static_cast<size_t>(i)] =
+        std::numeric_limits<float>::denorm_min() * static_cast<float>(i % 5);
   edge[800] = std::numeric_limits<float>::infinity();
   edge[900] = std::numeric_limits<float>::quiet_NaN();
   rows.push_back(edge);

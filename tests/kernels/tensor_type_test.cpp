@@ -47,7 +47,8 @@ TEST(TensorType, FloatToHalfRoundsToNearestEven) {
         const uint16_t nb = static_cast<uint16_t>(h + d);
         const float other = HalfToFloat(nb);
         if (std::isnan(other) || std::isinf(other)) continue;
-        EXPECT_LE(std::fabs(static_cast<double>(back) - f), std::fabs(static_cast<double>(other) - f))
+        EXPECT_LE(std::fabs(static_cast<double>(back) - f),
+                  std::fabs(static_cast<double>(other) - f))
             << f;
       }
     }

@@ -149,11 +149,12 @@ void ExpectBatchInvariance(const model::Model& m, const std::vector<std::vector<
   for (int threads : {1, 2, 3}) {
     for (int32_t chunk : {512, 7}) {
       auto eng = MakeEngine(m, threads);
-      auto res = engine::GenerateAll(*eng, reqs, greedy, nullptr, {.max_batch_tokens = chunk}, clock);
+      auto res =
+          engine::GenerateAll(*eng, reqs, greedy, nullptr, {.max_batch_tokens = chunk}, clock);
       ASSERT_TRUE(res.ok()) << res.status().ToString();
       for (size_t i = 0; i < reqs.size(); ++i) {
-        EXPECT_EQ((*res)[i].tokens, alone[i])
-            << "request " << i << " differs in a batch (threads " << threads << ", chunk " << chunk << ")";
+        EXPECT_EQ((*res)[i].tokens, alone[i]) << "request " << i << " differs in a batch (threads "
+                                              << threads << ", chunk " << chunk << ")";
       }
     }
   }
@@ -165,7 +166,8 @@ TEST(BatchInvariance, GoldenPromptsGiveTheSameTokensAloneAndTogether) {
   ASSERT_NE(m, nullptr);
   const json g = ReadJson("golden/stories260K/greedy.json");
   std::vector<std::vector<int32_t>> prompts;
-  for (const json& c : g["cases"]) prompts.push_back(c["prompt_tokens"].get<std::vector<int32_t>>());
+  for (const json& c : g["cases"])
+    prompts.push_back(c["prompt_tokens"].get<std::vector<int32_t>>());
   ExpectBatchInvariance(*m, prompts, 64);
   // And they are the reference tokens.
   testing::FakeClock clock;
@@ -181,12 +183,11 @@ TEST(BatchInvariance, GoldenPromptsGiveTheSameTokensAloneAndTogether) {
 }
 
 TEST(BatchInvariance, HoldsForEveryWeightTypeOnARandomModel) {
-  for (kernels::TensorType t : {kernels::TensorType::kF32, kernels::TensorType::kF16,
-                              kernels::TensorType::kBF16, kernels::TensorType::kQ8_0,
-                              kernels::TensorType::kQ4_0, kernels::TensorType::kQ4_1,
-                              kernels::TensorType::kQ5_0, kernels::TensorType::kQ5_1,
-                              kernels::TensorType::kQ4_K, kernels::TensorType::kQ5_K,
-                              kernels::TensorType::kQ6_K}) {
+  for (kernels::TensorType t :
+       {kernels::TensorType::kF32, kernels::TensorType::kF16, kernels::TensorType::kBF16,
+        kernels::TensorType::kQ8_0, kernels::TensorType::kQ4_0, kernels::TensorType::kQ4_1,
+        kernels::TensorType::kQ5_0, kernels::TensorType::kQ5_1, kernels::TensorType::kQ4_K,
+        kernels::TensorType::kQ5_K, kernels::TensorType::kQ6_K}) {
     SCOPED_TRACE(std::string(kernels::TypeName(t)));
     auto tiny = testing::MakeTinyModel(t, 3, testing::TinyShapeFor(t));
     ASSERT_NE(tiny.model, nullptr);

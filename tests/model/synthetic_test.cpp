@@ -44,7 +44,8 @@ TEST(Synthetic, Q4KMMixFollowsTheQuantizerRules) {
   EXPECT_EQ(type("blk.0.attn_v.weight", 0, 2048), kernels::TensorType::kQ6_K);
   EXPECT_EQ(type("blk.21.ffn_down.weight", 21, 5632), kernels::TensorType::kQ6_K);
   EXPECT_EQ(type("blk.3.attn_v.weight", 3, 2048), kernels::TensorType::kQ4_K);
-  EXPECT_EQ(type("blk.4.ffn_down.weight", 4, 5632), kernels::TensorType::kQ6_K);  // (4 - 2) % 3 == 2
+  EXPECT_EQ(type("blk.4.ffn_down.weight", 4, 5632),
+            kernels::TensorType::kQ6_K);  // (4 - 2) % 3 == 2
   EXPECT_EQ(type("blk.5.attn_q.weight", 5, 2048), kernels::TensorType::kQ4_K);
   EXPECT_EQ(type("blk.5.attn_q.weight", 5, 896), kernels::TensorType::kQ5_0);
   // Rows that are not whole 256-blocks fall back.
@@ -130,10 +131,11 @@ TEST(Synthetic, Qwen2ModelLoadsWithBiasesAndHalfRotation) {
   ASSERT_TRUE(eng.ok());
   testing::FakeClock clock;
   engine::GreedyChooser greedy;
-  engine::GenerationRequest r{(*m)->tokenizer().Encode("the little dog went to the park"), 10, false};
+  engine::GenerationRequest r{(*m)->tokenizer().Encode("the little dog went to the park"), 10,
+                              false};
   auto whole = engine::GenerateAll(**eng, std::span(&r, 1), greedy, nullptr, {}, clock);
-  auto chunked = engine::GenerateAll(**eng, std::span(&r, 1), greedy, nullptr,
-                                     {.max_batch_tokens = 3}, clock);
+  auto chunked =
+      engine::GenerateAll(**eng, std::span(&r, 1), greedy, nullptr, {.max_batch_tokens = 3}, clock);
   ASSERT_TRUE(whole.ok() && chunked.ok());
   EXPECT_EQ((*whole)[0].tokens, (*chunked)[0].tokens);
   EXPECT_EQ((*whole)[0].tokens.size(), 10u);

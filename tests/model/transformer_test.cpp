@@ -29,8 +29,9 @@ util::StatusOr<std::unique_ptr<Model>> LoadModified(
   return Model::Load(fs, "m.gguf", {}, *log);
 }
 
-void ExpectLoadError(const std::function<void(format::GgufWriter&, const format::GgufFile&)>& change,
-                     const std::string& needle) {
+void ExpectLoadError(
+    const std::function<void(format::GgufWriter&, const format::GgufFile&)>& change,
+    const std::string& needle) {
   auto m = LoadModified(change);
   ASSERT_FALSE(m.ok()) << "loaded; wanted: " << needle;
   EXPECT_NE(m.status().message().find(needle), std::string::npos) << m.status().message();
@@ -44,28 +45,39 @@ TEST(ModelLoad, UnchangedCopyLoads) {
 }
 
 TEST(ModelLoad, BadMetadataIsNamed) {
-  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetString("general.architecture", "gpt9"); },
+  ExpectLoadError([](format::GgufWriter& w,
+                     const format::GgufFile&) { w.SetString("general.architecture", "gpt9"); },
                   "architecture 'gpt9' is not supported");
-  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.Remove("llama.block_count"); },
-                  "'llama.block_count' is missing");
-  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetUint32("llama.attention.head_count_kv", 3); },
+  ExpectLoadError(
+      [](format::GgufWriter& w, const format::GgufFile&) { w.Remove("llama.block_count"); },
+      "'llama.block_count' is missing");
+  ExpectLoadError([](format::GgufWriter& w,
+                     const format::GgufFile&) { w.SetUint32("llama.attention.head_count_kv", 3); },
                   "not a multiple of attention.head_count_kv");
-  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetString("llama.block_count", "two"); },
+  ExpectLoadError([](format::GgufWriter& w,
+                     const format::GgufFile&) { w.SetString("llama.block_count", "two"); },
                   "'llama.block_count' is string");
-  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetUint32("llama.embedding_length", 0); },
+  ExpectLoadError([](format::GgufWriter& w,
+                     const format::GgufFile&) { w.SetUint32("llama.embedding_length", 0); },
                   "outside [1, 65536]");
-  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetString("tokenizer.ggml.model", "gpt9"); },
+  ExpectLoadError([](format::GgufWriter& w,
+                     const format::GgufFile&) { w.SetString("tokenizer.ggml.model", "gpt9"); },
                   "tokenizer 'gpt9'");
-  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetUint32("tokenizer.ggml.bos_token_id", 1u << 30); },
-                  "outside the vocabulary");
+  ExpectLoadError(
+      [](format::GgufWriter& w, const format::GgufFile&) {
+        w.SetUint32("tokenizer.ggml.bos_token_id", 1u << 30);
+      },
+      "outside the vocabulary");
 }
 
 TEST(ModelLoad, BadTensorsAreNamed) {
   // The number of blocks grows: blk.2 tensors do not exist.
-  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetUint32("llama.block_count", 3); },
-                  "tensor 'blk.2.attn_norm.weight' is missing");
+  ExpectLoadError(
+      [](format::GgufWriter& w, const format::GgufFile&) { w.SetUint32("llama.block_count", 3); },
+      "tensor 'blk.2.attn_norm.weight' is missing");
   // Wrong FFN width: the shapes no longer match.
-  ExpectLoadError([](format::GgufWriter& w, const format::GgufFile&) { w.SetUint32("llama.feed_forward_length", 64); },
+  ExpectLoadError([](format::GgufWriter& w,
+                     const format::GgufFile&) { w.SetUint32("llama.feed_forward_length", 64); },
                   "has shape [64, 128], expected [64, 64]");
 }
 
@@ -78,10 +90,13 @@ TEST(ModelLoad, UnsupportedTensorTypeIsNamed) {
   for (const auto& t : src.tensors()) {
     if (t.name == "blk.0.attn_q.weight") {
       const uint64_t bytes = static_cast<uint64_t>(t.n_elements() / 32) * 18;
-      ASSERT_TRUE(w.AddTensorBytes(t.name, t.shape, kernels::TensorType::kIQ4_NL, std::vector<uint8_t>(bytes)).ok());
+      ASSERT_TRUE(w.AddTensorBytes(t.name, t.shape, kernels::TensorType::kIQ4_NL,
+                                   std::vector<uint8_t>(bytes))
+                      .ok());
     } else {
       ASSERT_TRUE(w.AddTensorBytes(t.name, t.shape, t.type,
-                                   std::vector<uint8_t>(t.data.begin(), t.data.end())).ok());
+                                   std::vector<uint8_t>(t.data.begin(), t.data.end()))
+                      .ok());
     }
   }
   testing::MemFileSystem fs;

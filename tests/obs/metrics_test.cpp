@@ -36,7 +36,8 @@ TEST(Metrics, RendersTheTextExpositionFormat) {
 TEST(Metrics, LabelValuesAreEscaped) {
   MetricsRegistry reg;
   reg.Counter("x_total", "X.", {"v"}).With({"a\"b\\c\nd"}).Inc();
-  EXPECT_NE(reg.Render().find("x_total{v=\"a\\\"b\\\\c\\nd\"} 1"), std::string::npos) << reg.Render();
+  EXPECT_NE(reg.Render().find("x_total{v=\"a\\\"b\\\\c\\nd\"} 1"), std::string::npos)
+      << reg.Render();
 }
 
 TEST(Metrics, ConcurrentUpdatesAreNotLost) {

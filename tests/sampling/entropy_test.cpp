@@ -266,22 +266,26 @@ TEST(EntropyTarget, TracksTheTargetOnAFullVocabulary) {
 TEST(EntropyTarget, ClampsAndReportsUnreachableTargets) {
   const float ninf = -std::numeric_limits<float>::infinity();
   // A single finite entry: entropy 0 whatever the target.
-  const EntropyTargetResult one = EntropyTarget(FromLogits(std::vector<float>{ninf, 2, ninf}), 1.5, 3);
+  const EntropyTargetResult one =
+      EntropyTarget(FromLogits(std::vector<float>{ninf, 2, ninf}), 1.5, 3);
   ASSERT_EQ(one.kept.items.size(), 1u);
   EXPECT_EQ(one.kept.items[0].id, 1);
   EXPECT_EQ(one.solution.clamp, EntropyClamp::kAboveMax);
   // Below the greedy limit: the three tied tokens, uniformly.
-  const EntropyTargetResult low = EntropyTarget(FromLogits(std::vector<float>{5, 1, 5, 5, 0}), 0.2, 3);
+  const EntropyTargetResult low =
+      EntropyTarget(FromLogits(std::vector<float>{5, 1, 5, 5, 0}), 0.2, 3);
   EXPECT_EQ(low.solution.clamp, EntropyClamp::kBelowGreedy);
   EXPECT_EQ(low.kept.items.size(), 3u);
   EXPECT_NEAR(Entropy(low.kept), std::log(3.0), 1e-9);
   // Above ln(n): uniform over every candidate.
-  const EntropyTargetResult high = EntropyTarget(FromLogits(std::vector<float>{3, 2, 1, 0}), 2.0, 3);
+  const EntropyTargetResult high =
+      EntropyTarget(FromLogits(std::vector<float>{3, 2, 1, 0}), 2.0, 3);
   EXPECT_EQ(high.solution.clamp, EntropyClamp::kAboveMax);
   EXPECT_EQ(high.kept.items.size(), 4u);
   EXPECT_NEAR(Entropy(high.kept), std::log(4.0), 1e-9);
   // Target 0 with a unique maximum: greedy, no clamp.
-  const EntropyTargetResult zero = EntropyTarget(FromLogits(std::vector<float>{3, 2, 1, 0}), 0.0, 3);
+  const EntropyTargetResult zero =
+      EntropyTarget(FromLogits(std::vector<float>{3, 2, 1, 0}), 0.0, 3);
   EXPECT_EQ(zero.solution.clamp, EntropyClamp::kNone);
   EXPECT_LT(Entropy(zero.kept), 0.01);
 }

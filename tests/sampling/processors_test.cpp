@@ -8,9 +8,9 @@
 #include <map>
 #include <numeric>
 
+#include "sampling/chi_square.h"
 #include "sampling/internal/fast_exp.h"
 #include "sampling/internal/select.h"
-#include "sampling/chi_square.h"
 #include "util/random.h"
 
 namespace strata::sampling {
@@ -46,7 +46,8 @@ std::map<int32_t, int64_t> DrawMany(const Candidates& c, int64_t n, uint64_t see
   return counts;
 }
 
-std::map<int32_t, double> Softmax(const std::vector<std::pair<int32_t, double>>& id_logit, double t) {
+std::map<int32_t, double> Softmax(const std::vector<std::pair<int32_t, double>>& id_logit,
+                                  double t) {
   double mx = -1e300;
   for (auto& [id, l] : id_logit) mx = std::max(mx, l);
   double z = 0;
@@ -91,7 +92,8 @@ TEST(PartialSelect, PutsTheBestFirstSortedAndLosesNothing) {
       // worst case for the running threshold).
       v[i] = {static_cast<int32_t>(i), static_cast<float>(rng.Below(50))};
     }
-    if (trial % 7 == 0) std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.logit < b.logit; });
+    if (trial % 7 == 0)
+      std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.logit < b.logit; });
     const size_t m = rng.Below(n + 3);
     std::vector<Candidate> ref = v;
     std::sort(ref.begin(), ref.end(), Before);

@@ -45,8 +45,8 @@ std::ostream& operator<<(std::ostream& os, const Switch& s) {
 // Replays a TPOT series: interval k (seconds [k, k+1) after kStart) gets
 // `per_interval` samples of tpot_ms[k] milliseconds (so its P95 is exactly
 // that), then a final Tick closes the last interval. Returns the switches.
-std::vector<Switch> Replay(RtSwitcher& sw, const std::vector<double>& tpot_ms, int per_interval = 10,
-                           std::vector<Decision>* all = nullptr) {
+std::vector<Switch> Replay(RtSwitcher& sw, const std::vector<double>& tpot_ms,
+                           int per_interval = 10, std::vector<Decision>* all = nullptr) {
   std::vector<Switch> out;
   auto take = [&](const std::vector<Decision>& ds) {
     for (const Decision& d : ds) {
@@ -163,7 +163,8 @@ TEST(RtSwitcher, IdleIntervalsCountAsCalm) {
   for (int s = 34; s <= 50; ++s) {
     for (const Decision& d : sw->Tick(kStart + seconds(s))) {
       EXPECT_TRUE(d.tpot.idle && d.ttft.idle);
-      if (d.action != SwitchAction::kHold) later.push_back({static_cast<double>(s), d.from_level, d.to_level});
+      if (d.action != SwitchAction::kHold)
+        later.push_back({static_cast<double>(s), d.from_level, d.to_level});
     }
   }
   EXPECT_EQ(later, (std::vector<Switch>{{43, 1, 0}}));
@@ -219,10 +220,10 @@ TEST(RtSwitcher, AHeldStepUpWaitsUntilReleased) {
     if (k == 70) sw->HoldStepUp("");
     for (int j = 0; j < 10; ++j) {
       const TimePoint t = kStart + seconds(k) + milliseconds(100 * j);
-      for (const Decision& d : sw->Observe(
-               LatencySignal::kTpot,
-               std::chrono::duration_cast<nanoseconds>(std::chrono::duration<double, std::milli>(v[k])),
-               t)) {
+      for (const Decision& d : sw->Observe(LatencySignal::kTpot,
+                                           std::chrono::duration_cast<nanoseconds>(
+                                               std::chrono::duration<double, std::milli>(v[k])),
+                                           t)) {
         if (!d.step_up_held.empty()) held.push_back(d);
         if (d.action != SwitchAction::kHold) {
           got.push_back({std::chrono::duration<double>(d.interval_end - kStart).count(),

@@ -56,9 +56,8 @@ std::map<int32_t, double> SoftmaxOver(const std::vector<float>& z, const std::ve
 std::vector<int32_t> Ranked(const std::vector<float>& z) {
   std::vector<int32_t> ids(z.size());
   for (size_t i = 0; i < z.size(); ++i) ids[i] = static_cast<int32_t>(i);
-  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
-    return z[a] > z[b] || (z[a] == z[b] && a < b);
-  });
+  std::sort(ids.begin(), ids.end(),
+            [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
   return ids;
 }
 
@@ -86,7 +85,8 @@ SamplingParams MirostatPolicy(float tau, uint64_t seed) {
 }
 
 std::vector<SamplingParams> Policies(uint64_t seed) {
-  SamplingParams topk{.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.0f, .seed = seed};
+  SamplingParams topk{
+      .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.0f, .seed = seed};
   SamplingParams minp = Plain(1.0f, seed);
   minp.min_p = 0.1f;
   SamplingParams typical = Plain(1.0f, seed);
@@ -94,7 +94,7 @@ std::vector<SamplingParams> Policies(uint64_t seed) {
   SamplingParams pen = Plain(0.9f, seed);
   pen.repetition_penalty = 1.3f;
   pen.frequency_penalty = 0.2f;
-  return {Plain(0.7f, seed), topk, minp, typical, pen, EntropyPolicy(2.0f, seed),
+  return {Plain(0.7f, seed),         topk, minp, typical, pen, EntropyPolicy(2.0f, seed),
           MirostatPolicy(4.0f, seed)};
 }
 
@@ -122,7 +122,8 @@ TEST(Sampler, TokensDoNotDependOnTheOtherRequestsInTheBatch) {
     std::vector<Sampler> others;
     for (const SamplingParams& q : Policies(99)) others.emplace_back(q);
     for (size_t i = 0; i < steps.size(); ++i) {
-      for (size_t k = 0; k < i % others.size(); ++k) (void)others[k].Sample(steps[(i + 7) % steps.size()]);
+      for (size_t k = 0; k < i % others.size(); ++k)
+        (void)others[k].Sample(steps[(i + 7) % steps.size()]);
       ASSERT_EQ(*in_batch.Sample(steps[i]), want[i]) << "step " << i;
     }
   }
@@ -246,8 +247,9 @@ TEST(Sampler, DrawsFollowTheIntendedDistributionAfterEachProcessor) {
   {
     SamplingParams p = Plain(0.7f, 22);
     p.top_k = 4;
-    cases.push_back({"top-k 4, T 0.7", p,
-                     SoftmaxOver(z, std::vector<int32_t>(ranked.begin(), ranked.begin() + 4), 0.7)});
+    cases.push_back(
+        {"top-k 4, T 0.7", p,
+         SoftmaxOver(z, std::vector<int32_t>(ranked.begin(), ranked.begin() + 4), 0.7)});
   }
   {
     SamplingParams p = Plain(1.3f, 23);
@@ -300,8 +302,8 @@ TEST(Sampler, DrawsFollowTheIntendedDistributionAfterEachProcessor) {
   for (const Case& c : cases) {
     Sampler s(c.params);
     const auto r = ChiSquare(SampleMany(s, z, n), c.expected, n);
-    EXPECT_TRUE(r.Passes()) << c.name << ": chi2 " << r.statistic << " >= " << r.critical
-                            << " (df " << r.df << ")" << (r.unexpected ? ", unexpected token" : "");
+    EXPECT_TRUE(r.Passes()) << c.name << ": chi2 " << r.statistic << " >= " << r.critical << " (df "
+                            << r.df << ")" << (r.unexpected ? ", unexpected token" : "");
   }
 }
 
@@ -346,7 +348,8 @@ TEST(Sampler, NonFiniteLogitsAreErrors) {
     EXPECT_FALSE(s.Sample(std::vector<float>{kNegInf, kNegInf}).ok());
     EXPECT_FALSE(s.Sample(std::vector<float>{}).ok());
     // -inf entries are masked candidates, not errors.
-    for (int i = 0; i < 50; ++i) EXPECT_EQ(*s.Sample(std::vector<float>{kNegInf, 0.0f, kNegInf}), 1);
+    for (int i = 0; i < 50; ++i)
+      EXPECT_EQ(*s.Sample(std::vector<float>{kNegInf, 0.0f, kNegInf}), 1);
   }
   Sampler greedy({.temperature = 0.0f, .seed = 1});
   EXPECT_FALSE(greedy.Sample(std::vector<float>{std::nanf(""), 1.0f}).ok());
@@ -358,7 +361,8 @@ TEST(Sampler, InvalidParametersNameTheField) {
   EXPECT_NE(Validate({.min_p = 1.0f}).message().find("min_p"), std::string::npos);
   EXPECT_NE(Validate({.top_k = -2}).message().find("top_k"), std::string::npos);
   EXPECT_NE(Validate({.typical_p = 0.0f}).message().find("typical_p"), std::string::npos);
-  EXPECT_NE(Validate({.target_entropy = 101.0f}).message().find("target_entropy"), std::string::npos);
+  EXPECT_NE(Validate({.target_entropy = 101.0f}).message().find("target_entropy"),
+            std::string::npos);
   EXPECT_NE(Validate({.entropy_tail_nats = 0.0f}).message().find("entropy_tail_nats"),
             std::string::npos);
   EXPECT_NE(Validate({.mirostat_tau_bits = 0.0f}).message().find("mirostat_tau_bits"),
@@ -374,7 +378,8 @@ TEST(Sampler, InvalidParametersNameTheField) {
 
 TEST(Sampler, PenaltiesLowerRepeatedTokens) {
   std::vector<float> logits = {1.0f, 0.9f, 0.0f};
-  SamplingParams p{.temperature = 0.0f, .presence_penalty = 0.5f, .frequency_penalty = 0.0f, .seed = 1};
+  SamplingParams p{
+      .temperature = 0.0f, .presence_penalty = 0.5f, .frequency_penalty = 0.0f, .seed = 1};
   Sampler s(p);
   EXPECT_EQ(*s.Sample(logits), 0);  // nothing generated yet
   EXPECT_EQ(*s.Sample(logits), 1);  // token 0 now carries the presence penalty

@@ -119,8 +119,11 @@ TEST_F(CacheHeaderTest, AHitReplaysInTheShapeOfTheRequestThatHitIt) {
 }
 
 TEST_F(CacheHeaderTest, CompletionsJsonAndStreamCarryTheHeader) {
-  const json body = {{"model", "tiny"}, {"prompt", "once upon"}, {"max_tokens", 5},
-                     {"temperature", 0}, {"stream", true}};
+  const json body = {{"model", "tiny"},
+                     {"prompt", "once upon"},
+                     {"max_tokens", 5},
+                     {"temperature", 0},
+                     {"stream", true}};
   auto a = Post("/v1/completions", body);
   auto b = Post("/v1/completions", body);
   ASSERT_TRUE(a && b);
@@ -131,7 +134,8 @@ TEST_F(CacheHeaderTest, CompletionsJsonAndStreamCarryTheHeader) {
   plain["stream"] = false;
   auto c = Post("/v1/completions", plain);
   EXPECT_EQ(c->get_header_value("x-strata-cache"), "l1");
-  EXPECT_EQ(json::parse(c->body)["choices"][0]["text"].get<std::string>(), StreamText(a->body).first);
+  EXPECT_EQ(json::parse(c->body)["choices"][0]["text"].get<std::string>(),
+            StreamText(a->body).first);
 }
 
 TEST_F(CacheHeaderTest, AnthropicMessagesJsonAndStreamCarryTheHeader) {

@@ -37,8 +37,8 @@ class NearDupHeaderTest : public ::testing::Test {
     so.http_threads = 8;
     auto keys = ApiKeys::Parse("key-alpha-1 alpha\nkey-beta-22 beta\n", "test");
     ASSERT_TRUE(keys.ok());
-    srv_ = std::move(HttpServer::Create(so, std::move(keys).value(), metrics_, util::RealClock(),
-                                        *log_))
+    srv_ = std::move(
+               HttpServer::Create(so, std::move(keys).value(), metrics_, util::RealClock(), *log_))
                .value();
     auto port = srv_->Start();
     ASSERT_TRUE(port.ok()) << port.status().ToString();
@@ -51,7 +51,8 @@ class NearDupHeaderTest : public ::testing::Test {
     srv_.reset();
     s_.Stop();
   }
-  httplib::Result Post(const std::string& path, const json& body, const std::string& key = "key-alpha-1") {
+  httplib::Result Post(const std::string& path, const json& body,
+                       const std::string& key = "key-alpha-1") {
     httplib::Headers h = {{"Authorization", "Bearer " + key}};
     return client_->Post(path.c_str(), h, body.dump(), "application/json");
   }

@@ -188,8 +188,10 @@ class RtSwitcherHttpTest : public ::testing::Test {
   // tokens, so that only max_tokens (or a level's cap) ends it.
   std::shared_ptr<Reply> Launch(const std::string& request_id, int max_tokens) {
     auto reply = std::make_shared<Reply>();
-    const json body = {{"model", "tiny"},      {"prompt", "once upon a time"},
-                       {"max_tokens", max_tokens}, {"temperature", 0},
+    const json body = {{"model", "tiny"},
+                       {"prompt", "once upon a time"},
+                       {"max_tokens", max_tokens},
+                       {"temperature", 0},
                        {"ignore_eos", true}};
     const int port = port_;
     clients_.emplace_back([reply, body, request_id, port] {

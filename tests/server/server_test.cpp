@@ -36,9 +36,8 @@ class ServerTest : public ::testing::Test {
     eo.n_ctx = 128;
     eo.n_seq_max = 8;
     engine_ = std::move(engine::Engine::Create(*tiny_.model, eo, *log_)).value();
-    sched_ = std::move(engine::Scheduler::Start(*engine_,
-                                                {.max_running = max_running, .max_queue = max_queue},
-                                                *log_))
+    sched_ = std::move(engine::Scheduler::Start(
+                           *engine_, {.max_running = max_running, .max_queue = max_queue}, *log_))
                  .value();
     gateway::GatewayOptions go;
     go.model_name = "tiny";
@@ -50,7 +49,8 @@ class ServerTest : public ::testing::Test {
     so.port = 0;
     so.max_body_bytes = 64 * 1024;
     so.http_threads = 16;
-    srv_ = std::move(HttpServer::Create(so, std::move(keys), metrics_, util::RealClock(), *log_)).value();
+    srv_ = std::move(HttpServer::Create(so, std::move(keys), metrics_, util::RealClock(), *log_))
+               .value();
     auto port = srv_->Start();
     ASSERT_TRUE(port.ok()) << port.status().ToString();
     port_ = *port;
@@ -79,7 +79,8 @@ class ServerTest : public ::testing::Test {
   int port_ = 0;
 };
 
-const char* kChat = R"({"model":"tiny","messages":[{"role":"user","content":"the cat"}],"max_tokens":6,"temperature":0})";
+const char* kChat =
+    R"({"model":"tiny","messages":[{"role":"user","content":"the cat"}],"max_tokens":6,"temperature":0})";
 
 TEST_F(ServerTest, HealthIs503UntilTheModelIsReady) {
   Start();
@@ -106,8 +107,9 @@ TEST_F(ServerTest, ChatCompletionHasTheOpenAIShape) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 6);
   EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 0);
   // Greedy is deterministic.
-  EXPECT_EQ(json::parse(Post("/v1/chat/completions", kChat)->body)["choices"][0]["message"]["content"],
-            j["choices"][0]["message"]["content"]);
+  EXPECT_EQ(
+      json::parse(Post("/v1/chat/completions", kChat)->body)["choices"][0]["message"]["content"],
+      j["choices"][0]["message"]["content"]);
 }
 
 TEST_F(ServerTest, StreamingSendsChunksThenDone) {
@@ -142,15 +144,17 @@ TEST_F(ServerTest, StreamingSendsChunksThenDone) {
 TEST_F(ServerTest, AnthropicMessagesAndErrorsUseAnthropicShapes) {
   Start();
   srv_->SetGateway(gw_.get());
-  auto r = Post("/v1/messages",
-                R"({"model":"tiny","max_tokens":5,"system":"be brief","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]})");
+  auto r = Post(
+      "/v1/messages",
+      R"({"model":"tiny","max_tokens":5,"system":"be brief","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]})");
   ASSERT_EQ(r->status, 200) << r->body;
   json j = json::parse(r->body);
   EXPECT_EQ(j["type"], "message");
   EXPECT_EQ(j["content"][0]["type"], "text");
   EXPECT_EQ(j["stop_reason"], "max_tokens");
   EXPECT_EQ(j["usage"]["output_tokens"], 5);
-  auto bad = Post("/v1/messages", R"({"model":"tiny","messages":[{"role":"user","content":"hi"}]})");
+  auto bad =
+      Post("/v1/messages", R"({"model":"tiny","messages":[{"role":"user","content":"hi"}]})");
   EXPECT_EQ(bad->status, 400);
   j = json::parse(bad->body);
   EXPECT_EQ(j["type"], "error");
@@ -199,13 +203,15 @@ TEST_F(ServerTest, BadRequestsGetPreciseErrors) {
   check(R"({"model":"tiny","messages":[]})", 400, "'messages' must be a non-empty array");
   check(R"({"model":"tiny","messages":[{"role":"user","content":[{"type":"image_url"}]}]})", 400,
         "only text content");
-  check(R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
-        400, "'tools' is not supported");
+  check(
+      R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
+      400, "'tools' is not supported");
   check(R"({"model":"nope","messages":[{"role":"user","content":"x"}]})", 404, "model 'nope'");
   check(R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"max_tokens":500})", 400,
         "max_tokens 500");
-  auto too_long = Post("/v1/completions",
-                       json({{"model", "tiny"}, {"prompt", std::string(600, 'a')}, {"max_tokens", 5}}).dump());
+  auto too_long =
+      Post("/v1/completions",
+           json({{"model", "tiny"}, {"prompt", std::string(600, 'a')}, {"max_tokens", 5}}).dump());
   EXPECT_EQ(too_long->status, 400);
   EXPECT_EQ(json::parse(too_long->body)["error"]["code"], "context_length_exceeded");
   auto huge = Post("/v1/chat/completions", std::string(100 * 1024, ' '));
@@ -220,8 +226,12 @@ TEST_F(ServerTest, ApiKeysMapToTenantsAndAreRequired) {
   Start(*ApiKeys::Parse("key-alpha-0001 alpha\nkey-beta-00002 beta\n", "keys"));
   srv_->SetGateway(gw_.get());
   EXPECT_EQ(Post("/v1/chat/completions", kChat)->status, 401);
-  EXPECT_EQ(Post("/v1/chat/completions", kChat, {{"Authorization", "Bearer wrong-key-000"}})->status, 401);
-  EXPECT_EQ(Post("/v1/chat/completions", kChat, {{"Authorization", "Bearer key-alpha-0001"}})->status, 200);
+  EXPECT_EQ(
+      Post("/v1/chat/completions", kChat, {{"Authorization", "Bearer wrong-key-000"}})->status,
+      401);
+  EXPECT_EQ(
+      Post("/v1/chat/completions", kChat, {{"Authorization", "Bearer key-alpha-0001"}})->status,
+      200);
   EXPECT_EQ(Post("/v1/messages",
                  R"({"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":"x"}]})",
                  {{"x-api-key", "key-beta-00002"}})
@@ -242,10 +252,11 @@ TEST_F(ServerTest, FullQueueIs429WithRetryAfter) {
     std::atomic<bool> done{false};
     httplib::Client slow("127.0.0.1", port_);
     std::thread holder([&] {
-      slow.Post("/v1/completions",
-                R"({"model":"tiny","prompt":"the cat","max_tokens":60,"stream":true,"temperature":0,)"
-                R"("ignore_eos":true,"no_cache":true})",
-                "application/json");
+      slow.Post(
+          "/v1/completions",
+          R"({"model":"tiny","prompt":"the cat","max_tokens":60,"stream":true,"temperature":0,)"
+          R"("ignore_eos":true,"no_cache":true})",
+          "application/json");
       done = true;
     });
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -295,7 +306,8 @@ TEST_F(ServerTest, MetricsAreServed) {
   Post("/v1/chat/completions", kChat);
   auto m = client_->Get("/metrics");
   ASSERT_EQ(m->status, 200);
-  EXPECT_NE(m->body.find("strata_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 1"),
+  EXPECT_NE(m->body.find(
+                "strata_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 1"),
             std::string::npos)
       << m->body;
   EXPECT_NE(m->body.find("strata_kv_blocks_free"), std::string::npos);
@@ -332,7 +344,8 @@ TEST_F(ServerTest, ABurstOfConnectionsIsServedInFull) {
   for (int fd : fds) {
     std::string got;
     char buf[512];
-    for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) got.append(buf, static_cast<size_t>(n));
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;)
+      got.append(buf, static_cast<size_t>(n));
     if (got.rfind("HTTP/1.1 200", 0) == 0) {
       ++answered;
     } else if (first_unanswered.empty()) {
@@ -391,20 +404,21 @@ TEST_F(ServerTest, EmbeddingsAreUnitVectorsPerInput) {
   EXPECT_EQ(Post("/v1/embeddings", R"({"model":"x","input":"a"})")->status, 404);
 }
 
-
 // strata's own samplers are request fields: entropy-targeted temperature,
 // typical-p and Mirostat v2, validated like the standard ones.
 TEST_F(ServerTest, StrataSamplingFieldsAreAcceptedAndValidated) {
   Start();
   srv_->SetGateway(gw_.get());
   auto post = [&](const std::string& extra) {
-    return Post("/v1/chat/completions",
-                R"({"model":"tiny","max_tokens":4,"seed":3,"messages":[{"role":"user","content":"hi"}])" +
-                    extra + "}");
+    return Post(
+        "/v1/chat/completions",
+        R"({"model":"tiny","max_tokens":4,"seed":3,"messages":[{"role":"user","content":"hi"}])" +
+            extra + "}");
   };
-  for (const std::string ok : {R"(,"target_entropy":1.5)", R"(,"target_entropy":0.5,"entropy_tail_nats":2)",
-                               R"(,"typical_p":0.9)", R"(,"mirostat":2,"mirostat_tau":3,"mirostat_eta":0.2)",
-                               R"(,"ignore_eos":true)"}) {
+  for (const std::string ok :
+       {R"(,"target_entropy":1.5)", R"(,"target_entropy":0.5,"entropy_tail_nats":2)",
+        R"(,"typical_p":0.9)", R"(,"mirostat":2,"mirostat_tau":3,"mirostat_eta":0.2)",
+        R"(,"ignore_eos":true)"}) {
     auto r = post(ok);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << ok << " -> " << r->body;
@@ -458,9 +472,9 @@ TEST_F(ServerTest, SessionIdIsEchoedLoggedAndChecked) {
   EXPECT_TRUE(access) << "no access log line names the session";
   EXPECT_TRUE(trace) << "no trace line names the session";
 
-  auto anthropic = Post("/v1/messages",
-                        R"({"model":"tiny","max_tokens":2,"session_id":"s1","stream":true,)"
-                        R"("messages":[{"role":"user","content":"hi"}]})");
+  auto anthropic =
+      Post("/v1/messages", R"({"model":"tiny","max_tokens":2,"session_id":"s1","stream":true,)"
+                           R"("messages":[{"role":"user","content":"hi"}]})");
   ASSERT_TRUE(anthropic);
   EXPECT_EQ(anthropic->status, 200) << anthropic->body;
   EXPECT_EQ(anthropic->get_header_value("x-strata-session-id"), "s1");
@@ -472,17 +486,18 @@ TEST_F(ServerTest, SessionIdIsEchoedLoggedAndChecked) {
   const std::string too_long = "\"" + std::string(129, 'a') + "\"";
   for (const std::string& bad : {std::string(R"("")"), std::string(R"(7)"), std::string(R"("a b")"),
                                  std::string(R"("x\ny")"), too_long}) {
-    auto r = Post("/v1/chat/completions",
-                  R"({"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":"hi"}],"session_id":)" +
-                      bad + "}");
+    auto r = Post(
+        "/v1/chat/completions",
+        R"({"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":"hi"}],"session_id":)" +
+            bad + "}");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400) << bad << " -> " << r->body;
     EXPECT_NE(r->body.find("'session_id'"), std::string::npos) << bad << " -> " << r->body;
     EXPECT_FALSE(r->has_header("x-strata-session-id"));
   }
-  auto bad_anthropic = Post("/v1/messages",
-                            R"({"model":"tiny","max_tokens":2,"session_id":"no spaces",)"
-                            R"("messages":[{"role":"user","content":"hi"}]})");
+  auto bad_anthropic =
+      Post("/v1/messages", R"({"model":"tiny","max_tokens":2,"session_id":"no spaces",)"
+                           R"("messages":[{"role":"user","content":"hi"}]})");
   ASSERT_TRUE(bad_anthropic);
   EXPECT_EQ(bad_anthropic->status, 400);
   EXPECT_EQ(json::parse(bad_anthropic->body)["type"], "error");

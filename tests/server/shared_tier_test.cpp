@@ -61,13 +61,15 @@ struct Instance {
     so.backoff_min = milliseconds(10);
     so.backoff_max = milliseconds(50);
     go.shared = so;
-    gw = std::move(gateway::Gateway::Create(*tiny.model, *sched, metrics, go, util::RealClock(), log))
+    gw = std::move(
+             gateway::Gateway::Create(*tiny.model, *sched, metrics, go, util::RealClock(), log))
              .value();
     ServerOptions sopt;
     sopt.port = 0;
     sopt.http_threads = 8;
     auto keys = ApiKeys::Parse("key-alpha-1 alpha\nkey-beta-22 beta\n", "test").value();
-    srv = std::move(HttpServer::Create(sopt, std::move(keys), metrics, util::RealClock(), log)).value();
+    srv = std::move(HttpServer::Create(sopt, std::move(keys), metrics, util::RealClock(), log))
+              .value();
     port = srv->Start().value();
     srv->SetGateway(gw.get());
     client = std::make_unique<httplib::Client>("127.0.0.1", port);
@@ -162,8 +164,9 @@ TEST_F(SharedTierTest, OneInstancesAnswerIsAnotherInstancesNearDuplicate) {
   EXPECT_EQ(Content(near), Content(first));
   EXPECT_EQ(b_->Metric("strata_cache_remote_hits_total{tier=\"l3\"}"), 1);
   // Not asked for: no near-duplicate, even through Redis.
-  EXPECT_EQ(b_->Post(Chat("What is the capital city of australia ?"))->get_header_value("x-strata-cache"),
-            "miss");
+  EXPECT_EQ(
+      b_->Post(Chat("What is the capital city of australia ?"))->get_header_value("x-strata-cache"),
+      "miss");
 }
 
 TEST_F(SharedTierTest, TenantsStayApartThroughRedis) {

@@ -125,8 +125,8 @@ class RedisServer {
         ::dup2(null_fd, 1);
         ::dup2(null_fd, 2);
       }
-      ::execl(bin_.c_str(), "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1",
-              "--save", "", "--appendonly", "no", "--daemonize", "no", static_cast<char*>(nullptr));
+      ::execl(bin_.c_str(), "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1", "--save",
+              "", "--appendonly", "no", "--daemonize", "no", static_cast<char*>(nullptr));
       ::_exit(127);
     }
     pid_ = pid;

@@ -22,9 +22,9 @@ inline bool HaveShared(const std::string& relative) {
 }  // namespace strata::testing
 
 // Skips the current test unless ../shared/<relative> exists.
-#define STRATA_REQUIRE_SHARED(relative)                                               \
-  do {                                                                               \
-    if (!::strata::testing::HaveShared(relative)) {                                  \
+#define STRATA_REQUIRE_SHARED(relative)                                             \
+  do {                                                                              \
+    if (!::strata::testing::HaveShared(relative)) {                                 \
       GTEST_SKIP() << "needs ../shared/" << (relative) << ", which is not present"; \
-    }                                                                                \
+    }                                                                               \
   } while (0)

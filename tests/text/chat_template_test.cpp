@@ -97,7 +97,8 @@ TEST(ChatTemplate, Llama2) {
 
 TEST(ChatTemplate, MistralTightPutsTheSystemInTheLastUserTurn) {
   ChatStyle s = Style(ChatFormat::kMistral);
-  EXPECT_EQ(Join(*RenderChat(s, kChat)), "[INST]Hi![/INST]Hello.</s>[INST]Be brief.\n\n2+2?[/INST]");
+  EXPECT_EQ(Join(*RenderChat(s, kChat)),
+            "[INST]Hi![/INST]Hello.</s>[INST]Be brief.\n\n2+2?[/INST]");
   s.mistral_spaced = true;
   EXPECT_EQ(Join(*RenderChat(s, kChat)),
             "[INST] Hi! [/INST]Hello.</s>[INST] Be brief.\n\n2+2? [/INST]");

@@ -10,11 +10,11 @@
 #include <sstream>
 
 #include "format/gguf_writer.h"
+#include "testing/shared_data.h"
+#include "testing/tiny_model.h"
 #include "text/internal/bpe.h"
 #include "text/internal/string_table.h"
 #include "text/internal/unicode.h"
-#include "testing/shared_data.h"
-#include "testing/tiny_model.h"
 #include "util/file_system.h"
 
 namespace strata::text {
@@ -60,7 +60,8 @@ std::vector<VocabCase> ReadVectors(const std::string& name) {
   return cases;
 }
 
-std::unique_ptr<Tokenizer> LoadVocab(const std::string& name, std::unique_ptr<format::GgufFile>& keep) {
+std::unique_ptr<Tokenizer> LoadVocab(const std::string& name,
+                                     std::unique_ptr<format::GgufFile>& keep) {
   auto fs = util::NewPosixFileSystem();
   auto g = format::GgufFile::Open(*fs, testing::SharedPath("models/vocab/" + name));
   EXPECT_TRUE(g.ok()) << g.status().ToString();
@@ -165,9 +166,10 @@ TEST(Tokenizer, BuiltInVocabularyRoundTripsAnyText) {
   auto tiny = testing::MakeTinyModel();
   ASSERT_NE(tiny.model, nullptr);
   const Tokenizer& tok = tiny.model->tokenizer();
-  for (std::string s : {std::string("once upon a time the little dog"), std::string("Zürich 東京 🙂"),
-                        std::string("\x01\x7f control bytes\ttab\nnewline"), std::string("  two  spaces "),
-                        std::string()}) {
+  for (std::string s :
+       {std::string("once upon a time the little dog"), std::string("Zürich 東京 🙂"),
+        std::string("\x01\x7f control bytes\ttab\nnewline"), std::string("  two  spaces "),
+        std::string()}) {
     const auto ids = tok.Encode(s);
     EXPECT_EQ(tok.Decode(ids), s);
   }
@@ -258,20 +260,23 @@ struct LoadedBytes {
   std::unique_ptr<format::GgufFile> gguf;
 };
 
-util::StatusOr<std::unique_ptr<Tokenizer>> WriteAndLoad(const format::GgufWriter& w, LoadedBytes& keep) {
+util::StatusOr<std::unique_ptr<Tokenizer>> WriteAndLoad(const format::GgufWriter& w,
+                                                        LoadedBytes& keep) {
   STRATA_ASSIGN_OR_RETURN(keep.bytes, w.ToBytes());
   const auto* data = reinterpret_cast<const uint8_t*>(keep.bytes.data());
-  STRATA_ASSIGN_OR_RETURN(keep.gguf,
-                          format::GgufFile::ParseBytes(std::span(data, keep.bytes.size()), "in-memory"));
+  STRATA_ASSIGN_OR_RETURN(
+      keep.gguf, format::GgufFile::ParseBytes(std::span(data, keep.bytes.size()), "in-memory"));
   return Tokenizer::FromGguf(*keep.gguf);
 }
 
 // The vocabulary file `name` rewritten in memory with one change.
 util::StatusOr<std::unique_ptr<Tokenizer>> LoadModifiedVocab(
-    const std::string& name, const std::function<void(format::GgufWriter&)>& change, LoadedBytes& keep) {
+    const std::string& name, const std::function<void(format::GgufWriter&)>& change,
+    LoadedBytes& keep) {
   std::unique_ptr<format::GgufFile> src;
   auto fs = util::NewPosixFileSystem();
-  STRATA_ASSIGN_OR_RETURN(src, format::GgufFile::Open(*fs, testing::SharedPath("models/vocab/" + name)));
+  STRATA_ASSIGN_OR_RETURN(src,
+                          format::GgufFile::Open(*fs, testing::SharedPath("models/vocab/" + name)));
   format::GgufWriter w;
   for (const auto& [k, v] : src->metadata()) w.CopyValue(k, v);
   change(w);
@@ -368,9 +373,9 @@ struct SmallVocab {
   }
 };
 
-util::StatusOr<std::unique_ptr<Tokenizer>> LoadSmall(const std::function<void(format::GgufWriter&)>& change,
-                                                     LoadedBytes& keep,
-                                                     const SmallVocab& v = SmallVocab()) {
+util::StatusOr<std::unique_ptr<Tokenizer>> LoadSmall(
+    const std::function<void(format::GgufWriter&)>& change, LoadedBytes& keep,
+    const SmallVocab& v = SmallVocab()) {
   format::GgufWriter w;
   w.SetString("tokenizer.ggml.model", "gpt2");
   w.SetString("tokenizer.ggml.pre", "gpt-2");
@@ -421,8 +426,9 @@ TEST(BpeTokenizer, IncompleteVocabularyNeverCrashes) {
   EXPECT_EQ(Ids((*tok)->Encode("abc", {.add_special = false})), Ids({v.Id("a"), v.Id("b")}));
 
   LoadedBytes keep_unk;
-  auto with_unk = LoadSmall(
-      [&](format::GgufWriter& w) { w.SetUint32("tokenizer.ggml.unknown_token_id", 0); }, keep_unk, v);
+  auto with_unk =
+      LoadSmall([&](format::GgufWriter& w) { w.SetUint32("tokenizer.ggml.unknown_token_id", 0); },
+                keep_unk, v);
   ASSERT_TRUE(with_unk.ok()) << with_unk.status().ToString();
   EXPECT_EQ(Ids((*with_unk)->Encode("abc", {.add_special = false})),
             Ids({v.Id("a"), v.Id("b"), 0}));
@@ -437,13 +443,19 @@ TEST(BpeTokenizer, BadMergesMetadataIsAnError) {
   const std::vector<Case> cases = {
       {[](format::GgufWriter& w) { w.Remove("tokenizer.ggml.merges"); },
        util::StatusCode::kInvalidArgument, "tokenizer.ggml.merges is missing"},
-      {[](format::GgufWriter& w) { w.SetStringArray("tokenizer.ggml.merges", {"a b", "abc"}); },
+      {[](format::GgufWriter& w) {
+         w.SetStringArray("tokenizer.ggml.merges", {"a b", "abc"});
+       },
        util::StatusCode::kInvalidArgument, "tokenizer.ggml.merges[1] = 'abc'"},
-      {[](format::GgufWriter& w) { w.SetStringArray("tokenizer.ggml.merges", {"a b", "ab "}); },
+      {[](format::GgufWriter& w) {
+         w.SetStringArray("tokenizer.ggml.merges", {"a b", "ab "});
+       },
        util::StatusCode::kInvalidArgument, "tokenizer.ggml.merges[1]"},
       {[](format::GgufWriter& w) { w.SetStringArray("tokenizer.ggml.merges", {""}); },
        util::StatusCode::kInvalidArgument, "tokenizer.ggml.merges[0]"},
-      {[](format::GgufWriter& w) { w.SetInt32Array("tokenizer.ggml.merges", {1, 2}); },
+      {[](format::GgufWriter& w) {
+         w.SetInt32Array("tokenizer.ggml.merges", {1, 2});
+       },
        util::StatusCode::kInvalidArgument, "tokenizer.ggml.merges must be an array of strings"},
       {[](format::GgufWriter& w) { w.SetString("tokenizer.ggml.merges", "a b"); },
        util::StatusCode::kInvalidArgument, "tokenizer.ggml.merges must be an array of strings"},
@@ -461,7 +473,8 @@ TEST(BpeTokenizer, BadMergesMetadataIsAnError) {
   }
   // The message lists what is supported.
   LoadedBytes keep;
-  auto tok = LoadSmall([](format::GgufWriter& w) { w.SetString("tokenizer.ggml.pre", "gpt-9"); }, keep);
+  auto tok =
+      LoadSmall([](format::GgufWriter& w) { w.SetString("tokenizer.ggml.pre", "gpt-9"); }, keep);
   ASSERT_FALSE(tok.ok());
   for (const char* name : {"gpt-2", "llama-bpe", "qwen2"}) {
     EXPECT_NE(tok.status().message().find(name), std::string::npos) << tok.status().message();

@@ -11,8 +11,8 @@ namespace {
 class PosixFileSystemTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("strata_fs_test_" + std::to_string(::getpid()));
+    dir_ =
+        std::filesystem::temp_directory_path() / ("strata_fs_test_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }

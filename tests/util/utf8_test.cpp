@@ -21,8 +21,14 @@ TEST(Utf8, UnfinishedCharacterIsHeldBack) {
 }
 
 TEST(Utf8, InvalidBytesBecomeReplacementCharacters) {
-  auto s = SplitCompleteUtf8("a\xFF" "b\xC0\xAF" "c");
-  EXPECT_EQ(s.complete, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD" "c");
+  auto s = SplitCompleteUtf8(
+      "a\xFF"
+      "b\xC0\xAF"
+      "c");
+  EXPECT_EQ(s.complete,
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD\xEF\xBF\xBD"
+            "c");
   EXPECT_TRUE(IsValidUtf8(s.complete));
   EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));  // a surrogate
   EXPECT_EQ(SanitizeUtf8("x\xE4\xB8"), "x\xEF\xBF\xBD");

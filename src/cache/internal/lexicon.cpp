@@ -10,19 +10,18 @@ namespace {
 // Directional and comparative words ("before", "after", "more", "under") are
 // deliberately absent: swapping them changes what is asked.
 constexpr std::array<std::string_view, 101> kStopWords = {
-    "a",        "about",      "again",  "also",   "am",     "an",       "and",     "are",
-    "as",       "at",         "be",     "because", "been",  "being",    "but",     "by",
-    "can",      "could",      "d",      "did",    "do",     "does",     "doing",   "during",
-    "for",      "from",       "had",    "has",    "have",   "having",   "he",      "her",
-    "here",     "hers",       "herself", "him",   "himself", "his",     "i",       "if",
-    "in",       "into",       "is",     "it",     "its",    "itself",   "just",    "let",
-    "ll",       "m",          "may",    "me",     "might",  "must",     "my",      "myself",
-    "of",       "on",         "once",   "or",     "our",    "ours",     "ourselves", "own",
-    "re",       "s",          "shall",  "she",    "should", "so",       "some",    "such",
-    "t",        "than",       "that",   "the",    "their",  "theirs",   "them",    "themselves",
-    "then",     "there",      "these",  "they",   "this",   "those",    "through", "to",
-    "too",      "us",         "ve",     "very",   "was",    "we",       "were",    "will",
-    "with",     "would",      "you",    "your",   "yours",
+    "a",       "about",  "again",   "also",  "am",    "an",      "and",  "are",        "as",
+    "at",      "be",     "because", "been",  "being", "but",     "by",   "can",        "could",
+    "d",       "did",    "do",      "does",  "doing", "during",  "for",  "from",       "had",
+    "has",     "have",   "having",  "he",    "her",   "here",    "hers", "herself",    "him",
+    "himself", "his",    "i",       "if",    "in",    "into",    "is",   "it",         "its",
+    "itself",  "just",   "let",     "ll",    "m",     "may",     "me",   "might",      "must",
+    "my",      "myself", "of",      "on",    "once",  "or",      "our",  "ours",       "ourselves",
+    "own",     "re",     "s",       "shall", "she",   "should",  "so",   "some",       "such",
+    "t",       "than",   "that",    "the",   "their", "theirs",  "them", "themselves", "then",
+    "there",   "these",  "they",    "this",  "those", "through", "to",   "too",        "us",
+    "ve",      "very",   "was",     "we",    "were",  "will",    "with", "would",      "you",
+    "your",    "yours",
 };
 
 constexpr std::array<std::string_view, 10> kNegations = {

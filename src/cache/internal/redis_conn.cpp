@@ -18,12 +18,24 @@ timeval ToTimeval(std::chrono::milliseconds d) {
 RedisReply Copy(const redisReply* r) {
   RedisReply out;
   switch (r->type) {
-    case REDIS_REPLY_STRING: out.type = RedisReply::Type::kString; break;
-    case REDIS_REPLY_STATUS: out.type = RedisReply::Type::kStatus; break;
-    case REDIS_REPLY_ERROR: out.type = RedisReply::Type::kError; break;
-    case REDIS_REPLY_INTEGER: out.type = RedisReply::Type::kInteger; break;
-    case REDIS_REPLY_ARRAY: out.type = RedisReply::Type::kArray; break;
-    default: out.type = RedisReply::Type::kNil; break;
+    case REDIS_REPLY_STRING:
+      out.type = RedisReply::Type::kString;
+      break;
+    case REDIS_REPLY_STATUS:
+      out.type = RedisReply::Type::kStatus;
+      break;
+    case REDIS_REPLY_ERROR:
+      out.type = RedisReply::Type::kError;
+      break;
+    case REDIS_REPLY_INTEGER:
+      out.type = RedisReply::Type::kInteger;
+      break;
+    case REDIS_REPLY_ARRAY:
+      out.type = RedisReply::Type::kArray;
+      break;
+    default:
+      out.type = RedisReply::Type::kNil;
+      break;
   }
   if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS ||
       r->type == REDIS_REPLY_ERROR) {
@@ -45,7 +57,8 @@ util::StatusOr<std::unique_ptr<RedisConn>> RedisConn::Connect(const std::string&
                                                               std::chrono::milliseconds timeout) {
   redisContext* c = redisConnectWithTimeout(host.c_str(), port, ToTimeval(timeout));
   if (c == nullptr) {
-    return util::UnavailableError(fmt::format("redis {}:{}: cannot allocate a connection", host, port));
+    return util::UnavailableError(
+        fmt::format("redis {}:{}: cannot allocate a connection", host, port));
   }
   if (c->err != 0) {
     util::Status st = util::UnavailableError(fmt::format("redis {}:{}: {}", host, port, c->errstr));

@@ -26,9 +26,9 @@ namespace strata::cache::internal {
 struct RedisReply {
   enum class Type { kNil, kString, kInteger, kArray, kStatus, kError };
   Type type = Type::kNil;
-  std::string str;                  // kString, kStatus, kError
-  int64_t integer = 0;              // kInteger
-  std::vector<RedisReply> elements; // kArray
+  std::string str;                   // kString, kStatus, kError
+  int64_t integer = 0;               // kInteger
+  std::vector<RedisReply> elements;  // kArray
 };
 
 using RedisCommand = std::vector<std::string>;

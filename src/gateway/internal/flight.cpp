@@ -87,8 +87,7 @@ void Flight::CancelEngine(engine::Scheduler& sched) {
   for (engine::RequestId id : ids) sched.Cancel(id);
 }
 
-StoredResponse::StoredResponse(std::vector<Event> events, int32_t n_choices,
-                               int32_t prompt_tokens)
+StoredResponse::StoredResponse(std::vector<Event> events, int32_t n_choices, int32_t prompt_tokens)
     : events_(std::move(events)), n_choices_(n_choices), prompt_tokens_(prompt_tokens) {
   // What the entry holds on the heap, for L1's byte budget.
   bytes_ = sizeof(*this) + events_.capacity() * sizeof(Event);

@@ -103,8 +103,8 @@ class StoredResponse final : public cache::CachedValue {
 // The L1 and L3 caches and the single-flight table, shared by the gateway and
 // the completion hooks of running flights (which may outlive the gateway).
 struct ResponseTier {
-  std::unique_ptr<cache::TierObserver> observer;  // declared first: outlives l1, which calls it
-  std::unique_ptr<cache::ResponseCache> l1;       // null when off
+  std::unique_ptr<cache::TierObserver> observer;     // declared first: outlives l1, which calls it
+  std::unique_ptr<cache::ResponseCache> l1;          // null when off
   std::unique_ptr<cache::TierObserver> l3_observer;  // outlives l3, which calls it
   std::unique_ptr<cache::NearDupIndex> l3;           // null when off
   // The shared tier (Redis); null without it. It borrows the codec (declared
@@ -114,9 +114,9 @@ struct ResponseTier {
   std::unique_ptr<cache::SharedStore> shared;
   obs::CounterValue* remote_hits[2] = {nullptr, nullptr};    // [0] l1, [1] l3
   obs::CounterValue* remote_misses[2] = {nullptr, nullptr};  // [0] l1, [1] l3
-  cache::SingleFlight<Flight> flights;            // used when coalesce is on
+  cache::SingleFlight<Flight> flights;                       // used when coalesce is on
   bool coalesce = false;
-  obs::CounterValue* coalesced = nullptr;         // strata_cache_coalesced_total
+  obs::CounterValue* coalesced = nullptr;  // strata_cache_coalesced_total
 };
 
 // A reader of a Flight: the request that started it, or a follower.

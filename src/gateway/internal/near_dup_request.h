@@ -25,8 +25,8 @@ namespace strata::gateway {
 
 struct NearDupRequest {
   std::string tenant;
-  std::string scope;       // 32 hex digits: 128-bit hash of everything that must match exactly
-  std::string ns;          // cache::NearDupNamespace(tenant, scope)
+  std::string scope;  // 32 hex digits: 128-bit hash of everything that must match exactly
+  std::string ns;     // cache::NearDupNamespace(tenant, scope)
   cache::NearDupText text;
 };
 

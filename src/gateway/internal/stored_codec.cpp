@@ -65,7 +65,8 @@ class Reader {
   util::StatusOr<uint32_t> Count(size_t min_bytes) {
     STRATA_ASSIGN_OR_RETURN(uint32_t n, U32());
     if (static_cast<uint64_t>(n) * min_bytes > left()) {
-      return util::DataLossError(fmt::format("stored response: {} items cannot fit in {} bytes", n, left()));
+      return util::DataLossError(
+          fmt::format("stored response: {} items cannot fit in {} bytes", n, left()));
     }
     return n;
   }
@@ -73,7 +74,8 @@ class Reader {
 
  private:
   util::Status Short(const char* what) const {
-    return util::DataLossError(fmt::format("stored response: cut short reading {} at byte {}", what, pos_));
+    return util::DataLossError(
+        fmt::format("stored response: cut short reading {} at byte {}", what, pos_));
   }
   std::string_view b_;
   size_t pos_ = 0;
@@ -122,7 +124,8 @@ util::StatusOr<std::shared_ptr<const cache::CachedValue>> StoredResponseCodec::D
   STRATA_ASSIGN_OR_RETURN(int32_t n_choices, r.I32());
   STRATA_ASSIGN_OR_RETURN(int32_t prompt_tokens, r.I32());
   if (n_choices < 1 || n_choices > kMaxChoices || prompt_tokens < 0) {
-    return DataLossError(fmt::format("stored response: {} choices, {} prompt tokens", n_choices, prompt_tokens));
+    return DataLossError(
+        fmt::format("stored response: {} choices, {} prompt tokens", n_choices, prompt_tokens));
   }
   STRATA_ASSIGN_OR_RETURN(uint32_t n_events, r.Count(30));
   std::vector<Event> events;
@@ -134,7 +137,8 @@ util::StatusOr<std::shared_ptr<const cache::CachedValue>> StoredResponseCodec::D
     STRATA_ASSIGN_OR_RETURN(e.index, r.I32());
     if (kind > static_cast<uint8_t>(Event::Kind::kFinish) || e.index < 0 || e.index >= n_choices ||
         finished[static_cast<size_t>(e.index)]) {
-      return DataLossError(fmt::format("stored response: event {} (kind {}, choice {}) is out of place", i, kind, e.index));
+      return DataLossError(fmt::format(
+          "stored response: event {} (kind {}, choice {}) is out of place", i, kind, e.index));
     }
     e.kind = static_cast<Event::Kind>(kind);
     STRATA_ASSIGN_OR_RETURN(e.text, r.Str());
@@ -172,7 +176,8 @@ util::StatusOr<std::shared_ptr<const cache::CachedValue>> StoredResponseCodec::D
       return DataLossError(fmt::format("stored response: choice {} never finishes", c));
     }
   }
-  if (r.left() != 0) return DataLossError(fmt::format("stored response: {} bytes after the end", r.left()));
+  if (r.left() != 0)
+    return DataLossError(fmt::format("stored response: {} bytes after the end", r.left()));
   return std::shared_ptr<const cache::CachedValue>(
       std::make_shared<StoredResponse>(std::move(events), n_choices, prompt_tokens));
 }

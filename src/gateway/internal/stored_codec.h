@@ -23,7 +23,8 @@ namespace strata::gateway {
 class StoredResponseCodec final : public cache::ValueCodec {
  public:
   std::string Encode(const cache::CachedValue& value) const override;
-  util::StatusOr<std::shared_ptr<const cache::CachedValue>> Decode(std::string_view bytes) const override;
+  util::StatusOr<std::shared_ptr<const cache::CachedValue>> Decode(
+      std::string_view bytes) const override;
 };
 
 }  // namespace strata::gateway

@@ -17,30 +17,30 @@ inline constexpr int kKScaleBytes = 12;  // 8 six-bit scales + 8 six-bit mins (Q
 
 #pragma pack(push, 1)
 struct BlockQ8_0 {
-  uint16_t d;       // f16 scale
+  uint16_t d;         // f16 scale
   int8_t qs[kQK8_0];  // x = d * qs[i]
 };
 struct BlockQ4_0 {
-  uint16_t d;             // f16 scale
+  uint16_t d;              // f16 scale
   uint8_t qs[kQK4_0 / 2];  // x[i] = d*((qs[i]&15)-8), x[i+16] = d*((qs[i]>>4)-8), i < 16
 };
 // The legacy 32-blocks with a min or a fifth bit. Element i < 32 has the 4-bit
 // nibble qs[i] & 15 for i < 16 and qs[i−16] >> 4 for i ≥ 16; Q5_0/Q5_1 add
 // bit i of the little-endian 32-bit qh as the fifth bit (q = nibble + 16·bit).
 struct BlockQ4_1 {
-  uint16_t d;         // f16 scale
-  uint16_t m;         // f16 min (offset)
+  uint16_t d;          // f16 scale
+  uint16_t m;          // f16 min (offset)
   uint8_t qs[32 / 2];  // x[i] = d·q + m, q in [0, 15]
 };
 struct BlockQ5_0 {
-  uint16_t d;         // f16 scale
-  uint8_t qh[4];      // fifth bits, bit i for element i
+  uint16_t d;          // f16 scale
+  uint8_t qh[4];       // fifth bits, bit i for element i
   uint8_t qs[32 / 2];  // x[i] = d·(q − 16), q in [0, 31]
 };
 struct BlockQ5_1 {
-  uint16_t d;         // f16 scale
-  uint16_t m;         // f16 min (offset)
-  uint8_t qh[4];      // fifth bits, bit i for element i
+  uint16_t d;          // f16 scale
+  uint16_t m;          // f16 min (offset)
+  uint8_t qh[4];       // fifth bits, bit i for element i
   uint8_t qs[32 / 2];  // x[i] = d·q + m, q in [0, 31]
 };
 // Activation block (ActFormat::kQ8): x[i] ≈ d * q[i]; sum = Σ q[i].

@@ -13,12 +13,11 @@
 #include <cstddef>
 #include <cstdint>
 
-
 namespace strata::sampling::internal {
 
 inline float FastExp(float x) {
   float xc = x < -88.0f ? -88.0f : x;  // value selects, not std::min/max on references,
-  xc = xc > 88.0f ? 88.0f : xc;         // so that loops if-convert
+  xc = xc > 88.0f ? 88.0f : xc;        // so that loops if-convert
   // n = round(x / ln 2) by the 1.5 * 2^23 trick: the low mantissa bits hold n.
   const float t = xc * 1.44269504088896341f + 12582912.0f;
   const float n = t - 12582912.0f;

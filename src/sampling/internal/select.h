@@ -153,7 +153,8 @@ size_t KeepByKeyUntilMass(std::span<Candidate> c, Key key, float mx, double targ
         const Candidate x = region[i + j];
         region[lt] = x;
         lt += static_cast<size_t>(bins[j] < cross_bin);
-        if (bins[j] == cross_bin) [[unlikely]] crossing.push_back(x);
+        if (bins[j] == cross_bin) [[unlikely]]
+          crossing.push_back(x);
       }
     }
     std::copy(crossing.begin(), crossing.end(), region.begin() + static_cast<std::ptrdiff_t>(lt));

@@ -117,9 +117,9 @@ class BpeModel {
   int32_t n_vocab_ = 0;
   int32_t unk_ = -1;
   PreTokenizerSpec pre_;
-  int32_t byte_symbol_[256] = {};                         // byte -> symbol id of its character
-  std::vector<std::string> extra_bytes_;                  // raw bytes of each extra symbol
-  std::vector<MergeSlot> merges_;                         // power-of-two size
+  int32_t byte_symbol_[256] = {};         // byte -> symbol id of its character
+  std::vector<std::string> extra_bytes_;  // raw bytes of each extra symbol
+  std::vector<MergeSlot> merges_;         // power-of-two size
 };
 
 }  // namespace strata::text::internal

@@ -24,7 +24,7 @@ void StringTable::BuildIndex() {
   const size_t mask = capacity - 1;
   for (int32_t id = 0; id < static_cast<int32_t>(n); ++id) {
     const std::string_view s = (*this)[id];
-    for (size_t at = std::hash<std::string_view>{}(s) & mask;; at = (at + 1) & mask) {
+    for (size_t at = std::hash<std::string_view>{}(s)&mask;; at = (at + 1) & mask) {
       const int32_t other = slots_[at];
       if (other < 0) {
         slots_[at] = id;
@@ -38,7 +38,7 @@ void StringTable::BuildIndex() {
 int32_t StringTable::Find(std::string_view s) const {
   if (slots_.empty()) return -1;
   const size_t mask = slots_.size() - 1;
-  for (size_t at = std::hash<std::string_view>{}(s) & mask;; at = (at + 1) & mask) {
+  for (size_t at = std::hash<std::string_view>{}(s)&mask;; at = (at + 1) & mask) {
     const int32_t id = slots_[at];
     if (id < 0) return -1;
     if ((*this)[id] == s) return id;
