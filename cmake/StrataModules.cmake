@@ -8,9 +8,10 @@
 #
 # A module may include only modules above it: a row names modules from the
 # rows before it.
-set(STRATA_MODULES util kernels format text model engine sampling cache obs gateway server cli)
+set(STRATA_MODULES util net kernels format text model engine sampling cache obs gateway server cli)
 
 set(STRATA_MAY_INCLUDE_util "")
+set(STRATA_MAY_INCLUDE_net util)
 set(STRATA_MAY_INCLUDE_kernels util)
 set(STRATA_MAY_INCLUDE_format kernels util)
 set(STRATA_MAY_INCLUDE_text format kernels util)
@@ -20,5 +21,5 @@ set(STRATA_MAY_INCLUDE_sampling util)
 set(STRATA_MAY_INCLUDE_cache util)
 set(STRATA_MAY_INCLUDE_obs util)
 set(STRATA_MAY_INCLUDE_gateway engine sampling cache obs model text format kernels util)
-set(STRATA_MAY_INCLUDE_server gateway obs util)
-set(STRATA_MAY_INCLUDE_cli server gateway obs cache sampling engine model text format kernels util)
+set(STRATA_MAY_INCLUDE_server gateway obs net util)
+set(STRATA_MAY_INCLUDE_cli server gateway obs cache sampling engine model text format kernels net util)

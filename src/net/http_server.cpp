@@ -1,0 +1,326 @@
+#include "net/http_server.h"
+
+#include <sys/socket.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <optional>
+
+#include "net/internal/asio.h"
+#include "net/internal/connection.h"
+
+namespace strata::net {
+
+namespace asio = boost::asio;
+using internal::Connection;
+using internal::error_code;
+using internal::Loop;
+using internal::ServerCore;
+using internal::tcp;
+
+std::string_view RequestHead::path() const {
+  const std::string_view t = target;
+  return t.substr(0, t.find('?'));
+}
+
+std::string_view CancelReasonName(CancelReason reason) {
+  switch (reason) {
+    case CancelReason::kClientGone:
+      return "client gone";
+    case CancelReason::kWriteStalled:
+      return "client stopped reading";
+    case CancelReason::kServerStopped:
+      return "server stopped";
+  }
+  return "?";
+}
+
+Response HttpHandler::LimitResponse(const RequestHead*, int status, const util::Status& why) {
+  nlohmann::json body = {
+      {"error", {{"message", why.message()}, {"type", "invalid_request_error"}}}};
+  return JsonResponse(status, body.dump());
+}
+
+namespace {
+
+util::Status CheckLimits(const HttpServerOptions& o) {
+  const HttpLimits& l = o.limits;
+  auto range = [](auto v, auto lo, auto hi, std::string_view name) -> util::Status {
+    if (v < lo || v > hi) {
+      return util::InvalidArgumentError(
+          fmt::format("{} = {} is outside [{}, {}]", name, v, lo, hi));
+    }
+    return util::OkStatus();
+  };
+  STRATA_RETURN_IF_ERROR(range(o.io_threads, 1, 256, "io_threads"));
+  STRATA_RETURN_IF_ERROR(range(o.port, 0, 65535, "port"));
+  STRATA_RETURN_IF_ERROR(
+      range(l.max_request_line_bytes, size_t{64}, size_t{1} << 20, "max_request_line_bytes"));
+  STRATA_RETURN_IF_ERROR(
+      range(l.max_header_bytes, size_t{1} << 10, size_t{16} << 20, "max_header_bytes"));
+  STRATA_RETURN_IF_ERROR(range(l.max_header_fields, 1, 10000, "max_header_fields"));
+  STRATA_RETURN_IF_ERROR(
+      range(l.max_body_bytes, size_t{1} << 10, size_t{1} << 30, "max_body_bytes"));
+  STRATA_RETURN_IF_ERROR(range(l.max_inflate_ratio, 1.0, 1e6, "max_inflate_ratio"));
+  STRATA_RETURN_IF_ERROR(
+      range(l.max_buffered_output, size_t{4} << 10, size_t{1} << 30, "max_buffered_output"));
+  STRATA_RETURN_IF_ERROR(range(l.max_connections, 1, 1000000, "max_connections"));
+  STRATA_RETURN_IF_ERROR(
+      range(l.max_connections_per_client, 1, 1000000, "max_connections_per_client"));
+  for (auto [ms, name] :
+       {std::pair{l.header_timeout, "header_timeout"}, std::pair{l.body_timeout, "body_timeout"},
+        std::pair{l.idle_timeout, "idle_timeout"},
+        std::pair{l.write_stall_timeout, "write_stall_timeout"}}) {
+    STRATA_RETURN_IF_ERROR(range(ms.count(), int64_t{1}, int64_t{86'400'000}, name));
+  }
+  if (l.max_request_line_bytes > l.max_header_bytes) {
+    return util::InvalidArgumentError("max_request_line_bytes exceeds max_header_bytes");
+  }
+  return util::OkStatus();
+}
+
+// The client's address as one string per host: an IPv4 client of a
+// dual-stack listener counts under its IPv4 form.
+std::string ClientAddress(const tcp::endpoint& ep) {
+  auto addr = ep.address();
+  if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
+    addr = asio::ip::make_address_v4(asio::ip::v4_mapped, addr.to_v6());
+  }
+  return addr.to_string();
+}
+
+class ServerImpl final : public HttpServer {
+ public:
+  ServerImpl(const HttpServerOptions& o, HttpHandler& handler, util::Logger& log,
+             const util::Clock& clock)
+      : options_(o), core_(std::make_shared<ServerCore>(o.limits, handler, log, clock)) {
+    for (int i = 0; i < o.io_threads; ++i) loops_.push_back(std::make_unique<Loop>());
+  }
+  ~ServerImpl() override { Stop(); }
+
+  util::StatusOr<int> Start() override;
+  void SetDraining() override;
+  void Stop() override;
+  HttpServerStats Stats() const override {
+    HttpServerStats s;
+    s.connections_open = core_->open.load();
+    s.connections_accepted = core_->accepted.load();
+    s.connections_refused = core_->refused.load();
+    s.connections_displaced = core_->displaced.load();
+    s.requests = core_->requests.load();
+    s.rejected_by_limit = core_->rejected.load();
+    return s;
+  }
+
+ private:
+  void Accept();
+  void OnAccepted(Loop& target, tcp::socket socket);
+  // On `loop`'s thread: makes room at the connection cap, then serves.
+  void Adopt(Loop& loop, tcp::socket socket, std::string remote);
+  void Refuse(tcp::socket& socket, const std::string& why);
+
+  const HttpServerOptions options_;
+  std::shared_ptr<ServerCore> core_;
+  std::vector<std::unique_ptr<Loop>> loops_;
+  std::optional<tcp::acceptor> acceptor_;  // on loops_[0]
+  std::optional<asio::steady_timer> accept_retry_;
+  size_t next_loop_ = 0;  // loops_[0]'s thread: the loop the next connection goes to
+  bool started_ = false;
+  bool stopped_ = false;
+};
+
+util::StatusOr<int> ServerImpl::Start() {
+  if (started_) return util::FailedPreconditionError("the server was already started");
+  error_code ec;
+  asio::ip::address address = asio::ip::make_address(options_.host, ec);
+  if (ec) {
+    // A name ("localhost"): its first address.
+    tcp::resolver resolver(loops_[0]->ctx);
+    auto results = resolver.resolve(options_.host, "", ec);
+    if (ec || results.empty()) {
+      return util::InvalidArgumentError(
+          fmt::format("'{}' is not an address or a name of this machine", options_.host));
+    }
+    address = results.begin()->endpoint().address();
+  }
+  const tcp::endpoint endpoint(address, static_cast<uint16_t>(options_.port));
+  acceptor_.emplace(loops_[0]->ctx);
+  acceptor_->open(endpoint.protocol(), ec);
+  if (!ec && address.is_v6() && address.to_v6().is_unspecified()) {
+    acceptor_->set_option(asio::ip::v6_only(false), ec);  // "::" takes IPv4 clients too
+  }
+  // SO_REUSEADDR lets a restarted server bind while old connections sit in
+  // TIME_WAIT; on Linux it never lets two servers listen on one port.
+  if (!ec) acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec && options_.reuse_port) {
+    const int one = 1;
+    if (::setsockopt(acceptor_->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) !=
+        0) {
+      return util::UnavailableError("cannot set SO_REUSEPORT on the listening socket");
+    }
+  }
+  const std::string where = address.is_v6() ? fmt::format("[{}]:{}", options_.host, options_.port)
+                                            : fmt::format("{}:{}", options_.host, options_.port);
+  if (!ec) acceptor_->bind(endpoint, ec);
+  if (ec) {
+    acceptor_.reset();
+    if (ec == asio::error::address_in_use) {
+      return util::UnavailableError(fmt::format(
+          "cannot listen on {}: the address is in use (another server on this port?)", where));
+    }
+    return util::UnavailableError(fmt::format("cannot listen on {}: {}", where, ec.message()));
+  }
+  acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    acceptor_.reset();
+    return util::UnavailableError(fmt::format("cannot listen on {}: {}", where, ec.message()));
+  }
+  const int port = acceptor_->local_endpoint(ec).port();
+  accept_retry_.emplace(loops_[0]->ctx);
+  started_ = true;
+  Accept();
+  for (auto& loop : loops_) {
+    Loop* l = loop.get();
+    l->thread = std::thread([l] {
+      auto guard = asio::make_work_guard(l->ctx);
+      l->ctx.run();
+    });
+  }
+  return port;
+}
+
+void ServerImpl::Accept() {
+  Loop& target = *loops_[next_loop_];
+  next_loop_ = (next_loop_ + 1) % loops_.size();
+  acceptor_->async_accept(target.ctx, [this, &target](const error_code& ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor_ || !acceptor_->is_open()) return;
+    if (ec) {
+      // Out of file descriptors, most likely: wait a little rather than spin.
+      core_->log.Warn("http: accept failed: {}; retrying in 50 ms", ec.message());
+      accept_retry_->expires_after(std::chrono::milliseconds(50));
+      accept_retry_->async_wait([this](const error_code& tec) {
+        if (!tec) Accept();
+      });
+      return;
+    }
+    OnAccepted(target, std::move(socket));
+    Accept();
+  });
+}
+
+void ServerImpl::Refuse(tcp::socket& socket, const std::string& why) {
+  core_->refused.fetch_add(1);
+  Response r = core_->handler.LimitResponse(nullptr, 503, util::UnavailableError(why));
+  std::string out = fmt::format("HTTP/1.1 503 {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+                                ReasonPhrase(503), r.body.size());
+  for (const auto& [n, v] : r.headers.fields()) {
+    if (!EqualsIgnoreCase(n, "Content-Length") && !EqualsIgnoreCase(n, "Connection")) {
+      out += n + ": " + v + "\r\n";
+    }
+  }
+  out += "Retry-After: 1\r\n\r\n" + r.body;
+  // Best effort, without waiting: the answer fits any socket buffer.
+  error_code ec;
+  socket.non_blocking(true, ec);
+  socket.send(asio::buffer(out), 0, ec);
+  socket.shutdown(tcp::socket::shutdown_both, ec);
+  socket.close(ec);
+}
+
+void ServerImpl::OnAccepted(Loop& target, tcp::socket socket) {
+  error_code ec;
+  const tcp::endpoint peer = socket.remote_endpoint(ec);
+  if (ec) return;  // already gone
+  std::string remote = ClientAddress(peer);
+  core_->accepted.fetch_add(1);
+  if (!core_->AcquireClient(remote)) {
+    Refuse(socket, fmt::format("too many connections from {} (the limit is {})", remote,
+                               options_.limits.max_connections_per_client));
+    return;
+  }
+  core_->open.fetch_add(1);
+  // The socket belongs to `target`'s context; it is served on its thread.
+  asio::post(target.ctx, [this, &target, s = std::move(socket), r = std::move(remote)]() mutable {
+    Adopt(target, std::move(s), std::move(r));
+  });
+}
+
+void ServerImpl::Adopt(Loop& loop, tcp::socket socket, std::string remote) {
+  if (core_->open.load() > options_.limits.max_connections) {
+    // At the cap: the connection of this loop that has waited longest for a
+    // request's headers makes room; if every one is busy with a request,
+    // the newcomer is refused.
+    Connection* oldest = nullptr;
+    for (Connection* c : loop.connections) {
+      if (c->Displaceable() && (oldest == nullptr || c->phase_start() < oldest->phase_start())) {
+        oldest = c;
+      }
+    }
+    if (oldest == nullptr) {
+      core_->log.Debug("http: connection cap ({}) reached; refusing {}",
+                       options_.limits.max_connections, remote);
+      Refuse(socket, fmt::format("the server has {} connections open, its limit",
+                                 options_.limits.max_connections));
+      core_->ReleaseClient(remote);
+      core_->open.fetch_sub(1);
+      return;
+    }
+    core_->displaced.fetch_add(1);
+    oldest->Close(CancelReason::kClientGone);
+  }
+  std::make_shared<Connection>(core_, loop, std::move(socket), std::move(remote))->Start();
+}
+
+void ServerImpl::SetDraining() {
+  core_->draining.store(true);
+  for (auto& loop : loops_) {
+    Loop* l = loop.get();
+    asio::post(l->ctx, [l] {
+      std::vector<Connection*> idle;
+      for (Connection* c : l->connections) {
+        if (c->idle()) idle.push_back(c);
+      }
+      for (Connection* c : idle) c->Close(CancelReason::kServerStopped);
+    });
+  }
+}
+
+void ServerImpl::Stop() {
+  if (!started_ || stopped_) return;
+  stopped_ = true;
+  asio::post(loops_[0]->ctx, [this] {
+    error_code ec;
+    if (acceptor_) acceptor_->close(ec);
+    if (accept_retry_) accept_retry_->cancel();
+  });
+  for (auto& loop : loops_) {
+    Loop* l = loop.get();
+    asio::post(l->ctx, [l] {
+      std::vector<std::shared_ptr<Connection>> all;
+      for (Connection* c : l->connections) all.push_back(c->shared_from_this());
+      for (auto& c : all) c->Close(CancelReason::kServerStopped);
+      l->ctx.stop();
+    });
+  }
+  for (auto& loop : loops_) {
+    if (loop->thread.joinable()) loop->thread.join();
+    loop->handle->Detach();
+  }
+  acceptor_.reset();
+  accept_retry_.reset();
+}
+
+}  // namespace
+
+util::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpServerOptions& options,
+                                                               HttpHandler& handler,
+                                                               util::Logger& log,
+                                                               const util::Clock& clock) {
+  STRATA_RETURN_IF_ERROR(CheckLimits(options));
+  return std::unique_ptr<HttpServer>(new ServerImpl(options, handler, log, clock));
+}
+
+}  // namespace strata::net
