@@ -44,6 +44,51 @@ Response HttpHandler::LimitResponse(const RequestHead*, int status, const util::
   return JsonResponse(status, body.dump());
 }
 
+ParsedHttpRequest ParseHttpRequest(std::span<const std::string_view> chunks,
+                                   const HttpLimits& limits) {
+  ParsedHttpRequest out;
+  internal::RequestParser parser(limits);
+  std::string buffered;
+  size_t offset = 0;  // of buffered[0] in the whole input
+  auto fail = [&](int status, util::Status why) {
+    out.status = status;
+    out.error = std::move(why);
+    return out;
+  };
+  for (std::string_view chunk : chunks) {
+    buffered.append(chunk);
+    while (!buffered.empty() && !parser.is_done()) {
+      if (!parser.is_header_done()) {
+        const size_t line_end = buffered.find('\n');
+        if ((line_end == std::string::npos ? buffered.size() : line_end) >
+            limits.max_request_line_bytes + 1) {
+          return fail(414, util::InvalidArgumentError("the request line exceeds its limit"));
+        }
+      }
+      const bool had_header = parser.is_header_done();
+      error_code ec;
+      const size_t used = parser.put(asio::buffer(buffered.data(), buffered.size()), ec);
+      buffered.erase(0, used);
+      offset += used;
+      if (ec == internal::http::error::need_more) break;
+      if (ec) {
+        parser.NoteError(ec);
+        return fail(parser.failure_status(), parser.failure());
+      }
+      if (!had_header && parser.is_header_done()) {
+        if (util::Status st = parser.CheckAnnouncedLength(); !st.ok()) return fail(413, st);
+      }
+      if (used == 0) break;
+    }
+    if (parser.is_done()) break;
+  }
+  out.complete = parser.is_done();
+  if (parser.is_header_done()) out.head = std::move(parser.head());
+  out.body = std::move(parser.body());
+  out.consumed = offset;
+  return out;
+}
+
 namespace {
 
 util::Status CheckLimits(const HttpServerOptions& o) {

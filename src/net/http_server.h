@@ -44,6 +44,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "net/http.h"
@@ -173,6 +174,22 @@ struct HttpServerStats {
   int64_t requests = 0;               // request heads parsed
   int64_t rejected_by_limit = 0;      // answered 408/413/414/415/431/400 by the server itself
 };
+
+// One request read from `chunks` (arriving in that order) exactly as a
+// connection reads it: the same parser, limits and body decoding, without a
+// socket. `status` is 0 when a whole request was read, else the HTTP status
+// the server would answer with (and `error` why); 0 with `complete` false
+// means the bytes end before the request does. For tests and fuzzing.
+struct ParsedHttpRequest {
+  bool complete = false;
+  int status = 0;
+  util::Status error;
+  RequestHead head;
+  std::string body;
+  size_t consumed = 0;  // bytes of the request (a pipelined next one starts here)
+};
+ParsedHttpRequest ParseHttpRequest(std::span<const std::string_view> chunks,
+                                   const HttpLimits& limits);
 
 class HttpServer {
  public:

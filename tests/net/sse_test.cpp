@@ -1,0 +1,83 @@
+#include "net/sse.h"
+
+#include <gtest/gtest.h>
+
+namespace strata::net {
+namespace {
+
+std::vector<SseEvent> ParseAll(std::string_view bytes, size_t step = 1000000) {
+  SseParser p;
+  std::vector<SseEvent> out;
+  for (size_t i = 0; i < bytes.size(); i += step) {
+    EXPECT_TRUE(p.Feed(bytes.substr(i, step), &out).ok());
+  }
+  return out;
+}
+
+TEST(SseFrame, WritesOneDataLinePerLine) {
+  EXPECT_EQ(SseFrame(R"({"a":1})"), "data: {\"a\":1}\n\n");
+  EXPECT_EQ(SseFrame("x", "message_start"), "event: message_start\ndata: x\n\n");
+  EXPECT_EQ(SseFrame("a\nb\r\nc\rd"), "data: a\ndata: b\ndata: c\ndata: d\n\n");
+}
+
+TEST(SseFrame, DataCannotEndTheEventOrInjectAnother) {
+  const std::string frame = SseFrame("one\n\ndata: injected\n\nevent: evil", "ok\n\nevent: x");
+  const auto events = ParseAll(frame);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].event, "okevent: x");
+  EXPECT_EQ(events[0].data, "one\n\ndata: injected\n\nevent: evil");
+}
+
+TEST(SseParser, ReadsEventsSplitAnywhere) {
+  const std::string stream =
+      ": keep-alive\r\nevent: delta\r\ndata: hel\r\ndata: lo\r\n\r\ndata:no space\n\nid: 7\rdata: "
+      "x\r\r";
+  for (size_t step : {1, 2, 3, 7, 1000}) {
+    const auto events = ParseAll(stream, step);
+    ASSERT_EQ(events.size(), 3u) << step;
+    EXPECT_EQ(events[0].event, "delta");
+    EXPECT_EQ(events[0].data, "hel\nlo");
+    EXPECT_EQ(events[1].event, "message");
+    EXPECT_EQ(events[1].data, "no space");
+    EXPECT_EQ(events[2].id, "7");
+    EXPECT_EQ(events[2].data, "x");
+  }
+}
+
+TEST(SseParser, IgnoresEventsWithoutDataAndUnknownFields) {
+  const auto events = ParseAll("event: ping\n\nretry: 10\nfoo: bar\ndata: y\n\n");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].data, "y");
+  EXPECT_EQ(events[0].event, "message");
+}
+
+TEST(SseParser, RefusesAnEventBeyondItsLimit) {
+  SseParser p(64);
+  std::vector<SseEvent> out;
+  EXPECT_EQ(p.Feed("data: " + std::string(100, 'a'), &out).code(),
+            util::StatusCode::kResourceExhausted);
+  SseParser q(64);
+  std::string many;
+  for (int i = 0; i < 20; ++i) many += "data: abcdef\n";
+  EXPECT_EQ(q.Feed(many, &out).code(), util::StatusCode::kResourceExhausted);
+}
+
+TEST(SseParser, ReadsBackWhatTheWriterWrote) {
+  for (const std::string data : {"", "\n", "a\n", "\r\n\r\n", "x\ry", "plain"}) {
+    const auto events = ParseAll(SseFrame(data, "e"));
+    ASSERT_EQ(events.size(), 1u) << data;
+    std::string want;
+    for (size_t i = 0; i < data.size(); ++i) {
+      if (data[i] == '\r') {
+        want += '\n';
+        if (i + 1 < data.size() && data[i + 1] == '\n') ++i;
+      } else {
+        want += data[i];
+      }
+    }
+    EXPECT_EQ(events[0].data, want);
+  }
+}
+
+}  // namespace
+}  // namespace strata::net
