@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "util/fault_guard.h"
+
 namespace strata::util {
 namespace {
 
@@ -27,13 +29,29 @@ Status ErrnoStatus(std::string_view what, const std::string& path, int err) {
   return UnavailableError(std::move(msg));
 }
 
+FileIdentity IdentityOf(const struct stat& st) {
+  FileIdentity id;
+  id.device = static_cast<uint64_t>(st.st_dev);
+  id.inode = static_cast<uint64_t>(st.st_ino);
+  id.size = static_cast<uint64_t>(st.st_size);
+  id.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  return id;
+}
+
 class PosixMappedFile final : public MappedFile {
  public:
-  PosixMappedFile(std::string path, const uint8_t* data, size_t size)
-      : path_(std::move(path)), data_(data), size_(size) {}
+  PosixMappedFile(std::string path, const uint8_t* data, size_t size, FileIdentity identity)
+      : path_(std::move(path)),
+        data_(data),
+        size_(size),
+        identity_(identity),
+        guard_(MappedRangeGuard::Register(data, size)) {}
   ~PosixMappedFile() override {
+    guard_.reset();  // before the range goes
     if (size_ > 0) munmap(const_cast<uint8_t*>(data_), size_);
   }
+  std::optional<FileIdentity> identity() const override { return identity_; }
+  bool faulted() const override { return guard_ != nullptr && guard_->faulted(); }
   std::span<const uint8_t> bytes() const override { return {data_, size_}; }
   const std::string& path() const override { return path_; }
   void Prefetch() const override {
@@ -44,6 +62,8 @@ class PosixMappedFile final : public MappedFile {
   const std::string path_;
   const uint8_t* const data_;
   const size_t size_;
+  const FileIdentity identity_;
+  std::unique_ptr<MappedRangeGuard> guard_;  // null when unguarded
 };
 
 class PosixWritableFile final : public WritableFile {
@@ -113,7 +133,8 @@ class PosixFileSystem final : public FileSystem {
       data = static_cast<const uint8_t*>(p);
     }
     ::close(fd);  // the mapping keeps the file alive
-    return std::unique_ptr<MappedFile>(std::make_unique<PosixMappedFile>(path, data, size));
+    return std::unique_ptr<MappedFile>(
+        std::make_unique<PosixMappedFile>(path, data, size, IdentityOf(st)));
   }
 
   StatusOr<std::string> ReadFile(const std::string& path) override {
@@ -153,6 +174,12 @@ class PosixFileSystem final : public FileSystem {
     return static_cast<uint64_t>(st.st_size);
   }
 
+  StatusOr<FileIdentity> Stat(const std::string& path) override {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return ErrnoStatus("cannot stat", path, errno);
+    return IdentityOf(st);
+  }
+
   Status CreateDirs(const std::string& path) override {
     std::error_code ec;
     std::filesystem::create_directories(path, ec);
@@ -186,6 +213,10 @@ class PosixFileSystem final : public FileSystem {
 };
 
 }  // namespace
+
+StatusOr<FileIdentity> FileSystem::Stat(const std::string& path) {
+  return UnimplementedError("this file system cannot stat '" + path + "'");
+}
 
 Status FileSystem::WriteFileAtomic(const std::string& path, std::string_view data) {
   const std::string tmp = path + ".tmp";

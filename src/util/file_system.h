@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,6 +21,21 @@
 
 namespace strata::util {
 
+// Which file a path names and how it looked: a rename over the path changes
+// device/inode, a write or truncate in place changes size/mtime.
+struct FileIdentity {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  friend bool operator==(const FileIdentity&, const FileIdentity&) = default;
+  // True when the same file (device and inode) but different content (size
+  // or mtime); false when another file took the path, or nothing changed.
+  bool ChangedInPlace(const FileIdentity& now) const {
+    return device == now.device && inode == now.inode && !(*this == now);
+  }
+};
+
 // A read-only view of a whole file; unmapped when destroyed.
 class MappedFile {
  public:
@@ -28,6 +44,13 @@ class MappedFile {
   virtual const std::string& path() const = 0;
   // Hints that the bytes will be needed soon (madvise WILLNEED); best effort.
   virtual void Prefetch() const {}
+  // The file as it was when mapped (nullopt where the file system has no such
+  // notion).
+  virtual std::optional<FileIdentity> identity() const { return std::nullopt; }
+  // A read of the mapping found a page the file no longer has (it was
+  // truncated under the mapping): such reads return zeros instead of killing
+  // the process (util/fault_guard.h), and whatever used them is suspect.
+  virtual bool faulted() const { return false; }
 };
 
 // Append-only output file.
@@ -55,6 +78,8 @@ class FileSystem {
   virtual StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
   virtual bool Exists(const std::string& path) = 0;
   virtual StatusOr<uint64_t> FileSize(const std::string& path) = 0;
+  // What `path` names now (Unimplemented where the file system cannot say).
+  virtual StatusOr<FileIdentity> Stat(const std::string& path);
   virtual Status CreateDirs(const std::string& path) = 0;
   virtual Status Remove(const std::string& path) = 0;
   // Atomic within one file system (POSIX rename).
@@ -66,7 +91,8 @@ class FileSystem {
   Status WriteFileAtomic(const std::string& path, std::string_view data);
 };
 
-// The real POSIX file system. MapReadOnly uses mmap(PROT_READ, MAP_PRIVATE).
+// The real POSIX file system. MapReadOnly uses mmap(PROT_READ, MAP_PRIVATE)
+// and guards the mapping against truncation (util/fault_guard.h).
 std::unique_ptr<FileSystem> NewPosixFileSystem();
 
 }  // namespace strata::util
