@@ -1,0 +1,576 @@
+#include "net/http_client.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <deque>
+#include <future>
+#include <map>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "net/internal/asio.h"
+#include "net/internal/connection.h"
+
+namespace strata::net {
+namespace {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using internal::error_code;
+using internal::Loop;
+using internal::tcp;
+
+std::string_view View(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+struct Url {
+  std::string host;  // without brackets
+  std::string port;
+  std::string target;
+  std::string host_header;
+  std::string pool_key;
+};
+
+util::StatusOr<Url> ParseUrl(std::string_view url) {
+  constexpr std::string_view kHttp = "http://";
+  if (url.substr(0, 8) == "https://") {
+    return util::UnimplementedError(
+        fmt::format("'{}': https is not supported by this client", url.substr(0, 200)));
+  }
+  if (url.substr(0, kHttp.size()) != kHttp) {
+    return util::InvalidArgumentError(
+        fmt::format("'{}' is not an http:// URL", url.substr(0, 200)));
+  }
+  std::string_view rest = url.substr(kHttp.size());
+  const size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  Url u;
+  u.target = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
+  if (authority.empty()) return util::InvalidArgumentError("URL without a host");
+  if (authority.front() == '[') {
+    const size_t close = authority.find(']');
+    if (close == std::string_view::npos) return util::InvalidArgumentError("unterminated [IPv6]");
+    u.host = std::string(authority.substr(1, close - 1));
+    std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return util::InvalidArgumentError("junk after [IPv6]");
+      u.port = std::string(after.substr(1));
+    }
+  } else {
+    const size_t colon = authority.rfind(':');
+    u.host = std::string(authority.substr(0, colon));
+    if (colon != std::string_view::npos) u.port = std::string(authority.substr(colon + 1));
+  }
+  if (u.port.empty()) u.port = "80";
+  for (char c : u.port) {
+    if (c < '0' || c > '9') return util::InvalidArgumentError(fmt::format("bad port '{}'", u.port));
+  }
+  if (u.host.empty()) return util::InvalidArgumentError("URL without a host");
+  u.host_header = std::string(authority);
+  u.pool_key = u.host + "|" + u.port;
+  return u;
+}
+
+// The response head and body, fed to the call as they are parsed.
+class ResponseParser final : public http::basic_parser<false> {
+ public:
+  ResponseParser(size_t header_limit, std::function<void(std::string_view)> on_body)
+      : on_body_(std::move(on_body)) {
+    this->header_limit(static_cast<std::uint32_t>(header_limit));
+    this->body_limit(boost::none);
+  }
+  ClientResponseHead& head() { return head_; }
+
+ private:
+  void on_request_impl(http::verb, boost::beast::string_view, boost::beast::string_view, int,
+                       error_code& ec) override {
+    ec = http::error::bad_method;
+  }
+  void on_response_impl(int code, boost::beast::string_view, int, error_code&) override {
+    head_.status = code;
+  }
+  void on_field_impl(http::field, boost::beast::string_view name, boost::beast::string_view value,
+                     error_code&) override {
+    head_.headers.Add(std::string(View(name)), std::string(View(value)));
+  }
+  void on_header_impl(error_code&) override {}
+  void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
+  std::size_t on_body_impl(boost::beast::string_view body, error_code&) override {
+    on_body_(View(body));
+    return body.size();
+  }
+  void on_chunk_header_impl(std::uint64_t, boost::beast::string_view, error_code&) override {}
+  std::size_t on_chunk_body_impl(std::uint64_t, boost::beast::string_view body,
+                                 error_code&) override {
+    on_body_(View(body));
+    return body.size();
+  }
+  void on_finish_impl(error_code&) override {}
+
+  std::function<void(std::string_view)> on_body_;
+  ClientResponseHead head_;
+};
+
+struct PooledSocket {
+  tcp::socket socket;
+  std::chrono::steady_clock::time_point idle_since;
+};
+
+class ClientImpl;
+
+// Per I/O thread: the loop and its pool of idle kept-alive sockets.
+class CallImpl;
+struct ClientLoop {
+  // Owned by the loop's thread: pooled sockets, and the calls in flight.
+  std::map<std::string, std::deque<PooledSocket>> idle;
+  std::unordered_set<CallImpl*> calls;
+  Loop loop;  // last: destroyed first, with the handlers that hold calls
+};
+
+class CallImpl final : public ClientCall, public std::enable_shared_from_this<CallImpl> {
+ public:
+  CallImpl(ClientImpl& client, ClientLoop& loop, Url url, ClientRequest request,
+           ClientCallbacks callbacks);
+  ~CallImpl() override { cl_.calls.erase(this); }
+  void Begin();
+  // Ends the call with `status` (on the loop's thread); no-op once done.
+  void Finish(util::Status status);
+  void Cancel() override;
+  void Pause() override;
+  void Resume() override;
+
+ private:
+  void Connect();
+  void Send();
+  void ReadMore();
+  void OnRead(const error_code& ec, size_t n);
+  void Parse();
+  // A reused connection that failed before any response byte: once more on
+  // a fresh one. False when that is not allowed.
+  bool TryRetry();
+  void ArmPhase(std::chrono::milliseconds timeout, std::string what);
+
+  ClientImpl& client_;
+  ClientLoop& cl_;
+  const Url url_;
+  const ClientRequest request_;
+  ClientCallbacks callbacks_;
+  tcp::resolver resolver_;
+  tcp::socket socket_;
+  asio::steady_timer phase_timer_;
+  asio::steady_timer total_timer_;
+  uint64_t phase_gen_ = 0;
+  std::unique_ptr<ResponseParser> parser_;
+  std::array<char, 16u << 10> read_buf_{};
+  std::string in_;
+  bool reading_ = false;
+  bool paused_ = false;
+  bool head_seen_ = false;
+  bool got_bytes_ = false;
+  bool reused_ = false;
+  bool retried_ = false;
+  bool done_ = false;
+};
+
+class ClientImpl final : public HttpClient {
+ public:
+  ClientImpl(const HttpClientOptions& o, util::Logger& log) : options_(o), log_(log) {
+    for (int i = 0; i < o.io_threads; ++i) loops_.push_back(std::make_unique<ClientLoop>());
+    for (auto& cl : loops_) {
+      ClientLoop* l = cl.get();
+      l->loop.thread = std::thread([l] {
+        auto guard = asio::make_work_guard(l->loop.ctx);
+        l->loop.ctx.run();
+      });
+    }
+  }
+  ~ClientImpl() override { Stop(); }
+
+  std::shared_ptr<ClientCall> Start(ClientRequest request, ClientCallbacks callbacks) override {
+    requests.fetch_add(1);
+    ClientLoop& cl = *loops_[next_.fetch_add(1) % loops_.size()];
+    auto url = ParseUrl(request.url);
+    if (!url.ok()) {
+      auto status = url.status();
+      cl.loop.handle->Post([cb = std::move(callbacks.on_done), status] {
+        if (cb) cb(status);
+      });
+      return std::make_shared<NoCall>();
+    }
+    auto call = std::make_shared<CallImpl>(*this, cl, std::move(url).value(), std::move(request),
+                                           std::move(callbacks));
+    cl.loop.handle->Post([call] { call->Begin(); });
+    return call;
+  }
+
+  util::StatusOr<ClientResponse> Fetch(ClientRequest request) override {
+    struct State {
+      std::promise<util::Status> done;
+      ClientResponse response;
+      bool too_large = false;
+    };
+    auto st = std::make_shared<State>();
+    auto future = st->done.get_future();
+    const size_t limit = options_.max_fetch_body_bytes;
+    std::weak_ptr<ClientCall> self_call;
+    auto call_holder = std::make_shared<std::shared_ptr<ClientCall>>();
+    ClientCallbacks cb;
+    cb.on_head = [st](const ClientResponseHead& h) {
+      st->response.status = h.status;
+      st->response.headers = h.headers;
+    };
+    cb.on_body = [st, limit, call_holder](std::string_view b) {
+      if (st->too_large) return;
+      if (st->response.body.size() + b.size() > limit) {
+        st->too_large = true;
+        if (*call_holder) (*call_holder)->Cancel();
+        return;
+      }
+      st->response.body.append(b);
+    };
+    cb.on_done = [st, limit](const util::Status& s) {
+      if (st->too_large) {
+        st->done.set_value(util::ResourceExhaustedError(
+            fmt::format("the response body exceeds the limit of {} bytes", limit)));
+        return;
+      }
+      st->done.set_value(s);
+    };
+    *call_holder = Start(std::move(request), std::move(cb));
+    util::Status status = future.get();
+    call_holder->reset();
+    if (!status.ok()) return status;
+    return std::move(st->response);
+  }
+
+  HttpClientStats Stats() const override {
+    HttpClientStats s;
+    s.requests = requests.load();
+    s.connections_opened = opened.load();
+    s.connections_reused = reused.load();
+    s.retries = retries.load();
+    return s;
+  }
+
+  void Stop() override {
+    if (stopped_.exchange(true)) return;
+    for (auto& cl : loops_) {
+      ClientLoop* l = cl.get();
+      asio::post(l->loop.ctx, [l] {
+        std::vector<std::shared_ptr<CallImpl>> live;
+        for (CallImpl* c : l->calls) live.push_back(c->shared_from_this());
+        for (auto& c : live) c->Finish(util::CancelledError("the HTTP client stopped"));
+        l->idle.clear();
+        l->loop.ctx.stop();
+      });
+    }
+    for (auto& cl : loops_) {
+      if (cl->loop.thread.joinable()) cl->loop.thread.join();
+      cl->loop.handle->Detach();
+    }
+  }
+
+  const HttpClientOptions options_;
+  util::Logger& log_;
+  std::atomic<int64_t> requests{0}, opened{0}, reused{0}, retries{0};
+
+ private:
+  class NoCall final : public ClientCall {
+   public:
+    void Cancel() override {}
+    void Pause() override {}
+    void Resume() override {}
+  };
+  std::vector<std::unique_ptr<ClientLoop>> loops_;
+  std::atomic<size_t> next_{0};
+  std::atomic<bool> stopped_{false};
+};
+
+CallImpl::CallImpl(ClientImpl& client, ClientLoop& loop, Url url, ClientRequest request,
+                   ClientCallbacks callbacks)
+    : client_(client),
+      cl_(loop),
+      url_(std::move(url)),
+      request_(std::move(request)),
+      callbacks_(std::move(callbacks)),
+      resolver_(loop.loop.ctx),
+      socket_(loop.loop.ctx),
+      phase_timer_(loop.loop.ctx),
+      total_timer_(loop.loop.ctx) {}
+
+bool CallImpl::TryRetry() {
+  if (!reused_ || retried_ || got_bytes_) return false;
+  retried_ = true;
+  client_.retries.fetch_add(1);
+  error_code ec;
+  socket_.close(ec);
+  socket_ = tcp::socket(cl_.loop.ctx);
+  Connect();
+  return true;
+}
+
+void CallImpl::Begin() {
+  cl_.calls.insert(this);
+  total_timer_.expires_after(request_.total_timeout.value_or(client_.options_.total_timeout));
+  total_timer_.async_wait([self = shared_from_this()](const error_code& ec) {
+    if (ec || self->done_) return;
+    self->Finish(util::DeadlineExceededError(fmt::format(
+        "{} {}: no complete response within {} ms", self->request_.method, self->request_.url,
+        (self->request_.total_timeout.value_or(self->client_.options_.total_timeout)).count())));
+  });
+  // A pooled connection, if one is still good.
+  auto it = cl_.idle.find(url_.pool_key);
+  while (it != cl_.idle.end() && !it->second.empty()) {
+    PooledSocket p = std::move(it->second.back());
+    it->second.pop_back();
+    if (std::chrono::steady_clock::now() - p.idle_since > client_.options_.pool_idle_timeout) {
+      continue;
+    }
+    // Readable while idle means the server closed it (or sent junk).
+    error_code ec;
+    p.socket.non_blocking(true, ec);
+    char byte;
+    p.socket.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
+    if (ec != asio::error::would_block && ec != asio::error::try_again) continue;
+    socket_ = std::move(p.socket);
+    reused_ = true;
+    client_.reused.fetch_add(1);
+    Send();
+    return;
+  }
+  Connect();
+}
+
+void CallImpl::ArmPhase(std::chrono::milliseconds timeout, std::string what) {
+  const uint64_t gen = ++phase_gen_;
+  phase_timer_.expires_after(timeout);
+  phase_timer_.async_wait([self = shared_from_this(), gen, what, timeout](const error_code& ec) {
+    if (ec || gen != self->phase_gen_ || self->done_) return;
+    self->Finish(
+        util::DeadlineExceededError(fmt::format("{} {}: {} within {} ms", self->request_.method,
+                                                self->request_.url, what, timeout.count())));
+  });
+}
+
+void CallImpl::Connect() {
+  reused_ = false;
+  ArmPhase(client_.options_.connect_timeout, "could not connect");
+  resolver_.async_resolve(
+      url_.host, url_.port,
+      [self = shared_from_this()](const error_code& ec, tcp::resolver::results_type results) {
+        if (self->done_) return;
+        if (ec) {
+          self->Finish(util::UnavailableError(fmt::format(
+              "{}: cannot resolve '{}': {}", self->request_.url, self->url_.host, ec.message())));
+          return;
+        }
+        asio::async_connect(
+            self->socket_, results, [self](const error_code& cec, const tcp::endpoint&) {
+              if (self->done_) return;
+              if (cec) {
+                self->Finish(util::UnavailableError(
+                    fmt::format("{}: cannot connect: {}", self->request_.url, cec.message())));
+                return;
+              }
+              self->client_.opened.fetch_add(1);
+              error_code nec;
+              self->socket_.set_option(tcp::no_delay(true), nec);
+              self->Send();
+            });
+      });
+}
+
+void CallImpl::Send() {
+  std::string out =
+      fmt::format("{} {} HTTP/1.1\r\nHost: {}\r\n", request_.method, url_.target, url_.host_header);
+  for (const auto& [n, v] : request_.headers.fields()) {
+    if (EqualsIgnoreCase(n, "Host") || EqualsIgnoreCase(n, "Content-Length") ||
+        EqualsIgnoreCase(n, "Connection") || EqualsIgnoreCase(n, "Transfer-Encoding")) {
+      continue;
+    }
+    for (char c : n) {
+      if (c != '\r' && c != '\n') out.push_back(c);
+    }
+    out += ": ";
+    for (char c : v) {
+      if (c != '\r' && c != '\n') out.push_back(c);
+    }
+    out += "\r\n";
+  }
+  if (!request_.body.empty() || request_.method == "POST" || request_.method == "PUT") {
+    out += fmt::format("Content-Length: {}\r\n", request_.body.size());
+  }
+  out += "\r\n";
+  out += request_.body;
+  auto buf = std::make_shared<std::string>(std::move(out));
+  parser_ = std::make_unique<ResponseParser>(client_.options_.max_response_header_bytes,
+                                             [this](std::string_view b) {
+                                               if (!done_ && callbacks_.on_body && !b.empty())
+                                                 callbacks_.on_body(b);
+                                             });
+  if (request_.method == "HEAD") parser_->skip(true);
+  in_.clear();
+  head_seen_ = false;
+  got_bytes_ = false;
+  ArmPhase(request_.first_byte_timeout.value_or(client_.options_.first_byte_timeout),
+           "no response");
+  asio::async_write(
+      socket_, asio::buffer(*buf), [self = shared_from_this(), buf](const error_code& ec, size_t) {
+        if (self->done_) return;
+        if (ec) {
+          if (self->TryRetry()) return;
+          self->Finish(util::UnavailableError(
+              fmt::format("{}: sending the request failed: {}", self->request_.url, ec.message())));
+          return;
+        }
+        self->ReadMore();
+      });
+}
+
+void CallImpl::ReadMore() {
+  if (reading_ || paused_ || done_) return;
+  reading_ = true;
+  socket_.async_read_some(
+      asio::buffer(read_buf_),
+      [self = shared_from_this()](const error_code& ec, size_t n) { self->OnRead(ec, n); });
+}
+
+void CallImpl::OnRead(const error_code& ec, size_t n) {
+  reading_ = false;
+  if (done_) return;
+  if (ec == asio::error::eof) {
+    if (TryRetry()) return;  // the server closed the pooled connection before answering
+    error_code pec;
+    if (parser_->is_header_done()) parser_->put_eof(pec);
+    if (parser_->is_done() && !pec) {
+      Finish(util::OkStatus());
+      return;
+    }
+    Finish(util::UnavailableError(
+        fmt::format("{}: the connection closed before the response ended", request_.url)));
+    return;
+  }
+  if (ec) {
+    if (TryRetry()) return;
+    Finish(util::UnavailableError(fmt::format("{}: {}", request_.url, ec.message())));
+    return;
+  }
+  got_bytes_ = true;
+  in_.append(read_buf_.data(), n);
+  Parse();
+  if (!done_) ReadMore();
+}
+
+void CallImpl::Parse() {
+  while (!in_.empty() && !done_) {
+    error_code ec;
+    const size_t used = parser_->put(asio::buffer(in_.data(), in_.size()), ec);
+    in_.erase(0, used);
+    if (ec == http::error::need_more) break;
+    if (ec) {
+      Finish(util::UnavailableError(
+          ec == http::error::header_limit
+              ? fmt::format("{}: the response head exceeds {} bytes", request_.url,
+                            client_.options_.max_response_header_bytes)
+              : fmt::format("{}: malformed response: {}", request_.url, ec.message())));
+      return;
+    }
+    if (parser_->is_header_done() && !head_seen_) {
+      if (parser_->head().status < 200) {
+        // An interim response (100 Continue, 103): the real one follows.
+        parser_ = std::make_unique<ResponseParser>(client_.options_.max_response_header_bytes,
+                                                   [this](std::string_view b) {
+                                                     if (!done_ && callbacks_.on_body && !b.empty())
+                                                       callbacks_.on_body(b);
+                                                   });
+        if (request_.method == "HEAD") parser_->skip(true);
+        continue;
+      }
+      head_seen_ = true;
+      ArmPhase(client_.options_.idle_timeout, "the response stalled");
+      if (callbacks_.on_head) callbacks_.on_head(parser_->head());
+      if (done_) return;
+    }
+    if (parser_->is_done()) {
+      Finish(util::OkStatus());
+      return;
+    }
+    if (used == 0) break;
+    if (head_seen_) ArmPhase(client_.options_.idle_timeout, "the response stalled");
+    if (paused_) return;
+  }
+}
+
+void CallImpl::Finish(util::Status status) {
+  if (done_) return;
+  done_ = true;
+  cl_.calls.erase(this);
+  ++phase_gen_;
+  phase_timer_.cancel();
+  total_timer_.cancel();
+  error_code ec;
+  resolver_.cancel();
+  const bool reusable = status.ok() && parser_ && parser_->is_done() && parser_->keep_alive() &&
+                        in_.empty() && socket_.is_open();
+  if (reusable) {
+    auto& idle = cl_.idle[url_.pool_key];
+    if (static_cast<int32_t>(idle.size()) < client_.options_.max_idle_per_host) {
+      idle.push_back({std::move(socket_), std::chrono::steady_clock::now()});
+    } else {
+      socket_.close(ec);
+    }
+  } else {
+    socket_.close(ec);
+  }
+  auto on_done = std::move(callbacks_.on_done);
+  callbacks_ = {};
+  if (on_done) on_done(status);
+}
+
+void CallImpl::Cancel() {
+  cl_.loop.handle->Post([self = shared_from_this()] {
+    self->Finish(util::CancelledError(
+        fmt::format("{} {}: cancelled", self->request_.method, self->request_.url)));
+  });
+}
+
+void CallImpl::Pause() {
+  cl_.loop.handle->Post([self = shared_from_this()] {
+    self->paused_ = true;
+    ++self->phase_gen_;  // the idle deadline does not run while paused
+    self->phase_timer_.cancel();
+  });
+}
+
+void CallImpl::Resume() {
+  cl_.loop.handle->Post([self = shared_from_this()] {
+    if (!self->paused_ || self->done_) return;
+    self->paused_ = false;
+    if (self->head_seen_) {
+      self->ArmPhase(self->client_.options_.idle_timeout, "the response stalled");
+    }
+    self->Parse();
+    self->ReadMore();
+  });
+}
+
+}  // namespace
+
+util::StatusOr<std::unique_ptr<HttpClient>> HttpClient::Create(const HttpClientOptions& options,
+                                                               util::Logger& log) {
+  if (options.io_threads < 1 || options.io_threads > 64) {
+    return util::InvalidArgumentError(
+        fmt::format("io_threads = {} is outside [1, 64]", options.io_threads));
+  }
+  if (options.max_response_header_bytes < 1024 || options.max_response_header_bytes > (16u << 20)) {
+    return util::InvalidArgumentError("max_response_header_bytes is outside [1 KiB, 16 MiB]");
+  }
+  for (auto t : {options.connect_timeout, options.first_byte_timeout, options.idle_timeout,
+                 options.total_timeout, options.pool_idle_timeout}) {
+    if (t.count() < 1) return util::InvalidArgumentError("client timeouts must be positive");
+  }
+  return std::unique_ptr<HttpClient>(new ClientImpl(options, log));
+}
+
+}  // namespace strata::net
