@@ -130,7 +130,8 @@ class Exchange {
   // buffered_bytes() >= max_buffered_output.
   virtual bool congested() const = 0;
   // `fn` runs (on the I/O thread) each time congested output drains below half
-  // the limit. Replaces the previous callback.
+  // the limit. Replaces the previous callback. Both callbacks are dropped
+  // when the exchange ends, so they may hold the exchange itself.
   virtual void OnWritable(std::function<void()> fn) = 0;
   // `fn` runs once, on the I/O thread, if the exchange ends without being
   // done: the client went away, stalled, or the server stopped. Set it before

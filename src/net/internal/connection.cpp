@@ -614,6 +614,7 @@ void ExchangeImpl::Respond(Response response) {
   auto c = Live();
   if (!c || started_) return;
   done_ = true;
+  ReleaseCallbacks();
   c->ExchangeRespond(std::move(response));
 }
 
@@ -634,7 +635,17 @@ void ExchangeImpl::End() {
   auto c = Live();
   if (!c || !started_) return;
   done_ = true;
+  ReleaseCallbacks();
   c->ExchangeEnd();
+}
+
+void ExchangeImpl::ReleaseCallbacks() {
+  // A callback often holds the exchange itself (a pump that writes to it):
+  // dropping them when the exchange ends breaks that cycle. One may be the
+  // function running now (End called from OnWritable): NotifyWritable runs
+  // a copy, so this destroys only the stored one.
+  writable_ = nullptr;
+  on_cancel_ = nullptr;
 }
 
 size_t ExchangeImpl::buffered_bytes() const {
@@ -660,16 +671,15 @@ void ExchangeImpl::Cancel(CancelReason why) {
   if (done_ || cancelled_) return;
   cancelled_ = true;
   cancel_reason_ = why;
-  writable_ = nullptr;
-  if (on_cancel_) {
-    auto fn = std::move(on_cancel_);
-    on_cancel_ = nullptr;
-    fn(why);
-  }
+  auto fn = std::move(on_cancel_);
+  ReleaseCallbacks();
+  if (fn) fn(why);
 }
 
 void ExchangeImpl::NotifyWritable() {
-  if (writable_ && !finished()) writable_();
+  if (!writable_ || finished()) return;
+  auto fn = writable_;  // the stored one may be released while this runs
+  fn();
 }
 
 }  // namespace strata::net::internal

@@ -224,6 +224,7 @@ class ExchangeImpl final : public Exchange {
 
  private:
   std::shared_ptr<Connection> Live() const;
+  void ReleaseCallbacks();
 
   const std::weak_ptr<Connection> connection_;
   const std::shared_ptr<LoopHandle> loop_;
