@@ -22,9 +22,9 @@
 #include "gateway/gateway.h"
 #include "gateway/prefix_metrics.h"
 #include "gateway/rt_control.h"
+#include "gateway/rt_switcher.h"
 #include "model/transformer.h"
 #include "obs/metrics.h"
-#include "sampling/rt_switcher.h"
 #include "server/auth.h"
 #include "server/server.h"
 #include "util/clock.h"
@@ -58,7 +58,7 @@ struct ServeFlags {
   CacheFlags cache;                       // L3 and admission (cli/serve_cache.h)
   std::string l2_policy = "dual-factor";  // eviction of cached KV prefix blocks
   std::string rt_switcher = "off";
-  std::string rt_levels = sampling::FormatLevels(sampling::DefaultLevels());
+  std::string rt_levels = gateway::FormatLevels(gateway::DefaultLevels());
   double rt_interval_s = 1;
   int32_t rt_window = 60;
   double rt_ttft_floor_s = 0;
@@ -76,7 +76,7 @@ struct ServeFlags {
 // message names an internal option).
 util::StatusOr<gateway::RtControlOptions> RtOptions(const ServeFlags& f) {
   gateway::RtControlOptions o;
-  auto levels = sampling::ParseLevels(f.rt_levels);
+  auto levels = gateway::ParseLevels(f.rt_levels);
   if (!levels.ok()) return util::InvalidArgumentError("--rt-levels: " + levels.status().message());
   o.switcher.levels = std::move(levels).value();
   if (!(f.rt_interval_s >= 0.01 && f.rt_interval_s <= 3600)) {
@@ -133,7 +133,7 @@ util::StatusOr<gateway::RtControlOptions> RtOptions(const ServeFlags& f) {
   o.kv_pressure_free_fraction = f.rt_kv_pressure;
   // Every flag is checked above; this only guards against the two drifting apart.
   const util::Status st =
-      sampling::RtSwitcher::Create(o.switcher, std::chrono::steady_clock::time_point{}).status();
+      gateway::RtSwitcher::Create(o.switcher, std::chrono::steady_clock::time_point{}).status();
   if (!st.ok()) return util::InvalidArgumentError("--rt-* flags: " + st.message());
   return o;
 }

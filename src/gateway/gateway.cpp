@@ -365,7 +365,7 @@ class ChoiceSink final : public engine::RequestSink {
   const ChoiceContext ctx_;
   const std::chrono::steady_clock::time_point start_;  // submitted
   std::chrono::steady_clock::time_point admitted_{};   // first got a sequence
-  std::shared_ptr<const sampling::Policy> policy_;     // taken at admission (RT-Switcher on)
+  std::shared_ptr<const gateway::Policy> policy_;      // taken at admission (RT-Switcher on)
   bool traced_ = false;
   std::chrono::steady_clock::time_point first_;
   int32_t n_tokens_ = 0;

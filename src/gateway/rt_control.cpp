@@ -18,7 +18,7 @@ int32_t TighterCap(int32_t a, int32_t b) {
   return std::min(a, b);
 }
 
-std::string DescribePolicy(const sampling::Policy& p) {
+std::string DescribePolicy(const gateway::Policy& p) {
   auto cap = [](int32_t v) { return v == 0 ? std::string("none") : std::to_string(v); };
   return fmt::format(
       "level {}: trace {:g}, sampling {}, max batch {}, max_tokens cap {}, queue wait {}", p.level,
@@ -29,9 +29,9 @@ std::string DescribePolicy(const sampling::Policy& p) {
 
 }  // namespace
 
-sampling::Policy EffectivePolicy(const std::vector<sampling::Policy>& levels, int32_t level,
-                                 bool kv_pressure) {
-  sampling::Policy p = levels[static_cast<size_t>(level)];
+gateway::Policy EffectivePolicy(const std::vector<gateway::Policy>& levels, int32_t level,
+                                bool kv_pressure) {
+  gateway::Policy p = levels[static_cast<size_t>(level)];
   if (!kv_pressure || level == 0) return p;
   // Why tighten here: at a degraded level latency is already bad, and with few
   // free blocks the next admissions are what forces preemptions, each of which
@@ -40,7 +40,7 @@ sampling::Policy EffectivePolicy(const std::vector<sampling::Policy>& levels, in
   // demand (each sequence holds prompt + max_tokens positions at most) before
   // that happens; requests already running keep their terms.
   if (static_cast<size_t>(level) + 1 < levels.size()) {
-    const sampling::Policy& next = levels[static_cast<size_t>(level) + 1];
+    const gateway::Policy& next = levels[static_cast<size_t>(level) + 1];
     p.max_batch_size = TighterCap(p.max_batch_size, next.max_batch_size);
     p.max_tokens_cap = TighterCap(p.max_tokens_cap, next.max_tokens_cap);
   } else {
@@ -101,13 +101,12 @@ util::StatusOr<std::unique_ptr<RtControl>> RtControl::Create(const RtControlOpti
         fmt::format("rt_control: kv_pressure_free_fraction {} is outside [0, 1)",
                     options.kv_pressure_free_fraction));
   }
-  STRATA_ASSIGN_OR_RETURN(auto sw, sampling::RtSwitcher::Create(options.switcher, clock.Now()));
+  STRATA_ASSIGN_OR_RETURN(auto sw, gateway::RtSwitcher::Create(options.switcher, clock.Now()));
   return std::unique_ptr<RtControl>(new RtControl(options, std::move(sw), metrics, clock, log));
 }
 
-RtControl::RtControl(const RtControlOptions& options,
-                     std::unique_ptr<sampling::RtSwitcher> switcher, obs::MetricsRegistry& metrics,
-                     const util::Clock& clock, util::Logger& log)
+RtControl::RtControl(const RtControlOptions& options, std::unique_ptr<gateway::RtSwitcher> switcher,
+                     obs::MetricsRegistry& metrics, const util::Clock& clock, util::Logger& log)
     : options_(options),
       clock_(clock),
       log_(log),
@@ -223,16 +222,16 @@ RtControl::Admission RtControl::Admit() {
 }
 
 void RtControl::ObserveTtft(std::chrono::nanoseconds ttft) {
-  Apply(switcher_->Observe(sampling::LatencySignal::kTtft, ttft, clock_.Now()));
+  Apply(switcher_->Observe(gateway::LatencySignal::kTtft, ttft, clock_.Now()));
 }
 
 void RtControl::ObserveTpot(std::chrono::nanoseconds tpot) {
-  Apply(switcher_->Observe(sampling::LatencySignal::kTpot, tpot, clock_.Now()));
+  Apply(switcher_->Observe(gateway::LatencySignal::kTpot, tpot, clock_.Now()));
 }
 
-void RtControl::Apply(const std::vector<sampling::Decision>& decisions) {
+void RtControl::Apply(const std::vector<gateway::Decision>& decisions) {
   bool moved = false;
-  for (const sampling::Decision& d : decisions) {
+  for (const gateway::Decision& d : decisions) {
     // One closed interval: its admissions and submissions join the rate windows.
     admitted_.push_back(admitted_open_);
     admitted_open_ = 0;
@@ -244,19 +243,19 @@ void RtControl::Apply(const std::vector<sampling::Decision>& decisions) {
       metrics_->threshold.With({name}).Set(s->has_threshold ? s->threshold_s : 0.0);
       if (s->p95_known) metrics_->p95.With({name}).Set(s->p95_s);
     }
-    if (d.action == sampling::SwitchAction::kHold) {
+    if (d.action == gateway::SwitchAction::kHold) {
       log_.Debug("rt-switcher: {}", d.Reason());
       continue;
     }
-    metrics_->switches.With({d.action == sampling::SwitchAction::kStepDown ? "down" : "up"}).Inc();
+    metrics_->switches.With({d.action == gateway::SwitchAction::kStepDown ? "down" : "up"}).Inc();
     moved = true;
-    if (d.action == sampling::SwitchAction::kStepDown && DemandRate() > 1.05 * AdmissionRate()) {
+    if (d.action == gateway::SwitchAction::kStepDown && DemandRate() > 1.05 * AdmissionRate()) {
       // The level could not keep up (more submitted than admitted): what it
       // served is its capacity. A breach without that (a slow host, long
       // prompts) says nothing about load, and holds nothing back.
       capacity_[static_cast<size_t>(d.from_level)] = {AdmissionRate(), d.interval_end};
     }
-    const sampling::Policy now =
+    const gateway::Policy now =
         EffectivePolicy(switcher_->options().levels, d.to_level, kv_pressure_);
     log_.Warn("rt-switcher: {}; new requests get {}{}", d.Reason(), DescribePolicy(now),
               kv_pressure_ ? " (caps tightened: KV pressure)" : "");
@@ -266,7 +265,7 @@ void RtControl::Apply(const std::vector<sampling::Decision>& decisions) {
 
 void RtControl::Publish() {
   const int32_t level = switcher_->level();
-  policy_ = std::make_shared<const sampling::Policy>(
+  policy_ = std::make_shared<const gateway::Policy>(
       EffectivePolicy(switcher_->options().levels, level, kv_pressure_));
   metrics_->level.Set(level);
   metrics_->kv_pressure.Set(kv_pressure_ ? 1 : 0);

@@ -1,4 +1,4 @@
-// gateway/rt_control.h — the RT-Switcher (sampling/rt_switcher.h) wired to the
+// gateway/rt_control.h — the RT-Switcher (gateway/rt_switcher.h) wired to the
 // scheduler: latency in, admission terms out.
 //
 // Promise: RtControl is the scheduler's SchedulerControl. It feeds the TTFT
@@ -55,8 +55,8 @@
 #include <vector>
 
 #include "engine/scheduler.h"
+#include "gateway/rt_switcher.h"
 #include "obs/metrics.h"
-#include "sampling/rt_switcher.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/random.h"
@@ -65,7 +65,7 @@
 namespace strata::gateway {
 
 struct RtControlOptions {
-  sampling::RtSwitcherOptions switcher;    // levels, interval, window, thresholds, dwell
+  gateway::RtSwitcherOptions switcher;     // levels, interval, window, thresholds, dwell
   double kv_pressure_free_fraction = 0.1;  // [0, 1); below it a degraded level tightens its caps;
                                            // 0 = never
   uint64_t trace_seed = 0;                 // seeds the trace-sampling draws
@@ -79,8 +79,8 @@ struct RtControlOptions {
 // cap of 0 ("none") never wins over a set one. Level 0 is never tightened:
 // at full quality the latency is fine, and the scheduler's own admission rule
 // and preemption keep a full KV pool correct.
-sampling::Policy EffectivePolicy(const std::vector<sampling::Policy>& levels, int32_t level,
-                                 bool kv_pressure);
+gateway::Policy EffectivePolicy(const std::vector<gateway::Policy>& levels, int32_t level,
+                                bool kv_pressure);
 
 class RtControl final : public engine::SchedulerControl {
  public:
@@ -99,7 +99,7 @@ class RtControl final : public engine::SchedulerControl {
 
   // The terms of a request admitted now (scheduler thread).
   struct Admission {
-    std::shared_ptr<const sampling::Policy> policy;  // immutable; kept by the request
+    std::shared_ptr<const gateway::Policy> policy;  // immutable; kept by the request
     bool traced = false;  // drawn with probability policy->trace_sample_rate
   };
   Admission Admit();
@@ -114,10 +114,10 @@ class RtControl final : public engine::SchedulerControl {
 
  private:
   struct Metrics;
-  RtControl(const RtControlOptions& options, std::unique_ptr<sampling::RtSwitcher> switcher,
+  RtControl(const RtControlOptions& options, std::unique_ptr<gateway::RtSwitcher> switcher,
             obs::MetricsRegistry& metrics, const util::Clock& clock, util::Logger& log);
   // Logs and counts `decisions`; republishes the policy when the level moved.
-  void Apply(const std::vector<sampling::Decision>& decisions);
+  void Apply(const std::vector<gateway::Decision>& decisions);
   void Publish();
   // Admissions (submissions) per second over the closed intervals kept.
   double AdmissionRate() const;
@@ -131,11 +131,11 @@ class RtControl final : public engine::SchedulerControl {
   util::Logger& log_;
   std::unique_ptr<Metrics> metrics_;
   // Owned by the scheduler thread.
-  std::unique_ptr<sampling::RtSwitcher> switcher_;
+  std::unique_ptr<gateway::RtSwitcher> switcher_;
   util::Rng rng_;  // trace-sampling draws
   bool kv_pressure_ = false;
-  std::shared_ptr<const sampling::Policy> policy_;  // what Admit hands out
-  int32_t admitted_open_ = 0;                       // admissions in the open interval
+  std::shared_ptr<const gateway::Policy> policy_;  // what Admit hands out
+  int32_t admitted_open_ = 0;                      // admissions in the open interval
   std::deque<int32_t> admitted_;   // admissions of the last closed intervals, oldest first
   int64_t refused_seen_ = -1;      // SchedulerStats::refused last reported; -1 = none yet
   int64_t submitted_seen_ = -1;    // SchedulerStats::submitted last seen; -1 = none yet

@@ -21,8 +21,8 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-sampling::Policy Level(int32_t level, double trace, sampling::SamplingTier tier, int32_t batch,
-                       int32_t max_tokens) {
+gateway::Policy Level(int32_t level, double trace, sampling::SamplingTier tier, int32_t batch,
+                      int32_t max_tokens) {
   return {.level = level,
           .trace_sample_rate = trace,
           .sampling_tier = tier,
@@ -31,9 +31,9 @@ sampling::Policy Level(int32_t level, double trace, sampling::SamplingTier tier,
 }
 
 TEST(EffectivePolicy, WithoutPressureItIsTheLevelItself) {
-  const auto levels = sampling::DefaultLevels();
+  const auto levels = gateway::DefaultLevels();
   for (int32_t l = 0; l < 3; ++l) {
-    const sampling::Policy p = EffectivePolicy(levels, l, /*kv_pressure=*/false);
+    const gateway::Policy p = EffectivePolicy(levels, l, /*kv_pressure=*/false);
     EXPECT_EQ(p.level, l);
     EXPECT_EQ(p.max_batch_size, levels[static_cast<size_t>(l)].max_batch_size);
     EXPECT_EQ(p.max_tokens_cap, levels[static_cast<size_t>(l)].max_tokens_cap);
@@ -41,41 +41,41 @@ TEST(EffectivePolicy, WithoutPressureItIsTheLevelItself) {
 }
 
 TEST(EffectivePolicy, PressureTightensOnlyTheCapsOfDegradedLevels) {
-  const auto levels = sampling::DefaultLevels();  // caps: none, {32, 1024}, {8, 256}
-  const sampling::Policy l0 = EffectivePolicy(levels, 0, true);
+  const auto levels = gateway::DefaultLevels();  // caps: none, {32, 1024}, {8, 256}
+  const gateway::Policy l0 = EffectivePolicy(levels, 0, true);
   EXPECT_EQ(l0.max_batch_size, 0) << "full quality is never tightened";
   EXPECT_EQ(l0.max_tokens_cap, 0);
-  const sampling::Policy l1 = EffectivePolicy(levels, 1, true);
+  const gateway::Policy l1 = EffectivePolicy(levels, 1, true);
   EXPECT_EQ(l1.level, 1);
   EXPECT_EQ(l1.trace_sample_rate, 0.5) << "only the caps move";
   EXPECT_EQ(l1.sampling_tier, sampling::SamplingTier::kTopK);
   EXPECT_EQ(l1.max_batch_size, 8) << "the next level's caps";
   EXPECT_EQ(l1.max_tokens_cap, 256);
-  const sampling::Policy l2 = EffectivePolicy(levels, 2, true);
+  const gateway::Policy l2 = EffectivePolicy(levels, 2, true);
   EXPECT_EQ(l2.max_batch_size, 4) << "halved at the bottom";
   EXPECT_EQ(l2.max_tokens_cap, 128);
 }
 
 TEST(EffectivePolicy, ACapOfNoneNeverWinsOverASetOne) {
-  const std::vector<sampling::Policy> levels = {
+  const std::vector<gateway::Policy> levels = {
       Level(0, 1, sampling::SamplingTier::kEntropyTargeted, 0, 0),
       Level(1, 1, sampling::SamplingTier::kTopK, 16, 0),
       Level(2, 1, sampling::SamplingTier::kTopK, 0, 100),
       Level(3, 1, sampling::SamplingTier::kTopK, 1, 0)};
-  const sampling::Policy p1 = EffectivePolicy(levels, 1, true);
+  const gateway::Policy p1 = EffectivePolicy(levels, 1, true);
   EXPECT_EQ(p1.max_batch_size, 16);
   EXPECT_EQ(p1.max_tokens_cap, 100);
-  const sampling::Policy p2 = EffectivePolicy(levels, 2, true);
+  const gateway::Policy p2 = EffectivePolicy(levels, 2, true);
   EXPECT_EQ(p2.max_batch_size, 1);
   EXPECT_EQ(p2.max_tokens_cap, 100);
-  const sampling::Policy p3 = EffectivePolicy(levels, 3, true);
+  const gateway::Policy p3 = EffectivePolicy(levels, 3, true);
   EXPECT_EQ(p3.max_batch_size, 1) << "halving keeps at least one sequence";
   EXPECT_EQ(p3.max_tokens_cap, 0);
 }
 
 // Thresholds from the TTFT ceiling alone (the window never fills), one
 // breaching interval to step down, three calm ones to step up, no dwell.
-RtControlOptions CeilingOptions(std::vector<sampling::Policy> levels, double ceiling_s = 0.5) {
+RtControlOptions CeilingOptions(std::vector<gateway::Policy> levels, double ceiling_s = 0.5) {
   RtControlOptions o;
   o.switcher.levels = std::move(levels);
   o.switcher.interval = seconds(1);
@@ -124,7 +124,7 @@ class RtControlTest : public ::testing::Test {
 };
 
 TEST_F(RtControlTest, ABreachStepsDownWithAReasonAndCalmStepsBackUp) {
-  Make(CeilingOptions(sampling::DefaultLevels()));
+  Make(CeilingOptions(gateway::DefaultLevels()));
   EXPECT_TRUE(Rendered("strata_rt_level 0"));
   EXPECT_EQ(Interval(milliseconds(100)), 0) << "calm: level 0 has no batch cap";
   EXPECT_EQ(rt_->level(), 0);
@@ -153,7 +153,7 @@ TEST_F(RtControlTest, ABreachStepsDownWithAReasonAndCalmStepsBackUp) {
 }
 
 TEST_F(RtControlTest, AnAdmissionKeepsItsPolicyWhateverHappensLater) {
-  Make(CeilingOptions(sampling::DefaultLevels()));
+  Make(CeilingOptions(gateway::DefaultLevels()));
   const RtControl::Admission before = rt_->Admit();
   Interval(milliseconds(2000));
   Interval(milliseconds(2000));
@@ -187,7 +187,7 @@ TEST_F(RtControlTest, TracingFollowsTheLevelsSampleRate) {
 }
 
 TEST_F(RtControlTest, KvPressureTightensADegradedLevelWithHysteresis) {
-  Make(CeilingOptions(sampling::DefaultLevels()));
+  Make(CeilingOptions(gateway::DefaultLevels()));
   // Level 0: a nearly full pool changes nothing but the gauge.
   EXPECT_EQ(Batch(Kv(95, 100)), 0);
   EXPECT_TRUE(Rendered("strata_rt_kv_pressure 1"));
@@ -210,7 +210,7 @@ TEST_F(RtControlTest, KvPressureTightensADegradedLevelWithHysteresis) {
 
 TEST_F(RtControlTest, ADegradedLevelBoundsTheQueueByTheAdmissionRate) {
   // Queue wait: none, 1 s, 0.5 s; a TTFT SLO of 4 s (half of it is above both).
-  Make(CeilingOptions(sampling::DefaultLevels(), 4.0));
+  Make(CeilingOptions(gateway::DefaultLevels(), 4.0));
   // TTFT of 3 s: neither a breach nor calm (the band [2.8, 4] s).
   auto interval_with_admissions = [&](int n) {
     for (int i = 0; i < n; ++i) rt_->Admit();
@@ -238,7 +238,7 @@ TEST_F(RtControlTest, ADegradedLevelBoundsTheQueueByTheAdmissionRate) {
 }
 
 TEST_F(RtControlTest, TheQueueNeverHoldsMoreThanHalfTheTtftSlo) {
-  Make(CeilingOptions(sampling::DefaultLevels(), 0.5));  // level 1 would allow 1 s
+  Make(CeilingOptions(gateway::DefaultLevels(), 0.5));  // level 1 would allow 1 s
   for (int i = 0; i < 40; ++i) rt_->Admit();
   Interval(milliseconds(2000));
   ASSERT_EQ(rt_->level(), 1);
@@ -246,7 +246,7 @@ TEST_F(RtControlTest, TheQueueNeverHoldsMoreThanHalfTheTtftSlo) {
 }
 
 TEST_F(RtControlTest, RefusedRequestsAreABreachAndBlockTheWayBackUp) {
-  Make(CeilingOptions(sampling::DefaultLevels()));
+  Make(CeilingOptions(gateway::DefaultLevels()));
   engine::SchedulerStats s = Kv(0, 100);
   rt_->BeforeAdmission(s);
   // Fast first tokens, but 4 requests refused for load: a breach.
@@ -281,7 +281,7 @@ int32_t Load(RtControl& rt, testing::FakeClock& clock, engine::SchedulerStats& s
 }
 
 TEST_F(RtControlTest, AStepUpWaitsWhileDemandExceedsWhatTheLevelAboveServed) {
-  Make(CeilingOptions(sampling::DefaultLevels()));
+  Make(CeilingOptions(gateway::DefaultLevels()));
   engine::SchedulerStats s = Kv(0, 100);
   rt_->BeforeAdmission(s);
   // Level 0 serves 10 of 16 requests a second and breaches: its capacity is 10/s.
@@ -300,7 +300,7 @@ TEST_F(RtControlTest, AStepUpWaitsWhileDemandExceedsWhatTheLevelAboveServed) {
 }
 
 TEST_F(RtControlTest, ABreachWithoutExcessDemandHoldsNothingBack) {
-  Make(CeilingOptions(sampling::DefaultLevels()));
+  Make(CeilingOptions(gateway::DefaultLevels()));
   engine::SchedulerStats s = Kv(0, 100);
   rt_->BeforeAdmission(s);
   // Slow first tokens at 5 requests/s, all admitted: latency, not load.
@@ -312,11 +312,11 @@ TEST_F(RtControlTest, ABreachWithoutExcessDemandHoldsNothingBack) {
 }
 
 TEST_F(RtControlTest, BadOptionsAreRefused) {
-  RtControlOptions o = CeilingOptions(sampling::DefaultLevels());
+  RtControlOptions o = CeilingOptions(gateway::DefaultLevels());
   o.kv_pressure_free_fraction = 1.0;
   EXPECT_EQ(RtControl::Create(o, metrics_, clock_, log_).status().code(),
             util::StatusCode::kInvalidArgument);
-  o = CeilingOptions(sampling::DefaultLevels());
+  o = CeilingOptions(gateway::DefaultLevels());
   o.switcher.levels.clear();
   EXPECT_EQ(RtControl::Create(o, metrics_, clock_, log_).status().code(),
             util::StatusCode::kInvalidArgument);

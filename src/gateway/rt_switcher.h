@@ -1,4 +1,4 @@
-// sampling/rt_switcher.h — RT-Switcher: latency-feedback switching between
+// gateway/rt_switcher.h — RT-Switcher: latency-feedback switching between
 // quality levels.
 //
 // Promise: a pure controller over two latency signals, time to first token
@@ -81,15 +81,12 @@
 #include <string_view>
 #include <vector>
 
-#include "sampling/sampler.h"
+#include "sampling/tiers.h"
 #include "util/status.h"
 
-namespace strata::sampling {
+namespace strata::gateway {
 
-enum class SamplingTier : uint8_t {
-  kEntropyTargeted,  // the request's parameters as given
-  kTopK,             // plain top-k/temperature: no entropy solve, mirostat or typical-p
-};
+using sampling::SamplingTier;
 
 struct Policy {
   int32_t level = 0;               // index into RtSwitcherOptions::levels; 0 = full quality
@@ -109,9 +106,6 @@ struct Policy {
 // wait 0.5 s}.
 std::vector<Policy> DefaultLevels();
 
-// "entropy" or "topk".
-std::string_view SamplingTierName(SamplingTier tier);
-
 // Levels from text, one per comma-separated item, level 0 first:
 // "TRACE_RATE:TIER:MAX_BATCH:MAX_TOKENS_CAP[:MAX_QUEUE_WAIT_S]" with TIER
 // "entropy" or "topk" and 0 meaning no cap (or limit), e.g.
@@ -120,11 +114,6 @@ std::string_view SamplingTierName(SamplingTier tier);
 util::StatusOr<std::vector<Policy>> ParseLevels(std::string_view spec);
 // The inverse of ParseLevels.
 std::string FormatLevels(const std::vector<Policy>& levels);
-
-// The parameters a request runs with under `tier`: kTopK turns off
-// target_entropy, mirostat and typical-p and uses top_k = 40 when the request
-// had none or more (a request's smaller k is kept).
-SamplingParams ApplyTier(SamplingParams requested, SamplingTier tier);
 
 enum class LatencySignal : uint8_t { kTtft, kTpot };
 
@@ -238,4 +227,4 @@ class RtSwitcher {
   std::string hold_up_;  // non-empty: step-ups are held, for this reason
 };
 
-}  // namespace strata::sampling
+}  // namespace strata::gateway

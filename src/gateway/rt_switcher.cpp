@@ -1,4 +1,4 @@
-#include "sampling/rt_switcher.h"
+#include "gateway/rt_switcher.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
-namespace strata::sampling {
+namespace strata::gateway {
+
+using sampling::SamplingTierName;
 
 std::vector<Policy> DefaultLevels() {
   std::vector<Policy> v(3);
@@ -26,20 +28,6 @@ std::vector<Policy> DefaultLevels() {
   v[2].max_tokens_cap = 256;
   v[2].max_queue_wait_s = 0.5;
   return v;
-}
-
-SamplingParams ApplyTier(SamplingParams p, SamplingTier tier) {
-  if (tier == SamplingTier::kTopK) {
-    p.target_entropy = -1.0f;
-    p.mirostat = false;
-    p.typical_p = 1.0f;
-    if (p.top_k == 0 || p.top_k > 40) p.top_k = 40;
-  }
-  return p;
-}
-
-std::string_view SamplingTierName(SamplingTier tier) {
-  return tier == SamplingTier::kTopK ? "topk" : "entropy";
 }
 
 util::StatusOr<std::vector<Policy>> ParseLevels(std::string_view spec) {
@@ -360,4 +348,4 @@ Decision RtSwitcher::CloseOne(std::chrono::steady_clock::time_point end) {
   return d;
 }
 
-}  // namespace strata::sampling
+}  // namespace strata::gateway

@@ -1,4 +1,4 @@
-#include "sampling/rt_switcher.h"
+#include "gateway/rt_switcher.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,10 @@
 
 #include "util/random.h"
 
-namespace strata::sampling {
+namespace strata::gateway {
+
+using sampling::SamplingParams;
+using sampling::SamplingTier;
 namespace {
 
 using std::chrono::milliseconds;
@@ -284,21 +287,6 @@ TEST(RtSwitcher, InvalidOptionsNameTheField) {
   EXPECT_TRUE(RtSwitcher::Create(TestOptions(), kStart).ok());
 }
 
-TEST(RtSwitcher, TheTopKTierTurnsOffTheExpensivePolicies) {
-  SamplingParams p;
-  p.target_entropy = 2.0f;
-  p.typical_p = 0.9f;
-  p.top_k = 0;
-  const SamplingParams q = ApplyTier(p, SamplingTier::kTopK);
-  EXPECT_LT(q.target_entropy, 0.0f);
-  EXPECT_EQ(q.typical_p, 1.0f);
-  EXPECT_EQ(q.top_k, 40);
-  EXPECT_TRUE(Validate(q).ok());
-  p.top_k = 10;
-  EXPECT_EQ(ApplyTier(p, SamplingTier::kTopK).top_k, 10);
-  EXPECT_EQ(ApplyTier(p, SamplingTier::kEntropyTargeted).target_entropy, 2.0f);
-}
-
 TEST(RtSwitcher, LevelsRoundTripThroughTheirTextForm) {
   const std::string text = FormatLevels(DefaultLevels());
   EXPECT_EQ(text, "1:entropy:0:0:0,0.5:topk:32:1024:1,0.1:topk:8:256:0.5");
@@ -382,4 +370,4 @@ TEST(RtSwitcher, AnIdleIntervalWithRefusalsIsNotCalm) {
 }
 
 }  // namespace
-}  // namespace strata::sampling
+}  // namespace strata::gateway
