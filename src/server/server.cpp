@@ -131,7 +131,9 @@ class HttpServer::Impl {
       res.set_header("X-Request-ID", rid);
       gateway::Gateway* g = gateway_.load();
       if (g == nullptr)
-        return Error(res, ApiKind::kOpenAIChat, util::UnavailableError("the model is loading"),
+        return Error(res, ApiKind::kOpenAIChat,
+                     util::UnavailableError("the model is loading")
+                         .WithReason(util::ErrorReason::kModelLoading),
                      "/v1/models");
       auto tenant = Authenticate(req);
       if (!tenant.ok()) return Error(res, ApiKind::kOpenAIChat, tenant.status(), "/v1/models");
@@ -163,18 +165,16 @@ class HttpServer::Impl {
       const ApiKind kind = KindForPath(req.path);
       util::Status st;
       if (res.status == 413) {
-        st = util::InvalidArgumentError(
-            fmt::format("the request body exceeds the limit of {} bytes", options_.max_body_bytes));
+        st =
+            util::InvalidArgumentError(fmt::format("the request body exceeds the limit of {} bytes",
+                                                   options_.max_body_bytes))
+                .WithReason(util::ErrorReason::kBodyTooLarge);
         res.set_content(RenderError(kind, st), kJson);
-        if (kind == ApiKind::kAnthropicMessages) {
-          res.set_content(R"({"type":"error","error":{"type":"request_too_large","message":")" +
-                              st.message() + "\"}}",
-                          kJson);
-        }
         return;
       }
       if (res.status == 404) {
-        st = util::NotFoundError(fmt::format("no route for {} {}", req.method, req.path));
+        st = util::NotFoundError(fmt::format("no route for {} {}", req.method, req.path))
+                 .WithReason(util::ErrorReason::kNoRoute);
       } else {
         st = util::InvalidArgumentError(fmt::format("HTTP {}", res.status));
       }
@@ -212,7 +212,8 @@ class HttpServer::Impl {
     if (key.empty() && auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
     if (key.empty()) {
       return util::UnauthenticatedError(
-          "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
+                 "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'")
+          .WithReason(util::ErrorReason::kMissingApiKey);
     }
     return keys_.Authenticate(key);
   }
@@ -234,9 +235,13 @@ class HttpServer::Impl {
       Error(res, ApiKind::kOpenAIChat, st, endpoint);
       log.Info("POST {} {} ({})", endpoint, res.status, st.message());
     };
-    if (draining_.load()) return fail(util::UnavailableError("the server is shutting down"));
+    if (draining_.load())
+      return fail(util::UnavailableError("the server is shutting down")
+                      .WithReason(util::ErrorReason::kShuttingDown));
     gateway::Gateway* g = gateway_.load();
-    if (g == nullptr) return fail(util::UnavailableError("the model is loading; retry shortly"));
+    if (g == nullptr)
+      return fail(util::UnavailableError("the model is loading; retry shortly")
+                      .WithReason(util::ErrorReason::kModelLoading));
     auto tenant = Authenticate(req);
     if (!tenant.ok()) return fail(tenant.status());
     auto parsed = ParseEmbeddingRequest(req.body);
@@ -259,8 +264,9 @@ class HttpServer::Impl {
                options_.model_aliases.end();
   }
   static util::Status UnknownModel(const gateway::Gateway& g, const std::string& model) {
-    return util::NotFoundError(
-        fmt::format("model '{}' does not exist; this server serves '{}'", model, g.model_name()));
+    return util::NotFoundError(fmt::format("model '{}' does not exist; this server serves '{}'",
+                                           model, g.model_name()))
+        .WithReason(util::ErrorReason::kModelNotFound);
   }
 
   void HandleApi(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
@@ -278,16 +284,20 @@ class HttpServer::Impl {
       log.Info("{} {} {}{} ({}) {:.1f} ms", req.method, req.path, res.status, session_note,
                st.message(), util::SecondsBetween(t0, clock_.Now()) * 1e3);
     };
-    if (draining_.load()) return fail(util::UnavailableError("the server is shutting down"));
+    if (draining_.load())
+      return fail(util::UnavailableError("the server is shutting down")
+                      .WithReason(util::ErrorReason::kShuttingDown));
     gateway::Gateway* g = gateway_.load();
-    if (g == nullptr) return fail(util::UnavailableError("the model is loading; retry shortly"));
+    if (g == nullptr)
+      return fail(util::UnavailableError("the model is loading; retry shortly")
+                      .WithReason(util::ErrorReason::kModelLoading));
     auto tenant = Authenticate(req);
     if (!tenant.ok()) return fail(tenant.status());
     auto parsed = ParseRequest(kind, req.body);
     if (!parsed.ok()) return fail(parsed.status());
     if (!ServesModel(*g, parsed->model)) return fail(UnknownModel(*g, parsed->model));
     if (kind == ApiKind::kAnthropicMessages && parsed->request.n != 1) {
-      return fail(util::InvalidArgumentError("'n' is not part of the messages API"));
+      return fail(util::InvalidFieldError("n", "'n' is not part of the messages API"));
     }
     parsed->request.request_id = rid;
     parsed->request.tenant = *tenant;
@@ -328,8 +338,10 @@ class HttpServer::Impl {
         if (!e.ok()) {
           if (e.status().code() == util::StatusCode::kOutOfRange) break;  // all finished
           gen->Cancel();
-          return fail(util::DeadlineExceededError(fmt::format(
-              "the request did not finish within {} s", options_.request_timeout.count())));
+          return fail(
+              util::DeadlineExceededError(fmt::format("the request did not finish within {} s",
+                                                      options_.request_timeout.count()))
+                  .WithReason(util::ErrorReason::kTimeout));
         }
         ChoiceResult& c = results[static_cast<size_t>(e->index)];
         if (e->kind == gateway::Event::Kind::kDelta) {
@@ -373,58 +385,59 @@ class HttpServer::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     requests_.With({endpoint, "200"}).Inc();
-    res.set_chunked_content_provider("text/event-stream", [this, s, kind, t0, deadline](
-                                                              size_t, httplib::DataSink& sink) {
-      util::PrefixLogger slog(log_, "req=" + s->rid);
-      auto write = [&](const std::string& frame) {
-        return frame.empty() || sink.write(frame.data(), frame.size());
-      };
-      std::string end_note = "done";
-      int32_t completion = 0;
-      bool ok = write(RenderStreamStart(kind, s->meta, s->gen->n_choices()));
-      while (ok) {
-        // Wake up regularly to notice a client that went away during a long prefill.
-        const auto step = std::min(deadline, clock_.Now() + std::chrono::milliseconds(200));
-        auto e = s->gen->Next(step);
-        if (!e.ok()) {
-          if (e.status().code() == util::StatusCode::kOutOfRange) {
-            ok = write(RenderStreamEnd(kind, s->meta, completion, s->parsed.include_usage));
-            break;
+    res.set_chunked_content_provider(
+        "text/event-stream", [this, s, kind, t0, deadline](size_t, httplib::DataSink& sink) {
+          util::PrefixLogger slog(log_, "req=" + s->rid);
+          auto write = [&](const std::string& frame) {
+            return frame.empty() || sink.write(frame.data(), frame.size());
+          };
+          std::string end_note = "done";
+          int32_t completion = 0;
+          bool ok = write(RenderStreamStart(kind, s->meta, s->gen->n_choices()));
+          while (ok) {
+            // Wake up regularly to notice a client that went away during a long prefill.
+            const auto step = std::min(deadline, clock_.Now() + std::chrono::milliseconds(200));
+            auto e = s->gen->Next(step);
+            if (!e.ok()) {
+              if (e.status().code() == util::StatusCode::kOutOfRange) {
+                ok = write(RenderStreamEnd(kind, s->meta, completion, s->parsed.include_usage));
+                break;
+              }
+              if (clock_.Now() >= deadline) {
+                write(RenderStreamError(kind, util::DeadlineExceededError("the request timed out")
+                                                  .WithReason(util::ErrorReason::kTimeout)));
+                end_note = "timed out";
+                break;
+              }
+              if (!sink.is_writable()) {
+                ok = false;
+                break;
+              }
+              continue;
+            }
+            if (e->kind == gateway::Event::Kind::kDelta) {
+              ok = write(RenderStreamDelta(kind, s->meta, *e, s->parsed.logprobs));
+            } else if (!e->status.ok()) {
+              write(RenderStreamError(kind, e->status));
+              end_note = "failed: " + e->status.message();
+              break;
+            } else {
+              completion += e->usage.completion_tokens;
+              s->meta.cached_tokens = std::max(s->meta.cached_tokens, e->usage.cached_tokens);
+              ok = write(RenderStreamFinish(kind, s->meta, *e));
+            }
           }
-          if (clock_.Now() >= deadline) {
-            write(RenderStreamError(kind, util::DeadlineExceededError("the request timed out")));
-            end_note = "timed out";
-            break;
+          if (!ok) {
+            s->gen->Cancel();
+            end_note = "client disconnected";
           }
-          if (!sink.is_writable()) {
-            ok = false;
-            break;
-          }
-          continue;
-        }
-        if (e->kind == gateway::Event::Kind::kDelta) {
-          ok = write(RenderStreamDelta(kind, s->meta, *e, s->parsed.logprobs));
-        } else if (!e->status.ok()) {
-          write(RenderStreamError(kind, e->status));
-          end_note = "failed: " + e->status.message();
-          break;
-        } else {
-          completion += e->usage.completion_tokens;
-          s->meta.cached_tokens = std::max(s->meta.cached_tokens, e->usage.cached_tokens);
-          ok = write(RenderStreamFinish(kind, s->meta, *e));
-        }
-      }
-      if (!ok) {
-        s->gen->Cancel();
-        end_note = "client disconnected";
-      }
-      slog.Info("{} {} 200 stream tenant={}{} prompt={} completion={} cache={} {} {:.1f} ms",
-                s->method, s->path, s->tenant, s->session_note, s->meta.prompt_tokens, completion,
-                gateway::CacheOutcomeName(s->gen->cache_outcome()), end_note,
-                util::SecondsBetween(t0, clock_.Now()) * 1e3);
-      if (ok) sink.done();
-      return ok;
-    });
+          slog.Info("{} {} 200 stream tenant={}{} prompt={} completion={} cache={} {} {:.1f} ms",
+                    s->method, s->path, s->tenant, s->session_note, s->meta.prompt_tokens,
+                    completion, gateway::CacheOutcomeName(s->gen->cache_outcome()), end_note,
+                    util::SecondsBetween(t0, clock_.Now()) * 1e3);
+          if (ok) sink.done();
+          return ok;
+        });
   }
 
   const ServerOptions options_;
