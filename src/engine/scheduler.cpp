@@ -80,32 +80,39 @@ util::StatusOr<RequestId> Scheduler::Submit(SchedulerRequest request) {
   }
   if (request.embed && static_cast<int64_t>(request.prompt.size()) > engine_.n_ctx()) {
     return util::OutOfRangeError(
-        fmt::format("context length exceeded: the input has {} tokens, the context holds {}",
-                    request.prompt.size(), engine_.n_ctx()));
+               fmt::format("context length exceeded: the input has {} tokens, the context holds {}",
+                           request.prompt.size(), engine_.n_ctx()))
+        .WithReason(util::ErrorReason::kContextLengthExceeded);
   }
   if (!request.embed && static_cast<int64_t>(request.prompt.size()) >= engine_.n_ctx()) {
-    return util::OutOfRangeError(fmt::format(
-        "context length exceeded: the prompt has {} tokens, the context holds {} (and at least "
-        "one must be generated)",
-        request.prompt.size(), engine_.n_ctx()));
+    return util::OutOfRangeError(
+               fmt::format("context length exceeded: the prompt has {} tokens, the context holds "
+                           "{} (and at least one must be generated)",
+                           request.prompt.size(), engine_.n_ctx()))
+        .WithReason(util::ErrorReason::kContextLengthExceeded);
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (draining_ || stop_) return util::UnavailableError("the server is shutting down");
+  if (draining_ || stop_) {
+    return util::UnavailableError("the server is shutting down")
+        .WithReason(util::ErrorReason::kShuttingDown);
+  }
   ++stats_.submitted;
   if (in_flight_ >= options_.max_running + options_.max_queue) {
     ++stats_.refused;
     return util::ResourceExhaustedError(
-        fmt::format("the request queue is full ({} waiting)", options_.max_queue));
+               fmt::format("the request queue is full ({} waiting)", options_.max_queue))
+        .WithReason(util::ErrorReason::kQueueFull);
   }
   // Requests submitted and not running wait for a slot (stats_.running is as
   // of the last step).
   const int32_t waiting = in_flight_ - stats_.running;
   if (max_waiting_ >= 0 && waiting >= max_waiting_) {
     ++stats_.refused;
-    return util::ResourceExhaustedError(fmt::format(
-        "the server is shedding load: {} requests already wait for a slot, as many as can start "
-        "soon enough",
-        waiting));
+    return util::ResourceExhaustedError(
+               fmt::format("the server is shedding load: {} requests already wait for a slot, as "
+                           "many as can start soon enough",
+                           waiting))
+        .WithReason(util::ErrorReason::kLoadShed);
   }
   const RequestId id = next_id_++;
   incoming_.emplace_back(id, std::move(request));

@@ -440,22 +440,28 @@ util::StatusOr<EmbeddingResult> Gateway::Embed(const EmbeddingRequest& r,
   std::vector<std::vector<int32_t>> inputs;
   for (const auto& t : r.texts) inputs.push_back(tok.Encode(t, {.add_special = true}));
   for (const auto& ids : r.token_ids) inputs.push_back(ids);
-  if (inputs.empty()) return InvalidArgumentError("'input' must not be empty");
+  if (inputs.empty()) return util::InvalidFieldError("input", "'input' must not be empty");
   if (static_cast<int32_t>(inputs.size()) > options_.max_embedding_inputs) {
-    return InvalidArgumentError(fmt::format("'input' has {} items; at most {} are allowed",
-                                            inputs.size(), options_.max_embedding_inputs));
+    return util::InvalidFieldError(
+        "input", fmt::format("'input' has {} items; at most {} are allowed", inputs.size(),
+                             options_.max_embedding_inputs));
   }
   EmbeddingResult out;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].empty()) return InvalidArgumentError(fmt::format("'input[{}]' is empty", i));
+    if (inputs[i].empty()) {
+      return util::InvalidFieldError(fmt::format("input[{}]", i),
+                                     fmt::format("'input[{}]' is empty", i));
+    }
     if (static_cast<int32_t>(inputs[i].size()) > n_ctx_) {
-      return util::OutOfRangeError(fmt::format(
-          "context length exceeded: input[{}] has {} tokens and the model's context is {}", i,
-          inputs[i].size(), n_ctx_));
+      return util::OutOfRangeError(fmt::format("context length exceeded: input[{}] has {} tokens "
+                                               "and the model's context is {}",
+                                               i, inputs[i].size(), n_ctx_))
+          .WithReason(util::ErrorReason::kContextLengthExceeded);
     }
     for (int32_t id : inputs[i]) {
       if (!tok.IsValid(id)) {
-        return InvalidArgumentError(
+        return util::InvalidFieldError(
+            fmt::format("input[{}]", i),
             fmt::format("'input[{}]' holds token id {} outside the vocabulary", i, id));
       }
     }
@@ -609,27 +615,34 @@ uint64_t Gateway::CacheNamespace(const std::string& tenant) const {
 }
 
 util::Status Gateway::Validate(const CompletionRequest& r) const {
-  if (!r.prompt && r.messages.empty()) return InvalidArgumentError("messages must not be empty");
+  if (!r.prompt && r.messages.empty()) {
+    return util::InvalidFieldError("messages", "messages must not be empty");
+  }
   if (r.n < 1 || r.n > options_.max_choices) {
-    return InvalidArgumentError(fmt::format("n {} is outside [1, {}]", r.n, options_.max_choices));
+    return util::InvalidFieldError(
+        "n", fmt::format("n {} is outside [1, {}]", r.n, options_.max_choices));
   }
   if (r.max_tokens && (*r.max_tokens < 1 || *r.max_tokens > options_.max_tokens_cap)) {
-    return InvalidArgumentError(
+    return util::InvalidFieldError(
+        "max_tokens",
         fmt::format("max_tokens {} is outside [1, {}]", *r.max_tokens, options_.max_tokens_cap));
   }
   if (static_cast<int32_t>(r.stop.size()) > options_.max_stop_strings) {
-    return InvalidArgumentError(fmt::format("stop has {} strings; at most {} are allowed",
-                                            r.stop.size(), options_.max_stop_strings));
+    return util::InvalidFieldError(
+        "stop", fmt::format("stop has {} strings; at most {} are allowed", r.stop.size(),
+                            options_.max_stop_strings));
   }
   for (size_t i = 0; i < r.stop.size(); ++i) {
     if (r.stop[i].empty() || static_cast<int32_t>(r.stop[i].size()) > options_.max_stop_length) {
-      return InvalidArgumentError(
+      return util::InvalidFieldError(
+          fmt::format("stop[{}]", i),
           fmt::format("stop[{}] must have 1 to {} bytes", i, options_.max_stop_length));
     }
   }
   if (r.top_logprobs > options_.max_top_logprobs) {
-    return InvalidArgumentError(fmt::format("top_logprobs {} is outside [0, {}]", r.top_logprobs,
-                                            options_.max_top_logprobs));
+    return util::InvalidFieldError("top_logprobs",
+                                   fmt::format("top_logprobs {} is outside [0, {}]", r.top_logprobs,
+                                               options_.max_top_logprobs));
   }
   return sampling::Validate(r.sampling);
 }
@@ -650,17 +663,19 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   const int32_t n_prompt = static_cast<int32_t>(tokens.size());
   if (n_prompt == 0) return InvalidArgumentError("the prompt is empty");
   if (n_prompt >= n_ctx_) {
-    return util::OutOfRangeError(fmt::format(
-        "context length exceeded: the prompt has {} tokens and the model's context is {}", n_prompt,
-        n_ctx_));
+    return util::OutOfRangeError(fmt::format("context length exceeded: the prompt has {} tokens "
+                                             "and the model's context is {}",
+                                             n_prompt, n_ctx_))
+        .WithReason(util::ErrorReason::kContextLengthExceeded);
   }
   const int32_t room = n_ctx_ - n_prompt;
   int32_t max_tokens = std::min(room, options_.max_tokens_cap);
   if (r.max_tokens) {
     if (*r.max_tokens > room) {
-      return util::OutOfRangeError(fmt::format(
-          "context length exceeded: {} prompt tokens + max_tokens {} > the context of {}", n_prompt,
-          *r.max_tokens, n_ctx_));
+      return util::OutOfRangeError(fmt::format("context length exceeded: {} prompt tokens + "
+                                               "max_tokens {} > the context of {}",
+                                               n_prompt, *r.max_tokens, n_ctx_))
+          .WithReason(util::ErrorReason::kContextLengthExceeded);
     }
     max_tokens = *r.max_tokens;
   }

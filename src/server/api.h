@@ -2,12 +2,17 @@
 // response and stream-event rendering, and error bodies.
 //
 // Promise: parsing never throws and never crashes, whatever the bytes:
-// malformed JSON is an InvalidArgument saying where ("malformed JSON at byte
-// 17: ..."), a wrong type or range names the field ("'temperature' must be a
-// number in [0, 2]"). Rendering produces exactly the shapes the official
-// clients parse (checked by the integration tests with the openai and
-// @anthropic-ai/sdk packages). Status codes map to HTTP statuses here and
-// only here.
+// malformed JSON is an InvalidArgument with reason kMalformedJson saying where
+// ("malformed JSON at byte 17: ..."), a wrong type or range has reason
+// kInvalidField and names the field, in the message ("'temperature' must be a
+// number in [0, 2]") and as Status::field(). Rendering produces exactly the
+// shapes the official clients parse (checked by the integration tests with the
+// openai and @anthropic-ai/sdk packages). A failed Status maps to an HTTP
+// status and each API's error type and code here and only here (MapError),
+// by its reason and, without one, its code; never by its message.
+//
+// The implementation is one file per API (openai.cpp, anthropic.cpp), what
+// they share (wire.cpp) and the error table (errors.cpp).
 //
 // Threading: pure functions.
 #pragma once
@@ -81,12 +86,23 @@ std::string RenderStreamEnd(ApiKind kind, const ResponseMeta& meta, int32_t comp
 // An error in the middle of a stream (after headers went out).
 std::string RenderStreamError(ApiKind kind, const util::Status& status);
 
-// HTTP status for a Status (the only mapping in strata).
+// How a failed Status answers a client (the table is in docs/api.md, "Errors").
+struct ErrorMapping {
+  int http_status = 500;
+  const char* openai_type = "";       // error.type
+  const char* openai_code = nullptr;  // error.code; nullptr: JSON null
+  const char* anthropic_type = "";    // error.type
+  bool retry_after = false;           // send Retry-After: kRetryAfterSeconds
+};
+// By reason when the Status has one, else by code; an OK Status maps to 200.
+const ErrorMapping& MapError(const util::Status& status);
+
+// HTTP status for a Status: MapError(status).http_status.
 int HttpStatus(const util::Status& status);
-// The error body in the API's own shape.
+// The error body in the API's own shape; OpenAI's `param` is status.field().
 std::string RenderError(ApiKind kind, const util::Status& status);
 
-// Seconds to suggest in Retry-After when `status` is a 429.
+// Seconds to suggest in Retry-After where MapError says so.
 inline constexpr int kRetryAfterSeconds = 1;
 
 }  // namespace strata::server

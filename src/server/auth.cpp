@@ -93,7 +93,10 @@ util::StatusOr<std::string> ApiKeys::Authenticate(std::string_view presented) co
     const bool eq = ConstantTimeEquals(presented, keys_[i].first);
     match = eq ? i : match;
   }
-  if (match == keys_.size()) return util::UnauthenticatedError("invalid API key");
+  if (match == keys_.size()) {
+    return util::UnauthenticatedError("invalid API key")
+        .WithReason(util::ErrorReason::kInvalidApiKey);
+  }
   return keys_[match].second;
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
 namespace strata::util {
 
@@ -45,14 +46,86 @@ std::string_view StatusCodeName(StatusCode code) {
   return "UNKNOWN";
 }
 
-Status::Status(StatusCode code, std::string message)
-    : code_(code), message_(code == StatusCode::kOk ? std::string() : std::move(message)) {}
+std::string_view ErrorReasonName(ErrorReason reason) {
+  switch (reason) {
+    case ErrorReason::kNone:
+      return "none";
+    case ErrorReason::kMalformedJson:
+      return "malformed_json";
+    case ErrorReason::kInvalidField:
+      return "invalid_field";
+    case ErrorReason::kContextLengthExceeded:
+      return "context_length_exceeded";
+    case ErrorReason::kBodyTooLarge:
+      return "body_too_large";
+    case ErrorReason::kNoRoute:
+      return "no_route";
+    case ErrorReason::kModelNotFound:
+      return "model_not_found";
+    case ErrorReason::kMissingApiKey:
+      return "missing_api_key";
+    case ErrorReason::kInvalidApiKey:
+      return "invalid_api_key";
+    case ErrorReason::kQueueFull:
+      return "queue_full";
+    case ErrorReason::kLoadShed:
+      return "overloaded";
+    case ErrorReason::kModelLoading:
+      return "model_loading";
+    case ErrorReason::kShuttingDown:
+      return "shutting_down";
+    case ErrorReason::kTimeout:
+      return "timeout";
+  }
+  return "none";
+}
+
+namespace {
+const std::string& EmptyString() {
+  static const std::string kEmpty;
+  return kEmpty;
+}
+}  // namespace
+
+Status::Status(StatusCode code, std::string message) {
+  if (code != StatusCode::kOk) {
+    rep_.reset(new Rep{code, ErrorReason::kNone, std::move(message), std::string()});
+  }
+}
+
+Status::Status(const Status& other)
+    : rep_(other.rep_ == nullptr ? nullptr : std::make_unique<Rep>(*other.rep_)) {}
+
+Status& Status::operator=(const Status& other) {
+  if (this != &other) rep_ = other.rep_ == nullptr ? nullptr : std::make_unique<Rep>(*other.rep_);
+  return *this;
+}
+
+Status::~Status() = default;
+
+StatusCode Status::code() const { return rep_ == nullptr ? StatusCode::kOk : rep_->code; }
+const std::string& Status::message() const {
+  return rep_ == nullptr ? EmptyString() : rep_->message;
+}
+ErrorReason Status::reason() const { return rep_ == nullptr ? ErrorReason::kNone : rep_->reason; }
+const std::string& Status::field() const { return rep_ == nullptr ? EmptyString() : rep_->field; }
 
 std::string Status::ToString() const {
   if (ok()) return "OK";
-  std::string out(StatusCodeName(code_));
+  std::string out(StatusCodeName(rep_->code));
+  if (rep_->reason != ErrorReason::kNone || !rep_->field.empty()) {
+    out += " (";
+    if (rep_->reason != ErrorReason::kNone) out += ErrorReasonName(rep_->reason);
+    if (!rep_->field.empty()) {
+      if (rep_->reason != ErrorReason::kNone) out += ", ";
+      out += "field '";
+      out += rep_->field;
+      out += "'";
+    }
+    out += ")";
+  }
   out += ": ";
-  out += message_;
+  out += rep_->message;
   return out;
 }
 
@@ -60,8 +133,30 @@ Status Status::WithContext(std::string_view context) const {
   if (ok()) return *this;
   std::string msg(context);
   msg += ": ";
-  msg += message_;
-  return Status(code_, std::move(msg));
+  msg += rep_->message;
+  Status out(rep_->code, std::move(msg));
+  out.rep_->reason = rep_->reason;
+  out.rep_->field = rep_->field;
+  return out;
+}
+
+Status Status::WithReason(ErrorReason reason) const& { return Status(*this).WithReason(reason); }
+Status Status::WithReason(ErrorReason reason) && {
+  if (rep_ != nullptr) rep_->reason = reason;
+  return std::move(*this);
+}
+Status Status::WithField(std::string field) const& {
+  return Status(*this).WithField(std::move(field));
+}
+Status Status::WithField(std::string field) && {
+  if (rep_ != nullptr) rep_->field = std::move(field);
+  return std::move(*this);
+}
+
+bool operator==(const Status& a, const Status& b) {
+  if (a.rep_ == nullptr || b.rep_ == nullptr) return a.rep_ == b.rep_;
+  return a.rep_->code == b.rep_->code && a.rep_->reason == b.rep_->reason &&
+         a.rep_->message == b.rep_->message && a.rep_->field == b.rep_->field;
 }
 
 Status CancelledError(std::string m) { return Status(StatusCode::kCancelled, std::move(m)); }
@@ -94,6 +189,11 @@ Status UnavailableError(std::string m) { return Status(StatusCode::kUnavailable,
 Status DataLossError(std::string m) { return Status(StatusCode::kDataLoss, std::move(m)); }
 Status UnauthenticatedError(std::string m) {
   return Status(StatusCode::kUnauthenticated, std::move(m));
+}
+Status InvalidFieldError(std::string field, std::string m) {
+  return Status(StatusCode::kInvalidArgument, std::move(m))
+      .WithReason(ErrorReason::kInvalidField)
+      .WithField(std::move(field));
 }
 
 void CheckFailed(const char* file, int line, const char* condition, std::string_view message) {

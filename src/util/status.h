@@ -2,9 +2,17 @@
 //
 // Promise: a Status is either OK or carries a canonical code and a message that
 // names the offending value ("gguf: tensor 'blk.3.attn_q' ends at 9123, file has
-// 8000 bytes"). Functions that can fail across a module boundary return Status
-// or StatusOr<T>; exceptions never cross a module's public API. Broken internal
-// invariants use STRATA_CHECK (always on, aborts); input is never CHECKed.
+// 8000 bytes"). A Status may also carry structured detail for the layer that
+// answers a client: a machine-readable ErrorReason (context_length_exceeded,
+// queue_full, ...) and the name of the offending request field. Code decides
+// what kind of failure it is; the reason says which one precisely; nothing
+// classifies an error by its message. Functions that can fail across a module
+// boundary return Status or StatusOr<T>; exceptions never cross a module's
+// public API. Broken internal invariants use STRATA_CHECK (always on, aborts);
+// input is never CHECKed.
+//
+// An OK Status is one null pointer: creating, copying and testing it never
+// allocates.
 //
 // Threading: value types; thread-compatible.
 //
@@ -14,10 +22,15 @@
 //     STRATA_RETURN_IF_ERROR(Validate(*file));
 //     return Model(...);
 //   }
+//   return util::OutOfRangeError("context length exceeded: ...")
+//       .WithReason(util::ErrorReason::kContextLengthExceeded);
+//   return util::InvalidFieldError("temperature", "'temperature' must be a number in [0, 2]");
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -50,28 +63,74 @@ enum class StatusCode : int {
 
 std::string_view StatusCodeName(StatusCode code);
 
+// What exactly went wrong, where a client (or an operator reading the log) acts
+// on the difference; kNone where the code says enough. Set where the condition
+// is detected; server/ maps reason and code to HTTP statuses and API error
+// bodies (docs/api.md has the table). Append new reasons at the end.
+enum class ErrorReason : uint8_t {
+  kNone = 0,
+  kMalformedJson,          // the request body is not JSON, or not a JSON object
+  kInvalidField,           // a request field is missing, of the wrong type or range, or unsupported
+  kContextLengthExceeded,  // prompt (+ max_tokens) does not fit the model's context
+  kBodyTooLarge,           // the request body exceeds the server's limit
+  kNoRoute,                // no endpoint at this method and path
+  kModelNotFound,          // the request names a model this server does not serve
+  kMissingApiKey,          // keys are configured and the request presented none
+  kInvalidApiKey,          // the presented key is not a configured one
+  kQueueFull,              // every running and queued slot is taken
+  kLoadShed,               // refused by load shedding: it would wait too long for a slot
+  kModelLoading,           // the server is up, the model is not loaded yet
+  kShuttingDown,           // the server is draining and takes no new requests
+  kTimeout,                // the request did not finish within the server's time limit
+};
+
+// The reason's stable name, for logs and API bodies: "context_length_exceeded",
+// "overloaded" (kLoadShed), "none".
+std::string_view ErrorReasonName(ErrorReason reason);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
   Status(StatusCode code, std::string message);
+  Status(const Status& other);
+  Status& operator=(const Status& other);
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
+  ~Status();
 
-  bool ok() const { return code_ == StatusCode::kOk; }
-  StatusCode code() const { return code_; }
-  const std::string& message() const { return message_; }
+  bool ok() const { return rep_ == nullptr; }
+  StatusCode code() const;
+  const std::string& message() const;
+  // kNone unless set with WithReason.
+  ErrorReason reason() const;
+  // The request field at fault ("temperature", "messages[0].role"), or empty.
+  const std::string& field() const;
 
-  // "INVALID_ARGUMENT: message" (or "OK").
+  // "INVALID_ARGUMENT: message" (or "OK"); with detail
+  // "INVALID_ARGUMENT (invalid_field, field 'top_p'): message".
   std::string ToString() const;
 
-  // A copy whose message is "context: message"; OK stays OK.
+  // A copy whose message is "context: message", with the same code, reason and
+  // field; OK stays OK.
   Status WithContext(std::string_view context) const;
 
-  friend bool operator==(const Status& a, const Status& b) {
-    return a.code_ == b.code_ && a.message_ == b.message_;
-  }
+  // This Status with `reason` (or `field`) set; OK stays OK (an OK Status has
+  // no detail).
+  Status WithReason(ErrorReason reason) const&;
+  Status WithReason(ErrorReason reason) &&;
+  Status WithField(std::string field) const&;
+  Status WithField(std::string field) &&;
+
+  friend bool operator==(const Status& a, const Status& b);
 
  private:
-  StatusCode code_ = StatusCode::kOk;
-  std::string message_;
+  struct Rep {
+    StatusCode code;
+    ErrorReason reason;
+    std::string message;
+    std::string field;
+  };
+  std::unique_ptr<Rep> rep_;  // null when OK
 };
 
 inline Status OkStatus() { return Status(); }
@@ -90,6 +149,9 @@ Status InternalError(std::string message);
 Status UnavailableError(std::string message);
 Status DataLossError(std::string message);
 Status UnauthenticatedError(std::string message);
+// InvalidArgument with reason kInvalidField naming `field` (as the client
+// spelled it: "stream_options.include_usage", "messages[2].content").
+Status InvalidFieldError(std::string field, std::string message);
 
 [[noreturn]] void CheckFailed(const char* file, int line, const char* condition,
                               std::string_view message);

@@ -1,7 +1,8 @@
 // Fuzz target: the OpenAI and Anthropic request parsers on arbitrary bytes.
-// Whatever the input, parsing returns a request or an InvalidArgument; it
-// never throws, crashes or reads out of bounds, and rendering an error for
-// the result always yields valid JSON.
+// Whatever the input, parsing returns a request or an InvalidArgument whose
+// reason says what kind of input problem it is (malformed JSON, or an invalid
+// field); it never throws, crashes or reads out of bounds, and rendering an
+// error for the result always yields valid JSON with a 400.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -18,8 +19,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
        {ApiKind::kOpenAIChat, ApiKind::kOpenAICompletion, ApiKind::kAnthropicMessages}) {
     auto r = ParseRequest(kind, body);
     if (!r.ok()) {
-      if (r.status().code() != strata::util::StatusCode::kInvalidArgument) std::abort();
-      if (!nlohmann::json::accept(RenderError(kind, r.status()))) std::abort();
+      const strata::util::Status& st = r.status();
+      if (st.code() != strata::util::StatusCode::kInvalidArgument) std::abort();
+      if (st.reason() != strata::util::ErrorReason::kMalformedJson &&
+          st.reason() != strata::util::ErrorReason::kInvalidField) {
+        std::abort();
+      }
+      if (HttpStatus(st) != 400) std::abort();
+      if (!nlohmann::json::accept(RenderError(kind, st))) std::abort();
     }
   }
   return 0;

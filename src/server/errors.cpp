@@ -1,0 +1,106 @@
+// How a failed Status answers a client: the one table from reason and code
+// to HTTP status and each API's error vocabulary (docs/api.md, "Errors"),
+// and the error bodies built from it.
+#include <iterator>
+
+#include "server/api.h"
+#include "server/internal/wire.h"
+
+namespace strata::server {
+namespace {
+
+using util::ErrorReason;
+using util::StatusCode;
+
+// A row matches a Status by its reason when `reason` is set, else by its code
+// (for statuses without a reason). Reason rows come first: a reason always
+// wins over the code it was raised with.
+struct ErrorRow {
+  ErrorReason reason = ErrorReason::kNone;
+  StatusCode code = StatusCode::kOk;
+  ErrorMapping mapping;
+};
+
+constexpr const char* kInvalid = "invalid_request_error";
+constexpr const char* kAuth = "authentication_error";
+constexpr const char* kRate = "rate_limit_error";
+constexpr const char* kServer = "server_error";
+constexpr const char* kOverloaded = "overloaded_error";
+constexpr const char* kApi = "api_error";
+
+// clang-format off
+constexpr ErrorRow kErrorTable[] = {
+    // reason or code                         http  OpenAI type  OpenAI code            Anthropic type       Retry-After
+    {ErrorReason::kMalformedJson, {},         {400, kInvalid, nullptr,                   kInvalid,              false}},
+    {ErrorReason::kInvalidField, {},          {400, kInvalid, nullptr,                   kInvalid,              false}},
+    {ErrorReason::kContextLengthExceeded, {}, {400, kInvalid, "context_length_exceeded", kInvalid,              false}},
+    {ErrorReason::kMissingApiKey, {},         {401, kAuth,    "missing_api_key",         kAuth,                 false}},
+    {ErrorReason::kInvalidApiKey, {},         {401, kAuth,    "invalid_api_key",         kAuth,                 false}},
+    {ErrorReason::kNoRoute, {},               {404, kInvalid, nullptr,                   "not_found_error",     false}},
+    {ErrorReason::kModelNotFound, {},         {404, kInvalid, "model_not_found",         "not_found_error",     false}},
+    {ErrorReason::kBodyTooLarge, {},          {413, kInvalid, nullptr,                   "request_too_large",   false}},
+    {ErrorReason::kQueueFull, {},             {429, kRate,    "queue_full",              kOverloaded,           true}},
+    {ErrorReason::kLoadShed, {},              {429, kRate,    "overloaded",              kOverloaded,           true}},
+    {ErrorReason::kModelLoading, {},          {503, kServer,  "model_loading",           kApi,                  false}},
+    {ErrorReason::kShuttingDown, {},          {503, kServer,  "shutting_down",           kOverloaded,           false}},
+    {ErrorReason::kTimeout, {},               {504, kServer,  "timeout",                 kApi,                  false}},
+    // code, for a Status without a reason
+    {{}, StatusCode::kInvalidArgument,        {400, kInvalid, nullptr,                   kInvalid,              false}},
+    {{}, StatusCode::kOutOfRange,             {400, kInvalid, nullptr,                   kInvalid,              false}},
+    {{}, StatusCode::kFailedPrecondition,     {400, kInvalid, nullptr,                   kInvalid,              false}},
+    {{}, StatusCode::kUnimplemented,          {400, kInvalid, nullptr,                   kInvalid,              false}},
+    {{}, StatusCode::kUnauthenticated,        {401, kAuth,    nullptr,                   kAuth,                 false}},
+    {{}, StatusCode::kPermissionDenied,       {403, "permission_error", nullptr,         "permission_error",    false}},
+    {{}, StatusCode::kNotFound,               {404, kInvalid, nullptr,                   "not_found_error",     false}},
+    {{}, StatusCode::kResourceExhausted,      {429, kRate,    nullptr,                   kRate,                 true}},
+    {{}, StatusCode::kCancelled,              {499, kInvalid, nullptr,                   kApi,                  false}},
+    {{}, StatusCode::kUnavailable,            {503, kServer,  nullptr,                   kOverloaded,           false}},
+    {{}, StatusCode::kDeadlineExceeded,       {504, kServer,  nullptr,                   kApi,                  false}},
+};
+// Everything else (Internal, Unknown, DataLoss, ...).
+constexpr ErrorMapping kInternalMapping = {500, kServer, nullptr, kApi, false};
+constexpr ErrorMapping kOkMapping = {200, "", nullptr, "", false};
+// clang-format on
+
+}  // namespace
+
+const ErrorMapping& MapError(const util::Status& status) {
+  if (status.ok()) return kOkMapping;
+  const ErrorReason reason = status.reason();
+  if (reason != ErrorReason::kNone) {
+    for (const ErrorRow& row : kErrorTable) {
+      if (row.reason == reason) return row.mapping;
+    }
+  }
+  for (const ErrorRow& row : kErrorTable) {
+    if (row.reason == ErrorReason::kNone && row.code == status.code()) return row.mapping;
+  }
+  return kInternalMapping;
+}
+
+int HttpStatus(const util::Status& status) { return MapError(status).http_status; }
+
+std::string RenderError(ApiKind kind, const util::Status& status) {
+  const ErrorMapping& m = MapError(status);
+  if (kind == ApiKind::kAnthropicMessages) {
+    return wire::Dump({{"type", "error"},
+                       {"error", {{"type", m.anthropic_type}, {"message", status.message()}}}});
+  }
+  const wire::Json param =
+      status.field().empty() ? wire::Json(nullptr) : wire::Json(status.field());
+  const wire::Json code =
+      m.openai_code == nullptr ? wire::Json(nullptr) : wire::Json(m.openai_code);
+  return wire::Dump({{"error",
+                      {{"message", status.message()},
+                       {"type", m.openai_type},
+                       {"param", param},
+                       {"code", code}}}});
+}
+
+std::string RenderStreamError(ApiKind kind, const util::Status& status) {
+  const std::string body = RenderError(kind, status);
+  if (kind == ApiKind::kAnthropicMessages) return "event: error\ndata: " + body + "\n\n";
+  return "data: " + body + "\n\n";
+}
+
+}  // namespace strata::server

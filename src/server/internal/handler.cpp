@@ -1,0 +1,393 @@
+#include "server/internal/handler.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace strata::server {
+namespace {
+
+bool SaneRequestId(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+const char* EndpointLabel(ApiKind k) {
+  switch (k) {
+    case ApiKind::kOpenAIChat:
+      return "/v1/chat/completions";
+    case ApiKind::kOpenAICompletion:
+      return "/v1/completions";
+    case ApiKind::kAnthropicMessages:
+      return "/v1/messages";
+  }
+  return "?";
+}
+
+constexpr const char* kEmbeddingsEndpoint = "/v1/embeddings";
+
+int64_t UnixSeconds(const util::Clock& clock) {
+  return std::chrono::duration_cast<std::chrono::seconds>(clock.WallNow().time_since_epoch())
+      .count();
+}
+
+// "reason: message", or the message alone, for access lines.
+std::string Describe(const util::Status& st) {
+  if (st.reason() == util::ErrorReason::kNone) return st.message();
+  return fmt::format("{}: {}", util::ErrorReasonName(st.reason()), st.message());
+}
+
+// A reply that names the request: X-Request-ID always; the Anthropic SDKs
+// read the id from 'request-id' (what api.anthropic.com sends), the OpenAI
+// SDKs from 'x-request-id'.
+ApiReply NewReply(ApiKind kind, const std::string& request_id) {
+  ApiReply reply;
+  reply.headers.emplace_back("X-Request-ID", request_id);
+  if (kind == ApiKind::kAnthropicMessages) reply.headers.emplace_back("request-id", request_id);
+  return reply;
+}
+
+}  // namespace
+
+// One request's access-log context.
+struct ApiHandler::Scope {
+  Scope(ApiKind k, const char* e, const ApiCall& c, std::chrono::steady_clock::time_point start,
+        util::Logger& base)
+      : kind(k), endpoint(e), call(c), t0(start), log(base, "req=" + c.request_id) {}
+  ApiKind kind;
+  const char* endpoint;
+  const ApiCall& call;
+  std::chrono::steady_clock::time_point t0;
+  mutable util::PrefixLogger log;  // logging does not change what the scope says
+  std::string session_note;        // " session=ID" once the body named one
+};
+
+ApiHandler::ApiHandler(const ServerOptions& options, ApiKeys keys, obs::MetricsRegistry& metrics,
+                       const util::Clock& clock, util::Logger& log)
+    : options_(options),
+      keys_(std::move(keys)),
+      clock_(clock),
+      log_(log),
+      requests_(metrics.Counter("strata_http_requests_total",
+                                "HTTP requests by endpoint and status.", {"endpoint", "status"})),
+      id_rng_(options.request_id_seed) {}
+
+std::string ApiHandler::RequestId(std::string_view given) {
+  if (SaneRequestId(given)) return std::string(given);
+  std::lock_guard<std::mutex> lock(id_mu_);
+  return fmt::format("{:016x}", id_rng_.Next());
+}
+
+void ApiHandler::Count(const char* endpoint, int http_status) {
+  requests_.With({endpoint, std::to_string(http_status)}).Inc();
+}
+
+// --- errors -----------------------------------------------------------------
+
+ApiReply ApiHandler::ErrorReply(ApiKind kind, const util::Status& status, ApiReply reply) {
+  const ErrorMapping& m = MapError(status);
+  reply.status = m.http_status;
+  reply.body = RenderError(kind, status);
+  reply.stream.reset();
+  if (m.retry_after) reply.headers.emplace_back("Retry-After", std::to_string(kRetryAfterSeconds));
+  return reply;
+}
+
+util::Status ApiHandler::TransportError(int http_status, std::string_view method,
+                                        std::string_view path) const {
+  if (http_status == 413) {
+    return util::InvalidArgumentError(fmt::format("the request body exceeds the limit of {} bytes",
+                                                  options_.max_body_bytes))
+        .WithReason(util::ErrorReason::kBodyTooLarge);
+  }
+  if (http_status == 404) {
+    return util::NotFoundError(fmt::format("no route for {} {}", method, path))
+        .WithReason(util::ErrorReason::kNoRoute);
+  }
+  return util::InvalidArgumentError(fmt::format("HTTP {}", http_status));
+}
+
+ApiReply ApiHandler::Fail(const Scope& scope, ApiReply reply, const util::Status& status) {
+  reply = ErrorReply(scope.kind, status, std::move(reply));
+  Count(scope.endpoint, reply.status);
+  scope.log.Info("{} {} {}{} ({}) {:.1f} ms", scope.call.method, scope.call.path, reply.status,
+                 scope.session_note, Describe(status),
+                 util::SecondsBetween(scope.t0, clock_.Now()) * 1e3);
+  return reply;
+}
+
+// --- admit and parse ----------------------------------------------------------
+
+util::StatusOr<std::string> ApiHandler::Authenticate(std::string_view api_key) const {
+  if (keys_.empty()) return std::string("default");
+  if (api_key.empty()) {
+    return util::UnauthenticatedError(
+               "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'")
+        .WithReason(util::ErrorReason::kMissingApiKey);
+  }
+  return keys_.Authenticate(api_key);
+}
+
+util::StatusOr<ApiHandler::Admitted> ApiHandler::Admit(bool check_draining,
+                                                       std::string_view api_key) const {
+  if (check_draining && draining_.load()) {
+    return util::UnavailableError("the server is shutting down")
+        .WithReason(util::ErrorReason::kShuttingDown);
+  }
+  gateway::Gateway* g = gateway_.load();
+  if (g == nullptr) {
+    return util::UnavailableError("the model is loading; retry shortly")
+        .WithReason(util::ErrorReason::kModelLoading);
+  }
+  STRATA_ASSIGN_OR_RETURN(std::string tenant, Authenticate(api_key));
+  return Admitted{g, std::move(tenant)};
+}
+
+util::Status ApiHandler::CheckModel(const gateway::Gateway& g, const std::string& model) const {
+  if (model == g.model_name() ||
+      std::find(options_.model_aliases.begin(), options_.model_aliases.end(), model) !=
+          options_.model_aliases.end()) {
+    return util::OkStatus();
+  }
+  return util::NotFoundError(fmt::format("model '{}' does not exist; this server serves '{}'",
+                                         model, g.model_name()))
+      .WithReason(util::ErrorReason::kModelNotFound);
+}
+
+util::StatusOr<ParsedRequest> ApiHandler::Parse(ApiKind kind, const ApiCall& call,
+                                                const Admitted& admitted) const {
+  STRATA_ASSIGN_OR_RETURN(ParsedRequest parsed, ParseRequest(kind, call.body));
+  STRATA_RETURN_IF_ERROR(CheckModel(*admitted.gateway, parsed.model));
+  if (kind == ApiKind::kAnthropicMessages && parsed.request.n != 1) {
+    return util::InvalidFieldError("n", "'n' is not part of the messages API");
+  }
+  parsed.request.request_id = call.request_id;
+  parsed.request.tenant = admitted.tenant;
+  return parsed;
+}
+
+// --- start and respond ----------------------------------------------------------
+
+util::StatusOr<std::unique_ptr<gateway::Generation>> ApiHandler::Start(gateway::Gateway& g,
+                                                                       const ParsedRequest& parsed,
+                                                                       ApiReply& reply) const {
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<gateway::Generation> gen, g.Start(parsed.request));
+  // How this response is served: miss, l1, l3 or coalesced (docs/api.md);
+  // a near-duplicate's answer also says how similar the request was.
+  reply.headers.emplace_back("x-strata-cache",
+                             std::string(gateway::CacheOutcomeName(gen->cache_outcome())));
+  if (const auto similarity = gen->cache_similarity()) {
+    reply.headers.emplace_back("x-strata-cache-similarity", fmt::format("{:.3f}", *similarity));
+  }
+  return gen;
+}
+
+ResponseMeta ApiHandler::Meta(ApiKind kind, const Scope& scope, const ParsedRequest& parsed,
+                              const gateway::Generation& gen) const {
+  ResponseMeta meta;
+  meta.id = (kind == ApiKind::kAnthropicMessages ? "msg_"
+             : kind == ApiKind::kOpenAIChat      ? "chatcmpl-"
+                                                 : "cmpl-") +
+            scope.call.request_id;
+  meta.model = parsed.model;
+  meta.created = UnixSeconds(clock_);
+  meta.prompt_tokens = gen.prompt_tokens();
+  meta.fingerprint = "strata";
+  return meta;
+}
+
+ApiReply ApiHandler::Complete(ApiKind kind, const ApiCall& call) {
+  Scope scope(kind, EndpointLabel(kind), call, clock_.Now(), log_);
+  ApiReply reply = NewReply(kind, call.request_id);
+  auto admitted = Admit(/*check_draining=*/true, call.api_key);
+  if (!admitted.ok()) return Fail(scope, std::move(reply), admitted.status());
+  auto parsed = Parse(kind, call, *admitted);
+  if (!parsed.ok()) return Fail(scope, std::move(reply), parsed.status());
+  // The session (a client-chosen, checked name) comes back so a proxy can
+  // see it, and labels this request's log lines.
+  if (const std::string& session = parsed->request.session_id; !session.empty()) {
+    reply.headers.emplace_back("x-strata-session-id", session);
+    scope.session_note = " session=" + session;
+  }
+  auto gen = Start(*admitted->gateway, *parsed, reply);
+  if (!gen.ok()) return Fail(scope, std::move(reply), gen.status());
+  ResponseMeta meta = Meta(kind, scope, *parsed, **gen);
+  if (!parsed->stream) {
+    return RespondWhole(scope, std::move(reply), std::move(gen).value(), std::move(meta), *parsed,
+                        admitted->tenant);
+  }
+  return RespondStream(scope, std::move(reply), std::move(gen).value(), std::move(meta), *parsed,
+                       admitted->tenant);
+}
+
+ApiReply ApiHandler::RespondWhole(Scope& scope, ApiReply reply,
+                                  std::unique_ptr<gateway::Generation> gen, ResponseMeta meta,
+                                  const ParsedRequest& parsed, const std::string& tenant) {
+  const auto deadline = scope.t0 + options_.request_timeout;
+  std::vector<ChoiceResult> results(static_cast<size_t>(gen->n_choices()));
+  while (true) {
+    auto e = gen->Next(deadline);
+    if (!e.ok()) {
+      // Generation::Next is OutOfRange once every choice finished.
+      if (e.status().code() == util::StatusCode::kOutOfRange) break;
+      gen->Cancel();
+      return Fail(scope, std::move(reply),
+                  util::DeadlineExceededError(fmt::format("the request did not finish within {} s",
+                                                          options_.request_timeout.count()))
+                      .WithReason(util::ErrorReason::kTimeout));
+    }
+    ChoiceResult& c = results[static_cast<size_t>(e->index)];
+    if (e->kind == gateway::Event::Kind::kDelta) {
+      c.text += e->text;
+      for (auto& lp : e->logprobs) c.logprobs.push_back(std::move(lp));
+      continue;
+    }
+    if (!e->status.ok()) return Fail(scope, std::move(reply), e->status);
+    c.finish = e->finish;
+    c.stop_sequence = e->stop_sequence;
+    c.completion_tokens = e->usage.completion_tokens;
+    meta.cached_tokens = std::max(meta.cached_tokens, e->usage.cached_tokens);
+  }
+  reply.body = RenderResponse(scope.kind, meta, results, parsed.logprobs);
+  Count(scope.endpoint, 200);
+  int32_t completion = 0;
+  for (const auto& c : results) completion += c.completion_tokens;
+  scope.log.Info("{} {} 200 tenant={}{} prompt={} completion={} cache={} {:.1f} ms",
+                 scope.call.method, scope.call.path, tenant, scope.session_note, meta.prompt_tokens,
+                 completion, gateway::CacheOutcomeName(gen->cache_outcome()),
+                 util::SecondsBetween(scope.t0, clock_.Now()) * 1e3);
+  return reply;
+}
+
+ApiReply ApiHandler::RespondStream(Scope& scope, ApiReply reply,
+                                   std::unique_ptr<gateway::Generation> gen, ResponseMeta meta,
+                                   const ParsedRequest& parsed, const std::string& tenant) {
+  // Everything from here on travels inside the 200 response.
+  StreamResponder::Context c{.kind = scope.kind,
+                             .meta = std::move(meta),
+                             .include_usage = parsed.include_usage,
+                             .logprobs = parsed.logprobs,
+                             .method = scope.call.method,
+                             .path = scope.call.path,
+                             .request_id = scope.call.request_id,
+                             .tenant = tenant,
+                             .session_note = scope.session_note,
+                             .t0 = scope.t0,
+                             .deadline = scope.t0 + options_.request_timeout};
+  reply.headers.emplace_back("Cache-Control", "no-cache");
+  reply.headers.emplace_back("X-Accel-Buffering", "no");
+  reply.stream = std::make_shared<StreamResponder>(std::move(gen), std::move(c), clock_, log_);
+  Count(scope.endpoint, 200);
+  return reply;
+}
+
+bool StreamResponder::Run(FrameSink& sink) {
+  util::PrefixLogger slog(log_, "req=" + c_.request_id);
+  auto write = [&](const std::string& frame) { return frame.empty() || sink.Write(frame); };
+  std::string end_note = "done";
+  int32_t completion = 0;
+  bool ok = write(RenderStreamStart(c_.kind, c_.meta, gen_->n_choices()));
+  while (ok) {
+    // Wake up regularly to notice a client that went away during a long prefill.
+    const auto step = std::min(c_.deadline, clock_.Now() + std::chrono::milliseconds(200));
+    auto e = gen_->Next(step);
+    if (!e.ok()) {
+      if (e.status().code() == util::StatusCode::kOutOfRange) {  // every choice finished
+        ok = write(RenderStreamEnd(c_.kind, c_.meta, completion, c_.include_usage));
+        break;
+      }
+      if (clock_.Now() >= c_.deadline) {
+        write(RenderStreamError(c_.kind, util::DeadlineExceededError("the request timed out")
+                                             .WithReason(util::ErrorReason::kTimeout)));
+        end_note = "timed out";
+        break;
+      }
+      if (!sink.Connected()) {
+        ok = false;
+        break;
+      }
+      continue;
+    }
+    if (e->kind == gateway::Event::Kind::kDelta) {
+      ok = write(RenderStreamDelta(c_.kind, c_.meta, *e, c_.logprobs));
+    } else if (!e->status.ok()) {
+      write(RenderStreamError(c_.kind, e->status));
+      end_note = "failed: " + Describe(e->status);
+      break;
+    } else {
+      completion += e->usage.completion_tokens;
+      c_.meta.cached_tokens = std::max(c_.meta.cached_tokens, e->usage.cached_tokens);
+      ok = write(RenderStreamFinish(c_.kind, c_.meta, *e));
+    }
+  }
+  if (!ok) {
+    gen_->Cancel();
+    end_note = "client disconnected";
+  }
+  slog.Info("{} {} 200 stream tenant={}{} prompt={} completion={} cache={} {} {:.1f} ms", c_.method,
+            c_.path, c_.tenant, c_.session_note, c_.meta.prompt_tokens, completion,
+            gateway::CacheOutcomeName(gen_->cache_outcome()), end_note,
+            util::SecondsBetween(c_.t0, clock_.Now()) * 1e3);
+  return ok;
+}
+
+// --- embeddings, models, health ---------------------------------------------------
+
+ApiReply ApiHandler::Embed(const ApiCall& call) {
+  Scope scope(ApiKind::kOpenAIChat, kEmbeddingsEndpoint, call, clock_.Now(), log_);
+  ApiReply reply = NewReply(ApiKind::kOpenAIChat, call.request_id);
+  auto admitted = Admit(/*check_draining=*/true, call.api_key);
+  if (!admitted.ok()) return Fail(scope, std::move(reply), admitted.status());
+  auto parsed = ParseEmbeddingRequest(call.body);
+  if (!parsed.ok()) return Fail(scope, std::move(reply), parsed.status());
+  if (util::Status st = CheckModel(*admitted->gateway, parsed->model); !st.ok()) {
+    return Fail(scope, std::move(reply), st);
+  }
+  parsed->request.request_id = call.request_id;
+  parsed->request.tenant = admitted->tenant;
+  auto result = admitted->gateway->Embed(parsed->request, scope.t0 + options_.request_timeout);
+  if (!result.ok()) return Fail(scope, std::move(reply), result.status());
+  reply.body = RenderEmbeddings(parsed->model, *result, parsed->base64);
+  Count(kEmbeddingsEndpoint, 200);
+  scope.log.Info("POST {} 200 tenant={} inputs={} tokens={} {:.1f} ms", kEmbeddingsEndpoint,
+                 admitted->tenant, result->embeddings.size(), result->prompt_tokens,
+                 util::SecondsBetween(scope.t0, clock_.Now()) * 1e3);
+  return reply;
+}
+
+ApiReply ApiHandler::ListModels(const ApiCall& call) {
+  const char* endpoint = "/v1/models";
+  ApiReply reply = NewReply(ApiKind::kOpenAIChat, call.request_id);
+  auto admitted = Admit(/*check_draining=*/false, call.api_key);
+  if (!admitted.ok()) {
+    reply = ErrorReply(ApiKind::kOpenAIChat, admitted.status(), std::move(reply));
+    Count(endpoint, reply.status);
+    return reply;
+  }
+  reply.body = fmt::format(
+      R"({{"object":"list","data":[{{"id":"{}","object":"model","created":{},"owned_by":"strata"}}]}})",
+      admitted->gateway->model_name(), UnixSeconds(clock_));
+  Count(endpoint, 200);
+  return reply;
+}
+
+ApiReply ApiHandler::Health() const {
+  ApiReply reply;
+  if (draining_.load()) {
+    reply.status = 503;
+    reply.body = R"({"status":"draining"})";
+  } else if (gateway_.load() == nullptr) {
+    reply.status = 503;
+    reply.body = R"({"status":"loading"})";
+  } else {
+    reply.body = R"({"status":"ok"})";
+  }
+  return reply;
+}
+
+}  // namespace strata::server

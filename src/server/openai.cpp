@@ -1,0 +1,337 @@
+// The OpenAI wire format: chat completions, (legacy) completions and
+// embeddings, request parsing and response rendering (internal/wire.h).
+#include <fmt/format.h>
+
+#include "server/api.h"
+#include "server/internal/wire.h"
+
+namespace strata::server::wire {
+namespace {
+
+using util::Status;
+using util::StatusOr;
+
+const char* OpenAIFinish(gateway::FinishReason r) {
+  return r == gateway::FinishReason::kLength ? "length" : "stop";
+}
+
+Json Bytes(const std::vector<uint8_t>& b) {
+  Json a = Json::array();
+  for (uint8_t x : b) a.push_back(x);
+  return a;
+}
+
+Json ChatLogprobs(const std::vector<gateway::TokenLogprob>& lps) {
+  Json content = Json::array();
+  for (const auto& lp : lps) {
+    Json top = Json::array();
+    for (const auto& [text, l] : lp.top) {
+      top.push_back({{"token", text},
+                     {"logprob", l},
+                     {"bytes", Bytes(std::vector<uint8_t>(text.begin(), text.end()))}});
+    }
+    content.push_back({{"token", lp.text},
+                       {"logprob", lp.logprob},
+                       {"bytes", Bytes(lp.bytes)},
+                       {"top_logprobs", top}});
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
+Json CompletionLogprobs(const std::vector<gateway::TokenLogprob>& lps, size_t text_offset) {
+  Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(),
+       offsets = Json::array();
+  size_t off = text_offset;
+  for (const auto& lp : lps) {
+    tokens.push_back(lp.text);
+    token_lps.push_back(lp.logprob);
+    Json top = Json::object();
+    for (const auto& [text, l] : lp.top) top[text] = l;
+    tops.push_back(top);
+    offsets.push_back(off);
+    off += lp.text.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_lps},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
+Json OpenAIUsage(const ResponseMeta& m, int32_t completion) {
+  return {{"prompt_tokens", m.prompt_tokens},
+          {"completion_tokens", completion},
+          {"total_tokens", m.prompt_tokens + completion},
+          {"prompt_tokens_details", {{"cached_tokens", m.cached_tokens}}}};
+}
+
+Json ChunkBase(ApiKind kind, const ResponseMeta& m) {
+  Json c = {{"id", m.id},
+            {"object", kind == ApiKind::kOpenAIChat ? "chat.completion.chunk" : "text_completion"},
+            {"created", m.created},
+            {"model", m.model}};
+  if (!m.fingerprint.empty()) c["system_fingerprint"] = m.fingerprint;
+  return c;
+}
+
+std::string Base64(const uint8_t* p, size_t n) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((n + 2) / 3 * 4);
+  for (size_t i = 0; i < n; i += 3) {
+    const uint32_t v = (static_cast<uint32_t>(p[i]) << 16) |
+                       (i + 1 < n ? static_cast<uint32_t>(p[i + 1]) << 8 : 0) |
+                       (i + 2 < n ? static_cast<uint32_t>(p[i + 2]) : 0);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < n ? kAlphabet[(v >> 6) & 63] : '=';
+    out += i + 2 < n ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
+StatusOr<std::vector<int32_t>> TokenArray(const Json& a, const std::string& where) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].is_number_integer() || a[i].get<int64_t>() < 0 || a[i].get<int64_t>() > INT32_MAX) {
+      return FieldError(fmt::format("{}[{}]", where, i),
+                        "must be a token id (a non-negative integer)");
+    }
+    ids.push_back(static_cast<int32_t>(a[i].get<int64_t>()));
+  }
+  return ids;
+}
+
+}  // namespace
+
+namespace openai {
+
+StatusOr<ParsedRequest> ParseRequest(ApiKind kind, const Json& j) {
+  ParsedRequest out;
+  gateway::CompletionRequest& r = out.request;
+  Fields f(j, "");
+  STRATA_ASSIGN_OR_RETURN(auto model, f.String("model"));
+  if (!model) return f.Error("model", "is required");
+  out.model = *model;
+  STRATA_RETURN_IF_ERROR(f.Reject("tools", "this server does not call tools"));
+  STRATA_RETURN_IF_ERROR(f.Reject("functions", "this server does not call functions"));
+  STRATA_RETURN_IF_ERROR(f.Reject("echo", "echoing the prompt"));
+  STRATA_RETURN_IF_ERROR(f.Reject("suffix", "insertion with a suffix"));
+  if (f.Has("response_format")) {
+    const Json& rf = f.Get("response_format");
+    if (!rf.is_object() || !rf.contains("type") || rf["type"] != "text") {
+      return f.Error("response_format", "is not supported: only {\"type\": \"text\"}");
+    }
+  }
+  if (kind == ApiKind::kOpenAIChat) {
+    if (!f.Has("messages")) return f.Error("messages", "is required");
+    const Json& msgs = f.Get("messages");
+    if (!msgs.is_array() || msgs.empty()) {
+      return f.Error("messages", "must be a non-empty array");
+    }
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      const Json& m = msgs[i];
+      const std::string at = fmt::format("messages[{}]", i);
+      if (!m.is_object()) return FieldError(at, "must be an object");
+      if (!m.contains("role") || !m["role"].is_string()) {
+        return FieldError(at + ".role", "must be a string");
+      }
+      std::string role = m["role"].get<std::string>();
+      if (role == "developer") role = "system";  // OpenAI's newer name for system
+      if (!m.contains("content")) {
+        return FieldError(at + ".content", "is required");
+      }
+      STRATA_ASSIGN_OR_RETURN(std::string content, ContentText(m["content"], at + ".content"));
+      r.messages.push_back({std::move(role), std::move(content)});
+    }
+  } else {
+    if (!f.Has("prompt")) return f.Error("prompt", "is required");
+    const Json& p = f.Get("prompt");
+    if (p.is_string()) {
+      r.prompt = p.get<std::string>();
+    } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
+      r.prompt = p[0].get<std::string>();
+    } else {
+      return f.Error("prompt", "must be a string (or an array of one string)");
+    }
+  }
+  STRATA_ASSIGN_OR_RETURN(auto max_tokens, f.Integer("max_tokens", 1, 1 << 24));
+  STRATA_ASSIGN_OR_RETURN(auto max_completion, f.Integer("max_completion_tokens", 1, 1 << 24));
+  if (max_completion) max_tokens = max_completion;
+  if (max_tokens) r.max_tokens = static_cast<int32_t>(*max_tokens);
+  STRATA_RETURN_IF_ERROR(ParseSampling(f, 2.0, r));
+  STRATA_ASSIGN_OR_RETURN(r.stop, f.Strings("stop"));
+  STRATA_ASSIGN_OR_RETURN(auto n, f.Integer("n", 1, 128));
+  if (n) r.n = static_cast<int32_t>(*n);
+  STRATA_ASSIGN_OR_RETURN(auto stream, f.Bool("stream"));
+  out.stream = stream.value_or(false);
+  if (f.Has("stream_options")) {
+    const Json& so = f.Get("stream_options");
+    if (!so.is_object()) return f.Error("stream_options", "must be an object");
+    Fields sf(so, "stream_options.");
+    STRATA_ASSIGN_OR_RETURN(auto iu, sf.Bool("include_usage"));
+    out.include_usage = iu.value_or(false);
+  }
+  if (kind == ApiKind::kOpenAIChat) {
+    STRATA_ASSIGN_OR_RETURN(auto lp, f.Bool("logprobs"));
+    STRATA_ASSIGN_OR_RETURN(auto top, f.Integer("top_logprobs", 0, 20));
+    out.logprobs = lp.value_or(false);
+    if (top && !out.logprobs) {
+      return f.Error("top_logprobs", "needs 'logprobs' to be true");
+    }
+    if (out.logprobs) r.top_logprobs = static_cast<int32_t>(top.value_or(0));
+  } else {
+    STRATA_ASSIGN_OR_RETURN(auto lp, f.Integer("logprobs", 0, 5));
+    out.logprobs = lp.has_value();
+    if (lp) r.top_logprobs = static_cast<int32_t>(*lp);
+  }
+  STRATA_ASSIGN_OR_RETURN(auto user, f.String("user"));
+  (void)user;  // accepted for compatibility; not used
+  STRATA_RETURN_IF_ERROR(ParseSessionId(f, r));
+  STRATA_RETURN_IF_ERROR(ParseCacheControls(f, r));
+  return out;
+}
+
+std::string RenderResponse(ApiKind kind, const ResponseMeta& m,
+                           const std::vector<ChoiceResult>& choices, bool logprobs) {
+  int32_t completion = 0;
+  for (const auto& c : choices) completion += c.completion_tokens;
+  Json out_choices = Json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    Json choice = {{"index", i}, {"finish_reason", OpenAIFinish(c.finish)}};
+    if (kind == ApiKind::kOpenAIChat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+      choice["logprobs"] = logprobs ? ChatLogprobs(c.logprobs) : Json(nullptr);
+    } else {
+      choice["text"] = c.text;
+      choice["logprobs"] = logprobs ? CompletionLogprobs(c.logprobs, 0) : Json(nullptr);
+    }
+    out_choices.push_back(choice);
+  }
+  Json j = {{"id", m.id},
+            {"object", kind == ApiKind::kOpenAIChat ? "chat.completion" : "text_completion"},
+            {"created", m.created},
+            {"model", m.model},
+            {"choices", out_choices},
+            {"usage", OpenAIUsage(m, completion)}};
+  if (!m.fingerprint.empty()) j["system_fingerprint"] = m.fingerprint;
+  return Dump(j);
+}
+
+std::string RenderStreamStart(ApiKind kind, const ResponseMeta& m, int32_t n_choices) {
+  if (kind == ApiKind::kOpenAICompletion) return "";
+  std::string out;
+  for (int32_t i = 0; i < n_choices; ++i) {
+    Json c = ChunkBase(kind, m);
+    c["choices"] = Json::array({{{"index", i},
+                                 {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", nullptr}}});
+    out += Sse(c);
+  }
+  return out;
+}
+
+std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& m, const gateway::Event& e,
+                              bool logprobs) {
+  Json c = ChunkBase(kind, m);
+  Json choice = {{"index", e.index}, {"finish_reason", nullptr}};
+  if (kind == ApiKind::kOpenAIChat) {
+    choice["delta"] = {{"content", e.text}};
+    choice["logprobs"] = logprobs ? ChatLogprobs(e.logprobs) : Json(nullptr);
+  } else {
+    choice["text"] = e.text;
+    choice["logprobs"] = logprobs ? CompletionLogprobs(e.logprobs, 0) : Json(nullptr);
+  }
+  c["choices"] = Json::array({choice});
+  return Sse(c);
+}
+
+std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& m, const gateway::Event& e) {
+  Json c = ChunkBase(kind, m);
+  Json choice = {
+      {"index", e.index}, {"finish_reason", OpenAIFinish(e.finish)}, {"logprobs", nullptr}};
+  if (kind == ApiKind::kOpenAIChat) {
+    choice["delta"] = Json::object();
+  } else {
+    choice["text"] = "";
+  }
+  c["choices"] = Json::array({choice});
+  return Sse(c);
+}
+
+std::string RenderStreamEnd(ApiKind kind, const ResponseMeta& m, int32_t completion_tokens,
+                            bool include_usage) {
+  std::string out;
+  if (include_usage) {
+    Json c = ChunkBase(kind, m);
+    c["choices"] = Json::array();
+    c["usage"] = OpenAIUsage(m, completion_tokens);
+    out += Sse(c);
+  }
+  return out + "data: [DONE]\n\n";
+}
+
+StatusOr<ParsedEmbeddingRequest> ParseEmbeddingRequest(const Json& j) {
+  ParsedEmbeddingRequest out;
+  Fields f(j, "");
+  STRATA_ASSIGN_OR_RETURN(auto model, f.String("model"));
+  if (!model) return f.Error("model", "is required");
+  out.model = *model;
+  if (!f.Has("input")) return f.Error("input", "is required");
+  const Json& in = f.Get("input");
+  if (in.is_string()) {
+    out.request.texts.push_back(in.get<std::string>());
+  } else if (in.is_array() && !in.empty() && in[0].is_number_integer()) {
+    STRATA_ASSIGN_OR_RETURN(auto ids, TokenArray(in, "input"));
+    out.request.token_ids.push_back(std::move(ids));
+  } else if (in.is_array()) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      const std::string at = fmt::format("input[{}]", i);
+      if (in[i].is_string()) {
+        out.request.texts.push_back(in[i].get<std::string>());
+      } else if (in[i].is_array()) {
+        STRATA_ASSIGN_OR_RETURN(auto ids, TokenArray(in[i], at));
+        out.request.token_ids.push_back(std::move(ids));
+      } else {
+        return FieldError(at, "must be a string or an array of token ids");
+      }
+    }
+    if (!out.request.texts.empty() && !out.request.token_ids.empty()) {
+      return f.Error("input", "must not mix strings and token arrays");
+    }
+  } else {
+    return f.Error("input", "must be a string, an array of strings or token ids");
+  }
+  STRATA_ASSIGN_OR_RETURN(auto fmt_name, f.String("encoding_format"));
+  if (fmt_name && *fmt_name != "float" && *fmt_name != "base64") {
+    return f.Error("encoding_format", "must be 'float' or 'base64'");
+  }
+  out.base64 = fmt_name && *fmt_name == "base64";
+  STRATA_RETURN_IF_ERROR(f.Reject("dimensions", "this model's embeddings have a fixed size"));
+  return out;
+}
+
+std::string RenderEmbeddings(const std::string& model, const gateway::EmbeddingResult& r,
+                             bool base64) {
+  Json data = Json::array();
+  for (size_t i = 0; i < r.embeddings.size(); ++i) {
+    const auto& e = r.embeddings[i];
+    Json item = {{"object", "embedding"}, {"index", i}};
+    if (base64) {
+      item["embedding"] =
+          Base64(reinterpret_cast<const uint8_t*>(e.data()), e.size() * sizeof(float));
+    } else {
+      item["embedding"] = e;
+    }
+    data.push_back(std::move(item));
+  }
+  return Dump({{"object", "list"},
+               {"data", data},
+               {"model", model},
+               {"usage", {{"prompt_tokens", r.prompt_tokens}, {"total_tokens", r.prompt_tokens}}}});
+}
+
+}  // namespace openai
+}  // namespace strata::server::wire

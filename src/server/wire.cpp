@@ -1,0 +1,312 @@
+// The parts of the wire formats both APIs share (internal/wire.h), and the
+// ApiKind dispatch behind server/api.h.
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "server/api.h"
+#include "server/internal/wire.h"
+
+namespace strata::server {
+namespace wire {
+
+using util::Status;
+using util::StatusOr;
+
+std::string Dump(const Json& j) {
+  // Invalid UTF-8 cannot reach here (text is sanitized upstream); replace, never throw.
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string Sse(const Json& j) { return "data: " + Dump(j) + "\n\n"; }
+std::string SseEvent(const char* event, const Json& j) {
+  return std::string("event: ") + event + "\ndata: " + Dump(j) + "\n\n";
+}
+
+Status FieldError(const std::string& field, std::string_view what) {
+  return util::InvalidFieldError(field, fmt::format("'{}' {}", field, what));
+}
+
+StatusOr<Json> ParseJson(std::string_view body) {
+  auto malformed = [](std::string message) {
+    return util::InvalidArgumentError(std::move(message))
+        .WithReason(util::ErrorReason::kMalformedJson);
+  };
+  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    // Parse again with exceptions only to learn where it failed.
+    try {
+      const Json again = Json::parse(body);
+      (void)again;
+    } catch (const Json::parse_error& e) {
+      return malformed(fmt::format("malformed JSON at byte {}: {}", e.byte, e.what()));
+    } catch (const std::exception& e) {
+      return malformed(fmt::format("malformed JSON: {}", e.what()));
+    }
+    return malformed("malformed JSON");
+  }
+  if (!j.is_object()) return malformed("the request body must be a JSON object");
+  return j;
+}
+
+StatusOr<std::optional<double>> Fields::Number(const char* name, double lo, double hi) const {
+  if (!Has(name)) return std::optional<double>();
+  const Json& v = obj_.at(name);
+  const std::string range = fmt::format("must be a number in [{}, {}]", lo, hi);
+  if (!v.is_number()) return Error(name, range);
+  const double d = v.get<double>();
+  if (!(d >= lo && d <= hi)) return Error(name, range);
+  return std::optional<double>(d);
+}
+
+StatusOr<std::optional<int64_t>> Fields::Integer(const char* name, int64_t lo, int64_t hi) const {
+  if (!Has(name)) return std::optional<int64_t>();
+  const Json& v = obj_.at(name);
+  const std::string range = fmt::format("must be an integer in [{}, {}]", lo, hi);
+  if (!v.is_number_integer()) return Error(name, range);
+  // Unsigned values beyond int64 are out of every range we accept.
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    return Error(name, range);
+  }
+  const int64_t i = v.get<int64_t>();
+  if (i < lo || i > hi) return Error(name, range);
+  return std::optional<int64_t>(i);
+}
+
+StatusOr<std::optional<bool>> Fields::Bool(const char* name) const {
+  if (!Has(name)) return std::optional<bool>();
+  if (!obj_.at(name).is_boolean()) return Error(name, "must be a boolean");
+  return std::optional<bool>(obj_.at(name).get<bool>());
+}
+
+StatusOr<std::optional<std::string>> Fields::String(const char* name) const {
+  if (!Has(name)) return std::optional<std::string>();
+  if (!obj_.at(name).is_string()) return Error(name, "must be a string");
+  return std::optional<std::string>(obj_.at(name).get<std::string>());
+}
+
+StatusOr<std::vector<std::string>> Fields::Strings(const char* name) const {
+  std::vector<std::string> out;
+  if (!Has(name)) return out;
+  const Json& v = obj_.at(name);
+  if (v.is_string()) {
+    out.push_back(v.get<std::string>());
+    return out;
+  }
+  if (!v.is_array()) return Error(name, "must be a string or an array of strings");
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string())
+      return FieldError(fmt::format("{}[{}]", Name(name), i), "must be a string");
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
+
+Status Fields::Reject(const char* name, const char* why) const {
+  if (!Has(name)) return util::OkStatus();
+  const Json& v = obj_.at(name);
+  if ((v.is_array() || v.is_object()) && v.empty()) return util::OkStatus();
+  if (v.is_boolean() && !v.get<bool>()) return util::OkStatus();
+  return Error(name, fmt::format("is not supported: {}", why));
+}
+
+StatusOr<std::string> ContentText(const Json& content, const std::string& where) {
+  if (content.is_null()) return std::string();
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) {
+    return FieldError(where, "must be a string or an array of content parts");
+  }
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const Json& part = content[i];
+    const std::string at = fmt::format("{}[{}]", where, i);
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+      return FieldError(at, "must be an object with a 'type'");
+    }
+    const std::string type = part["type"].get<std::string>();
+    if (type != "text") {
+      return FieldError(at + ".type", fmt::format("is '{}': only text content is supported", type));
+    }
+    if (!part.contains("text") || !part["text"].is_string()) {
+      return FieldError(at + ".text", "must be a string");
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+Status ParseSampling(const Fields& f, double temp_max, gateway::CompletionRequest& r) {
+  sampling::SamplingParams& p = r.sampling;
+  // API defaults: plain sampling from the model's distribution, as the OpenAI
+  // and Anthropic APIs define it (strata's own truncations are opt-in).
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  STRATA_ASSIGN_OR_RETURN(auto t, f.Number("temperature", 0, temp_max));
+  STRATA_ASSIGN_OR_RETURN(auto tp, f.Number("top_p", 0, 1));
+  STRATA_ASSIGN_OR_RETURN(auto tk, f.Integer("top_k", 0, 1 << 20));
+  STRATA_ASSIGN_OR_RETURN(auto mp, f.Number("min_p", 0, 0.999999));
+  STRATA_ASSIGN_OR_RETURN(auto pp, f.Number("presence_penalty", -2, 2));
+  STRATA_ASSIGN_OR_RETURN(auto fp, f.Number("frequency_penalty", -2, 2));
+  STRATA_ASSIGN_OR_RETURN(auto rp, f.Number("repetition_penalty", 1e-6, 10));
+  STRATA_ASSIGN_OR_RETURN(auto seed, f.Integer("seed", std::numeric_limits<int64_t>::min(),
+                                               std::numeric_limits<int64_t>::max()));
+  if (t) p.temperature = static_cast<float>(*t);
+  if (tp) {
+    if (*tp <= 0) return f.Error("top_p", "must be a number in (0, 1]");
+    p.top_p = static_cast<float>(*tp);
+  }
+  if (tk) p.top_k = static_cast<int32_t>(*tk);
+  if (mp) p.min_p = static_cast<float>(*mp);
+  if (pp) p.presence_penalty = static_cast<float>(*pp);
+  if (fp) p.frequency_penalty = static_cast<float>(*fp);
+  if (rp) p.repetition_penalty = static_cast<float>(*rp);
+  if (seed) p.seed = static_cast<uint64_t>(*seed);
+  // strata's own samplers (docs/api.md): entropy-targeted temperature,
+  // locally typical sampling, Mirostat v2 (llama.cpp's field names).
+  STRATA_ASSIGN_OR_RETURN(auto he, f.Number("target_entropy", 0, 100));
+  STRATA_ASSIGN_OR_RETURN(auto tail, f.Number("entropy_tail_nats", 0.05, 20));
+  STRATA_ASSIGN_OR_RETURN(auto typ, f.Number("typical_p", 0, 1));
+  STRATA_ASSIGN_OR_RETURN(auto miro, f.Integer("mirostat", 0, 2));
+  STRATA_ASSIGN_OR_RETURN(auto tau, f.Number("mirostat_tau", 1e-6, 40));
+  STRATA_ASSIGN_OR_RETURN(auto eta, f.Number("mirostat_eta", 1e-6, 1));
+  if (he) p.target_entropy = static_cast<float>(*he);
+  if (tail) p.entropy_tail_nats = static_cast<float>(*tail);
+  if (typ) {
+    if (*typ <= 0) return f.Error("typical_p", "must be a number in (0, 1]");
+    p.typical_p = static_cast<float>(*typ);
+  }
+  if (miro && *miro == 1) {
+    return f.Error("mirostat", "must be 0 (off) or 2 (Mirostat v2); version 1 is not supported");
+  }
+  if (miro) p.mirostat = *miro == 2;
+  if (tau) p.mirostat_tau_bits = static_cast<float>(*tau);
+  if (eta) p.mirostat_eta = static_cast<float>(*eta);
+  if (p.mirostat && p.target_entropy >= 0) {
+    return f.Error("target_entropy", "and 'mirostat' cannot be used together");
+  }
+  // llama.cpp's field: generate max_tokens whatever the model emits (for
+  // benchmarks that must compare equal amounts of work).
+  STRATA_ASSIGN_OR_RETURN(auto ignore_eos, f.Bool("ignore_eos"));
+  if (ignore_eos) r.ignore_eos = *ignore_eos;
+  r.fixed_seed = seed.has_value();  // sampled output is reproducible, so cacheable
+  return util::OkStatus();
+}
+
+// strata's cache controls: "no_cache": true turns every tier off for the
+// request; "cache": {"prefix": false} the KV prefix cache (L2) only,
+// "cache": {"l1": false} the response cache (L1) and single flight only;
+// "cache": {"l3": true} asks for near-duplicate answers (L3), false refuses
+// them whatever the tenant's default.
+Status ParseCacheControls(const Fields& f, gateway::CompletionRequest& r) {
+  STRATA_ASSIGN_OR_RETURN(auto no_cache, f.Bool("no_cache"));
+  const bool none = no_cache && *no_cache;
+  if (none) {
+    r.prefix_cache = false;
+    r.response_cache = false;
+    r.l3 = false;
+  }
+  if (f.Has("cache")) {
+    const Json& c = f.Get("cache");
+    if (!c.is_object()) return f.Error("cache", "must be an object");
+    Fields cf(c, "cache.");
+    STRATA_ASSIGN_OR_RETURN(auto prefix, cf.Bool("prefix"));
+    if (prefix) r.prefix_cache = *prefix && r.prefix_cache;
+    STRATA_ASSIGN_OR_RETURN(auto l1, cf.Bool("l1"));
+    if (l1) r.response_cache = *l1 && r.response_cache;
+    STRATA_ASSIGN_OR_RETURN(auto l3, cf.Bool("l3"));
+    if (l3 && !none) r.l3 = *l3;
+  }
+  return util::OkStatus();
+}
+
+// strata's "session_id": the conversation a request belongs to. 1-128
+// characters of [A-Za-z0-9._:@-], so it is safe in a header and a log line.
+Status ParseSessionId(const Fields& f, gateway::CompletionRequest& r) {
+  STRATA_ASSIGN_OR_RETURN(auto id, f.String("session_id"));
+  if (!id) return util::OkStatus();
+  const bool valid_chars = std::all_of(id->begin(), id->end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '@' || c == '-';
+  });
+  if (id->empty() || id->size() > 128 || !valid_chars) {
+    return f.Error("session_id", "must be 1-128 characters of letters, digits and . _ : @ -");
+  }
+  r.session_id = std::move(*id);
+  return util::OkStatus();
+}
+
+}  // namespace wire
+
+// --- server/api.h: one entry point per step, dispatched by API -------------
+
+namespace {
+
+// Parses `body` and hands the object to `parse`; nlohmann may throw on exotic
+// input (e.g. number conversions), which is contained here.
+template <typename Parse>
+auto ParseBody(std::string_view body, Parse parse) -> decltype(parse(wire::Json())) {
+  STRATA_ASSIGN_OR_RETURN(wire::Json j, wire::ParseJson(body));
+  try {
+    return parse(j);
+  } catch (const std::exception& e) {
+    return util::InvalidArgumentError(fmt::format("invalid request: {}", e.what()))
+        .WithReason(util::ErrorReason::kInvalidField);
+  }
+}
+
+}  // namespace
+
+util::StatusOr<ParsedRequest> ParseRequest(ApiKind kind, std::string_view body) {
+  return ParseBody(body, [kind](const wire::Json& j) {
+    if (kind == ApiKind::kAnthropicMessages) return wire::anthropic::ParseRequest(j);
+    return wire::openai::ParseRequest(kind, j);
+  });
+}
+
+util::StatusOr<ParsedEmbeddingRequest> ParseEmbeddingRequest(std::string_view body) {
+  return ParseBody(body,
+                   [](const wire::Json& j) { return wire::openai::ParseEmbeddingRequest(j); });
+}
+
+std::string RenderEmbeddings(const std::string& model, const gateway::EmbeddingResult& result,
+                             bool base64) {
+  return wire::openai::RenderEmbeddings(model, result, base64);
+}
+
+std::string RenderResponse(ApiKind kind, const ResponseMeta& meta,
+                           const std::vector<ChoiceResult>& choices, bool logprobs) {
+  if (kind != ApiKind::kAnthropicMessages) {
+    return wire::openai::RenderResponse(kind, meta, choices, logprobs);
+  }
+  int32_t completion = 0;
+  for (const auto& c : choices) completion += c.completion_tokens;
+  return wire::anthropic::RenderResponse(meta, choices.at(0), completion);
+}
+
+std::string RenderStreamStart(ApiKind kind, const ResponseMeta& meta, int32_t n_choices) {
+  if (kind == ApiKind::kAnthropicMessages) return wire::anthropic::RenderStreamStart(meta);
+  return wire::openai::RenderStreamStart(kind, meta, n_choices);
+}
+
+std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& meta, const gateway::Event& delta,
+                              bool logprobs) {
+  if (kind == ApiKind::kAnthropicMessages) return wire::anthropic::RenderStreamDelta(delta);
+  return wire::openai::RenderStreamDelta(kind, meta, delta, logprobs);
+}
+
+std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& meta,
+                               const gateway::Event& finish) {
+  if (kind == ApiKind::kAnthropicMessages) return wire::anthropic::RenderStreamFinish(meta, finish);
+  return wire::openai::RenderStreamFinish(kind, meta, finish);
+}
+
+std::string RenderStreamEnd(ApiKind kind, const ResponseMeta& meta, int32_t completion_tokens,
+                            bool include_usage) {
+  if (kind == ApiKind::kAnthropicMessages) return "";
+  return wire::openai::RenderStreamEnd(kind, meta, completion_tokens, include_usage);
+}
+
+}  // namespace strata::server
