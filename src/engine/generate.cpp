@@ -71,7 +71,7 @@ util::StatusOr<std::vector<GenerationResult>> GenerateAll(
     const bool keep_going = on_token ? on_token(i, t) : true;
     if (requests[i].stop_at_eog && tok.IsEog(t)) {
       done[i] = true;
-      results[i].finish = FinishReason::kStop;
+      results[i].finish = FinishReason::kEndOfTurn;
     } else if (!keep_going) {
       done[i] = true;
       results[i].finish = FinishReason::kCancelled;

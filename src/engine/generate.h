@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/request.h"
 #include "util/clock.h"
 #include "util/status.h"
 
@@ -36,8 +37,6 @@ class GreedyChooser final : public TokenChooser {
  public:
   util::StatusOr<int32_t> Choose(size_t index, std::span<const float> logits) override;
 };
-
-enum class FinishReason { kLength, kStop, kCancelled };
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // non-empty

@@ -1,7 +1,6 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include <fmt/format.h>
 
@@ -17,7 +16,6 @@ struct Scheduler::Active {
   int32_t generated = 0;
   int32_t preemptions = 0;
   int32_t cached_tokens = -1;  // prompt tokens adopted from the prefix cache at first admission
-  std::vector<double> embedding_sum;  // embedding requests: Σ hidden states so far
   int32_t remaining() const { return static_cast<int32_t>(tokens.size()) - n_evaluated; }
   bool decoding() const { return !req.embed && remaining() == 1; }
 };
@@ -188,8 +186,8 @@ void Scheduler::PreemptNewest() {
   engine_.FreeSequence(a->seq);
   a->seq = 0;
   a->n_evaluated = 0;  // everything is recomputed on readmission
-  a->embedding_sum.clear();
   ++a->preemptions;
+  a->req.sink->OnRestart();
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.preemptions;
@@ -299,7 +297,7 @@ bool Scheduler::StepOnce(int32_t max_running) {
       for (Active* a : owners) {
         auto it = std::find_if(running_.begin(), running_.end(),
                                [a](const auto& p) { return p.get() == a; });
-        Finish(*a, FinishReason::kStop, logits.status());
+        Finish(*a, FinishReason::kCancelled, logits.status());
         running_.erase(it);
       }
       return true;
@@ -316,25 +314,12 @@ bool Scheduler::StepOnce(int32_t max_running) {
       a.n_evaluated += static_cast<int32_t>(work[k].tokens.size());
       if (a.n_evaluated <= a.n_prompt) prompt_tokens += static_cast<int64_t>(work[k].tokens.size());
       if (work[k].hidden) {
-        a.embedding_sum.resize(n_embd, 0.0);
-        for (size_t t = 0; t < work[k].tokens.size(); ++t, ++hi) {
-          for (size_t d = 0; d < n_embd; ++d) a.embedding_sum[d] += hidden[hi * n_embd + d];
-        }
+        const size_t n = work[k].tokens.size();
+        a.req.sink->OnHidden(hidden.subspan(hi * n_embd, n * n_embd), static_cast<int32_t>(n));
+        hi += n;
         if (a.remaining() == 0) {
-          // Mean over the prompt, then unit length.
-          double norm = 0;
-          for (double& v : a.embedding_sum) {
-            v /= static_cast<double>(a.n_prompt);
-            norm += v * v;
-          }
-          norm = std::sqrt(norm);
-          std::vector<float> e(n_embd);
-          for (size_t d = 0; d < n_embd; ++d) {
-            e[d] = static_cast<float>(norm > 0 ? a.embedding_sum[d] / norm : 0.0);
-          }
-          a.req.sink->OnEmbedding(std::move(e));
           done.push_back(&a);
-          done_why.emplace_back(FinishReason::kStop, util::OkStatus());
+          done_why.emplace_back(FinishReason::kLength, util::OkStatus());
         }
         continue;
       }
@@ -345,7 +330,7 @@ bool Scheduler::StepOnce(int32_t max_running) {
       auto token = a.req.sink->Choose(row);
       if (!token.ok()) {
         done.push_back(&a);
-        done_why.emplace_back(FinishReason::kStop, token.status());
+        done_why.emplace_back(FinishReason::kCancelled, token.status());
         continue;
       }
       a.tokens.push_back(*token);
@@ -354,10 +339,10 @@ bool Scheduler::StepOnce(int32_t max_running) {
       const bool keep = a.req.sink->OnToken(*token);
       if (a.req.stop_at_eog && engine_.model().tokenizer().IsEog(*token)) {
         done.push_back(&a);
-        done_why.emplace_back(FinishReason::kStop, util::OkStatus());
+        done_why.emplace_back(FinishReason::kEndOfTurn, util::OkStatus());
       } else if (!keep) {
         done.push_back(&a);
-        done_why.emplace_back(FinishReason::kStop, util::OkStatus());
+        done_why.emplace_back(FinishReason::kStopString, util::OkStatus());
       } else if (a.generated >= a.req.max_tokens ||
                  static_cast<int32_t>(a.tokens.size()) >= engine_.n_ctx()) {
         done.push_back(&a);

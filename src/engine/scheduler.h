@@ -44,53 +44,11 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/generate.h"
+#include "engine/request.h"
 #include "util/log.h"
 #include "util/status.h"
 
 namespace strata::engine {
-
-using RequestId = uint64_t;
-
-struct Usage {
-  int32_t prompt_tokens = 0;
-  int32_t cached_tokens = 0;  // prompt tokens whose KV blocks came from the prefix cache
-  int32_t completion_tokens = 0;
-  int32_t preemptions = 0;  // times the request was evicted and recomputed
-};
-
-// What the scheduler calls back, on its own thread, for one request. The
-// implementation (the gateway) samples, streams and decides when to stop.
-class RequestSink {
- public:
-  virtual ~RequestSink() = default;
-  // Once, when the request first gets a sequence (not again after a
-  // preemption), before any Choose. Returns a cap on its max_tokens (0 = none):
-  // the request runs to the end on the terms it was admitted with.
-  virtual int32_t OnAdmit() { return 0; }
-  // Picks the next token from this step's logits ([n_vocab]).
-  virtual util::StatusOr<int32_t> Choose(std::span<const float> logits) = 0;
-  // A token was generated. Return false to end the request (stop string found).
-  virtual bool OnToken(int32_t token) = 0;
-  // For embedding requests: the mean of the prompt tokens' final hidden
-  // states, L2-normalised; called once, just before OnFinish.
-  virtual void OnEmbedding(std::vector<float> /*embedding*/) {}
-  // Exactly once. `status` is OK unless the request failed; `reason` says why
-  // it ended (kStop: end-of-generation token or OnToken returned false;
-  // kLength: max_tokens or the context; kCancelled: Cancel or drain timeout).
-  virtual void OnFinish(FinishReason reason, const util::Status& status, const Usage& usage) = 0;
-};
-
-struct SchedulerRequest {
-  std::vector<int32_t> prompt;  // non-empty, shorter than the context
-  int32_t max_tokens = 16;      // >= 1; capped by the context
-  bool stop_at_eog = true;
-  std::shared_ptr<RequestSink> sink;  // required
-  bool embed = false;  // evaluate the prompt only and report its embedding (no generation)
-  // != 0: use the prefix cache within this namespace (an embedding request
-  // publishes its blocks but adopts none: it needs every hidden state)
-  uint64_t cache_namespace = 0;
-};
 
 struct SchedulerStats {
   int32_t waiting = 0;
