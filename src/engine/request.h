@@ -1,12 +1,13 @@
 // engine/request.h — what a request to the engine is: its terms, the sink
 // it reports to, and how it ends.
 //
-// Promise: a SchedulerRequest is run by the Scheduler (scheduler.h) on its
-// thread; its RequestSink hears of it on that thread only, and hears
-// OnFinish exactly once, with a FinishReason and a Usage.
+// Promise: a SchedulerRequest is run by the step loop (step_loop.h), on the
+// Scheduler's thread or the caller's; its RequestSink hears of it on that
+// thread only, and hears OnFinish exactly once, with a FinishReason and a
+// Usage.
 //
 // Threading: the types are plain values and an interface; a sink is called
-// on the scheduler thread only.
+// on one thread (the one stepping the loop) at a time.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,7 @@ namespace strata::engine {
 
 using RequestId = uint64_t;
 
-// How a request ended. The scheduler decides each one (RequestSink::OnFinish):
+// How a request ended. The loop decides each one (RequestSink::OnFinish):
 // kEndOfTurn for an end-of-generation token (when stop_at_eog); kStopString
 // when the sink's OnToken returned false (a stop string matched); kLength for
 // max_tokens, the context, or the end of an evaluate-only (embed) request's
@@ -44,9 +45,8 @@ struct Usage {
   int32_t preemptions = 0;  // times the request was evicted and recomputed
 };
 
-// What the scheduler calls back, on its thread, for one request. The
-// implementation (the gateway) samples, streams and decides when to
-// stop.
+// What the loop calls back, on the stepping thread, for one request. The
+// implementation (the gateway) samples, streams and decides when to stop.
 class RequestSink {
  public:
   virtual ~RequestSink() = default;

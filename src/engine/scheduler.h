@@ -8,7 +8,9 @@
 // request is preempted (its blocks freed, its tokens recomputed later, its
 // output unchanged); a request that fits the context never fails for lack of
 // blocks. A cancelled request (client gone) is removed and its blocks freed
-// within one step. Every request ends with exactly one OnFinish.
+// within one step. Every request ends with exactly one OnFinish. The steps
+// themselves are a StepLoop's (step_loop.h), driven by the scheduler thread;
+// the scheduler adds the inbox, the control and the published stats.
 //
 // An optional SchedulerControl (e.g. the RT-Switcher's, gateway/rt_control.h)
 // is asked before every admission round how many sequences may run at once
@@ -40,11 +42,10 @@
 #include <mutex>
 #include <span>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/request.h"
+#include "engine/step_loop.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -104,7 +105,7 @@ struct SchedulerOptions {
   SchedulerControl* control = nullptr;
 };
 
-class Scheduler {
+class Scheduler final : private StepObserver {
  public:
   // Starts the scheduler thread; `engine` (and everything it uses) must outlive
   // the Scheduler and is used only from that thread from now on.
@@ -131,18 +132,14 @@ class Scheduler {
   bool Drain(std::chrono::milliseconds grace);
 
  private:
-  struct Active;
   Scheduler(Engine& engine, const SchedulerOptions& options, util::Logger& log);
   void Loop();
-  // One forward pass over decode tokens and prompt chunks, admitting waiting
-  // requests while fewer than `max_running` run; false if idle.
-  bool StepOnce(int32_t max_running);
   // The cap on running sequences for the next admission round.
   int32_t RunningCap();
-  void Finish(Active& a, FinishReason reason, const util::Status& status);
+  // Publishes what the loop reports into stats_ (and wakes Drain).
+  void OnStepEvent(StepEvent event) override;
   // Copies the KV pool's state into stats_; the caller holds mu_.
   void PublishPoolStats();
-  void PreemptNewest();
 
   Engine& engine_;
   const SchedulerOptions options_;
@@ -161,10 +158,9 @@ class Scheduler {
   bool stop_ = false;
   SchedulerStats stats_;  // published by the scheduler thread after each step
 
-  // Owned by the scheduler thread.
-  std::deque<std::unique_ptr<Active>> waiting_;   // admitted order, preempted ones at the front
-  std::vector<std::unique_ptr<Active>> running_;  // admission order (newest last)
-  std::unordered_map<RequestId, Active*> by_id_;
+  // Owned by the scheduler thread (set by Start before the thread starts):
+  // the waiting and running requests and every step.
+  std::unique_ptr<StepLoop> loop_;
 
   std::thread thread_;  // last: started after everything above is initialised
 };

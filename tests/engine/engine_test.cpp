@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/generate.h"
+#include "engine/step_loop.h"
 #include "testing/fake_clock.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
@@ -142,6 +143,16 @@ TEST_F(EngineTest, GenerateRejectsRequestsThatCannotFit) {
   std::vector<GenerationRequest> empty = {{{}, 1, false}};
   EXPECT_EQ(GenerateAll(*e, empty, greedy, nullptr, {}, clock).status().code(),
             util::StatusCode::kInvalidArgument);
+}
+
+TEST_F(EngineTest, AStepLoopNeedsRoomForOneContextAndABatchInRange) {
+  auto log = util::NewNullLogger();
+  auto small = Make(64, 8);  // 16 blocks of 4 make a context; 8 do not
+  EXPECT_EQ(StepLoop::Create(*small, {}, *log).status().code(), util::StatusCode::kInvalidArgument);
+  auto e = Make(64, 16);
+  EXPECT_EQ(StepLoop::Create(*e, {.max_batch_tokens = 0}, *log).status().code(),
+            util::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(StepLoop::Create(*e, {}, *log).ok());
 }
 
 TEST_F(EngineTest, BadOptionsAreRejected) {
