@@ -46,7 +46,8 @@ struct Usage {
 };
 
 // What the loop calls back, on the stepping thread, for one request. The
-// implementation (the gateway) samples, streams and decides when to stop.
+// implementation (the gateway, the CLI) samples, streams and decides when to
+// stop.
 class RequestSink {
  public:
   virtual ~RequestSink() = default;

@@ -16,8 +16,8 @@
 // what else runs beside it, nor on the chunk size.
 //
 // Two drivers: engine::Scheduler (scheduler.h) runs a StepLoop on its thread
-// for requests submitted from anywhere; a caller may also run one on its own
-// thread (Submit, then RunUntilIdle).
+// for requests submitted from anywhere; `strata generate` and the tests run
+// one on the calling thread (Submit, then RunUntilIdle).
 //
 // Threading: thread-compatible; the thread that calls Step owns the Engine
 // and is the thread every RequestSink and StepObserver method runs on.

@@ -7,8 +7,7 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "engine/generate.h"
-#include "testing/fake_clock.h"
+#include "testing/greedy_run.h"
 #include "testing/scheduler_gate.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
@@ -21,7 +20,7 @@ class RecordingSink : public RequestSink {
  public:
   explicit RecordingSink(int stop_after = -1) : stop_after_(stop_after) {}
   util::StatusOr<int32_t> Choose(std::span<const float> logits) override {
-    return greedy_.Choose(0, logits);
+    return GreedyToken(logits);
   }
   bool OnToken(int32_t token) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -58,7 +57,6 @@ class RecordingSink : public RequestSink {
   }
 
  private:
-  GreedyChooser greedy_;
   const int stop_after_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -90,13 +88,11 @@ class SchedulerTest : public ::testing::Test {
     for (int i = 0; i < n; ++i) p.push_back(3 + (i * 7 + salt * 13) % 200);
     return p;
   }
-  // The reference: each request alone through GenerateAll.
+  // The reference: each request alone, on the calling thread.
   std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int max_tokens) {
     auto e = MakeEngine(256, 256);
-    testing::FakeClock clock;
-    GreedyChooser greedy;
-    GenerationRequest r{prompt, max_tokens, true};
-    auto res = GenerateAll(*e, std::span(&r, 1), greedy, nullptr, {}, clock);
+    testing::GreedyRequest r{prompt, max_tokens, true};
+    auto res = testing::RunGreedy(*e, std::span(&r, 1));
     EXPECT_TRUE(res.ok());
     return (*res)[0].tokens;
   }
