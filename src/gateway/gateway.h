@@ -167,7 +167,7 @@ enum class CacheOutcome {
 std::string_view CacheOutcomeName(CacheOutcome outcome);
 
 // How a choice ended (the HTTP layer maps these to each API's words): the
-// engine's reasons (engine/step_loop.h), with the stop decided here. The
+// engine's reasons (engine/request.h), with the stop decided here. The
 // step loop ends a choice on an end-of-generation token (kEndOfTurn), on
 // max_tokens or the context (kLength), on cancellation or failure
 // (kCancelled, Event::status says which), and when the choice's stop matcher
