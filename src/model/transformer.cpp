@@ -460,14 +460,7 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
     }
   });
 
-  const int32_t bs = kv.block_size;
-  const size_t layer_floats = 2 * static_cast<size_t>(bs) * static_cast<size_t>(KVD);
-  auto kv_row = [&](int32_t seq, int32_t pos, int32_t layer, int which) -> float* {
-    const int32_t block =
-        batch.block_tables[static_cast<size_t>(seq)][static_cast<size_t>(pos / bs)];
-    return kv.data + (static_cast<size_t>(block) * c.n_layers + layer) * layer_floats +
-           static_cast<size_t>(which) * bs * KVD + static_cast<size_t>(pos % bs) * KVD;
-  };
+  const KvLayout layout = c.kv_layout(kv.block_size);
   const int32_t group = c.n_heads / c.n_kv_heads;
   const float kq_scale = 1.0f / std::sqrt(static_cast<float>(HD));
 
@@ -485,9 +478,8 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
       seq_at[s] = row_off_.size();
       const auto& table = batch.block_tables[s];
       for (int32_t p = 0; p <= seq_max[s]; ++p) {
-        const size_t block = static_cast<size_t>(table[static_cast<size_t>(p / bs)]);
-        row_off_.push_back(block * static_cast<size_t>(c.n_layers) * layer_floats +
-                           static_cast<size_t>(p % bs) * static_cast<size_t>(KVD));
+        row_off_.push_back(
+            layout.SlotOffset(table[static_cast<size_t>(layout.BlockIndex(p))], layout.Slot(p)));
       }
     }
     entry_row_off_.resize(static_cast<size_t>(T));
@@ -501,7 +493,7 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
       const auto& tb = batch.block_tables[static_cast<size_t>(b)];
       size_t i = 0;
       while (i < ta.size() && i < tb.size() && ta[i] == tb[i]) ++i;
-      return static_cast<int64_t>(i) * bs;
+      return static_cast<int64_t>(i) * layout.block_size();
     };
     // A tile is a run of consecutive entries of one sequence, joined by the
     // runs after it while they fit and every one shares at least one
@@ -591,8 +583,13 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
           RopeHead(qt + h * HD, ct, st, c.n_rot, c.rope_style);
         for (int32_t h = 0; h < c.n_kv_heads; ++h)
           RopeHead(kt + h * HD, ct, st, c.n_rot, c.rope_style);
-        std::memcpy(kv_row(e.seq, e.pos, l, 0), kt, static_cast<size_t>(KVD) * sizeof(float));
-        std::memcpy(kv_row(e.seq, e.pos, l, 1), vt, static_cast<size_t>(KVD) * sizeof(float));
+        const int32_t block = batch.block_tables[static_cast<size_t>(e.seq)]
+                                                [static_cast<size_t>(layout.BlockIndex(e.pos))];
+        const int32_t slot = layout.Slot(e.pos);
+        std::memcpy(kv.data + layout.RowOffset(block, l, KvPart::kKey, slot), kt,
+                    static_cast<size_t>(KVD) * sizeof(float));
+        std::memcpy(kv.data + layout.RowOffset(block, l, KvPart::kValue, slot), vt,
+                    static_cast<size_t>(KVD) * sizeof(float));
       }
     });
 
@@ -602,7 +599,8 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
     // first (in a prefill the latest positions, the longest), so the threads
     // finish together.
     {
-      const float* layer_base = kv.data + static_cast<size_t>(l) * layer_floats;
+      const float* k_layer = kv.data + layout.PartOffset(l, KvPart::kKey);
+      const float* v_layer = kv.data + layout.PartOffset(l, KvPart::kValue);
       std::atomic<int64_t> next{0};
       const int64_t n_tiles = static_cast<int64_t>(attend_tiles_.size());
       pool_.RunOnAll([&](int thread) {
@@ -631,8 +629,8 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
           a.q = q;
           a.n_pos = n_pos;
           a.scale = kq_scale;
-          a.k_base = layer_base + static_cast<size_t>(tile.kv_head) * HD;
-          a.v_base = a.k_base + static_cast<size_t>(bs) * KVD;
+          a.k_base = k_layer + static_cast<size_t>(tile.kv_head) * HD;
+          a.v_base = v_layer + static_cast<size_t>(tile.kv_head) * HD;
           a.row_off = roff;
           a.shared_pos = tile.shared_pos;
           a.out = out;

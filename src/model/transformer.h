@@ -9,9 +9,9 @@
 // many sequences at once. Each entry's result depends only on its own sequence,
 // never on what else is in the batch (bitwise; see kernels.h).
 //
-// KV memory belongs to the caller (engine/): a KvBuffer of fixed-size blocks,
-// and per sequence a block table mapping position p to block
-// table[p / block_size], slot p % block_size.
+// KV memory belongs to the caller (engine/): a KvBuffer of fixed-size blocks
+// laid out as KvLayout says (kv_layout.h), and per sequence a block table mapping position p to
+// block table[p / block_size], slot p % block_size.
 //
 // Threading: a Model is immutable and thread-safe. A Forward is owned by one
 // thread (the engine's scheduler thread) and uses the thread pool it is given.
@@ -31,6 +31,7 @@
 
 #include "format/gguf.h"
 #include "kernels/kernels.h"
+#include "model/kv_layout.h"
 #include "text/tokenizer.h"
 #include "util/file_system.h"
 #include "util/log.h"
@@ -66,6 +67,8 @@ struct ModelConfig {
 
   int32_t kv_dim() const { return n_kv_heads * head_dim; }
   int32_t q_dim() const { return n_heads * head_dim; }
+  // The layout of this model's KV memory in blocks of `block_size` positions.
+  KvLayout kv_layout(int32_t block_size) const { return {n_layers, kv_dim(), block_size}; }
 };
 
 // One weight matrix, row-major: [n_rows][n_cols] in `type`, rows `row_bytes` apart.
@@ -124,19 +127,6 @@ class Model {
   uint64_t fingerprint_ = 0;
 };
 
-// Caller-owned KV memory: [n_blocks][n_layers][2 (K, V)][block_size][kv_dim] floats.
-struct KvBuffer {
-  float* data = nullptr;
-  int32_t n_blocks = 0;
-  int32_t block_size = 16;
-};
-
-// Floats one KV block needs for `model`.
-inline size_t KvFloatsPerBlock(const ModelConfig& c, int32_t block_size) {
-  return static_cast<size_t>(c.n_layers) * 2 * static_cast<size_t>(block_size) *
-         static_cast<size_t>(c.kv_dim());
-}
-
 struct BatchEntry {
   int32_t token = 0;
   int32_t pos = 0;      // position in its sequence; positions [0, pos) are already in the KV cache
@@ -181,8 +171,8 @@ class Forward {
   // Scratch, grown on demand; [n_tokens][width] row-major each.
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, rope_cos_, rope_sin_;
   std::vector<float> scores_;  // [threads][kernels::AttendScratchFloats(...)]
-  // Attention work of a batch: per sequence the offset of each position's K
-  // row from layer 0's KV base (row_off_), where each entry's sequence starts
+  // Attention work of a batch: per sequence the offset of each position's
+  // row (KvLayout::SlotOffset; row_off_), where each entry's sequence starts
   // in it (entry_row_off_), and the (entries, KV head) tiles.
   struct AttendTile {
     int64_t first_entry = 0;
