@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "format/gguf_writer.h"
+#include "model/forward.h"
 #include "testing/mem_file_system.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
