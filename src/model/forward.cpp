@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "model/internal/architecture.h"
 #include "model/internal/weights.h"
 
 namespace strata::model {
@@ -61,20 +62,24 @@ void RopeHead(float* v, const float* cos_t, const float* sin_t, int32_t n_rot, R
 }  // namespace
 
 Forward::Forward(const Model& model, util::ThreadPool& pool, const kernels::KernelTable& kernels)
-    : c_(model.config_), w_(*model.weights_), pool_(pool), kernels_(kernels) {}
+    : c_(model.config_),
+      w_(*model.weights_),
+      stages_(model.architecture_->stages),
+      pool_(pool),
+      kernels_(kernels) {}
 
 Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<float> logits,
                     std::span<float> hidden) {
   STRATA_ASSIGN_OR_RETURN(const Pass p, Validate(batch, kv, logits.size(), hidden.size()));
   if (p.n_tokens == 0) return util::OkStatus();
   GrowScratch(p);
-  PlanCausalAttention(p);
-  EmbedTokens(p);
+  (this->*stages_.plan_attention)(p);
+  (this->*stages_.embed)(p);
   for (int32_t l = 0; l < c_.n_layers; ++l) {
-    AttentionBlock(p, l);
-    SwiGluBlock(p, l);
+    (this->*stages_.attention)(p, l);
+    (this->*stages_.feed_forward)(p, l);
   }
-  OutputHead(p, logits, hidden);
+  (this->*stages_.head)(p, logits, hidden);
   return util::OkStatus();
 }
 

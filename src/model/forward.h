@@ -4,8 +4,9 @@
 // entries from any number of sequences in one pass: prefill is matrix-matrix
 // work, decode many sequences at once. Each entry's result depends only on
 // its own sequence, never on what else is in the batch (bitwise; see
-// kernels.h). The pass is a list of stages: plan attention, embed, per
-// layer an attention and a feed-forward block, the output head.
+// kernels.h). The pass is the stage list of the model's architecture
+// (model/internal/architecture.h): plan attention, embed, per layer an
+// attention and a feed-forward block, the output head.
 //
 // KV memory belongs to the caller (engine/): a KvBuffer of fixed-size blocks
 // laid out as KvLayout says, and per sequence a block table mapping position
@@ -65,6 +66,9 @@ class Forward {
   const kernels::KernelTable& kernels() const { return kernels_; }
 
  private:
+  friend struct Architecture;                            // names Stages
+  friend std::span<const Architecture> Architectures();  // the table takes the stages' addresses
+
   // One Run's batch, validated: what every stage reads. Below, T is
   // n_tokens, D n_embd, QD q_dim, KVD kv_dim, F n_ff; buffers are row-major.
   struct Pass {
@@ -76,6 +80,18 @@ class Forward {
     int64_t n_logits = 0;  // entries with `logits`
     int64_t n_hidden = 0;  // entries with `hidden`
   };
+  // An architecture's forward pass, stage by stage (its table entry names
+  // them); Run calls plan_attention, embed, then per layer attention and
+  // feed_forward, then head.
+  struct Stages {
+    void (Forward::*plan_attention)(const Pass& p) = nullptr;
+    void (Forward::*embed)(const Pass& p) = nullptr;
+    void (Forward::*attention)(const Pass& p, int32_t layer) = nullptr;
+    void (Forward::*feed_forward)(const Pass& p, int32_t layer) = nullptr;
+    void (Forward::*head)(const Pass& p, std::span<float> logits,
+                          std::span<float> hidden) = nullptr;
+  };
+
   // Checks every entry and both output buffers before anything is written:
   // InvalidArgument naming the entry and value.
   util::StatusOr<Pass> Validate(const ForwardBatch& batch, const KvBuffer& kv, size_t logits_floats,
@@ -134,6 +150,7 @@ class Forward {
 
   const ModelConfig& c_;
   const ModelWeights& w_;
+  const Stages& stages_;
   util::ThreadPool& pool_;
   const kernels::KernelTable& kernels_;
   // Scratch, grown on demand; [n_tokens][width] row-major each.

@@ -1,9 +1,10 @@
 // model/transformer.h — a transformer loaded from GGUF: its hyper-parameters,
 // tokenizer and weights.
 //
-// Promise: Model::Load accepts llama-family decoders (llama, qwen2),
-// validates every hyper-parameter and tensor shape against the metadata and
-// names what is wrong ("tensor 'blk.2.ffn_up.weight' has shape [64, 100], expected
+// Promise: Model::Load accepts the architectures of the architecture table
+// (llama, qwen2; model/internal/architecture.h), validates every
+// hyper-parameter and tensor shape against the metadata and names what is
+// wrong ("tensor 'blk.2.ffn_up.weight' has shape [64, 100], expected
 // [64, 172]"); weights stay in the memory-mapped file. The forward pass over
 // a Model is model::Forward (forward.h).
 //
@@ -73,6 +74,7 @@ struct LoadOptions {
   bool prefetch = true;  // ask the OS to read the file ahead
 };
 
+struct Architecture;
 struct ModelWeights;
 
 class Model {
@@ -98,6 +100,7 @@ class Model {
 
   std::unique_ptr<format::GgufFile> gguf_;
   std::unique_ptr<text::Tokenizer> tokenizer_;
+  const Architecture* architecture_ = nullptr;  // its entry in the architecture table
   ModelConfig config_;
   std::unique_ptr<ModelWeights> weights_;
   uint64_t fingerprint_ = 0;

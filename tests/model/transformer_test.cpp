@@ -71,6 +71,23 @@ TEST(ModelLoad, BadMetadataIsNamed) {
       "outside the vocabulary");
 }
 
+TEST(ModelLoad, AnUnknownArchitectureIsRefusedWithTheTableOfKnownOnes) {
+  ExpectLoadError([](format::GgufWriter& w,
+                     const format::GgufFile&) { w.SetString("general.architecture", "gpt9"); },
+                  "model architecture 'gpt9' is not supported (supported: llama, qwen2)");
+}
+
+TEST(ModelLoad, TheRopeStyleComesFromTheArchitecture) {
+  auto llama = testing::MakeTinyModel();
+  EXPECT_EQ(llama.model->config().architecture, "llama");
+  EXPECT_EQ(llama.model->config().rope_style, RopeStyle::kNormal);
+  SyntheticShape shape = testing::TinyShape();
+  shape.architecture = "qwen2";
+  auto qwen2 = testing::MakeTinyModel(kernels::TensorType::kF32, 1, shape);
+  EXPECT_EQ(qwen2.model->config().architecture, "qwen2");
+  EXPECT_EQ(qwen2.model->config().rope_style, RopeStyle::kNeox);
+}
+
 TEST(ModelLoad, BadTensorsAreNamed) {
   // The number of blocks grows: blk.2 tensors do not exist.
   ExpectLoadError(
