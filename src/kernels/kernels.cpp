@@ -1,12 +1,7 @@
 #include "kernels/kernels.h"
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-
 #include "kernels/internal/blocks.h"
 #include "kernels/internal/kernels_impl.h"
-#include "util/status.h"
 
 namespace strata::kernels {
 
@@ -24,23 +19,6 @@ std::string_view IsaName(Isa isa) {
       return "avx512";
   }
   return "?";
-}
-
-ActFormat ActFormatFor(TensorType weight_type) {
-  switch (weight_type) {
-    case TensorType::kQ8_0:
-    case TensorType::kQ4_0:
-    case TensorType::kQ4_1:
-    case TensorType::kQ5_0:
-    case TensorType::kQ5_1:
-      return ActFormat::kQ8;
-    case TensorType::kQ4_K:
-    case TensorType::kQ5_K:
-    case TensorType::kQ6_K:
-      return ActFormat::kQ8K;
-    default:
-      return ActFormat::kF32;
-  }
 }
 
 int64_t ActBlockSize(ActFormat fmt) {
@@ -86,109 +64,8 @@ const KernelTable& BestKernels() {
   return internal::ScalarKernels();
 }
 
-bool HasCodec(TensorType type) { return IsComputeSupported(type); }
-
-void DequantizeRow(TensorType type, const void* src, int64_t n, float* dst) {
-  switch (type) {
-    case TensorType::kF32:
-      internal::Dequantize(static_cast<const internal::BlockF32*>(src),
-                           n / internal::BlockF32::kSize, dst);
-      return;
-    case TensorType::kF16:
-      internal::Dequantize(static_cast<const internal::BlockF16*>(src),
-                           n / internal::BlockF16::kSize, dst);
-      return;
-    case TensorType::kBF16:
-      internal::Dequantize(static_cast<const internal::BlockBF16*>(src),
-                           n / internal::BlockBF16::kSize, dst);
-      return;
-    case TensorType::kQ8_0:
-      internal::Dequantize(static_cast<const internal::BlockQ8_0*>(src),
-                           n / internal::BlockQ8_0::kSize, dst);
-      return;
-    case TensorType::kQ4_0:
-      internal::Dequantize(static_cast<const internal::BlockQ4_0*>(src),
-                           n / internal::BlockQ4_0::kSize, dst);
-      return;
-    case TensorType::kQ4_1:
-      internal::Dequantize(static_cast<const internal::BlockQ4_1*>(src),
-                           n / internal::BlockQ4_1::kSize, dst);
-      return;
-    case TensorType::kQ5_0:
-      internal::Dequantize(static_cast<const internal::BlockQ5_0*>(src),
-                           n / internal::BlockQ5_0::kSize, dst);
-      return;
-    case TensorType::kQ5_1:
-      internal::Dequantize(static_cast<const internal::BlockQ5_1*>(src),
-                           n / internal::BlockQ5_1::kSize, dst);
-      return;
-    case TensorType::kQ4_K:
-      internal::Dequantize(static_cast<const internal::BlockQ4_K*>(src),
-                           n / internal::BlockQ4_K::kSize, dst);
-      return;
-    case TensorType::kQ5_K:
-      internal::Dequantize(static_cast<const internal::BlockQ5_K*>(src),
-                           n / internal::BlockQ5_K::kSize, dst);
-      return;
-    case TensorType::kQ6_K:
-      internal::Dequantize(static_cast<const internal::BlockQ6_K*>(src),
-                           n / internal::BlockQ6_K::kSize, dst);
-      return;
-    default:
-      STRATA_CHECK_MSG(false, "DequantizeRow: no codec for this type (check HasCodec)");
-      return;
-  }
-}
-
-void QuantizeRow(TensorType type, const float* src, int64_t n, void* dst) {
-  switch (type) {
-    case TensorType::kF32:
-      internal::Quantize(src, n / internal::BlockF32::kSize, static_cast<internal::BlockF32*>(dst));
-      return;
-    case TensorType::kF16:
-      internal::Quantize(src, n / internal::BlockF16::kSize, static_cast<internal::BlockF16*>(dst));
-      return;
-    case TensorType::kBF16:
-      internal::Quantize(src, n / internal::BlockBF16::kSize,
-                         static_cast<internal::BlockBF16*>(dst));
-      return;
-    case TensorType::kQ8_0:
-      internal::Quantize(src, n / internal::BlockQ8_0::kSize,
-                         static_cast<internal::BlockQ8_0*>(dst));
-      return;
-    case TensorType::kQ4_0:
-      internal::Quantize(src, n / internal::BlockQ4_0::kSize,
-                         static_cast<internal::BlockQ4_0*>(dst));
-      return;
-    case TensorType::kQ4_1:
-      internal::Quantize(src, n / internal::BlockQ4_1::kSize,
-                         static_cast<internal::BlockQ4_1*>(dst));
-      return;
-    case TensorType::kQ5_0:
-      internal::Quantize(src, n / internal::BlockQ5_0::kSize,
-                         static_cast<internal::BlockQ5_0*>(dst));
-      return;
-    case TensorType::kQ5_1:
-      internal::Quantize(src, n / internal::BlockQ5_1::kSize,
-                         static_cast<internal::BlockQ5_1*>(dst));
-      return;
-    case TensorType::kQ4_K:
-      internal::Quantize(src, n / internal::BlockQ4_K::kSize,
-                         static_cast<internal::BlockQ4_K*>(dst));
-      return;
-    case TensorType::kQ5_K:
-      internal::Quantize(src, n / internal::BlockQ5_K::kSize,
-                         static_cast<internal::BlockQ5_K*>(dst));
-      return;
-    case TensorType::kQ6_K:
-      internal::Quantize(src, n / internal::BlockQ6_K::kSize,
-                         static_cast<internal::BlockQ6_K*>(dst));
-      return;
-    default:
-      STRATA_CHECK_MSG(false, "QuantizeRow: no codec for this type (check HasCodec)");
-      return;
-  }
-}
+// ActFormatFor, HasCodec, DequantizeRow and QuantizeRow read the traits table
+// (type_traits.cpp).
 
 float ReferenceDot(TensorType type, const void* w_row, const void* act_row, int64_t n) {
   float out = 0.0f;

@@ -1,11 +1,12 @@
-// The scalar kernels: the reference every SIMD table is tested against. Plain
-// loops in a fixed order; no ISA-specific code.
+// The scalar kernel table: the reference every SIMD table is tested against.
+// Plain loops in a fixed order; no ISA-specific code. Its matmul entries are
+// the block types' reference dot products (internal/blocks.h), one Dot per
+// output (type_traits.cpp).
 #include <cmath>
 #include <cstring>
 
 #include "kernels/internal/blocks.h"
 #include "kernels/internal/kernels_impl.h"
-#include "util/status.h"
 
 namespace strata::kernels::internal {
 namespace {
@@ -60,60 +61,11 @@ void QuantizeActScalar(ActFormat fmt, const float* x, int64_t n, void* out) {
   }
 }
 
-float DotRow(TensorType t, const uint8_t* w, const uint8_t* act, int64_t n) {
-  switch (t) {
-    case TensorType::kF32:
-      return Dot(reinterpret_cast<const BlockF32*>(w), reinterpret_cast<const BlockF32::Act*>(act),
-                 n / BlockF32::kSize);
-    case TensorType::kF16:
-      return Dot(reinterpret_cast<const BlockF16*>(w), reinterpret_cast<const BlockF16::Act*>(act),
-                 n / BlockF16::kSize);
-    case TensorType::kBF16:
-      return Dot(reinterpret_cast<const BlockBF16*>(w),
-                 reinterpret_cast<const BlockBF16::Act*>(act), n / BlockBF16::kSize);
-    case TensorType::kQ8_0:
-      return Dot(reinterpret_cast<const BlockQ8_0*>(w),
-                 reinterpret_cast<const BlockQ8_0::Act*>(act), n / BlockQ8_0::kSize);
-    case TensorType::kQ4_0:
-      return Dot(reinterpret_cast<const BlockQ4_0*>(w),
-                 reinterpret_cast<const BlockQ4_0::Act*>(act), n / BlockQ4_0::kSize);
-    case TensorType::kQ4_1:
-      return Dot(reinterpret_cast<const BlockQ4_1*>(w),
-                 reinterpret_cast<const BlockQ4_1::Act*>(act), n / BlockQ4_1::kSize);
-    case TensorType::kQ5_0:
-      return Dot(reinterpret_cast<const BlockQ5_0*>(w),
-                 reinterpret_cast<const BlockQ5_0::Act*>(act), n / BlockQ5_0::kSize);
-    case TensorType::kQ5_1:
-      return Dot(reinterpret_cast<const BlockQ5_1*>(w),
-                 reinterpret_cast<const BlockQ5_1::Act*>(act), n / BlockQ5_1::kSize);
-    case TensorType::kQ4_K:
-      return Dot(reinterpret_cast<const BlockQ4_K*>(w),
-                 reinterpret_cast<const BlockQ4_K::Act*>(act), n / BlockQ4_K::kSize);
-    case TensorType::kQ5_K:
-      return Dot(reinterpret_cast<const BlockQ5_K*>(w),
-                 reinterpret_cast<const BlockQ5_K::Act*>(act), n / BlockQ5_K::kSize);
-    case TensorType::kQ6_K:
-      return Dot(reinterpret_cast<const BlockQ6_K*>(w),
-                 reinterpret_cast<const BlockQ6_K::Act*>(act), n / BlockQ6_K::kSize);
-    default:
-      STRATA_CHECK_MSG(false, "scalar matmul: weight type without a kernel");
-  }
-  return 0.0f;
-}
-
-void MatMulScalar(const MatMulArgs& a) {
-  for (int64_t r = a.row_begin; r < a.row_end; ++r) {
-    const uint8_t* w = a.w + static_cast<size_t>(r) * a.w_row_bytes;
-    for (int64_t t = 0; t < a.n_tokens; ++t) {
-      a.out[t * a.out_stride + r] = DotRow(a.w_type, w, a.act + t * a.act_row_bytes, a.n);
-    }
-  }
-}
-
 }  // namespace
 
 const KernelTable& ScalarKernels() {
-  static const KernelTable kTable{Isa::kScalar, &QuantizeActScalar, &MatMulScalar, &AttendScalar};
+  static const KernelTable kTable{Isa::kScalar, &QuantizeActScalar, &MatMulByType<Isa::kScalar>,
+                                  &AttendScalar};
   return kTable;
 }
 
