@@ -117,10 +117,9 @@ StatusOr<Weight> TensorLoader::Matrix(const std::string& name, int64_t n_cols, i
                                             ShapeString(t->shape), ShapeString(want)));
   }
   if (!kernels::HasCodec(t->type)) {
-    return util::UnimplementedError(fmt::format(
-        "tensor '{}' has type {}, which strata cannot compute (supported: F32, F16, BF16, Q8_0, "
-        "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
-        name, kernels::TypeName(t->type)));
+    return util::UnimplementedError(
+        fmt::format("tensor '{}' has type {}, which strata cannot compute (supported: {})", name,
+                    kernels::TypeName(t->type), kernels::ComputeSupportedTypeNames()));
   }
   Weight w;
   w.name = name;
