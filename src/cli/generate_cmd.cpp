@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "engine/engine.h"
-#include "engine/generate.h"
+#include "engine/step_loop.h"
 #include "model/transformer.h"
 #include "sampling/sampler.h"
 #include "util/clock.h"
@@ -29,17 +29,63 @@ struct GenerateFlags {
   std::string log_level = "warn";
 };
 
-// Adapts a sampling::Sampler to the engine's TokenChooser.
-class SamplerChooser final : public engine::TokenChooser {
+// Streams one generation to stdout as its tokens come, choosing greedily at
+// temperature 0 and with a seeded sampler otherwise. Runs on the thread that
+// steps the loop (the main thread).
+class StreamSink final : public engine::RequestSink {
  public:
-  explicit SamplerChooser(const sampling::SamplingParams& p) : sampler_(p) {}
-  util::StatusOr<int32_t> Choose(size_t, std::span<const float> logits) override {
-    return sampler_.Sample(logits);
+  StreamSink(const text::Tokenizer& tok, const sampling::SamplingParams& p)
+      : greedy_(p.temperature == 0.0f), sampler_(p), detok_(tok) {}
+  util::StatusOr<int32_t> Choose(std::span<const float> logits) override {
+    return greedy_ ? engine::GreedyToken(logits) : sampler_.Sample(logits);
   }
+  bool OnToken(int32_t id) override {
+    const std::string text = detok_.Push(id);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  }
+  void OnFinish(engine::FinishReason, const util::Status& status, const engine::Usage&) override {
+    status_ = status;
+  }
+  // The bytes held back for an unfinished character (after the last token).
+  std::string Flush() { return detok_.Finish(); }
+  const util::Status& status() const { return status_; }
 
  private:
+  const bool greedy_;
   sampling::Sampler sampler_;
+  text::Detokenizer detok_;
+  util::Status status_;
 };
+
+// Runs `prompt` to the end on the calling thread: prefill in chunks of up
+// to 512 tokens, then one token per step (with -n 0 the prompt is only
+// evaluated). OutOfRange when the prompt and the tokens asked for do not fit
+// the context; otherwise what the request's sink finished with. Returns the
+// loop's counters (tokens, and prefill and decode time).
+util::StatusOr<engine::StepCounters> Generate(engine::Engine& engine, std::vector<int32_t> prompt,
+                                              int32_t n_predict, std::shared_ptr<StreamSink> sink,
+                                              const util::Clock& clock, util::Logger& log) {
+  const int64_t need = static_cast<int64_t>(prompt.size()) + n_predict;
+  if (need > engine.n_ctx()) {
+    return util::OutOfRangeError(fmt::format(
+        "context length exceeded: {} prompt + {} generated tokens do not fit the context of {} "
+        "(--ctx)",
+        prompt.size(), n_predict, engine.n_ctx()));
+  }
+  STRATA_ASSIGN_OR_RETURN(
+      auto loop, engine::StepLoop::Create(engine, {.max_batch_tokens = 512, .clock = &clock}, log));
+  engine::SchedulerRequest req;
+  req.prompt = std::move(prompt);
+  req.max_tokens = n_predict;
+  req.embed = n_predict == 0;  // evaluate the prompt only
+  req.sink = sink;
+  STRATA_RETURN_IF_ERROR(loop->Submit(std::move(req)).status());
+  loop->RunUntilIdle(/*max_running=*/1);
+  STRATA_RETURN_IF_ERROR(sink->status());
+  return loop->counters();
+}
 
 int RunGenerate(const Env& env, const GenerateFlags& f) {
   if (f.n_predict < 0) return UsageError(fmt::format("-n {} must be >= 0", f.n_predict));
@@ -71,45 +117,29 @@ int RunGenerate(const Env& env, const GenerateFlags& f) {
   if (!eng.ok()) return ReportError(eng.status());
 
   const text::Tokenizer& tok = (*model)->tokenizer();
-  engine::GenerationRequest req;
-  req.prompt = tok.Encode(f.prompt, {.add_special = true, .parse_special = false});
-  req.max_tokens = f.n_predict;
-  if (req.prompt.empty()) return UsageError("the prompt encodes to no tokens; give a prompt");
+  std::vector<int32_t> prompt = tok.Encode(f.prompt, {.add_special = true, .parse_special = false});
+  if (prompt.empty()) return UsageError("the prompt encodes to no tokens; give a prompt");
   if (!f.no_echo) {
     std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
     std::fflush(stdout);
   }
 
-  text::Detokenizer detok(tok);
-  auto on_token = [&](size_t, int32_t id) {
-    const std::string text = detok.Push(id);
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-    return true;
-  };
-  std::unique_ptr<engine::TokenChooser> chooser;
-  if (sp.temperature == 0.0f) {
-    chooser = std::make_unique<engine::GreedyChooser>();
-  } else {
-    chooser = std::make_unique<SamplerChooser>(sp);
-  }
-  engine::GenerationStats stats;
-  auto results =
-      engine::GenerateAll(**eng, std::span(&req, 1), *chooser, on_token, {}, clock, &stats);
-  const std::string tail = detok.Finish();
+  auto sink = std::make_shared<StreamSink>(tok, sp);
+  const auto stats = Generate(**eng, std::move(prompt), f.n_predict, sink, clock, *log);
+  const std::string tail = sink->Flush();
   std::fwrite(tail.data(), 1, tail.size(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
-  if (!results.ok()) return ReportError(results.status());
+  if (!stats.ok()) return ReportError(stats.status());
 
   auto rate = [](int64_t n, double s) { return s > 0 ? static_cast<double>(n) / s : 0.0; };
   std::fprintf(stderr,
                "\nstrata: model load %.1f ms | prompt %lld tokens in %.1f ms (%.1f t/s) | "
                "generation %lld tokens in %.1f ms (%.1f t/s) | %s kernels, %d threads, seed %llu\n",
-               load_s * 1e3, static_cast<long long>(stats.prompt_tokens),
-               stats.prompt_seconds * 1e3, rate(stats.prompt_tokens, stats.prompt_seconds),
-               static_cast<long long>(stats.generated_tokens), stats.decode_seconds * 1e3,
-               rate(stats.generated_tokens - 1, stats.decode_seconds),
+               load_s * 1e3, static_cast<long long>(stats->prompt_tokens),
+               stats->prefill_seconds * 1e3, rate(stats->prompt_tokens, stats->prefill_seconds),
+               static_cast<long long>(stats->generated_tokens), stats->decode_seconds * 1e3,
+               rate(stats->generated_tokens - 1, stats->decode_seconds),
                std::string(kernels::IsaName((*eng)->kernels().isa)).c_str(), f.threads,
                static_cast<unsigned long long>(sp.seed));
   return kExitOk;

@@ -32,7 +32,7 @@ util::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model
   }
   const int64_t per_seq = (n_ctx + o.block_size - 1) / o.block_size;
   const int64_t n_blocks = o.n_kv_blocks > 0 ? o.n_kv_blocks : per_seq * o.n_seq_max;
-  const double bytes = static_cast<double>(model::KvFloatsPerBlock(c, o.block_size)) * 4.0 *
+  const double bytes = static_cast<double>(c.kv_layout(o.block_size).block_floats()) * 4.0 *
                        static_cast<double>(n_blocks);
   if (n_blocks > INT32_MAX || bytes > 1024.0 * 1024 * 1024 * 1024) {
     return util::InvalidArgumentError(fmt::format("KV cache of {} blocks ({:.1f} GiB) is too large",

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "engine/kv_pool.h"
+#include "model/forward.h"
 #include "model/transformer.h"
 #include "util/log.h"
 #include "util/status.h"

@@ -10,12 +10,11 @@ KvBlockPool::KvBlockPool(const model::ModelConfig& config, int32_t n_blocks, int
                          std::unique_ptr<BlockEvictionPolicy> eviction)
     : n_blocks_(n_blocks),
       block_size_(block_size),
-      floats_per_block_(model::KvFloatsPerBlock(config, block_size)),
-      row_floats_(static_cast<size_t>(config.kv_dim())),
-      bytes_(floats_per_block_ * sizeof(float) * static_cast<size_t>(n_blocks)),
+      layout_(config.kv_layout(block_size)),
+      bytes_(layout_.block_floats() * sizeof(float) * static_cast<size_t>(n_blocks)),
       // new float[] without () leaves the memory untouched: pages are faulted in
       // only when a block is first written.
-      data_(new float[floats_per_block_ * static_cast<size_t>(n_blocks)]),
+      data_(new float[layout_.block_floats() * static_cast<size_t>(n_blocks)]),
       refs_(static_cast<size_t>(n_blocks), 0),
       hashes_(static_cast<size_t>(n_blocks), 0),
       parents_(static_cast<size_t>(n_blocks), 0),
@@ -147,13 +146,16 @@ std::optional<KvBlockPool::PartialMatch> KvBlockPool::LongestPartialMatch(
 void KvBlockPool::CopyPositions(int32_t from, int32_t to, int32_t n) {
   STRATA_CHECK(from >= 0 && from < n_blocks_ && to >= 0 && to < n_blocks_ && n >= 0 &&
                n <= block_size_);
-  // Each block is [n_layers][2 (K, V)][block_size][kv_dim]: the first n rows of
-  // every (layer, K|V) group.
-  const size_t group = static_cast<size_t>(block_size_) * row_floats_;
-  const size_t rows = static_cast<size_t>(n) * row_floats_;
-  const float* src = data_.get() + static_cast<size_t>(from) * floats_per_block_;
-  float* dst = data_.get() + static_cast<size_t>(to) * floats_per_block_;
-  for (size_t g = 0; g < floats_per_block_; g += group) std::copy_n(src + g, rows, dst + g);
+  // The first n rows of every (layer, K|V) part.
+  const size_t rows = static_cast<size_t>(n) * layout_.row_floats();
+  const float* src = data_.get() + layout_.SlotOffset(from, 0);
+  float* dst = data_.get() + layout_.SlotOffset(to, 0);
+  for (int32_t l = 0; l < layout_.n_layers(); ++l) {
+    for (const model::KvPart part : {model::KvPart::kKey, model::KvPart::kValue}) {
+      const size_t at = layout_.PartOffset(l, part);
+      std::copy_n(src + at, rows, dst + at);
+    }
+  }
 }
 
 util::Status BlockTable::Reserve(KvBlockPool& pool, int32_t n_tokens) {

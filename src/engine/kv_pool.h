@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "engine/block_eviction.h"
+#include "model/kv_layout.h"
 #include "model/transformer.h"
 #include "util/status.h"
 
@@ -74,7 +75,8 @@ class KvBlockPool {
   // Published blocks, referenced or not: what the prefix cache holds.
   int32_t n_published() const { return static_cast<int32_t>(index_.size()); }
   size_t bytes() const { return bytes_; }
-  size_t bytes_per_block() const { return floats_per_block_ * sizeof(float); }
+  size_t bytes_per_block() const { return layout_.block_floats() * sizeof(float); }
+  const model::KvLayout& layout() const { return layout_; }
 
   // A block with reference count 1: a never-used one if any, else the cached
   // block the eviction policy picks (its content forgotten); nullopt if every
@@ -127,10 +129,9 @@ class KvBlockPool {
 
   const int32_t n_blocks_;
   const int32_t block_size_;
-  const size_t floats_per_block_;
-  const size_t row_floats_;  // one position of one layer's K or V
+  const model::KvLayout layout_;
   const size_t bytes_;
-  std::unique_ptr<float[]> data_;  // [n_blocks][floats_per_block], see model::KvBuffer
+  std::unique_ptr<float[]> data_;  // [n_blocks][layout_.block_floats()], see model::KvLayout
   std::vector<int32_t> refs_;      // per block
   std::vector<int32_t> free_;      // stack of never-used or forgotten block ids
   std::vector<uint64_t> hashes_;   // per block: published hash, 0 if none

@@ -1,26 +1,10 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include <fmt/format.h>
 
 namespace strata::engine {
-
-struct Scheduler::Active {
-  RequestId id = 0;
-  SchedulerRequest req;
-  SeqId seq = 0;                // engine sequence while running, 0 otherwise
-  std::vector<int32_t> tokens;  // prompt then generated tokens
-  int32_t n_prompt = 0;
-  int32_t n_evaluated = 0;  // leading tokens already in the KV cache
-  int32_t generated = 0;
-  int32_t preemptions = 0;
-  int32_t cached_tokens = -1;  // prompt tokens adopted from the prefix cache at first admission
-  std::vector<double> embedding_sum;  // embedding requests: Σ hidden states so far
-  int32_t remaining() const { return static_cast<int32_t>(tokens.size()) - n_evaluated; }
-  bool decoding() const { return !req.embed && remaining() == 1; }
-};
 
 util::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(Engine& engine,
                                                             const SchedulerOptions& o,
@@ -29,10 +13,6 @@ util::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(Engine& engine,
     return util::InvalidArgumentError(
         fmt::format("max_running {} is outside [1, 4096]", o.max_running));
   }
-  if (o.max_batch_tokens < 1 || o.max_batch_tokens > 65536) {
-    return util::InvalidArgumentError(
-        fmt::format("max_batch_tokens {} is outside [1, 65536]", o.max_batch_tokens));
-  }
   if (o.max_queue < 0 || o.max_queue > 1000000) {
     return util::InvalidArgumentError(
         fmt::format("max_queue {} is outside [0, 1000000]", o.max_queue));
@@ -40,20 +20,18 @@ util::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(Engine& engine,
   if (o.control != nullptr && o.control->idle_tick().count() <= 0) {
     return util::InvalidArgumentError("the scheduler control's idle tick must be positive");
   }
-  const int32_t per_ctx =
-      (engine.n_ctx() + engine.kv_pool().block_size() - 1) / engine.kv_pool().block_size();
-  if (engine.kv_pool().n_blocks() < per_ctx) {
-    return util::InvalidArgumentError(
-        fmt::format("the KV cache ({} blocks) cannot hold one full context ({} blocks)",
-                    engine.kv_pool().n_blocks(), per_ctx));
-  }
-  return std::unique_ptr<Scheduler>(new Scheduler(engine, o, log));
+  std::unique_ptr<Scheduler> s(new Scheduler(engine, o, log));
+  // The step loop checks max_batch_tokens and that the KV pool holds one
+  // full context.
+  STRATA_ASSIGN_OR_RETURN(
+      s->loop_, StepLoop::Create(engine, {.max_batch_tokens = o.max_batch_tokens}, log, s.get()));
+  s->thread_ = std::thread([p = s.get()] { p->Loop(); });
+  return s;
 }
 
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options, util::Logger& log)
     : engine_(engine), options_(options), log_(log) {
   stats_.kv_blocks_total = engine_.kv_pool().n_blocks();
-  thread_ = std::thread([this] { Loop(); });
 }
 
 Scheduler::~Scheduler() {
@@ -62,35 +40,11 @@ Scheduler::~Scheduler() {
     stop_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 util::StatusOr<RequestId> Scheduler::Submit(SchedulerRequest request) {
-  if (request.sink == nullptr) return util::InvalidArgumentError("request has no sink");
-  if (request.prompt.empty()) return util::InvalidArgumentError("the prompt is empty");
-  if (request.max_tokens < 1 && !request.embed) {
-    return util::InvalidArgumentError(
-        fmt::format("max_tokens {} must be >= 1", request.max_tokens));
-  }
-  for (int32_t t : request.prompt) {
-    if (t < 0 || t >= engine_.n_vocab()) {
-      return util::InvalidArgumentError(
-          fmt::format("token id {} is outside the vocabulary [0, {})", t, engine_.n_vocab()));
-    }
-  }
-  if (request.embed && static_cast<int64_t>(request.prompt.size()) > engine_.n_ctx()) {
-    return util::OutOfRangeError(
-               fmt::format("context length exceeded: the input has {} tokens, the context holds {}",
-                           request.prompt.size(), engine_.n_ctx()))
-        .WithReason(util::ErrorReason::kContextLengthExceeded);
-  }
-  if (!request.embed && static_cast<int64_t>(request.prompt.size()) >= engine_.n_ctx()) {
-    return util::OutOfRangeError(
-               fmt::format("context length exceeded: the prompt has {} tokens, the context holds "
-                           "{} (and at least one must be generated)",
-                           request.prompt.size(), engine_.n_ctx()))
-        .WithReason(util::ErrorReason::kContextLengthExceeded);
-  }
+  STRATA_RETURN_IF_ERROR(StepLoop::Check(engine_, request));
   std::lock_guard<std::mutex> lock(mu_);
   if (draining_ || stop_) {
     return util::UnavailableError("the server is shutting down")
@@ -149,27 +103,32 @@ bool Scheduler::Drain(std::chrono::milliseconds grace) {
   return false;
 }
 
-void Scheduler::Finish(Active& a, FinishReason reason, const util::Status& status) {
-  if (a.seq != 0) {
-    engine_.FreeSequence(a.seq);
-    a.seq = 0;
-  }
-  {
-    // Publish the freed blocks before the sink hears of the end, so whoever it
-    // wakes sees them.
-    std::lock_guard<std::mutex> lock(mu_);
-    PublishPoolStats();
-  }
-  Usage u;
-  u.prompt_tokens = a.n_prompt;
-  u.cached_tokens = std::max(a.cached_tokens, 0);
-  u.completion_tokens = a.generated;
-  u.preemptions = a.preemptions;
-  a.req.sink->OnFinish(reason, status, u);
-  by_id_.erase(a.id);
+void Scheduler::OnStepEvent(StepEvent event) {
+  const StepCounters& c = loop_->counters();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    --in_flight_;
+    switch (event) {
+      case StepEvent::kAdmitted:
+        // Submit counts the waiting requests against the control's limit.
+        stats_.running = loop_->n_running();
+        stats_.prefix_prompt_tokens = c.prefix_prompt_tokens;
+        stats_.prefix_cached_tokens = c.prefix_cached_tokens;
+        return;
+      case StepEvent::kPreempted:
+        stats_.preemptions = c.preemptions;
+        return;
+      case StepEvent::kStepped:
+        stats_.steps = c.steps;
+        stats_.prompt_tokens = c.prompt_tokens;
+        stats_.generated_tokens = c.generated_tokens;
+        return;
+      case StepEvent::kFinishing:
+        PublishPoolStats();
+        return;
+      case StepEvent::kFinished:
+        --in_flight_;
+        break;
+    }
   }
   finished_.notify_all();
 }
@@ -189,32 +148,16 @@ void Scheduler::PublishPoolStats() {
   stats_.prefix_bytes = static_cast<int64_t>(pool.bytes_per_block()) * pool.n_published();
 }
 
-void Scheduler::PreemptNewest() {
-  std::unique_ptr<Active> a = std::move(running_.back());
-  running_.pop_back();
-  engine_.FreeSequence(a->seq);
-  a->seq = 0;
-  a->n_evaluated = 0;  // everything is recomputed on readmission
-  a->embedding_sum.clear();
-  ++a->preemptions;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.preemptions;
-  }
-  log_.Debug("preempted request {} ({} tokens) to free KV blocks", a->id, a->tokens.size());
-  waiting_.push_front(std::move(a));
-}
-
 int32_t Scheduler::RunningCap() {
   if (options_.control == nullptr) return options_.max_running;
   SchedulerStats now;
   {
     std::lock_guard<std::mutex> lock(mu_);
     now = stats_;
-    now.waiting = static_cast<int32_t>(waiting_.size() + incoming_.size());
+    now.waiting = loop_->n_waiting() + static_cast<int32_t>(incoming_.size());
     now.draining = draining_;
   }
-  now.running = static_cast<int32_t>(running_.size());
+  now.running = loop_->n_running();
   now.kv_blocks_used = engine_.kv_pool().n_used();
   const AdmissionLimits limits = options_.control->BeforeAdmission(now);
   {
@@ -225,175 +168,13 @@ int32_t Scheduler::RunningCap() {
                                  : std::min(limits.max_running, options_.max_running);
 }
 
-bool Scheduler::StepOnce(int32_t max_running) {
-  const KvBlockPool& pool = engine_.kv_pool();
-  const int32_t bs = pool.block_size();
-  auto blocks_for = [bs](int64_t n) { return static_cast<int32_t>((n + bs - 1) / bs); };
-
-  // Admit waiting requests while sequences and KV blocks allow: a request is
-  // admitted when its whole sequence fits beside one spare block per running
-  // request, so admitting it does not immediately force a preemption.
-  int64_t prefix_prompt_tokens = 0, prefix_cached_tokens = 0;
-  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < max_running) {
-    Active& head = *waiting_.front();
-    const int32_t need = blocks_for(static_cast<int64_t>(head.tokens.size()) + 1);
-    const int32_t spare = pool.n_free() - static_cast<int32_t>(running_.size());
-    if (need > spare && !running_.empty()) break;
-    head.seq = engine_.NewSequence(head.req.cache_namespace);
-    // An embedding needs every prompt token's hidden state, which cached KV
-    // blocks do not hold: it computes them all (and still publishes its
-    // blocks for later requests).
-    head.n_evaluated = head.req.embed ? 0 : engine_.AttachCachedPrefix(head.seq, head.tokens);
-    if (head.cached_tokens < 0) {
-      // First admission: the request's terms are fixed now, for good.
-      head.cached_tokens = std::min(head.n_evaluated, head.n_prompt);
-      if (head.req.cache_namespace != 0 && !head.req.embed) {  // it looked the cache up
-        prefix_prompt_tokens += head.n_prompt;
-        prefix_cached_tokens += head.cached_tokens;
-      }
-      const int32_t cap = head.req.sink->OnAdmit();
-      if (cap > 0) head.req.max_tokens = std::min(head.req.max_tokens, cap);
-    }
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-  }
-  {
-    // Submit counts the waiting requests against the control's limit.
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.running = static_cast<int32_t>(running_.size());
-    stats_.prefix_prompt_tokens += prefix_prompt_tokens;
-    stats_.prefix_cached_tokens += prefix_cached_tokens;
-  }
-  if (running_.empty()) return false;
-
-  while (true) {
-    // Decode tokens first (one per request whose sequence lacks only its last
-    // token), then prompt chunks in admission order, within the token budget.
-    std::vector<Engine::Work> work;
-    std::vector<Active*> owners;
-    int32_t budget = options_.max_batch_tokens;
-    for (auto& a : running_) {
-      if (a->decoding() && budget > 0) {
-        work.push_back(
-            {a->seq, std::span(a->tokens).subspan(static_cast<size_t>(a->n_evaluated), 1), true});
-        owners.push_back(a.get());
-        --budget;
-      }
-    }
-    for (auto& a : running_) {
-      if (!a->decoding() && a->remaining() > 0 && budget > 0) {
-        const int32_t k = std::min(a->remaining(), budget);
-        const bool last = k == a->remaining();
-        work.push_back({a->seq,
-                        std::span(a->tokens).subspan(static_cast<size_t>(a->n_evaluated),
-                                                     static_cast<size_t>(k)),
-                        last && !a->req.embed, a->req.embed});
-        owners.push_back(a.get());
-        budget -= k;
-      }
-    }
-    if (work.empty()) return false;
-
-    auto logits = engine_.Step(work);
-    if (!logits.ok() && logits.status().code() == util::StatusCode::kResourceExhausted &&
-        running_.size() > 1) {
-      PreemptNewest();
-      continue;  // rebuild the step without it
-    }
-    if (!logits.ok()) {
-      // Not a capacity problem: fail the requests of this step rather than retry forever.
-      log_.Error("step failed: {}", logits.status().ToString());
-      for (Active* a : owners) {
-        auto it = std::find_if(running_.begin(), running_.end(),
-                               [a](const auto& p) { return p.get() == a; });
-        Finish(*a, FinishReason::kStop, logits.status());
-        running_.erase(it);
-      }
-      return true;
-    }
-
-    int64_t prompt_tokens = 0, generated = 0;
-    size_t li = 0, hi = 0;
-    const size_t n_embd = static_cast<size_t>(engine_.model().config().n_embd);
-    const std::span<const float> hidden = engine_.hidden();
-    std::vector<Active*> done;
-    std::vector<std::pair<FinishReason, util::Status>> done_why;
-    for (size_t k = 0; k < work.size(); ++k) {
-      Active& a = *owners[k];
-      a.n_evaluated += static_cast<int32_t>(work[k].tokens.size());
-      if (a.n_evaluated <= a.n_prompt) prompt_tokens += static_cast<int64_t>(work[k].tokens.size());
-      if (work[k].hidden) {
-        a.embedding_sum.resize(n_embd, 0.0);
-        for (size_t t = 0; t < work[k].tokens.size(); ++t, ++hi) {
-          for (size_t d = 0; d < n_embd; ++d) a.embedding_sum[d] += hidden[hi * n_embd + d];
-        }
-        if (a.remaining() == 0) {
-          // Mean over the prompt, then unit length.
-          double norm = 0;
-          for (double& v : a.embedding_sum) {
-            v /= static_cast<double>(a.n_prompt);
-            norm += v * v;
-          }
-          norm = std::sqrt(norm);
-          std::vector<float> e(n_embd);
-          for (size_t d = 0; d < n_embd; ++d) {
-            e[d] = static_cast<float>(norm > 0 ? a.embedding_sum[d] / norm : 0.0);
-          }
-          a.req.sink->OnEmbedding(std::move(e));
-          done.push_back(&a);
-          done_why.emplace_back(FinishReason::kStop, util::OkStatus());
-        }
-        continue;
-      }
-      if (!work[k].logits) continue;
-      auto row = logits->subspan(li * static_cast<size_t>(engine_.n_vocab()),
-                                 static_cast<size_t>(engine_.n_vocab()));
-      ++li;
-      auto token = a.req.sink->Choose(row);
-      if (!token.ok()) {
-        done.push_back(&a);
-        done_why.emplace_back(FinishReason::kStop, token.status());
-        continue;
-      }
-      a.tokens.push_back(*token);
-      ++a.generated;
-      ++generated;
-      const bool keep = a.req.sink->OnToken(*token);
-      if (a.req.stop_at_eog && engine_.model().tokenizer().IsEog(*token)) {
-        done.push_back(&a);
-        done_why.emplace_back(FinishReason::kStop, util::OkStatus());
-      } else if (!keep) {
-        done.push_back(&a);
-        done_why.emplace_back(FinishReason::kStop, util::OkStatus());
-      } else if (a.generated >= a.req.max_tokens ||
-                 static_cast<int32_t>(a.tokens.size()) >= engine_.n_ctx()) {
-        done.push_back(&a);
-        done_why.emplace_back(FinishReason::kLength, util::OkStatus());
-      }
-    }
-    for (size_t i = 0; i < done.size(); ++i) {
-      Active* a = done[i];
-      auto it = std::find_if(running_.begin(), running_.end(),
-                             [a](const auto& p) { return p.get() == a; });
-      std::unique_ptr<Active> owned = std::move(*it);
-      running_.erase(it);
-      Finish(*owned, done_why[i].first, done_why[i].second);
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.steps;
-    stats_.prompt_tokens += prompt_tokens;
-    stats_.generated_tokens += generated;
-    return true;
-  }
-}
-
 void Scheduler::Loop() {
   while (true) {
     std::vector<RequestId> cancels;
     bool stop = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      const bool busy = !running_.empty() || !waiting_.empty();
+      const bool busy = loop_->n_running() > 0 || loop_->n_waiting() > 0;
       auto woken = [this] { return stop_ || !incoming_.empty() || !cancels_.empty(); };
       if (!busy && options_.control != nullptr) {
         // Wake up now and then so the control sees quiet time pass.
@@ -401,54 +182,20 @@ void Scheduler::Loop() {
       } else if (!busy) {
         wake_.wait(lock, woken);
       }
-      while (!incoming_.empty()) {
-        auto a = std::make_unique<Active>();
-        a->id = incoming_.front().first;
-        a->req = std::move(incoming_.front().second);
-        incoming_.pop_front();
-        a->tokens = a->req.prompt;
-        a->n_prompt = static_cast<int32_t>(a->tokens.size());
-        by_id_[a->id] = a.get();
-        waiting_.push_back(std::move(a));
-      }
+      for (auto& [id, request] : incoming_) loop_->Add(id, std::move(request));
+      incoming_.clear();
       cancels.swap(cancels_);
       stop = stop_;
     }
     if (stop) {
-      for (auto& a : waiting_) {
-        Finish(*a, FinishReason::kCancelled, util::CancelledError("the scheduler stopped"));
-      }
-      waiting_.clear();
-      for (auto& a : running_) {
-        Finish(*a, FinishReason::kCancelled, util::CancelledError("the scheduler stopped"));
-      }
-      running_.clear();
+      loop_->CancelAll(util::CancelledError("the scheduler stopped"));
       return;
     }
-    for (RequestId id : cancels) {
-      auto found = by_id_.find(id);
-      if (found == by_id_.end()) continue;
-      Active* a = found->second;
-      auto rit = std::find_if(running_.begin(), running_.end(),
-                              [a](const auto& p) { return p.get() == a; });
-      if (rit != running_.end()) {
-        std::unique_ptr<Active> owned = std::move(*rit);
-        running_.erase(rit);
-        Finish(*owned, FinishReason::kCancelled, util::OkStatus());
-        continue;
-      }
-      auto wit = std::find_if(waiting_.begin(), waiting_.end(),
-                              [a](const auto& p) { return p.get() == a; });
-      if (wit != waiting_.end()) {
-        std::unique_ptr<Active> owned = std::move(*wit);
-        waiting_.erase(wit);
-        Finish(*owned, FinishReason::kCancelled, util::OkStatus());
-      }
-    }
-    StepOnce(RunningCap());
+    for (RequestId id : cancels) loop_->Cancel(id);
+    loop_->Step(RunningCap());
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.waiting = static_cast<int32_t>(waiting_.size());
-    stats_.running = static_cast<int32_t>(running_.size());
+    stats_.waiting = loop_->n_waiting();
+    stats_.running = loop_->n_running();
     PublishPoolStats();
   }
 }

@@ -8,7 +8,9 @@
 // request is preempted (its blocks freed, its tokens recomputed later, its
 // output unchanged); a request that fits the context never fails for lack of
 // blocks. A cancelled request (client gone) is removed and its blocks freed
-// within one step. Every request ends with exactly one OnFinish.
+// within one step. Every request ends with exactly one OnFinish. The steps
+// themselves are a StepLoop's (step_loop.h), driven by the scheduler thread;
+// the scheduler adds the inbox, the control and the published stats.
 //
 // An optional SchedulerControl (e.g. the RT-Switcher's, gateway/rt_control.h)
 // is asked before every admission round how many sequences may run at once
@@ -40,57 +42,14 @@
 #include <mutex>
 #include <span>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/generate.h"
+#include "engine/step_loop.h"
 #include "util/log.h"
 #include "util/status.h"
 
 namespace strata::engine {
-
-using RequestId = uint64_t;
-
-struct Usage {
-  int32_t prompt_tokens = 0;
-  int32_t cached_tokens = 0;  // prompt tokens whose KV blocks came from the prefix cache
-  int32_t completion_tokens = 0;
-  int32_t preemptions = 0;  // times the request was evicted and recomputed
-};
-
-// What the scheduler calls back, on its own thread, for one request. The
-// implementation (the gateway) samples, streams and decides when to stop.
-class RequestSink {
- public:
-  virtual ~RequestSink() = default;
-  // Once, when the request first gets a sequence (not again after a
-  // preemption), before any Choose. Returns a cap on its max_tokens (0 = none):
-  // the request runs to the end on the terms it was admitted with.
-  virtual int32_t OnAdmit() { return 0; }
-  // Picks the next token from this step's logits ([n_vocab]).
-  virtual util::StatusOr<int32_t> Choose(std::span<const float> logits) = 0;
-  // A token was generated. Return false to end the request (stop string found).
-  virtual bool OnToken(int32_t token) = 0;
-  // For embedding requests: the mean of the prompt tokens' final hidden
-  // states, L2-normalised; called once, just before OnFinish.
-  virtual void OnEmbedding(std::vector<float> /*embedding*/) {}
-  // Exactly once. `status` is OK unless the request failed; `reason` says why
-  // it ended (kStop: end-of-generation token or OnToken returned false;
-  // kLength: max_tokens or the context; kCancelled: Cancel or drain timeout).
-  virtual void OnFinish(FinishReason reason, const util::Status& status, const Usage& usage) = 0;
-};
-
-struct SchedulerRequest {
-  std::vector<int32_t> prompt;  // non-empty, shorter than the context
-  int32_t max_tokens = 16;      // >= 1; capped by the context
-  bool stop_at_eog = true;
-  std::shared_ptr<RequestSink> sink;  // required
-  bool embed = false;  // evaluate the prompt only and report its embedding (no generation)
-  // != 0: use the prefix cache within this namespace (an embedding request
-  // publishes its blocks but adopts none: it needs every hidden state)
-  uint64_t cache_namespace = 0;
-};
 
 struct SchedulerStats {
   int32_t waiting = 0;
@@ -146,7 +105,7 @@ struct SchedulerOptions {
   SchedulerControl* control = nullptr;
 };
 
-class Scheduler {
+class Scheduler final : private StepObserver {
  public:
   // Starts the scheduler thread; `engine` (and everything it uses) must outlive
   // the Scheduler and is used only from that thread from now on.
@@ -173,18 +132,14 @@ class Scheduler {
   bool Drain(std::chrono::milliseconds grace);
 
  private:
-  struct Active;
   Scheduler(Engine& engine, const SchedulerOptions& options, util::Logger& log);
   void Loop();
-  // One forward pass over decode tokens and prompt chunks, admitting waiting
-  // requests while fewer than `max_running` run; false if idle.
-  bool StepOnce(int32_t max_running);
   // The cap on running sequences for the next admission round.
   int32_t RunningCap();
-  void Finish(Active& a, FinishReason reason, const util::Status& status);
+  // Publishes what the loop reports into stats_ (and wakes Drain).
+  void OnStepEvent(StepEvent event) override;
   // Copies the KV pool's state into stats_; the caller holds mu_.
   void PublishPoolStats();
-  void PreemptNewest();
 
   Engine& engine_;
   const SchedulerOptions options_;
@@ -203,10 +158,9 @@ class Scheduler {
   bool stop_ = false;
   SchedulerStats stats_;  // published by the scheduler thread after each step
 
-  // Owned by the scheduler thread.
-  std::deque<std::unique_ptr<Active>> waiting_;   // admitted order, preempted ones at the front
-  std::vector<std::unique_ptr<Active>> running_;  // admission order (newest last)
-  std::unordered_map<RequestId, Active*> by_id_;
+  // Owned by the scheduler thread (set by Start before the thread starts):
+  // the waiting and running requests and every step.
+  std::unique_ptr<StepLoop> loop_;
 
   std::thread thread_;  // last: started after everything above is initialised
 };

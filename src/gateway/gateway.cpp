@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
-#include <mutex>
 
 #include <fmt/format.h>
 
+#include "gateway/internal/embedding_sink.h"
 #include "gateway/internal/flight.h"
 #include "gateway/internal/near_dup_request.h"
 #include "gateway/internal/stored_codec.h"
@@ -254,8 +253,7 @@ class ChoiceSink final : public engine::RequestSink {
     return !stop_.stopped();
   }
 
-  void OnFinish(engine::FinishReason reason, const util::Status& status,
-                const engine::Usage& usage) override {
+  void OnFinish(FinishReason reason, const util::Status& status, const Usage& usage) override {
     Event tail;
     tail.index = index_;
     tail.text = stop_.Push(detok_.Finish());
@@ -273,12 +271,12 @@ class ChoiceSink final : public engine::RequestSink {
     e.kind = Event::Kind::kFinish;
     e.index = index_;
     e.status = status;
-    e.usage.prompt_tokens = usage.prompt_tokens;
-    e.usage.cached_tokens = usage.cached_tokens;
-    e.usage.completion_tokens = usage.completion_tokens;
-    if (!status.ok() || reason == engine::FinishReason::kCancelled) {
+    e.usage = usage;
+    // The engine ends the turn or stops on our matcher; which string matched
+    // is ours to say (FinishReason).
+    if (!status.ok() || reason == FinishReason::kCancelled) {
       e.finish = FinishReason::kCancelled;
-    } else if (reason == engine::FinishReason::kLength) {
+    } else if (reason == FinishReason::kLength) {
       e.finish = FinishReason::kLength;
     } else if (stop_.stopped() && std::find(user_stops_.begin(), user_stops_.end(),
                                             stop_.matched()) != user_stops_.end()) {
@@ -294,7 +292,7 @@ class ChoiceSink final : public engine::RequestSink {
 
  private:
   // The choice's timing line (queue wait, prefill, decode, TTFT) and the terms it ran on.
-  void Trace(std::chrono::steady_clock::time_point end, const engine::Usage& usage) {
+  void Trace(std::chrono::steady_clock::time_point end, const Usage& usage) {
     metrics_->traced.Inc();
     if (ctx_.log == nullptr) return;
     auto ms = [](auto a, auto b) {
@@ -370,66 +368,6 @@ class ChoiceSink final : public engine::RequestSink {
   std::chrono::steady_clock::time_point first_;
   int32_t n_tokens_ = 0;
   std::optional<TokenLogprob> pending_lp_;
-};
-
-// Collects the embeddings of one request's inputs (scheduler thread writes,
-// the caller waits).
-class EmbeddingBatch {
- public:
-  explicit EmbeddingBatch(size_t n) : results_(n), pending_(n) {}
-  void Set(size_t i, std::vector<float> e) {
-    std::lock_guard<std::mutex> lock(mu_);
-    results_[i] = std::move(e);
-  }
-  void Finish(const util::Status& st) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!st.ok() && status_.ok()) status_ = st;
-    --pending_;
-    cv_.notify_all();
-  }
-  // false on timeout.
-  bool Wait(std::chrono::steady_clock::time_point deadline) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_until(lock, deadline, [this] { return pending_ == 0; });
-  }
-  util::Status status() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return status_;
-  }
-  std::vector<std::vector<float>> Take() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return std::move(results_);
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::vector<float>> results_;  // guarded by mu_
-  size_t pending_;                           // guarded by mu_
-  util::Status status_;                      // guarded by mu_
-};
-
-class EmbeddingSink final : public engine::RequestSink {
- public:
-  EmbeddingSink(std::shared_ptr<EmbeddingBatch> batch, size_t index)
-      : batch_(std::move(batch)), index_(index) {}
-  util::StatusOr<int32_t> Choose(std::span<const float>) override {
-    return util::InternalError("embedding requests do not sample");
-  }
-  bool OnToken(int32_t) override { return false; }
-  void OnEmbedding(std::vector<float> e) override { batch_->Set(index_, std::move(e)); }
-  void OnFinish(engine::FinishReason reason, const util::Status& status,
-                const engine::Usage&) override {
-    if (status.ok() && reason == engine::FinishReason::kCancelled) {
-      batch_->Finish(util::CancelledError("the embedding request was cancelled"));
-    } else {
-      batch_->Finish(status);
-    }
-  }
-
- private:
-  std::shared_ptr<EmbeddingBatch> batch_;
-  const size_t index_;
 };
 
 }  // namespace

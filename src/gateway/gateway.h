@@ -166,19 +166,17 @@ enum class CacheOutcome {
 // "miss", "l1", "l3", "coalesced".
 std::string_view CacheOutcomeName(CacheOutcome outcome);
 
-// How a choice ended (the HTTP layer maps these to each API's words).
-enum class FinishReason {
-  kEndOfTurn,   // the model ended its turn (an end-of-generation token or turn-end text)
-  kStopString,  // a stop string of the request matched (Event::stop_sequence says which)
-  kLength,      // max_tokens or the context
-  kCancelled,   // cancelled, or failed (see Event::status)
-};
-
-struct Usage {
-  int32_t prompt_tokens = 0;
-  int32_t cached_tokens = 0;  // of prompt_tokens, served from the prefix cache (L2)
-  int32_t completion_tokens = 0;
-};
+// How a choice ended (the HTTP layer maps these to each API's words): the
+// engine's reasons (engine/request.h), with the stop decided here. The
+// step loop ends a choice on an end-of-generation token (kEndOfTurn), on
+// max_tokens or the context (kLength), on cancellation or failure
+// (kCancelled, Event::status says which), and when the choice's stop matcher
+// matched; then the gateway says which string did: one of the request's own
+// stop strings is kStopString (Event::stop_sequence), the chat template's
+// turn-end text is kEndOfTurn.
+using FinishReason = engine::FinishReason;
+// Token counts of a choice; preemptions are the engine's (0 in a replay).
+using Usage = engine::Usage;
 
 struct TokenLogprob {
   std::string text;  // the token's bytes as text (may be partial UTF-8, sanitized)

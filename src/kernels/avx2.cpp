@@ -1,11 +1,14 @@
 // AVX2 kernels (with FMA and F16C): F32/F16/BF16 weights with 8-wide FMAs,
 // the 32-blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and the k-quants (Q4_K, Q5_K,
 // Q6_K) with 16-bit multiply-adds. For CPUs without the AVX-512 set
-// kernels_avx512.cpp needs.
+// avx512.cpp needs. The matmul entries (one template per micro-kernel family,
+// instantiated at the end for the types the traits table gives them) are
+// declared in internal/kernels_impl.h.
 #include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/internal/blocks.h"
 #include "kernels/internal/kernels_impl.h"
@@ -17,6 +20,7 @@ namespace strata::kernels::internal {
 namespace {
 
 #include "kernels/internal/matmul_tiles.inc"
+#include "kernels/internal/simd_shared.inc"
 
 // Loads 8 weights as floats from `p` (element k), or the `left` < 8 remaining
 // ones padded with zeros.
@@ -53,8 +57,19 @@ struct Bf16Load {
   }
 };
 
-template <typename L>
+// The loader of each float type.
+template <typename Block>
+struct FloatLoad;
+template <>
+struct FloatLoad<BlockF32> : F32Load {};
+template <>
+struct FloatLoad<BlockF16> : F16Load {};
+template <>
+struct FloatLoad<BlockBF16> : Bf16Load {};
+
+template <typename Block>
 struct FloatMicro {
+  using L = FloatLoad<Block>;
   template <int R, int T>
   void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
     const void* w[R];
@@ -79,10 +94,12 @@ struct FloatMicro {
 
 // Q8_0 x Q8: |w| times x with w's sign (maddubs needs one unsigned operand and
 // the pair sums stay below 2^15), then pairs of 16-bit sums to 32 bits.
-struct Q8_0Micro {
+template <typename Block>
+struct Signed8Micro {
+  static_assert(Block::kBits == 8 && !Block::kHasMin, "int8 codes, x = d·q");
   template <int R, int T>
   void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
-    const BlockQ8_0* w[R];
+    const Block* w[R];
     const ActBlockQ8* x[T];
     TileRowPtrs(a, r0, t0, w, x);
     __m256 acc[R][T];
@@ -117,12 +134,9 @@ struct Q8_0Micro {
 // minus the offset (8 for Q4_0, 16 for Q5_0) times the block's sum, added in
 // integers; Q4_1/Q5_1 add their min m through lane 0: acc += [m, 0, ..., 0] ·
 // (da·Σa), after the block's scaled integer sum.
-inline __m256i Nibbles32(const uint8_t* qs) {
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
-}
-// Adds 16 to the bytes whose bit is set in the 32-bit qh (element i ↔ bit i):
-// byte i takes qh byte i/8, keeps bit i%8, and compares.
+
+// AddFifthBits (simd_shared.inc): byte i takes qh byte i/8, keeps bit i%8, and
+// compares.
 inline __m256i AddFifthBits(__m256i q, const uint8_t* qh) {
   uint32_t bits;
   std::memcpy(&bits, qh, sizeof(bits));
@@ -135,35 +149,10 @@ inline __m256i AddFifthBits(__m256i q, const uint8_t* qh) {
 }
 
 template <typename Block>
-struct Small32;
-template <>
-struct Small32<BlockQ4_0> {
-  static constexpr int kOffset = 8;
-  static constexpr bool kHasMin = false;
-  static __m256i Unsigned(const BlockQ4_0& b) { return Nibbles32(b.qs); }
-};
-template <>
-struct Small32<BlockQ4_1> {
-  static constexpr int kOffset = 0;
-  static constexpr bool kHasMin = true;
-  static __m256i Unsigned(const BlockQ4_1& b) { return Nibbles32(b.qs); }
-};
-template <>
-struct Small32<BlockQ5_0> {
-  static constexpr int kOffset = 16;
-  static constexpr bool kHasMin = false;
-  static __m256i Unsigned(const BlockQ5_0& b) { return AddFifthBits(Nibbles32(b.qs), b.qh); }
-};
-template <>
-struct Small32<BlockQ5_1> {
-  static constexpr int kOffset = 0;
-  static constexpr bool kHasMin = true;
-  static __m256i Unsigned(const BlockQ5_1& b) { return AddFifthBits(Nibbles32(b.qs), b.qh); }
-};
-
-template <typename Block>
 struct Small32Micro {
-  using K = Small32<Block>;
+  // maddubs pairs of 255·127 would saturate int16: Q8_0 takes Signed8Micro.
+  static_assert(Block::kBits < 8, "4- or 5-bit codes");
+  using K = Codes32<Block>;
   template <int R, int T>
   void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
     const Block* w[R];
@@ -239,46 +228,38 @@ inline __m256i ScaleWords(const int16_t* w) {
   return _mm256_broadcastw_epi16(_mm_cvtsi32_si128(*w));
 }
 
-struct Q4KKind {
-  using Block = BlockQ4_K;
-  using Prep = PrepK4;
-  static void Prepare(const Block& b, Prep* p) { PrepareK4(b.scales, b.d, b.dmin, p); }
+// Q4_K and Q5_K: piece g is sub-block g, the nibbles of qs[32·(g/2) ..] (low
+// for even g); Q5_K adds bit g of qh[l] as bit 4 (16-bit shifts; the bits that
+// cross into a neighbouring byte are masked off).
+struct PrepK4Qh : PrepK4 {
+  __m256i qh;
+};
+template <typename B>
+struct K4Kind {
+  using Block = B;
+  static constexpr bool kFifthBit = Block::kBits == 5;
+  using Prep = std::conditional_t<kFifthBit, PrepK4Qh, PrepK4>;
+  static void Prepare(const Block& b, Prep* p) {
+    PrepareK4(b.scales, b.d, b.dmin, p);
+    if constexpr (kFifthBit) p->qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+  }
   static __m256i Init(const Prep&, __m256i) { return _mm256_setzero_si256(); }
-  // Piece g (sub-block g): nibbles of qs[32·(g/2) ..], low for even g.
   static void Piece(const Block& b, const Prep& p, int g, __m256i* q, __m256i* s) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * (g / 2)));
-    *q = _mm256_and_si256(g % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+    const __m256i nib =
+        _mm256_and_si256(g % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+    if constexpr (kFifthBit) {
+      const __m256i hb = g < 4 ? _mm256_slli_epi16(p.qh, 4 - g) : _mm256_srli_epi16(p.qh, g - 4);
+      *q = _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+    } else {
+      *q = nib;
+    }
     *s = ScaleWords(p.sc + g);
   }
   static __m256 Finish(__m256 acc, __m256i isum, const Prep& p, float da, __m256i bsums) {
     const __m256i imin = _mm256_madd_epi16(p.mins, bsums);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(p.d * da), acc);
     return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_set1_ps(p.dmin * da), acc);
-  }
-};
-
-struct Q5KKind {
-  using Block = BlockQ5_K;
-  struct Prep : PrepK4 {
-    __m256i qh;
-  };
-  static void Prepare(const Block& b, Prep* p) {
-    PrepareK4(b.scales, b.d, b.dmin, p);
-    p->qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
-  }
-  static __m256i Init(const Prep&, __m256i) { return _mm256_setzero_si256(); }
-  // As Q4_K, plus bit g of qh[l] moved to bit 4 (16-bit shifts; the bits that
-  // cross into a neighbouring byte are masked off).
-  static void Piece(const Block& b, const Prep& p, int g, __m256i* q, __m256i* s) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * (g / 2)));
-    const __m256i nib =
-        _mm256_and_si256(g % 2 == 0 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
-    const __m256i hb = g < 4 ? _mm256_slli_epi16(p.qh, 4 - g) : _mm256_srli_epi16(p.qh, g - 4);
-    *q = _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
-    *s = ScaleWords(p.sc + g);
-  }
-  static __m256 Finish(__m256 acc, __m256i isum, const Prep& p, float da, __m256i bsums) {
-    return Q4KKind::Finish(acc, isum, p, da, bsums);
   }
 };
 
@@ -378,12 +359,9 @@ struct KQuantMicro {
   }
 };
 
-// Same values as the scalar quantizer, bit for bit: the same d and 1/d, the
-// product clamped to ±127 (NaN to −127, as fmax/fmin do) and rounded to nearest
-// even by vcvtps2dq.
+// x·id clamped and rounded as simd_shared.inc says.
 inline __m256i QuantizeLanes(__m256 v, __m256 id) {
   const __m256 lim = _mm256_set1_ps(127.0f);
-  // vmaxps returns its second operand when the first is NaN.
   const __m256 c = _mm256_min_ps(
       _mm256_max_ps(_mm256_mul_ps(v, id), _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim);
   return _mm256_cvtps_epi32(c);
@@ -464,84 +442,47 @@ void QuantizeQ8K(const float* x, int64_t n, ActBlockQ8K* blocks) {
   }
 }
 
-void QuantizeAct(ActFormat fmt, const float* x, int64_t n, void* out) {
-  switch (fmt) {
-    case ActFormat::kQ8:
-      QuantizeQ8(x, n, static_cast<ActBlockQ8*>(out));
-      return;
-    case ActFormat::kQ8K:
-      QuantizeQ8K(x, n, static_cast<ActBlockQ8K*>(out));
-      return;
-    case ActFormat::kF32:
-      break;
-  }
-  ScalarKernels().quantize_act(fmt, x, n, out);
-}
-
-void MatMul(const MatMulArgs& a) {
-  switch (a.w_type) {
-    case TensorType::kF32: {
-      FloatMicro<F32Load> m;
-      tiles::Drive<2, 4>(m, a);
-      return;
-    }
-    case TensorType::kF16: {
-      FloatMicro<F16Load> m;
-      tiles::Drive<2, 4>(m, a);
-      return;
-    }
-    case TensorType::kBF16: {
-      FloatMicro<Bf16Load> m;
-      tiles::Drive<2, 4>(m, a);
-      return;
-    }
-    case TensorType::kQ8_0: {
-      Q8_0Micro m;
-      tiles::Drive<2, 4>(m, a);
-      return;
-    }
-    case TensorType::kQ4_0: {
-      Small32Micro<BlockQ4_0> m;
-      tiles::Drive<2, 4>(m, a);
-      return;
-    }
-    case TensorType::kQ4_1: {
-      Small32Micro<BlockQ4_1> m;
-      tiles::Drive<2, 4>(m, a);
-      return;
-    }
-    case TensorType::kQ5_0: {
-      Small32Micro<BlockQ5_0> m;
-      tiles::Drive<2, 4>(m, a);
-      return;
-    }
-    case TensorType::kQ5_1: {
-      Small32Micro<BlockQ5_1> m;
-      tiles::Drive<2, 4>(m, a);
-      return;
-    }
-    case TensorType::kQ4_K: {
-      KQuantMicro<Q4KKind> m;
-      tiles::Drive<2, 2>(m, a);
-      return;
-    }
-    case TensorType::kQ5_K: {
-      KQuantMicro<Q5KKind> m;
-      tiles::Drive<2, 2>(m, a);
-      return;
-    }
-    case TensorType::kQ6_K: {
-      KQuantMicro<Q6KKind> m;
-      tiles::Drive<2, 2>(m, a);
-      return;
-    }
-    default:
-      ScalarKernels().matmul(a);
-      return;
-  }
-}
+// Which K-quant kind a block type takes.
+template <typename Block>
+using KQuantKind = std::conditional_t<std::is_same_v<Block, BlockQ6_K>, Q6KKind, K4Kind<Block>>;
 
 }  // namespace
+
+// The matmul entries (internal/kernels_impl.h), one per micro-kernel family.
+template <typename Block>
+void MatMulFloatAvx2(const MatMulArgs& a) {
+  FloatMicro<Block> m;
+  tiles::Drive<2, 4>(m, a);
+}
+template <typename Block>
+void MatMulSigned8Avx2(const MatMulArgs& a) {
+  Signed8Micro<Block> m;
+  tiles::Drive<2, 4>(m, a);
+}
+template <typename Block>
+void MatMulQuant32Avx2(const MatMulArgs& a) {
+  Small32Micro<Block> m;
+  tiles::Drive<2, 4>(m, a);
+}
+template <typename Block>
+void MatMulKQuantAvx2(const MatMulArgs& a) {
+  KQuantMicro<KQuantKind<Block>> m;
+  tiles::Drive<2, 2>(m, a);
+}
+
+// The instantiations the traits table (type_traits.cpp) names.
+template void MatMulFloatAvx2<BlockF32>(const MatMulArgs&);
+template void MatMulFloatAvx2<BlockF16>(const MatMulArgs&);
+template void MatMulFloatAvx2<BlockBF16>(const MatMulArgs&);
+template void MatMulSigned8Avx2<BlockQ8_0>(const MatMulArgs&);
+template void MatMulQuant32Avx2<BlockQ4_0>(const MatMulArgs&);
+template void MatMulQuant32Avx2<BlockQ4_1>(const MatMulArgs&);
+template void MatMulQuant32Avx2<BlockQ5_0>(const MatMulArgs&);
+template void MatMulQuant32Avx2<BlockQ5_1>(const MatMulArgs&);
+template void MatMulKQuantAvx2<BlockQ4_K>(const MatMulArgs&);
+template void MatMulKQuantAvx2<BlockQ5_K>(const MatMulArgs&);
+template void MatMulKQuantAvx2<BlockQ6_K>(const MatMulArgs&);
+
 }  // namespace strata::kernels::internal
 
 #pragma GCC pop_options
@@ -551,7 +492,8 @@ namespace strata::kernels::internal {
 const KernelTable* Avx2Kernels() {
   static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                                 __builtin_cpu_supports("f16c");
-  static const KernelTable kTable{Isa::kAvx2, &QuantizeAct, &MatMul, &AttendScalar};
+  static const KernelTable kTable{Isa::kAvx2, &QuantizeAct, &MatMulByType<Isa::kAvx2>,
+                                  &AttendScalar};
   return supported ? &kTable : nullptr;
 }
 

@@ -1,7 +1,10 @@
 // AVX-512 kernels (F, BW, VL, DQ and VNNI): F32/F16/BF16 weights with 16-wide
 // FMAs, the 32-blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) with 256-bit VNNI int8 dot
 // products; the k-quants (Q4_K, Q5_K, Q6_K) are in kquants_avx512.cpp.
-// Selected at run time when the CPU has every one of these extensions.
+// Selected at run time when the CPU has every one of these extensions. The
+// matmul entries (one template per micro-kernel family, instantiated at the end
+// for the types the traits table gives them) are declared in
+// internal/kernels_impl.h.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -17,34 +20,42 @@ namespace strata::kernels::internal {
 namespace {
 
 #include "kernels/internal/matmul_tiles.inc"
-// After the tiles: it uses their helpers.
+// After the tiles: they use their helpers.
 #include "kernels/internal/avx512_matmul.inc"
+#include "kernels/internal/simd_shared.inc"
 
-// Loads 16 weights of a float-like type as floats; `mask` selects the valid
-// lanes of a final partial vector (masked lanes read nothing and are zero).
-struct F32Load {
-  static __m512 Load(const void* p, int64_t k, __mmask16 mask) {
-    return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(p) + k);
+// Loads 16 weights of a float type as floats from element k of row `p`;
+// `mask` selects the valid lanes of a final partial vector (masked lanes read
+// nothing and are zero).
+template <typename Block>
+struct FloatLoad;
+template <>
+struct FloatLoad<BlockF32> {
+  static __m512 Load(const BlockF32* p, int64_t k, __mmask16 mask) {
+    return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(p) + k);
   }
 };
-struct F16Load {
-  static __m512 Load(const void* p, int64_t k, __mmask16 mask) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(p) + k));
+template <>
+struct FloatLoad<BlockF16> {
+  static __m512 Load(const BlockF16* p, int64_t k, __mmask16 mask) {
+    return _mm512_cvtph_ps(
+        _mm256_maskz_loadu_epi16(mask, reinterpret_cast<const uint16_t*>(p) + k));
   }
 };
-struct Bf16Load {
-  static __m512 Load(const void* p, int64_t k, __mmask16 mask) {
-    const __m256i h = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(p) + k);
+template <>
+struct FloatLoad<BlockBF16> {
+  static __m512 Load(const BlockBF16* p, int64_t k, __mmask16 mask) {
+    const __m256i h = _mm256_maskz_loadu_epi16(mask, reinterpret_cast<const uint16_t*>(p) + k);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
 };
 
 // Float weights x F32 activations: one 16-lane accumulator per output.
-template <typename L>
+template <typename Block>
 struct FloatMicro {
   template <int R, int T>
   void Tile(const MatMulArgs& a, int64_t r0, int64_t t0) {
-    const void* w[R];
+    const Block* w[R];
     const float* x[T];
     TileRowPtrs(a, r0, t0, w, x);
     __m512 acc[R][T];
@@ -54,7 +65,7 @@ struct FloatMicro {
       const int64_t left = a.n - k;
       const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
       __m512 wv[R];
-      for (int i = 0; i < R; ++i) wv[i] = L::Load(w[i], k, mask);
+      for (int i = 0; i < R; ++i) wv[i] = FloatLoad<Block>::Load(w[i], k, mask);
       for (int j = 0; j < T; ++j) {
         const __m512 xv = _mm512_maskz_loadu_ps(mask, x[j] + k);
         for (int i = 0; i < R; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
@@ -66,57 +77,16 @@ struct FloatMicro {
 };
 
 // 32-blocks x Q8 activations with VNNI. vpdpbusd multiplies unsigned by
-// signed bytes, so weights are made unsigned by an offset (w + 128 for Q8_0,
-// the raw 4- or 5-bit code for the others) and the offset times the activation
-// block's sum is subtracted through the accumulator's starting value. Q4_1/Q5_1
-// add their min m through lane 0: acc += [m, 0, ..., 0] · (da·Σa), after the
-// block's scaled integer sum.
-template <typename Block>
-struct Small32;
-template <>
-struct Small32<BlockQ8_0> {
-  static constexpr int kOffset = 128;
-  static constexpr bool kHasMin = false;
-  static __m256i Unsigned(const BlockQ8_0& b) {
-    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)),
-                            _mm256_set1_epi8(static_cast<char>(0x80)));
-  }
-};
-// The 32 nibbles of a 16-byte qs, element order (low nibbles, then high).
-inline __m256i Nibbles32(const uint8_t* qs) {
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
-}
-// Adds 16 to the bytes whose bit is set in the 32-bit qh (element i ↔ bit i).
+// signed bytes, so weights are made unsigned by an offset (Codes32: w + 128 for
+// Q8_0, the raw 4- or 5-bit code for the others) and the offset times the
+// activation block's sum is subtracted through the accumulator's starting
+// value. Q4_1/Q5_1 add their min m through lane 0: acc += [m, 0, ..., 0] ·
+// (da·Σa), after the block's scaled integer sum.
 inline __m256i AddFifthBits(__m256i q, const uint8_t* qh) {
   uint32_t bits;
   std::memcpy(&bits, qh, sizeof(bits));
   return _mm256_mask_add_epi8(q, static_cast<__mmask32>(bits), q, _mm256_set1_epi8(16));
 }
-template <>
-struct Small32<BlockQ4_0> {
-  static constexpr int kOffset = 8;
-  static constexpr bool kHasMin = false;
-  static __m256i Unsigned(const BlockQ4_0& b) { return Nibbles32(b.qs); }
-};
-template <>
-struct Small32<BlockQ4_1> {
-  static constexpr int kOffset = 0;
-  static constexpr bool kHasMin = true;
-  static __m256i Unsigned(const BlockQ4_1& b) { return Nibbles32(b.qs); }
-};
-template <>
-struct Small32<BlockQ5_0> {
-  static constexpr int kOffset = 16;
-  static constexpr bool kHasMin = false;
-  static __m256i Unsigned(const BlockQ5_0& b) { return AddFifthBits(Nibbles32(b.qs), b.qh); }
-};
-template <>
-struct Small32<BlockQ5_1> {
-  static constexpr int kOffset = 0;
-  static constexpr bool kHasMin = true;
-  static __m256i Unsigned(const BlockQ5_1& b) { return AddFifthBits(Nibbles32(b.qs), b.qh); }
-};
 
 // Two consecutive 32-blocks per 512-bit step: lanes 0..7 hold block b's 8
 // partial sums, lanes 8..15 block b+1's, so one vpdpbusd, one conversion, one
@@ -126,7 +96,7 @@ struct Small32<BlockQ5_1> {
 // low half. Every output is computed by the same sequence whatever the tile.
 template <typename Block>
 struct QuantMicro {
-  using K = Small32<Block>;
+  using K = Codes32<Block>;
   // Token-side terms of a block pair, formed once for all rows of a tile.
   struct TokenPair {
     __m512i q;         // the two blocks' 64 activation bytes
@@ -237,12 +207,9 @@ struct QuantMicro {
   }
 };
 
-// Same values as the scalar quantizer, bit for bit: the same d and 1/d, the
-// product clamped to ±127 (NaN to −127, as fmax/fmin do) and rounded to nearest
-// even by vcvtps2dq.
+// x·id clamped and rounded as simd_shared.inc says.
 inline __m512i QuantizeLanes(__m512 v, __m512 id) {
   const __m512 lim = _mm512_set1_ps(127.0f);
-  // vmaxps returns its second operand when the first is NaN.
   const __m512 c = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, id), -lim), lim);
   return _mm512_cvtps_epi32(c);
 }
@@ -309,94 +276,34 @@ void QuantizeQ8K(const float* x, int64_t n, ActBlockQ8K* blocks) {
   }
 }
 
-void QuantizeAct(ActFormat fmt, const float* x, int64_t n, void* out) {
-  switch (fmt) {
-    case ActFormat::kQ8:
-      QuantizeQ8(x, n, static_cast<ActBlockQ8*>(out));
-      return;
-    case ActFormat::kQ8K:
-      QuantizeQ8K(x, n, static_cast<ActBlockQ8K*>(out));
-      return;
-    case ActFormat::kF32:
-      break;
-  }
-  ScalarKernels().quantize_act(fmt, x, n, out);
-}
-
-void MatMul(const MatMulArgs& a) {
-  switch (a.w_type) {
-    case TensorType::kF32: {
-      FloatMicro<F32Load> m;
-      tiles::Drive<4, 4>(m, a);
-      return;
-    }
-    case TensorType::kF16: {
-      FloatMicro<F16Load> m;
-      tiles::Drive<4, 4>(m, a);
-      return;
-    }
-    case TensorType::kBF16: {
-      FloatMicro<Bf16Load> m;
-      tiles::Drive<4, 4>(m, a);
-      return;
-    }
-    case TensorType::kQ8_0: {
-      QuantMicro<BlockQ8_0> m;
-      if (a.n_tokens == 1) {
-        m.Decode(a);
-        return;
-      }
-      tiles::Drive<4, 4>(m, a);
-      return;
-    }
-    case TensorType::kQ4_0: {
-      QuantMicro<BlockQ4_0> m;
-      if (a.n_tokens == 1) {
-        m.Decode(a);
-        return;
-      }
-      tiles::Drive<4, 4>(m, a);
-      return;
-    }
-    case TensorType::kQ4_1: {
-      QuantMicro<BlockQ4_1> m;
-      if (a.n_tokens == 1) {
-        m.Decode(a);
-        return;
-      }
-      tiles::Drive<4, 4>(m, a);
-      return;
-    }
-    case TensorType::kQ5_0: {
-      QuantMicro<BlockQ5_0> m;
-      if (a.n_tokens == 1) {
-        m.Decode(a);
-        return;
-      }
-      tiles::Drive<4, 4>(m, a);
-      return;
-    }
-    case TensorType::kQ5_1: {
-      QuantMicro<BlockQ5_1> m;
-      if (a.n_tokens == 1) {
-        m.Decode(a);
-        return;
-      }
-      tiles::Drive<4, 4>(m, a);
-      return;
-    }
-    case TensorType::kQ4_K:
-    case TensorType::kQ5_K:
-    case TensorType::kQ6_K:
-      MatMulKQuantAvx512(a);
-      return;
-    default:
-      ScalarKernels().matmul(a);
-      return;
-  }
-}
-
 }  // namespace
+
+// The matmul entries (internal/kernels_impl.h), one per micro-kernel family.
+template <typename Block>
+void MatMulFloatAvx512(const MatMulArgs& a) {
+  FloatMicro<Block> m;
+  tiles::Drive<4, 4>(m, a);
+}
+template <typename Block>
+void MatMulQuant32Avx512(const MatMulArgs& a) {
+  QuantMicro<Block> m;
+  if (a.n_tokens == 1) {
+    m.Decode(a);
+    return;
+  }
+  tiles::Drive<4, 4>(m, a);
+}
+
+// The instantiations the traits table (type_traits.cpp) names.
+template void MatMulFloatAvx512<BlockF32>(const MatMulArgs&);
+template void MatMulFloatAvx512<BlockF16>(const MatMulArgs&);
+template void MatMulFloatAvx512<BlockBF16>(const MatMulArgs&);
+template void MatMulQuant32Avx512<BlockQ8_0>(const MatMulArgs&);
+template void MatMulQuant32Avx512<BlockQ4_0>(const MatMulArgs&);
+template void MatMulQuant32Avx512<BlockQ4_1>(const MatMulArgs&);
+template void MatMulQuant32Avx512<BlockQ5_0>(const MatMulArgs&);
+template void MatMulQuant32Avx512<BlockQ5_1>(const MatMulArgs&);
+
 }  // namespace strata::kernels::internal
 
 #include "kernels/internal/avx512_end.inc"
@@ -409,7 +316,8 @@ const KernelTable* Avx512Kernels() {
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c");
-  static const KernelTable kTable{Isa::kAvx512, &QuantizeAct, &MatMul, &AttendAvx512};
+  static const KernelTable kTable{Isa::kAvx512, &QuantizeAct, &MatMulByType<Isa::kAvx512>,
+                                  &AttendAvx512};
   return supported ? &kTable : nullptr;
 }
 

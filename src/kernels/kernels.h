@@ -27,6 +27,7 @@
 namespace strata::kernels {
 
 enum class Isa { kScalar, kAvx2, kAvx512 };
+inline constexpr int kIsaCount = 3;  // Isa values are 0 .. kIsaCount − 1
 std::string_view IsaName(Isa isa);
 
 enum class ActFormat {

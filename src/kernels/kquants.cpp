@@ -1,5 +1,5 @@
-// K-quant codecs: Q4_K, Q5_K, Q6_K (layouts in kernels/internal/blocks.h and
-// docs/formats/gguf.md).
+// K-quants: Q4_K, Q5_K, Q6_K (layouts in kernels/internal/blocks.h and
+// docs/formats/gguf.md): their reference codecs and dot products.
 //
 // Quantizers. Each 256-element super-block is first scaled by a power of two
 // (exact) so that its largest magnitude lies in [1, 2): the search then sees
@@ -313,41 +313,34 @@ Float4 FitSymmetric4(const float* x) {
 // result is the correctly rounded value of d·sc·q − dmin·m. Q6_K: d·sc·(q − 32)
 // has at most 11 + 7 + 5 significant bits and is exact.
 
-void DequantizeQ4K(const BlockQ4_K* src, int64_t n_blocks, float* dst) {
+namespace {
+
+template <typename Block>
+void DequantizeK4(const Block* src, int64_t n_blocks, float* dst) {
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const BlockQ4_K& blk = src[b];
+    const Block& blk = src[b];
     const float d = HalfToFloat(blk.d), dmin = HalfToFloat(blk.dmin);
     float* y = dst + b * kQK_K;
     for (int j = 0; j < 8; ++j) {
       const ScaleMin sm = UnpackScaleMinK4(blk.scales, j);
       const float s = d * static_cast<float>(sm.scale), m = dmin * static_cast<float>(sm.min);
-      const uint8_t* q = blk.qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      for (int l = 0; l < kSub; ++l)
-        y[kSub * j + l] = s * static_cast<float>((q[l] >> shift) & 15) - m;
+      uint8_t q[kSub];
+      SubBlockCodesK4(blk, j, q);
+      for (int l = 0; l < kSub; ++l) y[kSub * j + l] = s * static_cast<float>(q[l]) - m;
     }
   }
 }
 
-void DequantizeQ5K(const BlockQ5_K* src, int64_t n_blocks, float* dst) {
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const BlockQ5_K& blk = src[b];
-    const float d = HalfToFloat(blk.d), dmin = HalfToFloat(blk.dmin);
-    float* y = dst + b * kQK_K;
-    for (int j = 0; j < 8; ++j) {
-      const ScaleMin sm = UnpackScaleMinK4(blk.scales, j);
-      const float s = d * static_cast<float>(sm.scale), m = dmin * static_cast<float>(sm.min);
-      const uint8_t* q = blk.qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      for (int l = 0; l < kSub; ++l) {
-        const int v = ((q[l] >> shift) & 15) | (((blk.qh[l] >> j) & 1) << 4);
-        y[kSub * j + l] = s * static_cast<float>(v) - m;
-      }
-    }
-  }
+}  // namespace
+
+void Dequantize(const BlockQ4_K* src, int64_t n_blocks, float* dst) {
+  DequantizeK4(src, n_blocks, dst);
+}
+void Dequantize(const BlockQ5_K* src, int64_t n_blocks, float* dst) {
+  DequantizeK4(src, n_blocks, dst);
 }
 
-void DequantizeQ6K(const BlockQ6_K* src, int64_t n_blocks, float* dst) {
+void Dequantize(const BlockQ6_K* src, int64_t n_blocks, float* dst) {
   for (int64_t b = 0; b < n_blocks; ++b) {
     const BlockQ6_K& blk = src[b];
     const float d = HalfToFloat(blk.d);
@@ -360,9 +353,69 @@ void DequantizeQ6K(const BlockQ6_K* src, int64_t n_blocks, float* dst) {
 }
 
 // ---------------------------------------------------------------------------
+// Dot products with Q8K activations. Per super-block b, with the sub-block
+// scales sc_j and mins m_j (integers) and a_i the activation's int8 values:
+//   isum_b = Σ_j sc_j · Σ_{i in sub-block j} q_i·a_i         (int32, exact)
+//   imin_b = Σ_j m_j · Σ_{i in sub-block j} a_i  (from bsums) (int32, exact)
+// and then, in float, for b = 0, 1, ... in order:
+//   acc += (d_b·da_b)·float(isum_b);  acc -= (dmin_b·da_b)·float(imin_b)
+// Q6_K has no mins: isum_b = Σ_j sc_j·(Σ q_i·a_i − 32·Σ a_i), acc += (d_b·da_b)·float(isum_b).
+// The integer sums are exact (|isum_b| < 2^28 for every type), so any order of
+// the integer work gives the same bits; only the float steps above are ordered.
+
+namespace {
+
+template <typename Block>
+float DotK4(const Block* w, const ActBlockQ8K* a, int64_t n_blocks) {
+  float acc = 0.0f;
+  for (int64_t ib = 0; ib < n_blocks; ++ib) {
+    const Block& wb = w[ib];
+    const ActBlockQ8K& ab = a[ib];
+    int32_t isum = 0, imin = 0;
+    for (int j = 0; j < 8; ++j) {
+      const ScaleMin sm = UnpackScaleMinK4(wb.scales, j);
+      uint8_t q[kSub];
+      SubBlockCodesK4(wb, j, q);
+      int32_t s = 0;
+      for (int l = 0; l < kSub; ++l) s += q[l] * ab.q[kSub * j + l];
+      isum += sm.scale * s;
+      imin += sm.min * (ab.bsums[2 * j] + ab.bsums[2 * j + 1]);
+    }
+    acc += (HalfToFloat(wb.d) * ab.d) * static_cast<float>(isum);
+    acc -= (HalfToFloat(wb.dmin) * ab.d) * static_cast<float>(imin);
+  }
+  return acc;
+}
+
+}  // namespace
+
+float Dot(const BlockQ4_K* w, const ActBlockQ8K* a, int64_t n_blocks) {
+  return DotK4(w, a, n_blocks);
+}
+float Dot(const BlockQ5_K* w, const ActBlockQ8K* a, int64_t n_blocks) {
+  return DotK4(w, a, n_blocks);
+}
+
+float Dot(const BlockQ6_K* w, const ActBlockQ8K* a, int64_t n_blocks) {
+  float acc = 0.0f;
+  for (int64_t ib = 0; ib < n_blocks; ++ib) {
+    const BlockQ6_K& wb = w[ib];
+    const ActBlockQ8K& ab = a[ib];
+    int32_t isum = 0;
+    for (int j = 0; j < kQK_K / kSub6; ++j) {
+      int32_t s = 0;
+      for (int l = 0; l < kSub6; ++l) s += QuantQ6K(wb, kSub6 * j + l) * ab.q[kSub6 * j + l];
+      isum += wb.scales[j] * (s - 32 * ab.bsums[j]);
+    }
+    acc += (HalfToFloat(wb.d) * ab.d) * static_cast<float>(isum);
+  }
+  return acc;
+}
+
+// ---------------------------------------------------------------------------
 // Quantization.
 
-void QuantizeQ4K(const float* src, int64_t n_blocks, BlockQ4_K* dst) {
+void Quantize(const float* src, int64_t n_blocks, BlockQ4_K* dst) {
   uint8_t l[kQK_K];
   for (int64_t b = 0; b < n_blocks; ++b) {
     const AffineSuperBlock sb = QuantizeAffineSuperBlock(src + b * kQK_K, 15, l);
@@ -378,7 +431,7 @@ void QuantizeQ4K(const float* src, int64_t n_blocks, BlockQ4_K* dst) {
   }
 }
 
-void QuantizeQ5K(const float* src, int64_t n_blocks, BlockQ5_K* dst) {
+void Quantize(const float* src, int64_t n_blocks, BlockQ5_K* dst) {
   uint8_t l[kQK_K];
   for (int64_t b = 0; b < n_blocks; ++b) {
     const AffineSuperBlock sb = QuantizeAffineSuperBlock(src + b * kQK_K, 31, l);
@@ -400,7 +453,7 @@ void QuantizeQ5K(const float* src, int64_t n_blocks, BlockQ5_K* dst) {
   }
 }
 
-void QuantizeQ6K(const float* src, int64_t n_blocks, BlockQ6_K* dst) {
+void Quantize(const float* src, int64_t n_blocks, BlockQ6_K* dst) {
   float xn[kQK_K];
   uint8_t q[kQK_K];  // l + 32, in [0, 63]
   for (int64_t b = 0; b < n_blocks; ++b) {

@@ -1,10 +1,14 @@
-// Legacy 32-block codecs: Q4_1, Q5_0, Q5_1 (layouts in kernels/internal/blocks.h
-// and docs/formats/gguf.md). Real Q4_K_M/Q5_K_M files use Q5_0/Q5_1 for the
-// tensors whose rows are not whole 256-blocks; older files use Q4_1.
+// The legacy 32-blocks: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (layouts in
+// kernels/internal/blocks.h and docs/formats/gguf.md): their reference codecs and
+// dot products. Real Q4_K_M/Q5_K_M files use Q5_0/Q5_1 for the tensors whose rows
+// are not whole 256-blocks; older files use Q4_1; Q8_0 and Q4_0 are the common
+// uniform quantizations.
 //
-// Quantizers round to nearest (ties to even) against the f16 values actually
-// stored, not the exact ones, so the stored scale's rounding does not add a
-// systematic error to every element; results are clamped to the code range.
+// Q8_0 and Q4_0 quantize as GGUF converters do (against the exact scale). The
+// Q4_1/Q5_0/Q5_1 quantizers round to nearest (ties to even) against the f16
+// values actually stored, not the exact ones, so the stored scale's rounding does
+// not add a systematic error to every element; results are clamped to the code range.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -57,38 +61,118 @@ void PackFifthBits(const uint8_t* q, uint8_t* qh) {
   }
 }
 
-}  // namespace
-
-void DequantizeQ4_1(const BlockQ4_1* src, int64_t n_blocks, float* dst) {
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const float d = HalfToFloat(src[b].d), m = HalfToFloat(src[b].m);
-    for (int i = 0; i < kBlock; ++i) {
-      dst[b * kBlock + i] = d * static_cast<float>(Nibble32(src[b].qs, i)) + m;
+// The first element of largest magnitude, with its sign.
+float SignedMax(const float* x) {
+  float amax = 0.0f, vmax = 0.0f;
+  for (int i = 0; i < kBlock; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      vmax = x[i];
     }
   }
+  return vmax;
 }
 
-void DequantizeQ5_0(const BlockQ5_0* src, int64_t n_blocks, float* dst) {
+// Every 32-block decodes as x = d·code (+ m): one rounding at most.
+template <typename Block>
+void Dequantize32(const Block* src, int64_t n_blocks, float* dst) {
   for (int64_t b = 0; b < n_blocks; ++b) {
     const float d = HalfToFloat(src[b].d);
+    float m = 0.0f;
+    if constexpr (Block::kHasMin) m = HalfToFloat(src[b].m);
     for (int i = 0; i < kBlock; ++i) {
-      const int q = Nibble32(src[b].qs, i) | (FifthBit32(src[b].qh, i) << 4);
-      dst[b * kBlock + i] = d * static_cast<float>(q - 16);
+      const float v = d * static_cast<float>(Code32(src[b], i));
+      if constexpr (Block::kHasMin) {
+        dst[b * kBlock + i] = v + m;
+      } else {
+        dst[b * kBlock + i] = v;
+      }
     }
   }
 }
 
-void DequantizeQ5_1(const BlockQ5_1* src, int64_t n_blocks, float* dst) {
+// 32-blocks × Q8: x_i = d·code_i (+ m), so a block contributes
+//   float(Σ code_i·a_i)·(d·da)  [+ m·(da·float(Σ a_i))]
+// (the activation block carries Σ a_i; the integer sum is exact); added to acc
+// in that order, block by block.
+template <typename Block>
+float Dot32(const Block* w, const ActBlockQ8* a, int64_t n_blocks) {
+  float acc = 0.0f;
+  for (int64_t ib = 0; ib < n_blocks; ++ib) {
+    int32_t s = 0;
+    for (int i = 0; i < kBlock; ++i) s += Code32(w[ib], i) * a[ib].q[i];
+    acc += static_cast<float>(s) * (HalfToFloat(w[ib].d) * a[ib].d);
+    if constexpr (Block::kHasMin) {
+      acc += HalfToFloat(w[ib].m) * (a[ib].d * static_cast<float>(a[ib].sum));
+    }
+  }
+  return acc;
+}
+
+}  // namespace
+
+void Dequantize(const BlockQ8_0* src, int64_t n_blocks, float* dst) {
+  Dequantize32(src, n_blocks, dst);
+}
+void Dequantize(const BlockQ4_0* src, int64_t n_blocks, float* dst) {
+  Dequantize32(src, n_blocks, dst);
+}
+void Dequantize(const BlockQ4_1* src, int64_t n_blocks, float* dst) {
+  Dequantize32(src, n_blocks, dst);
+}
+void Dequantize(const BlockQ5_0* src, int64_t n_blocks, float* dst) {
+  Dequantize32(src, n_blocks, dst);
+}
+void Dequantize(const BlockQ5_1* src, int64_t n_blocks, float* dst) {
+  Dequantize32(src, n_blocks, dst);
+}
+
+float Dot(const BlockQ8_0* w, const ActBlockQ8* a, int64_t n_blocks) {
+  return Dot32(w, a, n_blocks);
+}
+float Dot(const BlockQ4_0* w, const ActBlockQ8* a, int64_t n_blocks) {
+  return Dot32(w, a, n_blocks);
+}
+float Dot(const BlockQ4_1* w, const ActBlockQ8* a, int64_t n_blocks) {
+  return Dot32(w, a, n_blocks);
+}
+float Dot(const BlockQ5_0* w, const ActBlockQ8* a, int64_t n_blocks) {
+  return Dot32(w, a, n_blocks);
+}
+float Dot(const BlockQ5_1* w, const ActBlockQ8* a, int64_t n_blocks) {
+  return Dot32(w, a, n_blocks);
+}
+
+void Quantize(const float* src, int64_t n_blocks, BlockQ8_0* dst) {
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const float d = HalfToFloat(src[b].d), m = HalfToFloat(src[b].m);
-    for (int i = 0; i < kBlock; ++i) {
-      const int q = Nibble32(src[b].qs, i) | (FifthBit32(src[b].qh, i) << 4);
-      dst[b * kBlock + i] = d * static_cast<float>(q) + m;
+    const float* x = src + b * kBlock;
+    float amax = 0.0f;
+    for (int i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    dst[b].d = FloatToHalf(d);
+    for (int i = 0; i < kBlock; ++i) dst[b].qs[i] = static_cast<int8_t>(std::lround(x[i] * id));
+  }
+}
+
+void Quantize(const float* src, int64_t n_blocks, BlockQ4_0* dst) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const float* x = src + b * kBlock;
+    // The signed value of largest magnitude maps to -8, so the full [-8, 7]
+    // range is used on the side that needs it.
+    const float vmax = SignedMax(x);
+    const float d = vmax / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    dst[b].d = FloatToHalf(d);
+    for (int i = 0; i < kBlock / 2; ++i) {
+      const int q0 = std::min(15, static_cast<int>(x[i] * id + 8.5f));
+      const int q1 = std::min(15, static_cast<int>(x[i + kBlock / 2] * id + 8.5f));
+      dst[b].qs[i] = static_cast<uint8_t>(q0 | (q1 << 4));
     }
   }
 }
 
-void QuantizeQ4_1(const float* src, int64_t n_blocks, BlockQ4_1* dst) {
+void Quantize(const float* src, int64_t n_blocks, BlockQ4_1* dst) {
   uint8_t q[kBlock];
   for (int64_t b = 0; b < n_blocks; ++b) {
     QuantizeAffine(src + b * kBlock, 15, &dst[b].d, &dst[b].m, q);
@@ -96,7 +180,7 @@ void QuantizeQ4_1(const float* src, int64_t n_blocks, BlockQ4_1* dst) {
   }
 }
 
-void QuantizeQ5_1(const float* src, int64_t n_blocks, BlockQ5_1* dst) {
+void Quantize(const float* src, int64_t n_blocks, BlockQ5_1* dst) {
   uint8_t q[kBlock];
   for (int64_t b = 0; b < n_blocks; ++b) {
     QuantizeAffine(src + b * kBlock, 31, &dst[b].d, &dst[b].m, q);
@@ -105,20 +189,13 @@ void QuantizeQ5_1(const float* src, int64_t n_blocks, BlockQ5_1* dst) {
   }
 }
 
-void QuantizeQ5_0(const float* src, int64_t n_blocks, BlockQ5_0* dst) {
+void Quantize(const float* src, int64_t n_blocks, BlockQ5_0* dst) {
   uint8_t q[kBlock];
   for (int64_t b = 0; b < n_blocks; ++b) {
     const float* x = src + b * kBlock;
     // The signed value of largest magnitude maps to −16, so the full [−16, 15]
     // range is used on the side that needs it (as Q4_0 does with −8).
-    float amax = 0.0f, vmax = 0.0f;
-    for (int i = 0; i < kBlock; ++i) {
-      if (std::fabs(x[i]) > amax) {
-        amax = std::fabs(x[i]);
-        vmax = x[i];
-      }
-    }
-    dst[b].d = SaturatingHalf(vmax / -16.0f);
+    dst[b].d = SaturatingHalf(SignedMax(x) / -16.0f);
     const float d = HalfToFloat(dst[b].d);
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int i = 0; i < kBlock; ++i) q[i] = static_cast<uint8_t>(ClampRound(x[i] * id + 16.0f, 31));

@@ -4,7 +4,8 @@
 // Promise: every type id that may appear in a GGUF file is known here with its
 // block size and bytes per block, so the reader can size any tensor and name an
 // unsupported type in its error. `IsComputeSupported` says which types the
-// kernels can multiply. Byte layouts of the supported types are documented in
+// kernels can multiply. These facts come from the traits table
+// (kernels/type_traits.h). Byte layouts of the supported types are documented in
 // docs/formats/gguf.md.
 //
 // Threading: pure functions and constants.
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace strata::kernels {
@@ -69,6 +71,8 @@ std::optional<TensorType> ParseTensorType(std::string_view name);
 
 // Types the kernels can use as weights (matrix-vector / matrix-matrix products).
 bool IsComputeSupported(TensorType t);
+// Their names in id order, comma-separated ("F32, F16, Q4_0, ..."), for messages.
+std::string ComputeSupportedTypeNames();
 
 // Bytes of `n` elements; n must be a multiple of the block size.
 inline uint64_t RowBytes(TensorType t, int64_t n) {

@@ -4,8 +4,8 @@
 
 #include <cstring>
 
-#include "engine/generate.h"
-#include "testing/fake_clock.h"
+#include "engine/step_loop.h"
+#include "testing/greedy_run.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
 
@@ -117,12 +117,9 @@ TEST_F(EngineTest, TruncateThenRecomputeGivesTheSameLogits) {
 
 TEST_F(EngineTest, GenerateStopsAtMaxTokensAndOnCallback) {
   auto e = Make(128, 64);
-  testing::FakeClock clock;
-  GreedyChooser greedy;
-  std::vector<GenerationRequest> reqs = {{Prompt(5), 7, false}, {Prompt(9), 20, false}};
-  auto res = GenerateAll(
-      *e, reqs, greedy, [](size_t i, int32_t) { return i != 1; },  // stop request 1 at once
-      {}, clock);
+  std::vector<testing::GreedyRequest> reqs = {{Prompt(5), 7, false}, {Prompt(9), 20, false}};
+  auto res = testing::RunGreedy(
+      *e, reqs, {.on_token = [](size_t i, int32_t) { return i != 1; }});  // stop request 1 at once
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   EXPECT_EQ((*res)[0].tokens.size(), 7u);
   EXPECT_EQ((*res)[0].finish, FinishReason::kLength);
@@ -134,14 +131,28 @@ TEST_F(EngineTest, GenerateStopsAtMaxTokensAndOnCallback) {
 
 TEST_F(EngineTest, GenerateRejectsRequestsThatCannotFit) {
   auto e = Make(16, 64);
-  testing::FakeClock clock;
-  GreedyChooser greedy;
-  std::vector<GenerationRequest> reqs = {{Prompt(10), 10, false}};
-  auto res = GenerateAll(*e, reqs, greedy, nullptr, {}, clock);
+  // A generation prompt must leave room for one token; what it asks beyond
+  // the context is cut at the context (kLength).
+  std::vector<testing::GreedyRequest> reqs = {{Prompt(16), 10, false}};
+  auto res = testing::RunGreedy(*e, reqs);
   EXPECT_EQ(res.status().code(), util::StatusCode::kOutOfRange);
-  std::vector<GenerationRequest> empty = {{{}, 1, false}};
-  EXPECT_EQ(GenerateAll(*e, empty, greedy, nullptr, {}, clock).status().code(),
+  std::vector<testing::GreedyRequest> empty = {{{}, 1, false}};
+  EXPECT_EQ(testing::RunGreedy(*e, empty).status().code(), util::StatusCode::kInvalidArgument);
+  std::vector<testing::GreedyRequest> long_ask = {{Prompt(10), 10, false}};
+  auto cut = testing::RunGreedy(*e, long_ask);
+  ASSERT_TRUE(cut.ok()) << cut.status().ToString();
+  EXPECT_EQ((*cut)[0].tokens.size(), 6u);
+  EXPECT_EQ((*cut)[0].finish, FinishReason::kLength);
+}
+
+TEST_F(EngineTest, AStepLoopNeedsRoomForOneContextAndABatchInRange) {
+  auto log = util::NewNullLogger();
+  auto small = Make(64, 8);  // 16 blocks of 4 make a context; 8 do not
+  EXPECT_EQ(StepLoop::Create(*small, {}, *log).status().code(), util::StatusCode::kInvalidArgument);
+  auto e = Make(64, 16);
+  EXPECT_EQ(StepLoop::Create(*e, {.max_batch_tokens = 0}, *log).status().code(),
             util::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(StepLoop::Create(*e, {}, *log).ok());
 }
 
 TEST_F(EngineTest, BadOptionsAreRejected) {

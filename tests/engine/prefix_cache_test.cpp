@@ -6,7 +6,6 @@
 #include <mutex>
 
 #include "engine/engine.h"
-#include "engine/generate.h"
 #include "engine/kv_pool.h"
 #include "engine/scheduler.h"
 #include "sampling/sampler.h"

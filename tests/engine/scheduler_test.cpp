@@ -7,8 +7,7 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "engine/generate.h"
-#include "testing/fake_clock.h"
+#include "testing/greedy_run.h"
 #include "testing/scheduler_gate.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
@@ -21,7 +20,7 @@ class RecordingSink : public RequestSink {
  public:
   explicit RecordingSink(int stop_after = -1) : stop_after_(stop_after) {}
   util::StatusOr<int32_t> Choose(std::span<const float> logits) override {
-    return greedy_.Choose(0, logits);
+    return GreedyToken(logits);
   }
   bool OnToken(int32_t token) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -58,7 +57,6 @@ class RecordingSink : public RequestSink {
   }
 
  private:
-  GreedyChooser greedy_;
   const int stop_after_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -90,13 +88,11 @@ class SchedulerTest : public ::testing::Test {
     for (int i = 0; i < n; ++i) p.push_back(3 + (i * 7 + salt * 13) % 200);
     return p;
   }
-  // The reference: each request alone through GenerateAll.
+  // The reference: each request alone, on the calling thread.
   std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int max_tokens) {
     auto e = MakeEngine(256, 256);
-    testing::FakeClock clock;
-    GreedyChooser greedy;
-    GenerationRequest r{prompt, max_tokens, true};
-    auto res = GenerateAll(*e, std::span(&r, 1), greedy, nullptr, {}, clock);
+    testing::GreedyRequest r{prompt, max_tokens, true};
+    auto res = testing::RunGreedy(*e, std::span(&r, 1));
     EXPECT_TRUE(res.ok());
     return (*res)[0].tokens;
   }
@@ -182,7 +178,7 @@ TEST_F(SchedulerTest, SinkCanStopTheRequest) {
   ASSERT_TRUE((*sched)->Submit({Prompt(6, 2), 50, false, sink}).ok());
   sink->Wait();
   EXPECT_EQ(sink->tokens().size(), 5u);
-  EXPECT_EQ(sink->reason(), FinishReason::kStop);
+  EXPECT_EQ(sink->reason(), FinishReason::kStopString);
 }
 
 TEST_F(SchedulerTest, BadRequestsAreRefusedAtSubmit) {
@@ -268,19 +264,37 @@ TEST_F(SchedulerTest, DestroyingTheSchedulerCancelsWhatIsLeft) {
 namespace strata::engine {
 namespace {
 
+// Pools the hidden states it is handed: their mean, L2-normalised.
 class EmbeddingSink final : public RequestSink {
  public:
   util::StatusOr<int32_t> Choose(std::span<const float>) override {
     return util::InternalError("an embedding request must not sample");
   }
   bool OnToken(int32_t) override { return false; }
-  void OnEmbedding(std::vector<float> e) override {
+  void OnHidden(std::span<const float> rows, int32_t n_rows) override {
     std::lock_guard<std::mutex> lock(mu_);
-    embedding_ = std::move(e);
+    const size_t n_embd = rows.size() / static_cast<size_t>(n_rows);
+    sum_.resize(n_embd, 0.0);
+    for (size_t t = 0; t < static_cast<size_t>(n_rows); ++t)
+      for (size_t d = 0; d < n_embd; ++d) sum_[d] += rows[t * n_embd + d];
+    n_rows_ += n_rows;
+  }
+  void OnRestart() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    sum_.clear();
+    n_rows_ = 0;
+    ++restarts_;
   }
   void OnFinish(FinishReason, const util::Status& status, const Usage&) override {
     std::lock_guard<std::mutex> lock(mu_);
     status_ = status;
+    double norm = 0;
+    for (double& v : sum_) {
+      v /= n_rows_;
+      norm += v * v;
+    }
+    norm = std::sqrt(norm);
+    for (double v : sum_) embedding_.push_back(static_cast<float>(norm > 0 ? v / norm : 0.0));
     done_ = true;
     cv_.notify_all();
   }
@@ -290,12 +304,19 @@ class EmbeddingSink final : public RequestSink {
     EXPECT_TRUE(status_.ok()) << status_.ToString();
     return embedding_;
   }
+  int restarts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return restarts_;
+  }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
   util::Status status_;
+  std::vector<double> sum_;  // Σ rows since the last restart
+  int32_t n_rows_ = 0;
+  int restarts_ = 0;
   std::vector<float> embedding_;
 };
 
@@ -338,6 +359,45 @@ TEST_F(SchedulerTest, EmbeddingsAreUnitMeansOfHiddenStatesWhateverTheChunking) {
     }
     EXPECT_NEAR(len, 1.0, 1e-5);
   }
+}
+
+TEST_F(SchedulerTest, APreemptedEmbeddingIsHandedItsHiddenStatesAgainFromTheStart) {
+  // The reference: each prompt alone, with room to spare.
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<float>> alone;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(Prompt(60, i));
+    auto engine = MakeEngine(128, 256);
+    auto sched = Scheduler::Start(*engine, {}, *log_);
+    auto sink = std::make_shared<EmbeddingSink>();
+    SchedulerRequest r;
+    r.prompt = prompts.back();
+    r.embed = true;
+    r.sink = sink;
+    ASSERT_TRUE((*sched)->Submit(std::move(r)).ok());
+    alone.push_back(sink->Wait());
+  }
+  // 40 blocks of 4 tokens hold 2 of these prompts at once: admitting them
+  // together forces preemptions, and a preempted request starts again.
+  auto engine = MakeEngine(128, 40);
+  auto sched = Scheduler::Start(*engine, {.max_running = 6, .max_batch_tokens = 512}, *log_);
+  std::vector<std::shared_ptr<EmbeddingSink>> sinks;
+  for (const auto& p : prompts) {
+    sinks.push_back(std::make_shared<EmbeddingSink>());
+    SchedulerRequest r;
+    r.prompt = p;
+    r.embed = true;
+    r.sink = sinks.back();
+    ASSERT_TRUE((*sched)->Submit(std::move(r)).ok());
+  }
+  int restarts = 0;
+  for (size_t i = 0; i < sinks.size(); ++i) {
+    // Bitwise: the same rows, summed in the same order.
+    EXPECT_EQ(sinks[i]->Wait(), alone[i]) << "input " << i;
+    restarts += sinks[i]->restarts();
+  }
+  EXPECT_GT((*sched)->Stats().preemptions, 0) << "the test did not exercise preemption";
+  EXPECT_EQ(restarts, (*sched)->Stats().preemptions);
 }
 
 }  // namespace

@@ -7,9 +7,8 @@
 #include <fstream>
 
 #include "engine/engine.h"
-#include "engine/generate.h"
 #include "model/transformer.h"
-#include "testing/fake_clock.h"
+#include "testing/greedy_run.h"
 #include "testing/shared_data.h"
 #include "testing/tiny_model.h"
 #include "util/file_system.h"
@@ -132,16 +131,14 @@ TEST(Golden, LegacyQ8FileWithStraddlingRowsLoadsAndTracksTheF32Model) {
 // Runs each request alone and all together; tokens must be identical.
 void ExpectBatchInvariance(const model::Model& m, const std::vector<std::vector<int32_t>>& prompts,
                            int n_predict) {
-  testing::FakeClock clock;
-  engine::GreedyChooser greedy;
-  std::vector<engine::GenerationRequest> reqs;
+  std::vector<testing::GreedyRequest> reqs;
   for (const auto& p : prompts) reqs.push_back({p, n_predict, false});
 
   std::vector<std::vector<int32_t>> alone;
   {
     auto eng = MakeEngine(m, 1);
     for (const auto& r : reqs) {
-      auto res = engine::GenerateAll(*eng, std::span(&r, 1), greedy, nullptr, {}, clock);
+      auto res = testing::RunGreedy(*eng, std::span(&r, 1));
       ASSERT_TRUE(res.ok()) << res.status().ToString();
       alone.push_back((*res)[0].tokens);
     }
@@ -149,8 +146,7 @@ void ExpectBatchInvariance(const model::Model& m, const std::vector<std::vector<
   for (int threads : {1, 2, 3}) {
     for (int32_t chunk : {512, 7}) {
       auto eng = MakeEngine(m, threads);
-      auto res =
-          engine::GenerateAll(*eng, reqs, greedy, nullptr, {.max_batch_tokens = chunk}, clock);
+      auto res = testing::RunGreedy(*eng, reqs, {.max_batch_tokens = chunk});
       ASSERT_TRUE(res.ok()) << res.status().ToString();
       for (size_t i = 0; i < reqs.size(); ++i) {
         EXPECT_EQ((*res)[i].tokens, alone[i]) << "request " << i << " differs in a batch (threads "
@@ -170,12 +166,10 @@ TEST(BatchInvariance, GoldenPromptsGiveTheSameTokensAloneAndTogether) {
     prompts.push_back(c["prompt_tokens"].get<std::vector<int32_t>>());
   ExpectBatchInvariance(*m, prompts, 64);
   // And they are the reference tokens.
-  testing::FakeClock clock;
-  engine::GreedyChooser greedy;
-  std::vector<engine::GenerationRequest> reqs;
+  std::vector<testing::GreedyRequest> reqs;
   for (const auto& p : prompts) reqs.push_back({p, 64, false});
   auto eng = MakeEngine(*m, 2);
-  auto res = engine::GenerateAll(*eng, reqs, greedy, nullptr, {}, clock);
+  auto res = testing::RunGreedy(*eng, reqs);
   ASSERT_TRUE(res.ok());
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ((*res)[i].tokens, g["cases"][i]["tokens"].get<std::vector<int32_t>>());

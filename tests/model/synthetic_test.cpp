@@ -3,9 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
-#include "engine/generate.h"
 #include "model/transformer.h"
-#include "testing/fake_clock.h"
+#include "testing/greedy_run.h"
 #include "testing/mem_file_system.h"
 #include "util/log.h"
 
@@ -129,13 +128,9 @@ TEST(Synthetic, Qwen2ModelLoadsWithBiasesAndHalfRotation) {
   eo.n_ctx = 128;
   auto eng = engine::Engine::Create(**m, eo, *log);
   ASSERT_TRUE(eng.ok());
-  testing::FakeClock clock;
-  engine::GreedyChooser greedy;
-  engine::GenerationRequest r{(*m)->tokenizer().Encode("the little dog went to the park"), 10,
-                              false};
-  auto whole = engine::GenerateAll(**eng, std::span(&r, 1), greedy, nullptr, {}, clock);
-  auto chunked =
-      engine::GenerateAll(**eng, std::span(&r, 1), greedy, nullptr, {.max_batch_tokens = 3}, clock);
+  testing::GreedyRequest r{(*m)->tokenizer().Encode("the little dog went to the park"), 10, false};
+  auto whole = testing::RunGreedy(**eng, std::span(&r, 1));
+  auto chunked = testing::RunGreedy(**eng, std::span(&r, 1), {.max_batch_tokens = 3});
   ASSERT_TRUE(whole.ok() && chunked.ok());
   EXPECT_EQ((*whole)[0].tokens, (*chunked)[0].tokens);
   EXPECT_EQ((*whole)[0].tokens.size(), 10u);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "format/gguf_writer.h"
+#include "model/forward.h"
 #include "testing/mem_file_system.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
@@ -70,6 +71,23 @@ TEST(ModelLoad, BadMetadataIsNamed) {
       "outside the vocabulary");
 }
 
+TEST(ModelLoad, AnUnknownArchitectureIsRefusedWithTheTableOfKnownOnes) {
+  ExpectLoadError([](format::GgufWriter& w,
+                     const format::GgufFile&) { w.SetString("general.architecture", "gpt9"); },
+                  "model architecture 'gpt9' is not supported (supported: llama, qwen2)");
+}
+
+TEST(ModelLoad, TheRopeStyleComesFromTheArchitecture) {
+  auto llama = testing::MakeTinyModel();
+  EXPECT_EQ(llama.model->config().architecture, "llama");
+  EXPECT_EQ(llama.model->config().rope_style, RopeStyle::kNormal);
+  SyntheticShape shape = testing::TinyShape();
+  shape.architecture = "qwen2";
+  auto qwen2 = testing::MakeTinyModel(kernels::TensorType::kF32, 1, shape);
+  EXPECT_EQ(qwen2.model->config().architecture, "qwen2");
+  EXPECT_EQ(qwen2.model->config().rope_style, RopeStyle::kNeox);
+}
+
 TEST(ModelLoad, BadTensorsAreNamed) {
   // The number of blocks grows: blk.2 tensors do not exist.
   ExpectLoadError(
@@ -120,7 +138,7 @@ TEST(Forward, RejectsInvalidBatches) {
   auto tiny = testing::MakeTinyModel();
   util::ThreadPool pool(1);
   Forward fwd(*tiny.model, pool);
-  std::vector<float> kv(KvFloatsPerBlock(tiny.model->config(), 16) * 2);
+  std::vector<float> kv(tiny.model->config().kv_layout(16).block_floats() * 2);
   KvBuffer buf{kv.data(), 2, 16};
   std::vector<int32_t> table = {0};
   std::span<const int32_t> tables[] = {table};
@@ -138,6 +156,41 @@ TEST(Forward, RejectsInvalidBatches) {
   std::vector<float> small(3);
   EXPECT_FALSE(fwd.Run({std::span(&ok, 1), tables}, buf, small).ok());
   EXPECT_TRUE(fwd.Run({std::span(&ok, 1), tables}, buf, logits).ok());
+}
+
+TEST(KvLayout, BlocksAreLayersOfKeysThenValuesOfSlots) {
+  // [n_blocks][n_layers = 3][2][block_size = 4][kv_dim = 8]
+  const KvLayout kv(3, 8, 4);
+  EXPECT_EQ(kv.row_floats(), 8u);
+  EXPECT_EQ(kv.part_floats(), 4u * 8);
+  EXPECT_EQ(kv.layer_floats(), 2u * 4 * 8);
+  EXPECT_EQ(kv.block_floats(), 3u * 2 * 4 * 8);
+  EXPECT_EQ(kv.RowOffset(0, 0, KvPart::kKey, 0), 0u);
+  EXPECT_EQ(kv.RowOffset(0, 0, KvPart::kKey, 1), 8u);
+  EXPECT_EQ(kv.RowOffset(0, 0, KvPart::kValue, 0), 32u);
+  EXPECT_EQ(kv.RowOffset(0, 1, KvPart::kKey, 0), 64u);
+  EXPECT_EQ(kv.RowOffset(2, 1, KvPart::kValue, 3), 2u * 192 + 64 + 32 + 3 * 8);
+  // What the attention kernel adds: a position's slot offset and a (layer, part) base.
+  for (int32_t b = 0; b < 3; ++b) {
+    for (int32_t l = 0; l < 3; ++l) {
+      for (const KvPart part : {KvPart::kKey, KvPart::kValue}) {
+        for (int32_t s = 0; s < 4; ++s) {
+          EXPECT_EQ(kv.RowOffset(b, l, part, s), kv.SlotOffset(b, s) + kv.PartOffset(l, part));
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kv.BlockIndex(9), 2);
+  EXPECT_EQ(kv.Slot(9), 1);
+}
+
+TEST(KvLayout, ComesFromTheModelShape) {
+  auto tiny = testing::MakeTinyModel();
+  const ModelConfig& c = tiny.model->config();
+  const KvLayout kv = c.kv_layout(16);
+  EXPECT_EQ(kv.n_layers(), c.n_layers);
+  EXPECT_EQ(kv.kv_dim(), c.n_kv_heads * c.head_dim);
+  EXPECT_EQ(kv.block_size(), 16);
 }
 
 }  // namespace

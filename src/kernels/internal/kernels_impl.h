@@ -1,6 +1,7 @@
-// kernels/internal/kernels_impl.h — the per-ISA kernel tables (private to kernels/).
-// Each ISA lives in its own .cpp compiled with that ISA's flags; only
-// kernels.cpp chooses between them at run time.
+// kernels/internal/kernels_impl.h — the per-ISA kernel tables and the matmul
+// entries the traits table names (private to kernels/). Each ISA lives in its
+// own .cpp compiled with that ISA's flags; only kernels.cpp chooses between the
+// tables at run time.
 #pragma once
 
 #include "kernels/kernels.h"
@@ -12,9 +13,33 @@ const KernelTable& ScalarKernels();
 const KernelTable* Avx2Kernels();
 const KernelTable* Avx512Kernels();
 
-// The AVX-512 table's Q4_K, Q5_K and Q6_K matmuls (kquants_avx512.cpp);
-// other weight types are a precondition failure.
-void MatMulKQuantAvx512(const MatMulArgs& args);
+// Every kernel table's matmul: the entry for ISA kIsa in args.w_type's traits
+// row (type_traits.cpp). A type the kernels do not compute is a precondition
+// failure.
+template <Isa kIsa>
+void MatMulByType(const MatMulArgs& args);
+
+// The SIMD matmul entries: one function template per micro-kernel family,
+// instantiated in its ISA file for the block types (internal/blocks.h) the
+// family serves; the traits table names each instantiation. Built only on
+// x86-64 with GCC (kernels/CMakeLists.txt defines STRATA_KERNELS_X86_SIMD there).
+// avx2.cpp:
+template <typename Block>
+void MatMulFloatAvx2(const MatMulArgs& args);  // F32, F16, BF16
+template <typename Block>
+void MatMulSigned8Avx2(const MatMulArgs& args);  // Q8_0
+template <typename Block>
+void MatMulQuant32Avx2(const MatMulArgs& args);  // Q4_0, Q4_1, Q5_0, Q5_1
+template <typename Block>
+void MatMulKQuantAvx2(const MatMulArgs& args);  // Q4_K, Q5_K, Q6_K
+// avx512.cpp:
+template <typename Block>
+void MatMulFloatAvx512(const MatMulArgs& args);  // F32, F16, BF16
+template <typename Block>
+void MatMulQuant32Avx512(const MatMulArgs& args);  // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
+// kquants_avx512.cpp:
+template <typename Block>
+void MatMulKQuantAvx512(const MatMulArgs& args);  // Q4_K, Q5_K, Q6_K
 
 // Attention kernels (attention.cpp, attention_avx512.cpp); the AVX2 table
 // uses the scalar one.

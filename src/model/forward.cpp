@@ -1,0 +1,493 @@
+#include "model/forward.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "model/internal/architecture.h"
+#include "model/internal/weights.h"
+
+namespace strata::model {
+namespace {
+
+using util::InvalidArgumentError;
+using util::Status;
+using util::StatusOr;
+
+// Rows per chunk when a batch's matmul rows are shared out dynamically: a
+// multiple of the kernels' 4-row tiles, a few hundred microseconds of work at
+// 32 tokens, and 32 chunks for a 2,048-row matrix.
+constexpr int64_t kMatMulRowChunk = 64;
+
+// The feed-forward block runs over chunks of kFfnChunk tokens, so its widest
+// buffers (gate and up, n_ff floats per token) stay small however long the
+// batch; each chunk's product still uses whole token tiles.
+constexpr int64_t kFfnChunk = 64;
+
+void Grow(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+// RMSNorm of one row: out = x / sqrt(mean(x^2) + eps) * w.
+void RmsNormRow(const float* x, const float* w, int64_t n, float eps, float* out) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * scale) * w[i];
+}
+
+// Rotates `n_rot` leading dimensions of one head vector by the position's angles.
+void RopeHead(float* v, const float* cos_t, const float* sin_t, int32_t n_rot, RopeStyle style) {
+  const int32_t half = n_rot / 2;
+  if (style == RopeStyle::kNormal) {
+    for (int32_t i = 0; i < half; ++i) {
+      const float a = v[2 * i], b = v[2 * i + 1];
+      v[2 * i] = a * cos_t[i] - b * sin_t[i];
+      v[2 * i + 1] = a * sin_t[i] + b * cos_t[i];
+    }
+  } else {
+    for (int32_t i = 0; i < half; ++i) {
+      const float a = v[i], b = v[i + half];
+      v[i] = a * cos_t[i] - b * sin_t[i];
+      v[i + half] = a * sin_t[i] + b * cos_t[i];
+    }
+  }
+}
+
+}  // namespace
+
+Forward::Forward(const Model& model, util::ThreadPool& pool, const kernels::KernelTable& kernels)
+    : c_(model.config_),
+      w_(*model.weights_),
+      stages_(model.architecture_->stages),
+      pool_(pool),
+      kernels_(kernels) {}
+
+Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<float> logits,
+                    std::span<float> hidden) {
+  STRATA_ASSIGN_OR_RETURN(const Pass p, Validate(batch, kv, logits.size(), hidden.size()));
+  if (p.n_tokens == 0) return util::OkStatus();
+  GrowScratch(p);
+  (this->*stages_.plan_attention)(p);
+  (this->*stages_.embed)(p);
+  for (int32_t l = 0; l < c_.n_layers; ++l) {
+    (this->*stages_.attention)(p, l);
+    (this->*stages_.feed_forward)(p, l);
+  }
+  (this->*stages_.head)(p, logits, hidden);
+  return util::OkStatus();
+}
+
+StatusOr<Forward::Pass> Forward::Validate(const ForwardBatch& batch, const KvBuffer& kv,
+                                          size_t logits_floats, size_t hidden_floats) const {
+  const int64_t T = static_cast<int64_t>(batch.entries.size());
+  Pass p{.batch = &batch, .kv = kv.data, .layout = c_.kv_layout(kv.block_size), .n_tokens = T};
+  if (T == 0) return p;
+  if (kv.data == nullptr || kv.block_size < 1) {
+    return InvalidArgumentError("forward: KV buffer is empty");
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    const BatchEntry& e = batch.entries[static_cast<size_t>(t)];
+    if (e.token < 0 || e.token >= c_.n_vocab) {
+      return InvalidArgumentError(
+          fmt::format("forward: entry {}: token id {} is outside the vocabulary [0, {})", t,
+                      e.token, c_.n_vocab));
+    }
+    if (e.seq < 0 || static_cast<size_t>(e.seq) >= batch.block_tables.size()) {
+      return InvalidArgumentError(
+          fmt::format("forward: entry {}: sequence {} has no block table", t, e.seq));
+    }
+    const auto& table = batch.block_tables[static_cast<size_t>(e.seq)];
+    if (e.pos < 0 || static_cast<size_t>(p.layout.BlockIndex(e.pos)) >= table.size()) {
+      return InvalidArgumentError(
+          fmt::format("forward: entry {}: position {} is not covered by the sequence's {} blocks",
+                      t, e.pos, table.size()));
+    }
+    for (size_t b = 0; b <= static_cast<size_t>(p.layout.BlockIndex(e.pos)); ++b) {
+      if (table[b] < 0 || table[b] >= kv.n_blocks) {
+        return InvalidArgumentError(fmt::format(
+            "forward: sequence {}: block id {} is outside [0, {})", e.seq, table[b], kv.n_blocks));
+      }
+    }
+    p.max_pos = std::max(p.max_pos, e.pos);
+    p.n_logits += e.logits ? 1 : 0;
+    p.n_hidden += e.hidden ? 1 : 0;
+  }
+  if (static_cast<int64_t>(logits_floats) < p.n_logits * c_.n_vocab) {
+    return InvalidArgumentError(fmt::format("forward: logits buffer holds {} floats, needs {}",
+                                            logits_floats, p.n_logits * c_.n_vocab));
+  }
+  if (static_cast<int64_t>(hidden_floats) < p.n_hidden * c_.n_embd) {
+    return InvalidArgumentError(
+        fmt::format("forward: hidden-state buffer holds {} floats, needs {}", hidden_floats,
+                    p.n_hidden * c_.n_embd));
+  }
+  return p;
+}
+
+void Forward::GrowScratch(const Pass& p) {
+  const int64_t T = p.n_tokens, D = c_.n_embd, QD = c_.q_dim(), KVD = c_.kv_dim();
+  Grow(x_, T * D);
+  Grow(xn_, T * std::max(D, QD));
+  Grow(q_, T * QD);
+  Grow(k_, T * KVD);
+  Grow(v_, T * KVD);
+  Grow(att_, T * QD);
+  Grow(gate_, std::min(T, kFfnChunk) * c_.n_ff);
+  Grow(up_, std::min(T, kFfnChunk) * c_.n_ff);
+  Grow(rope_cos_, T * (c_.n_rot / 2));
+  Grow(rope_sin_, T * (c_.n_rot / 2));
+}
+
+void Forward::PlanCausalAttention(const Pass& p) {
+  attend_n_pos_.resize(static_cast<size_t>(p.n_tokens));
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    attend_n_pos_[static_cast<size_t>(t)] = p.batch->entries[static_cast<size_t>(t)].pos + 1;
+  }
+  PlanKvRows(p);
+  PlanAttendTiles(p);
+  attend_scratch_floats_ =
+      kernels::AttendScratchFloats(kernels::kMaxAttendQueries, p.max_pos + 1, c_.head_dim);
+  Grow(scores_, static_cast<int64_t>(pool_.size()) * static_cast<int64_t>(attend_scratch_floats_));
+}
+
+void Forward::PlanKvRows(const Pass& p) {
+  const ForwardBatch& batch = *p.batch;
+  const KvLayout& kv = p.layout;
+  std::vector<int32_t> seq_max(batch.block_tables.size(), -1);
+  for (const BatchEntry& e : batch.entries) {
+    seq_max[static_cast<size_t>(e.seq)] = std::max(seq_max[static_cast<size_t>(e.seq)], e.pos);
+  }
+  std::vector<size_t> seq_at(seq_max.size(), 0);
+  row_off_.clear();
+  for (size_t s = 0; s < seq_max.size(); ++s) {
+    seq_at[s] = row_off_.size();
+    const auto& table = batch.block_tables[s];
+    for (int32_t pos = 0; pos <= seq_max[s]; ++pos) {
+      row_off_.push_back(
+          kv.SlotOffset(table[static_cast<size_t>(kv.BlockIndex(pos))], kv.Slot(pos)));
+    }
+  }
+  entry_row_off_.resize(static_cast<size_t>(p.n_tokens));
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    entry_row_off_[static_cast<size_t>(t)] =
+        seq_at[static_cast<size_t>(batch.entries[static_cast<size_t>(t)].seq)];
+  }
+}
+
+void Forward::PlanAttendTiles(const Pass& p) {
+  const ForwardBatch& batch = *p.batch;
+  const int64_t T = p.n_tokens;
+  const int32_t group = c_.n_heads / c_.n_kv_heads;
+  // Positions from 0 that sequences a and b hold in the same KV blocks.
+  auto common_prefix = [&](int32_t a, int32_t b) {
+    const auto& ta = batch.block_tables[static_cast<size_t>(a)];
+    const auto& tb = batch.block_tables[static_cast<size_t>(b)];
+    size_t i = 0;
+    while (i < ta.size() && i < tb.size() && ta[i] == tb[i]) ++i;
+    return static_cast<int64_t>(i) * p.layout.block_size();
+  };
+  // The end of the run of entries of from's sequence, at most `limit`.
+  auto run_end = [&](int64_t from, int64_t limit) {
+    const int32_t seq = batch.entries[static_cast<size_t>(from)].seq;
+    int64_t e = from + 1;
+    while (e < limit && batch.entries[static_cast<size_t>(e)].seq == seq) ++e;
+    return e;
+  };
+  // `bound`, lowered to the fewest positions any entry in [from, to) sees.
+  auto min_positions = [&](int64_t from, int64_t to, int64_t bound) {
+    for (int64_t e = from; e < to; ++e) {
+      bound = std::min<int64_t>(bound, attend_n_pos_[static_cast<size_t>(e)]);
+    }
+    return bound;
+  };
+  // A tile is a run of consecutive entries of one sequence, joined by the
+  // runs after it while they fit and every one shares at least one
+  // 16-position key tile of KV blocks with the first (decode tokens of
+  // conversations on one system prompt): the kernel then reads the shared
+  // rows once for all of them. A group wider than a tile (not in any model
+  // we know) is split by heads.
+  const int32_t heads_per_tile = std::min(group, kernels::kMaxAttendQueries);
+  const int32_t per_tile = std::max(1, kernels::kMaxAttendQueries / group);
+  attend_tiles_.clear();
+  for (int64_t t = 0; t < T;) {
+    const int32_t first_seq = batch.entries[static_cast<size_t>(t)].seq;
+    int64_t end = run_end(t, std::min<int64_t>(T, t + per_tile));
+    int64_t shared = min_positions(t, end, std::numeric_limits<int64_t>::max());
+    int32_t n_runs = 1;
+    while (end < T && end - t < per_tile) {
+      const int64_t next_end = run_end(end, T);
+      if (next_end - t > per_tile) break;
+      const int64_t s = min_positions(
+          end, next_end, common_prefix(first_seq, batch.entries[static_cast<size_t>(end)].seq));
+      if (s < 16) break;
+      shared = std::min(shared, s);
+      end = next_end;
+      ++n_runs;
+    }
+    const int32_t shared_pos = n_runs > 1 ? static_cast<int32_t>(shared / 16 * 16) : 0;
+    for (int32_t g = 0; g < c_.n_kv_heads; ++g) {
+      for (int32_t h0 = 0; h0 < group; h0 += heads_per_tile) {
+        attend_tiles_.push_back({t, static_cast<int32_t>(end - t), g, h0,
+                                 std::min(heads_per_tile, group - h0), shared_pos});
+      }
+    }
+    t = end;
+  }
+}
+
+void Forward::EmbedTokens(const Pass& p) {
+  const int64_t D = c_.n_embd;
+  const int32_t half_rot = c_.n_rot / 2;
+  pool_.ParallelFor(p.n_tokens, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const BatchEntry& e = p.batch->entries[static_cast<size_t>(t)];
+      kernels::DequantizeRow(
+          w_.token_embd.type,
+          w_.token_embd.data + static_cast<size_t>(e.token) * w_.token_embd.row_bytes, D,
+          x_.data() + t * D);
+      const double pos = static_cast<double>(e.pos) * c_.rope_freq_scale;
+      for (int32_t i = 0; i < half_rot; ++i) {
+        const double ang = pos * w_.rope_inv_freq[static_cast<size_t>(i)];
+        rope_cos_[static_cast<size_t>(t * half_rot + i)] = static_cast<float>(std::cos(ang));
+        rope_sin_[static_cast<size_t>(t * half_rot + i)] = static_cast<float>(std::sin(ang));
+      }
+    }
+  });
+}
+
+void Forward::AttentionBlock(const Pass& p, int32_t layer) {
+  const LayerWeights& L = w_.layers[static_cast<size_t>(layer)];
+  const int64_t T = p.n_tokens;
+  NormRows(L.attn_norm, T);
+  ProjectQkv(L, T);
+  RopeAndStoreKv(p, L, layer);
+  Attend(p, layer);
+  const Act act = PrepareAct(L.wo, att_.data(), T, c_.q_dim());
+  MatMul(L.wo, act, T, xn_.data(), c_.n_embd);
+  AddResidual(T);
+}
+
+void Forward::NormRows(const std::vector<float>& w, int64_t n_tokens) {
+  const int64_t D = c_.n_embd;
+  pool_.ParallelFor(n_tokens, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      RmsNormRow(x_.data() + t * D, w.data(), D, c_.rms_eps, xn_.data() + t * D);
+    }
+  });
+}
+
+void Forward::ProjectQkv(const LayerWeights& L, int64_t n_tokens) {
+  const int64_t D = c_.n_embd;
+  // The normed rows are quantized once per activation format the three weights need.
+  Act act = PrepareAct(L.wq, xn_.data(), n_tokens, D);
+  MatMul(L.wq, act, n_tokens, q_.data(), c_.q_dim());
+  if (kernels::ActFormatFor(L.wk.type) != kernels::ActFormatFor(L.wq.type))
+    act = PrepareAct(L.wk, xn_.data(), n_tokens, D);
+  MatMul(L.wk, act, n_tokens, k_.data(), c_.kv_dim());
+  if (kernels::ActFormatFor(L.wv.type) != kernels::ActFormatFor(L.wk.type))
+    act = PrepareAct(L.wv, xn_.data(), n_tokens, D);
+  MatMul(L.wv, act, n_tokens, v_.data(), c_.kv_dim());
+}
+
+void Forward::RopeAndStoreKv(const Pass& p, const LayerWeights& L, int32_t layer) {
+  const int64_t QD = c_.q_dim(), KVD = c_.kv_dim(), HD = c_.head_dim;
+  const int32_t half_rot = c_.n_rot / 2;
+  const KvLayout& kv = p.layout;
+  pool_.ParallelFor(p.n_tokens, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const BatchEntry& e = p.batch->entries[static_cast<size_t>(t)];
+      float* qt = q_.data() + t * QD;
+      float* kt = k_.data() + t * KVD;
+      float* vt = v_.data() + t * KVD;
+      if (!L.bq.empty())
+        for (int64_t i = 0; i < QD; ++i) qt[i] += L.bq[static_cast<size_t>(i)];
+      if (!L.bk.empty())
+        for (int64_t i = 0; i < KVD; ++i) kt[i] += L.bk[static_cast<size_t>(i)];
+      if (!L.bv.empty())
+        for (int64_t i = 0; i < KVD; ++i) vt[i] += L.bv[static_cast<size_t>(i)];
+      const float* ct = rope_cos_.data() + t * half_rot;
+      const float* st = rope_sin_.data() + t * half_rot;
+      for (int32_t h = 0; h < c_.n_heads; ++h)
+        RopeHead(qt + h * HD, ct, st, c_.n_rot, c_.rope_style);
+      for (int32_t h = 0; h < c_.n_kv_heads; ++h)
+        RopeHead(kt + h * HD, ct, st, c_.n_rot, c_.rope_style);
+      const int32_t block =
+          p.batch
+              ->block_tables[static_cast<size_t>(e.seq)][static_cast<size_t>(kv.BlockIndex(e.pos))];
+      const int32_t slot = kv.Slot(e.pos);
+      std::memcpy(p.kv + kv.RowOffset(block, layer, KvPart::kKey, slot), kt,
+                  static_cast<size_t>(KVD) * sizeof(float));
+      std::memcpy(p.kv + kv.RowOffset(block, layer, KvPart::kValue, slot), vt,
+                  static_cast<size_t>(KVD) * sizeof(float));
+    }
+  });
+}
+
+void Forward::Attend(const Pass& p, int32_t layer) {
+  const int64_t QD = c_.q_dim(), HD = c_.head_dim;
+  const int32_t group = c_.n_heads / c_.n_kv_heads;
+  const float kq_scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  // One tile (entries x the query heads of one KV head) at a time; the kernel
+  // computes each query the same way in whatever tile it lands. Tiles are
+  // taken from a shared counter, last first (in a prefill the latest
+  // positions, the longest), so the threads finish together.
+  const float* k_layer = p.kv + p.layout.PartOffset(layer, KvPart::kKey);
+  const float* v_layer = p.kv + p.layout.PartOffset(layer, KvPart::kValue);
+  std::atomic<int64_t> next{0};
+  const int64_t n_tiles = static_cast<int64_t>(attend_tiles_.size());
+  pool_.RunOnAll([&](int thread) {
+    float* scratch = scores_.data() + static_cast<size_t>(thread) * attend_scratch_floats_;
+    const float* q[kernels::kMaxAttendQueries];
+    float* out[kernels::kMaxAttendQueries];
+    int32_t n_pos[kernels::kMaxAttendQueries];
+    const size_t* roff[kernels::kMaxAttendQueries];
+    for (int64_t i = next.fetch_add(1); i < n_tiles; i = next.fetch_add(1)) {
+      const AttendTile& tile = attend_tiles_[static_cast<size_t>(n_tiles - 1 - i)];
+      int n_q = 0;
+      for (int32_t k = 0; k < tile.n_entries; ++k) {
+        const int64_t t = tile.first_entry + k;
+        for (int32_t j = tile.head_begin; j < tile.head_begin + tile.n_heads; ++j) {
+          const int64_t h = static_cast<int64_t>(tile.kv_head) * group + j;
+          q[n_q] = q_.data() + t * QD + h * HD;
+          out[n_q] = att_.data() + t * QD + h * HD;
+          n_pos[n_q] = attend_n_pos_[static_cast<size_t>(t)];
+          roff[n_q] = row_off_.data() + entry_row_off_[static_cast<size_t>(t)];
+          ++n_q;
+        }
+      }
+      kernels::AttendArgs a;
+      a.head_dim = HD;
+      a.n_q = n_q;
+      a.q = q;
+      a.n_pos = n_pos;
+      a.scale = kq_scale;
+      a.k_base = k_layer + static_cast<size_t>(tile.kv_head) * HD;
+      a.v_base = v_layer + static_cast<size_t>(tile.kv_head) * HD;
+      a.row_off = roff;
+      a.shared_pos = tile.shared_pos;
+      a.out = out;
+      a.scratch = scratch;
+      kernels_.attend(a);
+    }
+  });
+}
+
+void Forward::AddResidual(int64_t n_tokens) {
+  pool_.ParallelFor(n_tokens * c_.n_embd, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) x_[static_cast<size_t>(i)] += xn_[static_cast<size_t>(i)];
+  });
+}
+
+void Forward::SwiGluBlock(const Pass& p, int32_t layer) {
+  const LayerWeights& L = w_.layers[static_cast<size_t>(layer)];
+  const int64_t T = p.n_tokens, D = c_.n_embd, F = c_.n_ff;
+  NormRows(L.ffn_norm, T);
+  // Per chunk: its rows of xn_ are read by gate/up, then overwritten with
+  // the chunk's down projection (no other chunk reads them).
+  for (int64_t t0 = 0; t0 < T; t0 += kFfnChunk) {
+    const int64_t n = std::min(kFfnChunk, T - t0);
+    float* xc = xn_.data() + t0 * D;
+    Act act = PrepareAct(L.w_gate, xc, n, D);
+    MatMul(L.w_gate, act, n, gate_.data(), F);
+    if (kernels::ActFormatFor(L.w_up.type) != kernels::ActFormatFor(L.w_gate.type))
+      act = PrepareAct(L.w_up, xc, n, D);
+    MatMul(L.w_up, act, n, up_.data(), F);
+    pool_.ParallelFor(n * F, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float g = gate_[static_cast<size_t>(i)];
+        gate_[static_cast<size_t>(i)] = g / (1.0f + std::exp(-g)) * up_[static_cast<size_t>(i)];
+      }
+    });
+    act = PrepareAct(L.w_down, gate_.data(), n, F);
+    MatMul(L.w_down, act, n, xc, D);
+  }
+  AddResidual(T);
+}
+
+void Forward::OutputHead(const Pass& p, std::span<float> logits, std::span<float> hidden) {
+  const int64_t T = p.n_tokens, D = c_.n_embd;
+  const std::span<const BatchEntry> entries = p.batch->entries;
+  if (p.n_hidden > 0) {
+    int64_t h = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      if (!entries[static_cast<size_t>(t)].hidden) continue;
+      RmsNormRow(x_.data() + t * D, w_.output_norm.data(), D, c_.rms_eps, hidden.data() + h * D);
+      ++h;
+    }
+  }
+  if (p.n_logits == 0) return;
+  // Final norm of the entries that want logits, then the output head.
+  int64_t j = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    if (!entries[static_cast<size_t>(t)].logits) continue;
+    RmsNormRow(x_.data() + t * D, w_.output_norm.data(), D, c_.rms_eps, xn_.data() + j * D);
+    ++j;
+  }
+  const Act act = PrepareAct(w_.output, xn_.data(), p.n_logits, D);
+  MatMul(w_.output, act, p.n_logits, logits.data(), c_.n_vocab);
+}
+
+void Forward::MatMul(const Weight& w, const Act& act, int64_t n_tokens, float* out,
+                     int64_t out_stride) {
+  auto rows = [&](int64_t begin, int64_t end) {
+    kernels::MatMulArgs a;
+    a.w_type = w.type;
+    a.w = w.data;
+    a.w_row_bytes = w.row_bytes;
+    a.row_begin = begin;
+    a.row_end = end;
+    a.act = act.data;
+    a.act_row_bytes = act.row_bytes;
+    a.n_tokens = n_tokens;
+    a.n = w.n_cols;
+    a.out = out;
+    a.out_stride = out_stride;
+    kernels_.matmul(a);
+  };
+  // A batch takes its rows in chunks from a shared counter rather than one
+  // half per thread: a thread held up by anything (an interrupt, the
+  // hypervisor, a neighbour) then no longer keeps the other spinning at the
+  // join, which cost up to 12 % of a 32-token batch's time in a profile. Every
+  // output is computed the same way whatever chunk or thread it lands in.
+  // Decode (one token) keeps one contiguous half per thread: it streams
+  // weights from memory, where one long run per thread reads fastest.
+  const int64_t n_chunks = (w.n_rows + kMatMulRowChunk - 1) / kMatMulRowChunk;
+  if (n_tokens == 1 || pool_.size() == 1 || n_chunks < 2 * pool_.size()) {
+    pool_.ParallelFor(w.n_rows, rows);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool_.RunOnAll([&](int) {
+    for (int64_t i = next.fetch_add(1); i < n_chunks; i = next.fetch_add(1)) {
+      rows(i * kMatMulRowChunk, std::min(w.n_rows, (i + 1) * kMatMulRowChunk));
+    }
+  });
+}
+
+Forward::Act Forward::PrepareAct(const Weight& w, const float* x, int64_t n_tokens, int64_t n) {
+  const kernels::ActFormat fmt = kernels::ActFormatFor(w.type);
+  const size_t rb = kernels::ActRowBytes(fmt, n);
+  std::vector<uint8_t>& buf = act_[fmt == kernels::ActFormat::kF32 ? 0 : 1];
+  if (buf.size() < rb * static_cast<size_t>(n_tokens))
+    buf.resize(rb * static_cast<size_t>(n_tokens));
+  uint8_t* dst = buf.data();
+  auto quantize = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      kernels_.quantize_act(fmt, x + t * n, n, dst + static_cast<size_t>(t) * rb);
+    }
+  };
+  if (n_tokens >= 8) {
+    pool_.ParallelFor(n_tokens, quantize);
+  } else {
+    quantize(0, n_tokens);
+  }
+  return Act{dst, rb};
+}
+
+}  // namespace strata::model
