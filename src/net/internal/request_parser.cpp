@@ -129,7 +129,9 @@ std::size_t RequestParser::Feed(boost::beast::string_view bytes, error_code& ec)
   }
   util::Status st = decoder_->Decode(View(bytes), &body_);
   if (!st.ok()) {
-    Fail(st.code() == util::StatusCode::kResourceExhausted ? 413 : 400, std::move(st), ec);
+    // The status is chosen before `st` is moved into the call.
+    const int status = st.code() == util::StatusCode::kResourceExhausted ? 413 : 400;
+    Fail(status, std::move(st), ec);
   }
   return bytes.size();
 }
