@@ -24,7 +24,9 @@ util::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(Engine& engine,
   // The step loop checks max_batch_tokens and that the KV pool holds one
   // full context.
   STRATA_ASSIGN_OR_RETURN(
-      s->loop_, StepLoop::Create(engine, {.max_batch_tokens = o.max_batch_tokens}, log, s.get()));
+      s->loop_,
+      StepLoop::Create(engine, {.max_batch_tokens = o.max_batch_tokens, .health = o.health}, log,
+                       s.get()));
   s->thread_ = std::thread([p = s.get()] { p->Loop(); });
   return s;
 }
@@ -45,6 +47,7 @@ Scheduler::~Scheduler() {
 
 util::StatusOr<RequestId> Scheduler::Submit(SchedulerRequest request) {
   STRATA_RETURN_IF_ERROR(StepLoop::Check(engine_, request));
+  if (options_.health) STRATA_RETURN_IF_ERROR(options_.health());
   std::lock_guard<std::mutex> lock(mu_);
   if (draining_ || stop_) {
     return util::UnavailableError("the server is shutting down")
@@ -78,7 +81,7 @@ util::StatusOr<RequestId> Scheduler::Submit(SchedulerRequest request) {
 void Scheduler::Cancel(RequestId id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    cancels_.push_back(id);
+    cancels_.emplace_back(id, util::OkStatus());
   }
   wake_.notify_one();
 }
@@ -97,7 +100,13 @@ bool Scheduler::Drain(std::chrono::milliseconds grace) {
   if (finished_.wait_for(lock, grace, [this] { return in_flight_ == 0; })) return true;
   log_.Warn("drain: {} requests still running after {} ms; cancelling them", in_flight_,
             grace.count());
-  for (RequestId id = 1; id < next_id_; ++id) cancels_.push_back(id);
+  const util::Status cut =
+      util::UnavailableError(
+          fmt::format("the server shut down: the request was still running at the end "
+                      "of the {} ms grace period",
+                      grace.count()))
+          .WithReason(util::ErrorReason::kShuttingDown);
+  for (RequestId id = 1; id < next_id_; ++id) cancels_.emplace_back(id, cut);
   wake_.notify_one();
   finished_.wait(lock, [this] { return in_flight_ == 0; });
   return false;
@@ -170,7 +179,7 @@ int32_t Scheduler::RunningCap() {
 
 void Scheduler::Loop() {
   while (true) {
-    std::vector<RequestId> cancels;
+    std::vector<std::pair<RequestId, util::Status>> cancels;
     bool stop = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -191,7 +200,7 @@ void Scheduler::Loop() {
       loop_->CancelAll(util::CancelledError("the scheduler stopped"));
       return;
     }
-    for (RequestId id : cancels) loop_->Cancel(id);
+    for (const auto& [id, status] : cancels) loop_->Cancel(id, status);
     loop_->Step(RunningCap());
     std::lock_guard<std::mutex> lock(mu_);
     stats_.waiting = loop_->n_waiting();

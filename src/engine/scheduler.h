@@ -103,6 +103,10 @@ struct SchedulerOptions {
   int32_t max_queue = 256;  // [0, 1e6] requests waiting beyond max_running before Submit refuses
   // Borrowed; nullptr = none. Must outlive the Scheduler; used only on its thread.
   SchedulerControl* control = nullptr;
+  // Asked after every forward pass and by Submit (StepLoopOptions::health):
+  // a failure fails the step's requests and refuses new ones with it.
+  // Must be thread-safe and cheap (an atomic read).
+  std::function<util::Status()> health = nullptr;
 };
 
 class Scheduler final : private StepObserver {
@@ -127,8 +131,9 @@ class Scheduler final : private StepObserver {
   // The context every request must fit (immutable).
   int32_t n_ctx() const { return engine_.n_ctx(); }
   // Stops accepting requests and waits until everything submitted has finished
-  // or `grace` has passed; what is left is cancelled. Returns true if nothing
-  // had to be cancelled.
+  // or `grace` has passed; what is left is cancelled with Unavailable
+  // (reason shutting_down), so its readers report the cut as an error, never
+  // as a normal end. Returns true if nothing had to be cancelled.
   bool Drain(std::chrono::milliseconds grace);
 
  private:
@@ -150,7 +155,7 @@ class Scheduler final : private StepObserver {
   std::condition_variable wake_;      // new work, cancellation or shutdown
   std::condition_variable finished_;  // a request finished (Drain waits on it)
   std::deque<std::pair<RequestId, SchedulerRequest>> incoming_;
-  std::vector<RequestId> cancels_;
+  std::vector<std::pair<RequestId, util::Status>> cancels_;  // OK: the client left
   RequestId next_id_ = 1;
   int32_t in_flight_ = 0;     // submitted and not yet finished
   int32_t max_waiting_ = -1;  // the control's limit on waiting requests; -1 = none

@@ -153,6 +153,9 @@ bool StepLoop::Step(int32_t max_running) {
     Batch batch;
     auto logits = RunStep(batch);
     ran = !batch.work.empty();
+    if (ran && logits.ok() && options_.health) {
+      if (util::Status health = options_.health(); !health.ok()) logits = health;
+    }
     if (ran && logits.ok()) ApplyStep(batch, *logits);
     if (ran && !logits.ok()) FailStep(batch, logits.status());
   }

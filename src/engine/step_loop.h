@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -50,6 +51,10 @@ struct StepLoopOptions {
   // Borrowed; times each forward pass into StepCounters' seconds when set
   // (nullptr = untimed). Must outlive the loop.
   const util::Clock* clock = nullptr;
+  // Asked after every forward pass, before its results are used; a failure
+  // fails that step's requests with it (the weights under the model went bad:
+  // its file changed on disk). Empty = always healthy. Runs on the loop's thread.
+  std::function<util::Status()> health = nullptr;
 };
 
 // Cumulative since the loop was created.
