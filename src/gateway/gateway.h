@@ -214,7 +214,15 @@ class Generation {
   virtual ~Generation() = default;
   // The next event, waiting until `deadline` (DeadlineExceeded after it);
   // OutOfRange once every choice has finished and all events were read.
+  // A deadline already past makes it a poll that never waits.
   virtual util::StatusOr<Event> Next(std::chrono::steady_clock::time_point deadline) = 0;
+  // Runs `ready` once, as soon as Next would return without waiting (an event
+  // is readable, or every choice has finished): at once on the caller's
+  // thread if that is so now, else on the thread that makes it so (the
+  // scheduler thread, or one failing the request). `ready` must be cheap and
+  // must not call into this generation (post the reading elsewhere). One
+  // call at a time: a later call replaces a pending one.
+  virtual void NotifyWhenReady(std::function<void()> ready) = 0;
   // Ends every choice still running (the client went away).
   virtual void Cancel() = 0;
   virtual int32_t prompt_tokens() const = 0;

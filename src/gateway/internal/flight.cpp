@@ -1,5 +1,7 @@
 #include "gateway/internal/flight.h"
 
+#include <algorithm>
+
 namespace strata::gateway {
 
 Flight::Flight(int32_t n_choices, std::optional<cache::CacheKey> key,
@@ -13,6 +15,7 @@ Flight::Flight(int32_t n_choices, std::optional<cache::CacheKey> key,
 void Flight::Push(Event e) {
   std::vector<Event> log;  // the whole flight, when `e` completes one with a hook
   bool succeeded = false;
+  std::vector<std::function<void()>> ready;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const size_t i = static_cast<size_t>(e.index);
@@ -23,14 +26,19 @@ void Flight::Push(Event e) {
       if (!e.status.ok() || e.finish == FinishReason::kCancelled) succeeded_ = false;
       complete = ++n_finished_ == n_choices_;
     }
-    if (!complete || !on_complete_) {
+    if (complete && on_complete_) {
+      log.assign(events_.begin(), events_.end());
+      log.push_back(e);
+      succeeded = succeeded_ && storable_;
+    } else {
       events_.push_back(std::move(e));
-      cv_.notify_all();
-      return;
+      ready = TakeReady();
     }
-    log.assign(events_.begin(), events_.end());
-    log.push_back(e);
-    succeeded = succeeded_ && storable_;
+  }
+  if (log.empty()) {
+    cv_.notify_all();
+    for (auto& fn : ready) fn();
+    return;
   }
   // The hook (store in L1, leave the single-flight table) runs before the
   // last event is readable, so a client that saw its answer end and asks
@@ -39,8 +47,44 @@ void Flight::Push(Event e) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(e));
+    ready = TakeReady();
   }
   cv_.notify_all();
+  for (auto& fn : ready) fn();
+}
+
+std::vector<std::function<void()>> Flight::TakeReady() {
+  std::vector<std::function<void()>> ready;
+  for (size_t i = 0; i < waiters_.size();) {
+    const bool readable = shared() ? events_.size() > waiters_[i].cursor : !events_.empty();
+    if (!readable) {
+      ++i;
+      continue;
+    }
+    ready.push_back(std::move(waiters_[i].ready));
+    waiters_[i] = std::move(waiters_.back());
+    waiters_.pop_back();
+  }
+  return ready;
+}
+
+void Flight::NotifyWhenReadable(const void* reader, size_t cursor, std::function<void()> ready) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool readable = shared() ? events_.size() > cursor : !events_.empty();
+    auto mine = std::find_if(waiters_.begin(), waiters_.end(),
+                             [reader](const Waiter& w) { return w.reader == reader; });
+    if (!readable) {
+      if (mine != waiters_.end()) {
+        *mine = Waiter{reader, cursor, std::move(ready)};
+      } else {
+        waiters_.push_back(Waiter{reader, cursor, std::move(ready)});
+      }
+      return;
+    }
+    if (mine != waiters_.end()) waiters_.erase(mine);
+  }
+  ready();
 }
 
 void Flight::DoNotStore() {
@@ -101,6 +145,16 @@ StoredResponse::StoredResponse(std::vector<Event> events, int32_t n_choices, int
   }
 }
 
+void Flight::Forget(const void* reader) {
+  std::function<void()> dropped;  // destroyed after the lock is released
+  std::lock_guard<std::mutex> lock(mu_);
+  auto mine = std::find_if(waiters_.begin(), waiters_.end(),
+                           [reader](const Waiter& w) { return w.reader == reader; });
+  if (mine == waiters_.end()) return;
+  dropped = std::move(mine->ready);
+  waiters_.erase(mine);
+}
+
 FlightGeneration::FlightGeneration(engine::Scheduler& sched, std::shared_ptr<Flight> flight,
                                    std::shared_ptr<ResponseTier> tier, int32_t prompt_tokens,
                                    CacheOutcome outcome)
@@ -112,6 +166,7 @@ FlightGeneration::FlightGeneration(engine::Scheduler& sched, std::shared_ptr<Fli
       outcome_(outcome) {}
 
 FlightGeneration::~FlightGeneration() {
+  flight_->Forget(this);
   if (pending_ > 0) Cancel();
 }
 
@@ -121,6 +176,14 @@ util::StatusOr<Event> FlightGeneration::Next(std::chrono::steady_clock::time_poi
   if (!e) return util::DeadlineExceededError("no token before the deadline");
   if (e->kind == Event::Kind::kFinish) --pending_;
   return std::move(*e);
+}
+
+void FlightGeneration::NotifyWhenReady(std::function<void()> ready) {
+  if (pending_ == 0) {
+    ready();  // Next answers OutOfRange without waiting
+    return;
+  }
+  flight_->NotifyWhenReadable(this, cursor_, std::move(ready));
 }
 
 void FlightGeneration::Cancel() {

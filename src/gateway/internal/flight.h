@@ -61,6 +61,13 @@ class Flight {
   // The next event for a reader at `*cursor` (shared) or the queue's head
   // (unshared); nullopt when none came before `deadline`.
   std::optional<Event> Read(size_t* cursor, std::chrono::steady_clock::time_point deadline);
+  // Runs `ready` once an event is readable at `cursor` (shared) or at the
+  // queue's head: now, on this thread, if one is; else on the thread whose
+  // Push makes one readable, without the mutex held. `reader` names the
+  // waiter: a second call with the same one replaces its pending callback.
+  void NotifyWhenReadable(const void* reader, size_t cursor, std::function<void()> ready);
+  // Drops `reader`'s pending callback (it stops reading).
+  void Forget(const void* reader);
 
   void AddRequest(engine::RequestId id);
   // Cancels every engine request of this flight (no-op for finished ones).
@@ -80,6 +87,15 @@ class Flight {
   bool succeeded_ = true;               // guarded by mu_
   bool storable_ = true;                // guarded by mu_; false after DoNotStore
   std::vector<engine::RequestId> ids_;  // guarded by mu_
+  // Readers waiting for an event: (reader, cursor, callback); guarded by mu_.
+  struct Waiter {
+    const void* reader;
+    size_t cursor;
+    std::function<void()> ready;
+  };
+  std::vector<Waiter> waiters_;
+  // Takes the waiters an event now satisfies; the caller holds mu_.
+  std::vector<std::function<void()>> TakeReady();
 };
 
 // A finished generation as L1 keeps it: the API-neutral events, exactly as
@@ -128,6 +144,7 @@ class FlightGeneration final : public Generation {
   ~FlightGeneration() override;
 
   util::StatusOr<Event> Next(std::chrono::steady_clock::time_point deadline) override;
+  void NotifyWhenReady(std::function<void()> ready) override;
   // This reader leaves. The engine stops only when nobody else reads the
   // flight: a leader whose client went away keeps generating for followers.
   void Cancel() override;
@@ -158,6 +175,8 @@ class ReplayGeneration final : public Generation {
                    int32_t prompt_tokens)
       : stored_(std::move(stored)), similarity_(similarity), prompt_tokens_(prompt_tokens) {}
   util::StatusOr<Event> Next(std::chrono::steady_clock::time_point) override;
+  // Every stored event is readable: runs `ready` at once.
+  void NotifyWhenReady(std::function<void()> ready) override { ready(); }
   void Cancel() override {}
   int32_t prompt_tokens() const override {
     return prompt_tokens_ ? *prompt_tokens_ : stored_->prompt_tokens();
