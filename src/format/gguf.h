@@ -200,6 +200,9 @@ class GgufFile {
 
   // Advises the OS to read the whole file ahead (model load with cold cache).
   void Prefetch() const;
+  // The mapping the bytes live in (its identity and whether a read of it
+  // faulted); null for ParseBytes.
+  const util::MappedFile* file() const { return file_.get(); }
 
  private:
   friend class GgufParser;
