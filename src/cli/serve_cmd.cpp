@@ -7,6 +7,8 @@
 // cancel the rest, stop, exit 0.
 #include <signal.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -16,6 +18,7 @@
 #include "cache/eviction_policy.h"
 #include "cli/commands.h"
 #include "cli/serve_cache.h"
+#include "cli/serve_http.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "gateway/block_eviction_adapter.h"
@@ -28,6 +31,7 @@
 #include "server/auth.h"
 #include "server/server.h"
 #include "util/clock.h"
+#include "util/file_watch.h"
 
 namespace strata::cli {
 namespace {
@@ -46,8 +50,7 @@ struct ServeFlags {
   int32_t max_tokens_cap = 4096;
   int32_t timeout_s = 600;
   int32_t grace_s = 30;
-  size_t body_limit = 4u << 20;
-  int32_t http_threads = 0;
+  HttpFlags http;  // listening, threads and the request reader's limits (cli/serve_http.h)
   std::string alias;
   std::string chat_format;
   std::string log_level = "info";
@@ -144,10 +147,10 @@ int RunServe(const Env& env, const ServeFlags& f) {
     return UsageError(fmt::format("-t {} is outside [1, 256]", f.threads));
   if (f.ctx < 16) return UsageError(fmt::format("--ctx {} must be at least 16", f.ctx));
   if (f.parallel < 1 || f.queue < 0 || f.batch_tokens < 1 || f.max_tokens_cap < 1 ||
-      f.timeout_s < 1 || f.grace_s < 0 || f.kv_tokens < 0 || f.http_threads < 0) {
+      f.timeout_s < 1 || f.grace_s < 0 || f.kv_tokens < 0) {
     return UsageError(
         "--parallel, --batch-tokens, --max-tokens-cap and --timeout must be >= 1; "
-        "--queue, --grace, --kv-tokens and --http-threads >= 0");
+        "--queue, --grace and --kv-tokens >= 0");
   }
   if (!(f.l1_ttl_s >= 0.001 && f.l1_ttl_s <= 30 * 86400)) {
     return UsageError(fmt::format("--l1-ttl {} is outside [0.001, 2592000] seconds", f.l1_ttl_s));
@@ -202,8 +205,7 @@ int RunServe(const Env& env, const ServeFlags& f) {
   server::ServerOptions so;
   so.host = f.host;
   so.port = f.port;
-  so.max_body_bytes = f.body_limit;
-  so.http_threads = f.http_threads > 0 ? f.http_threads : f.parallel + f.queue + 16;
+  if (util::Status st = ApplyHttpFlags(f.http, so); !st.ok()) return UsageError(st.message());
   so.request_timeout = std::chrono::seconds(f.timeout_s);
   so.request_id_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
   if (!f.alias.empty()) so.model_aliases.push_back(f.alias);
@@ -219,6 +221,20 @@ int RunServe(const Env& env, const ServeFlags& f) {
   auto loaded = model::Model::Load(*env.fs, *path, {}, *log);
   if (!loaded.ok()) return ReportError(loaded.status());
   const model::Model& m = **loaded;
+  // The weights are read from the mapped file for as long as the server
+  // runs: once the file changes on disk (or a read finds it shorter), every
+  // step fails and nothing new is admitted (docs/api.md, model_changed).
+  std::atomic<bool> model_changed{false};  // outlives the scheduler, which reads it
+  const util::MappedFile* mapped = m.gguf().file();
+  auto model_health = [&model_changed, mapped]() -> util::Status {
+    if (!model_changed.load(std::memory_order_relaxed) && !(mapped && mapped->faulted())) {
+      return util::OkStatus();
+    }
+    return util::FailedPreconditionError(
+               "the model file changed on disk under the running server; restart strata to "
+               "serve it as it is now")
+        .WithReason(util::ErrorReason::kModelChanged);
+  };
   const int32_t n_ctx = std::min(f.ctx, m.config().n_ctx_train);
   engine::EngineOptions eo;
   eo.n_threads = f.threads;
@@ -242,7 +258,8 @@ int RunServe(const Env& env, const ServeFlags& f) {
                                         {.max_running = f.parallel,
                                          .max_batch_tokens = f.batch_tokens,
                                          .max_queue = f.queue,
-                                         .control = rt.get()},
+                                         .control = rt.get(),
+                                         .health = model_health},
                                         *log);
   if (!sched.ok()) return ReportError(sched.status());
   gateway::GatewayOptions go;
@@ -277,6 +294,21 @@ int RunServe(const Env& env, const ServeFlags& f) {
   const double load_s = util::SecondsBetween(t0, clock.Now());
   metrics.Gauge("strata_model_load_seconds", "Seconds from start to ready.").With({}).Set(load_s);
   (*srv)->SetGateway(gw->get());
+  std::unique_ptr<util::FileWatch> watch;  // stopped before the server it reports to
+  if (mapped != nullptr) {
+    auto started = util::FileWatch::Start(
+        *env.fs, *path, *mapped, std::chrono::seconds(1),
+        [&model_changed, &srv, &log](const util::Status& why) {
+          model_changed.store(true);
+          log->Error("{}; /health now answers 503 and requests get model_changed", why.message());
+          (*srv)->SetBroken(why);
+        });
+    if (started.ok()) {
+      watch = std::move(started).value();
+    } else {
+      log->Warn("not watching the model file: {}", started.status().message());
+    }
+  }
   log->Info(
       "ready in {:.0f} ms: model '{}' at http://{}:{}/v1 ({} threads, context {}, {} parallel)",
       load_s * 1e3, go.model_name, f.host, *port, f.threads, n_ctx, f.parallel);
@@ -286,8 +318,11 @@ int RunServe(const Env& env, const ServeFlags& f) {
   log->Info("received {}: draining (grace {} s)", sig == SIGTERM ? "SIGTERM" : "SIGINT", f.grace_s);
   (*srv)->StartDraining();
   const bool clean = (*sched)->Drain(std::chrono::seconds(f.grace_s));
-  (*gw)->FlushShared(std::chrono::seconds(2));  // answers still queued for Redis
-  (*srv)->Stop();
+  (*gw)->FlushShared(std::chrono::milliseconds(300));  // answers still queued for Redis
+  // The error frames of streams cut at the end of the grace period go out
+  // before the connections close; the process exits within grace + 1 s.
+  (*srv)->Stop(std::chrono::milliseconds(500));
+  watch.reset();
   sched->reset();
   log->Info("stopped{}",
             clean ? "" : " (some requests were cancelled at the end of the grace period)");
@@ -319,10 +354,7 @@ Command RegisterServe(CLI::App& app) {
   cmd->add_option("--timeout", f->timeout_s, "Seconds a request may run")->capture_default_str();
   cmd->add_option("--grace", f->grace_s, "Seconds to finish running requests on SIGTERM")
       ->capture_default_str();
-  cmd->add_option("--body-limit", f->body_limit, "Largest request body in bytes")
-      ->capture_default_str();
-  cmd->add_option("--http-threads", f->http_threads,
-                  "Connections served at once; 0 = parallel + queue + 16");
+  RegisterHttpFlags(*cmd, f->http);
   cmd->add_option("--alias", f->alias,
                   "Model id clients use (default: the file name without .gguf)");
   cmd->add_option("--chat-format", f->chat_format, "Override the chat template family");

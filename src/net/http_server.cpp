@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "net/internal/asio.h"
 #include "net/internal/connection.h"
@@ -148,6 +151,7 @@ class ServerImpl final : public HttpServer {
 
   util::StatusOr<int> Start() override;
   void SetDraining() override;
+  bool WaitQuiet(std::chrono::milliseconds timeout) override;
   void Stop() override;
   HttpServerStats Stats() const override {
     HttpServerStats s;
@@ -330,6 +334,40 @@ void ServerImpl::SetDraining() {
       }
       for (Connection* c : idle) c->Close(CancelReason::kServerStopped);
     });
+  }
+}
+
+bool ServerImpl::WaitQuiet(std::chrono::milliseconds timeout) {
+  if (!started_ || stopped_) return true;
+  // Each round asks every loop how many of its connections are busy; the
+  // tally outlives this call if a loop answers late.
+  struct Tally {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t answered = 0;  // guarded by mu
+    int64_t busy = 0;     // guarded by mu
+  };
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    auto tally = std::make_shared<Tally>();
+    for (auto& loop : loops_) {
+      Loop* l = loop.get();
+      asio::post(l->ctx, [l, tally] {
+        int64_t busy = 0;
+        for (Connection* c : l->connections) busy += c->idle() ? 0 : 1;
+        std::lock_guard<std::mutex> lock(tally->mu);
+        tally->busy += busy;
+        ++tally->answered;
+        tally->cv.notify_all();
+      });
+    }
+    std::unique_lock<std::mutex> lock(tally->mu);
+    const bool all =
+        tally->cv.wait_until(lock, end, [&] { return tally->answered == loops_.size(); });
+    if (all && tally->busy == 0) return true;
+    lock.unlock();
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 

@@ -208,6 +208,10 @@ class HttpServer {
   // connections are closed; new connections are still accepted (a draining
   // server answers 503 through its handler).
   virtual void SetDraining() = 0;
+  // Waits until no connection has a request in progress or output queued
+  // (the last frames of drained streams went out), or `timeout` passes;
+  // true when quiet. Any thread but an I/O thread.
+  virtual bool WaitQuiet(std::chrono::milliseconds timeout) = 0;
   // Stops accepting, cancels every exchange (kServerStopped), closes every
   // connection and joins the I/O threads. Bounded: nothing waits on a client.
   virtual void Stop() = 0;

@@ -1,183 +1,349 @@
 #include "server/server.h"
 
-#include <httplib.h>
-
-#include <sys/socket.h>
+#include <condition_variable>
+#include <mutex>
 
 #include <fmt/format.h>
 
 #include "server/api.h"
 #include "server/internal/handler.h"
+#include "util/work_queue.h"
 
 namespace strata::server {
 namespace {
 
 constexpr const char* kJson = "application/json";
+constexpr const char* kEmbeddings = "/v1/embeddings";
 
-ApiKind KindForPath(const std::string& path) {
-  return path.rfind("/v1/messages", 0) == 0 ? ApiKind::kAnthropicMessages : ApiKind::kOpenAIChat;
+// What a path serves. Generation endpoints carry their API kind.
+enum class Route { kNone, kHealth, kMetrics, kModels, kComplete, kEmbed };
+struct Routed {
+  Route route = Route::kNone;
+  ApiKind kind = ApiKind::kOpenAIChat;  // the shape of every answer on this path
+  const char* endpoint = "";
+};
+
+Routed RouteFor(std::string_view method, std::string_view path) {
+  const bool get = method == "GET" || method == "HEAD";
+  const bool post = method == "POST";
+  const ApiKind shape =
+      path.rfind("/v1/messages", 0) == 0 ? ApiKind::kAnthropicMessages : ApiKind::kOpenAIChat;
+  if (get && path == "/health") return {Route::kHealth, shape, "/health"};
+  if (get && path == "/metrics") return {Route::kMetrics, shape, "/metrics"};
+  if (get && path == "/v1/models") return {Route::kModels, shape, "/v1/models"};
+  if (post && path == "/v1/chat/completions") {
+    return {Route::kComplete, ApiKind::kOpenAIChat, "/v1/chat/completions"};
+  }
+  if (post && path == "/v1/completions") {
+    return {Route::kComplete, ApiKind::kOpenAICompletion, "/v1/completions"};
+  }
+  if (post && path == "/v1/messages") {
+    return {Route::kComplete, ApiKind::kAnthropicMessages, "/v1/messages"};
+  }
+  if (post && path == kEmbeddings) return {Route::kEmbed, ApiKind::kOpenAIChat, kEmbeddings};
+  return {Route::kNone, shape, ""};
 }
 
-// A DataSink as the handler's FrameSink.
-class DataSinkFrames final : public FrameSink {
- public:
-  explicit DataSinkFrames(httplib::DataSink& sink) : sink_(sink) {}
-  bool Write(std::string_view frame) override { return sink_.write(frame.data(), frame.size()); }
-  bool Connected() override { return sink_.is_writable(); }
+net::Response ToResponse(ApiReply reply) {
+  net::Response r;
+  r.status = reply.status;
+  for (auto& [name, value] : reply.headers) r.headers.Add(std::move(name), std::move(value));
+  r.headers.Set("Content-Type", kJson);
+  r.body = std::move(reply.body);
+  return r;
+}
 
- private:
-  httplib::DataSink& sink_;
+// The reason a limit answer has, from the status the reader chose.
+util::ErrorReason LimitReason(int http_status) {
+  switch (http_status) {
+    case 408:
+      return util::ErrorReason::kClientTimeout;
+    case 413:
+      return util::ErrorReason::kBodyTooLarge;
+    case 414:
+      return util::ErrorReason::kRequestLineTooLong;
+    case 415:
+      return util::ErrorReason::kUnsupportedEncoding;
+    case 431:
+      return util::ErrorReason::kHeadersTooLarge;
+    case 501:
+      return util::ErrorReason::kUnsupportedFraming;
+    case 503:
+      return util::ErrorReason::kTooManyConnections;
+    case 505:
+      return util::ErrorReason::kHttpVersion;
+    default:
+      return util::ErrorReason::kMalformedHttp;
+  }
+}
+
+// One API response being fed from its generation. Owned by the exchange's
+// callbacks (and a worker's posted continuation); everything runs on the
+// exchange's I/O thread.
+struct Feed {
+  std::shared_ptr<net::Exchange> exchange;
+  std::shared_ptr<Responder> responder;
+  size_t budget = 0;  // frame bytes one pump may queue
 };
 
 }  // namespace
 
-// The httplib shell around ApiHandler: routes, limits and timeouts, and the
-// translation of requests and replies. Everything a request means is decided
-// by the handler.
-class HttpServer::Impl {
+// The net::HttpHandler around ApiHandler: routes, the head-time checks, the
+// hand-off to workers and the pumping of responses. Everything a request
+// means is decided by the ApiHandler.
+class HttpServer::Impl final : public net::HttpHandler {
  public:
   Impl(const ServerOptions& o, ApiKeys keys, obs::MetricsRegistry& metrics,
        const util::Clock& clock, util::Logger& log)
       : options_(o),
+        clock_(clock),
         log_(log),
         metrics_(metrics),
-        handler_(o, std::move(keys), metrics, clock, log) {}
+        handler_(o, std::move(keys), metrics, clock, log),
+        live_(std::make_shared<Live>()) {}
 
-  ~Impl() { Stop(); }
+  ~Impl() override { Stop(std::chrono::milliseconds(0)); }
 
   util::StatusOr<int> Start() {
-    Route();
-    const int threads = options_.http_threads;
-    svr_.new_task_queue = [threads] {
-      return new httplib::ThreadPool(static_cast<size_t>(threads));
-    };
-    svr_.set_payload_max_length(options_.max_body_bytes);
-    // Responses go out in small writes (headers, then the body or SSE
-    // frames): with Nagle's algorithm a kept-alive client's delayed ACK held
-    // each one back ~40 ms, so a cache hit that takes 0.2 ms took 43 ms.
-    svr_.set_tcp_nodelay(true);
-    svr_.set_read_timeout(std::chrono::seconds(30));
-    svr_.set_write_timeout(std::chrono::seconds(30));
-    // The socket that binds is the last one these options see. httplib keeps
-    // the callback, so it writes a member rather than a local of Start().
-    svr_.set_socket_options([this](socket_t fd) {
-      httplib::default_socket_options(fd);
-      listen_fd_ = fd;
-    });
-    int port = options_.port;
-    if (port == 0) {
-      port = svr_.bind_to_any_port(options_.host);
-      if (port <= 0)
-        return util::UnavailableError(fmt::format("cannot bind {}:any", options_.host));
-    } else if (!svr_.bind_to_port(options_.host, port)) {
-      return util::UnavailableError(
-          fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
-                      options_.host, port));
+    net::HttpServerOptions no;
+    no.host = options_.host;
+    no.port = options_.port;
+    no.io_threads = options_.io_threads;
+    no.reuse_port = options_.reuse_port;
+    no.limits = options_.limits;
+    STRATA_ASSIGN_OR_RETURN(net_, net::HttpServer::Create(no, *this, log_, clock_));
+    workers_ =
+        std::make_unique<util::WorkQueue>(options_.http_threads, options_.max_queued_requests);
+    STRATA_ASSIGN_OR_RETURN(int port, net_->Start());
+    {
+      std::lock_guard<std::mutex> lock(live_->mu);
+      live_->server = net_.get();
     }
-    // httplib listens with a backlog of 5 (compiled into Debian's library).
-    // 32 clients connecting at once overflowed it: the kernel fell back to SYN
-    // cookies and closed connections whose requests were never read
-    // (bench/shared_prompt.sh; ServerTest.ABurstOfConnectionsIsServedInFull).
-    // listen() again on the bound socket raises it to the system's cap.
-    if (listen_fd_ < 0 || ::listen(listen_fd_, SOMAXCONN) != 0) {
-      return util::UnavailableError(
-          fmt::format("cannot raise the listen backlog on {}:{}", options_.host, port));
-    }
-    // The socket is already listening: connections queue until the loop accepts them.
-    thread_ = std::thread([this] { svr_.listen_after_bind(); });
+    RegisterMetrics();
     return port;
   }
 
   void SetGateway(gateway::Gateway* g) { handler_.SetGateway(g); }
-  void StartDraining() { handler_.StartDraining(); }
-  void Stop() {
-    if (stopped_.exchange(true)) return;
-    svr_.stop();
-    if (thread_.joinable()) thread_.join();
+  void SetBroken(util::Status why) { handler_.SetBroken(std::move(why)); }
+  void StartDraining() {
+    handler_.StartDraining();
+    if (net_) net_->SetDraining();
+  }
+
+  void Stop(std::chrono::milliseconds flush) {
+    if (net_ == nullptr || stopped_) return;
+    stopped_ = true;
+    if (flush.count() > 0) net_->WaitQuiet(flush);
+    {
+      std::lock_guard<std::mutex> lock(live_->mu);
+      live_->server = nullptr;
+    }
+    // Workers first: a request being parsed finishes and posts to a loop
+    // that still runs; the ones still queued are dropped unrun.
+    workers_.reset();
+    net_->Stop();
+  }
+
+  net::HttpServerStats Stats() const { return net_ ? net_->Stats() : net::HttpServerStats{}; }
+
+  // --- net::HttpHandler (I/O threads) ---------------------------------------
+
+  std::optional<net::Response> OnHead(const net::RequestHead& head) override {
+    const Routed r = RouteFor(head.method, head.path());
+    switch (r.route) {
+      case Route::kHealth:
+        return ToResponse(handler_.Health());
+      case Route::kMetrics: {
+        net::Response res;
+        res.headers.Set("Content-Type", "text/plain; version=0.0.4");
+        res.body = metrics_.Render();
+        return res;
+      }
+      case Route::kNone: {
+        const ApiCall call = Call(head, {});
+        ApiReply reply =
+            ApiHandler::ErrorReply(r.kind, handler_.TransportError(404, head.method, head.path()));
+        reply.headers.emplace_back("X-Request-ID", call.request_id);
+        return ToResponse(std::move(reply));
+      }
+      case Route::kModels:
+        return ToResponse(handler_.ListModels(Call(head, {})));
+      case Route::kComplete:
+      case Route::kEmbed: {
+        // The key, draining and loading are decided before a body byte is read.
+        if (auto refused = handler_.Screen(r.kind, r.endpoint, Call(head, {}), true)) {
+          return ToResponse(std::move(*refused));
+        }
+        return std::nullopt;
+      }
+    }
+    return std::nullopt;
+  }
+
+  void OnRequest(std::shared_ptr<net::Exchange> exchange, std::string body) override {
+    const Routed r = RouteFor(exchange->head().method, exchange->head().path());
+    auto gone = std::make_shared<std::atomic<bool>>(false);
+    exchange->OnCancel([gone](net::CancelReason) { gone->store(true); });
+    auto task = [this, exchange, gone, r, body = std::move(body)]() {
+      if (gone->load()) return;  // the client left while the request waited for a worker
+      const ApiCall call = Call(exchange->head(), body);
+      ApiReply reply =
+          r.route == Route::kEmbed ? handler_.Embed(call) : handler_.Complete(r.kind, call);
+      exchange->Post([this, exchange, reply = std::move(reply)]() mutable {
+        Deliver(exchange, std::move(reply));
+      });
+    };
+    if (workers_->Submit(std::move(task))) return;
+    const ApiCall call = Call(exchange->head(), {});
+    const util::Status busy =
+        util::ResourceExhaustedError(
+            fmt::format("every request worker is busy and {} requests already wait for one",
+                        options_.max_queued_requests))
+            .WithReason(util::ErrorReason::kServerBusy);
+    ApiReply reply = ApiHandler::ErrorReply(r.kind, busy);
+    reply.headers.emplace_back("X-Request-ID", call.request_id);
+    log_.Warn("req={} {} {} 429 ({}: {})", call.request_id, call.method, call.path,
+              util::ErrorReasonName(busy.reason()), busy.message());
+    exchange->Respond(ToResponse(std::move(reply)));
+  }
+
+  net::Response LimitResponse(const net::RequestHead* head, int status,
+                              const util::Status& why) override {
+    const ApiKind kind = head ? RouteFor(head->method, head->path()).kind : ApiKind::kOpenAIChat;
+    util::Status st =
+        util::Status(why.ok() ? util::StatusCode::kInvalidArgument : why.code(),
+                     why.ok() ? std::string(net::ReasonPhrase(status)) : why.message())
+            .WithReason(LimitReason(status));
+    ApiReply reply = ApiHandler::ErrorReply(kind, st);
+    reply.status = status;  // the reader's status stands (a 400 for bad framing, say)
+    return ToResponse(std::move(reply));
   }
 
  private:
-  ApiCall Call(const httplib::Request& req) {
-    ApiCall call{.method = req.method,
-                 .path = req.path,
-                 .body = req.body,
-                 .request_id = handler_.RequestId(req.get_header_value("X-Request-ID")),
-                 .api_key = req.get_header_value("x-api-key")};
-    const std::string auth = req.get_header_value("Authorization");
-    if (call.api_key.empty() && auth.rfind("Bearer ", 0) == 0) call.api_key = auth.substr(7);
+  // Reads whatever the metrics need from the net server while it exists.
+  struct Live {
+    std::mutex mu;
+    net::HttpServer* server = nullptr;  // guarded by mu; null once stopped
+  };
+
+  ApiCall Call(const net::RequestHead& head, std::string_view body) {
+    ApiCall call{.method = head.method,
+                 .path = std::string(head.path()),
+                 .body = body,
+                 .request_id = handler_.RequestId(head.headers.GetOr("X-Request-ID")),
+                 .api_key = std::string(head.headers.GetOr("x-api-key"))};
+    const std::string_view auth = head.headers.GetOr("Authorization");
+    if (call.api_key.empty() && auth.rfind("Bearer ", 0) == 0) {
+      call.api_key = std::string(auth.substr(7));
+    }
     return call;
   }
 
-  static void Send(ApiReply reply, httplib::Response& res) {
-    res.status = reply.status;
-    for (const auto& [name, value] : reply.headers) res.set_header(name, value);
-    if (reply.stream == nullptr) {
-      res.set_content(reply.body, kJson);
+  // On the exchange's I/O thread: answer now, or start feeding the response
+  // from its generation.
+  void Deliver(const std::shared_ptr<net::Exchange>& exchange, ApiReply reply) {
+    if (reply.responder == nullptr) {
+      exchange->Respond(ToResponse(std::move(reply)));
       return;
     }
-    res.set_chunked_content_provider(
-        "text/event-stream", [stream = std::move(reply.stream)](size_t, httplib::DataSink& sink) {
-          DataSinkFrames frames(sink);
-          const bool ok = stream->Run(frames);
-          if (ok) sink.done();
-          return ok;
-        });
+    auto feed = std::make_shared<Feed>();
+    feed->exchange = exchange;
+    feed->responder = std::move(reply.responder);
+    feed->budget = std::max<size_t>(options_.limits.max_buffered_output / 2, 4096);
+    if (exchange->cancelled()) {
+      feed->responder->Abandon("client gone before the response started");
+      return;
+    }
+    exchange->OnCancel(
+        [feed](net::CancelReason why) { feed->responder->Abandon(net::CancelReasonName(why)); });
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        feed->responder->deadline() - clock_.Now());
+    exchange->SetTimeout(std::max(left, std::chrono::milliseconds(0)),
+                         [this, feed] { Emit(*feed, feed->responder->Expire()); });
+    if (feed->responder->streaming()) {
+      net::Headers headers;
+      for (const auto& [name, value] : feed->responder->head().headers) headers.Add(name, value);
+      headers.Set("Content-Type", "text/event-stream");
+      exchange->StartStream(feed->responder->head().status, std::move(headers));
+      exchange->OnWritable([this, feed] { Pump(feed); });
+    }
+    Pump(feed);
   }
 
-  void Route() {
-    svr_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      Send(handler_.Health(), res);
+  // Reads what the generation has ready and sends it; then waits for more
+  // events, or for the client to drain its output.
+  void Pump(const std::shared_ptr<Feed>& feed) {
+    net::Exchange& ex = *feed->exchange;
+    if (ex.cancelled()) return;
+    if (feed->responder->streaming() && ex.congested()) return;  // OnWritable pumps again
+    Responder::Output out = feed->responder->Pump(feed->budget);
+    const bool done = out.done;
+    const bool more = out.more;
+    Emit(*feed, std::move(out));
+    if (done) return;
+    if (more) {
+      if (!ex.congested()) ex.Post([this, feed] { Pump(feed); });
+      return;
+    }
+    std::weak_ptr<Feed> weak = feed;
+    feed->responder->WhenReady([this, weak] {
+      auto f = weak.lock();
+      if (f == nullptr) return;
+      f->exchange->Post([this, weak] {
+        if (auto alive = weak.lock()) Pump(alive);
+      });
     });
-    svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
-    });
-    svr_.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-      Send(handler_.ListModels(Call(req)), res);
-    });
-    auto api = [this](ApiKind kind) {
-      return [this, kind](const httplib::Request& req, httplib::Response& res) {
-        Send(handler_.Complete(kind, Call(req)), res);
+  }
+
+  void Emit(Feed& feed, Responder::Output out) {
+    net::Exchange& ex = *feed.exchange;
+    if (ex.cancelled()) return;
+    if (!feed.responder->streaming()) {
+      if (out.done) ex.Respond(ToResponse(std::move(out.reply)));
+      return;
+    }
+    if (!out.frames.empty()) ex.Write(std::move(out.frames));
+    if (out.done) ex.End();
+  }
+
+  void RegisterMetrics() {
+    if (metrics_registered_) return;
+    metrics_registered_ = true;
+    auto read = [live = live_](int64_t net::HttpServerStats::*field) {
+      return [live, field]() -> double {
+        std::lock_guard<std::mutex> lock(live->mu);
+        return live->server ? static_cast<double>(live->server->Stats().*field) : 0.0;
       };
     };
-    svr_.Post("/v1/chat/completions", api(ApiKind::kOpenAIChat));
-    svr_.Post("/v1/completions", api(ApiKind::kOpenAICompletion));
-    svr_.Post("/v1/messages", api(ApiKind::kAnthropicMessages));
-    svr_.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
-      Send(handler_.Embed(Call(req)), res);
-    });
-
-    // Anything httplib answers on its own (no route, 413, ...) gets a JSON body.
-    svr_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      const int status = res.status;
-      Send(ApiHandler::ErrorReply(KindForPath(req.path),
-                                  handler_.TransportError(status, req.method, req.path)),
-           res);
-      res.status = status;
-    });
-    svr_.set_exception_handler(
-        [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-          std::string what = "unknown";
-          try {
-            if (ep) std::rethrow_exception(ep);
-          } catch (const std::exception& e) {
-            what = e.what();
-          } catch (...) {
-          }
-          log_.Error("internal error serving {} {}: {}", req.method, req.path, what);
-          Send(ApiHandler::ErrorReply(KindForPath(req.path), util::InternalError("internal error")),
-               res);
-        });
+    metrics_.GaugeCallback("strata_http_connections_open", "Open client connections.",
+                           read(&net::HttpServerStats::connections_open));
+    metrics_.CounterCallback("strata_http_connections_accepted_total",
+                             "Client connections accepted.",
+                             read(&net::HttpServerStats::connections_accepted));
+    metrics_.CounterCallback(
+        "strata_http_connections_refused_total",
+        "Connections refused at accept: the per-client or total cap, with none to displace.",
+        read(&net::HttpServerStats::connections_refused));
+    metrics_.CounterCallback(
+        "strata_http_connections_displaced_total",
+        "Connections closed to make room at the cap (the oldest still waiting for headers).",
+        read(&net::HttpServerStats::connections_displaced));
+    metrics_.CounterCallback(
+        "strata_http_rejected_total",
+        "Requests the reader refused by a limit or as malformed (400, 408, 413, 414, 415, 431).",
+        read(&net::HttpServerStats::rejected_by_limit));
   }
 
   const ServerOptions options_;
+  const util::Clock& clock_;
   util::Logger& log_;
   obs::MetricsRegistry& metrics_;
   ApiHandler handler_;
-  httplib::Server svr_;
-  int listen_fd_ = -1;  // set while Start() binds (socket options callback)
-  std::atomic<bool> stopped_{false};
-  std::thread thread_;
+  const std::shared_ptr<Live> live_;
+  std::unique_ptr<net::HttpServer> net_;
+  std::unique_ptr<util::WorkQueue> workers_;
+  bool metrics_registered_ = false;
+  bool stopped_ = false;
 };
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -188,21 +354,29 @@ util::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const ServerOptio
                                                                obs::MetricsRegistry& metrics,
                                                                const util::Clock& clock,
                                                                util::Logger& log) {
-  if (options.http_threads < 2 || options.http_threads > 4096) {
+  if (options.http_threads < 1 || options.http_threads > 4096) {
     return util::InvalidArgumentError(
-        fmt::format("HTTP threads {} is outside [2, 4096]", options.http_threads));
+        fmt::format("HTTP worker threads {} is outside [1, 4096]", options.http_threads));
+  }
+  if (options.max_queued_requests < 1 || options.max_queued_requests > 1'000'000) {
+    return util::InvalidArgumentError(
+        fmt::format("queued requests {} is outside [1, 1000000]", options.max_queued_requests));
   }
   if (options.port < 0 || options.port > 65535) {
     return util::InvalidArgumentError(fmt::format("port {} is outside [0, 65535]", options.port));
   }
-  if (options.max_body_bytes < 1024) return util::InvalidArgumentError("body limit below 1 KiB");
+  if (options.request_timeout.count() < 1) {
+    return util::InvalidArgumentError("the request timeout must be at least 1 s");
+  }
   return std::unique_ptr<HttpServer>(
       new HttpServer(std::make_unique<Impl>(options, std::move(keys), metrics, clock, log)));
 }
 
 util::StatusOr<int> HttpServer::Start() { return impl_->Start(); }
 void HttpServer::SetGateway(gateway::Gateway* g) { impl_->SetGateway(g); }
+void HttpServer::SetBroken(util::Status why) { impl_->SetBroken(std::move(why)); }
 void HttpServer::StartDraining() { impl_->StartDraining(); }
-void HttpServer::Stop() { impl_->Stop(); }
+void HttpServer::Stop(std::chrono::milliseconds flush) { impl_->Stop(flush); }
+net::HttpServerStats HttpServer::Stats() const { return impl_->Stats(); }
 
 }  // namespace strata::server

@@ -8,17 +8,28 @@
 // a client sends can crash the server. Every response carries X-Request-ID
 // (the client's, if it sent a sane one), and every log line of a request
 // starts with it. Streams are Server-Sent Events exactly as each API sends
-// them; a client that disconnects is cancelled at once.
+// them; a client that disconnects is cancelled at once. Limits hold before
+// anything is parsed (net/http_server.h): 414/431 for the request line and
+// headers, 413 for a body past the limit after decompression, 408 for a slow
+// client; the API key, draining and loading are checked from the headers,
+// before a body byte is read. /health and /metrics are answered on the I/O
+// thread from the head alone, so no backlog of API work delays them. A
+// request cut at the end of the shutdown grace period ends with an error
+// (a 503 body, or an error event in a stream), never as a normal stop.
 //
-// Threading: HTTP connections are served by a pool of threads; each request
-// runs on one of them and talks to the gateway, which is thread-safe.
+// Threading: a few I/O threads (net::HttpServer) serve every connection and
+// never block; a pool of worker threads parses, tokenizes and starts each
+// API request (and waits out embeddings); a streaming or whole response is
+// then fed from its generation on the connection's I/O thread as events
+// become readable, so a request waiting on the model holds no thread. The
+// gateway is thread-safe.
 //
 // Usage:
 //   STRATA_ASSIGN_OR_RETURN(auto srv, HttpServer::Create(opts, std::move(keys), metrics, clock,
 //   log)); STRATA_ASSIGN_OR_RETURN(int port, srv->Start());   // serving; /health says 503
 //   srv->SetGateway(gateway.get());                     // model loaded: 200
 //   ...
-//   srv->StartDraining(); scheduler->Drain(grace); srv->Stop();
+//   srv->StartDraining(); scheduler->Drain(grace); srv->Stop(std::chrono::seconds(1));
 #pragma once
 
 #include <atomic>
@@ -26,10 +37,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gateway/gateway.h"
+#include "net/http_server.h"
 #include "obs/metrics.h"
 #include "server/auth.h"
 #include "util/clock.h"
@@ -39,10 +50,15 @@
 namespace strata::server {
 
 struct ServerOptions {
-  std::string host = "127.0.0.1";
-  int port = 8080;                   // 0 = any free port (tests)
-  size_t max_body_bytes = 4u << 20;  // larger bodies get 413
-  int http_threads = 128;            // [2, 4096] connections served at once
+  std::string host = "127.0.0.1";  // an IPv4 or IPv6 address
+  int port = 8080;                 // 0 = any free port (tests)
+  bool reuse_port = false;         // SO_REUSEPORT: share the port with other processes
+  int io_threads = 2;              // [1, 256] threads serving connections
+  int http_threads = 8;  // [1, 4096] workers that parse and start requests, and run embeddings
+  size_t max_queued_requests = 1024;  // [1, 1e6] read requests waiting for a worker: more get 503
+  // Every limit of the request reader (header, body, connections, timeouts);
+  // max_body_bytes is the body after decompression.
+  net::HttpLimits limits;
   std::chrono::seconds request_timeout{
       600};                                // a request still running after this is cancelled (504)
   std::vector<std::string> model_aliases;  // "model" values accepted besides the served name
@@ -63,10 +79,16 @@ class HttpServer {
   util::StatusOr<int> Start();
   // Until this is called, API requests and /health answer 503 (model loading).
   void SetGateway(gateway::Gateway* gateway);
+  // From now on /health answers 503 and every API request gets `why` (the
+  // model file changed under the server); requests running are not touched.
+  void SetBroken(util::Status why);
   // New API requests get 503; requests already running continue.
   void StartDraining();
-  // Stops listening and waits for the serving thread.
-  void Stop();
+  // Waits up to `flush` for responses still going out (a drained stream's
+  // last frames), then closes every connection and joins every thread.
+  void Stop(std::chrono::milliseconds flush = std::chrono::milliseconds(0));
+  // The connection counters (open, refused, displaced, rejected by a limit).
+  net::HttpServerStats Stats() const;
 
  private:
   class Impl;

@@ -76,6 +76,26 @@ std::string_view ErrorReasonName(ErrorReason reason) {
       return "shutting_down";
     case ErrorReason::kTimeout:
       return "timeout";
+    case ErrorReason::kMalformedHttp:
+      return "malformed_http";
+    case ErrorReason::kRequestLineTooLong:
+      return "request_line_too_long";
+    case ErrorReason::kHeadersTooLarge:
+      return "headers_too_large";
+    case ErrorReason::kUnsupportedEncoding:
+      return "unsupported_encoding";
+    case ErrorReason::kUnsupportedFraming:
+      return "unsupported_framing";
+    case ErrorReason::kHttpVersion:
+      return "http_version_not_supported";
+    case ErrorReason::kClientTimeout:
+      return "client_timeout";
+    case ErrorReason::kTooManyConnections:
+      return "too_many_connections";
+    case ErrorReason::kServerBusy:
+      return "server_busy";
+    case ErrorReason::kModelChanged:
+      return "model_changed";
   }
   return "none";
 }

@@ -82,6 +82,16 @@ enum class ErrorReason : uint8_t {
   kModelLoading,           // the server is up, the model is not loaded yet
   kShuttingDown,           // the server is draining and takes no new requests
   kTimeout,                // the request did not finish within the server's time limit
+  kMalformedHttp,          // the request is not valid HTTP/1.1 (request line, fields, framing)
+  kRequestLineTooLong,     // the request line exceeds the server's limit
+  kHeadersTooLarge,        // the header fields exceed the byte or count limit
+  kUnsupportedEncoding,    // a Content-Encoding the server cannot decode
+  kUnsupportedFraming,     // a Transfer-Encoding the server does not implement
+  kHttpVersion,            // an HTTP version other than 1.0 and 1.1
+  kClientTimeout,          // the client sent its headers or body too slowly
+  kTooManyConnections,     // the connection cap (in all, or for the client's address)
+  kServerBusy,             // every request worker is taken and the backlog is full
+  kModelChanged,           // the served model file changed on disk: the server stops serving it
 };
 
 // The reason's stable name, for logs and API bodies: "context_length_exceeded",

@@ -47,7 +47,7 @@ class ServerTest : public ::testing::Test {
               .value();
     ServerOptions so;
     so.port = 0;
-    so.max_body_bytes = 64 * 1024;
+    so.limits.max_body_bytes = 64 * 1024;
     so.http_threads = 16;
     srv_ = std::move(HttpServer::Create(so, std::move(keys), metrics_, util::RealClock(), *log_))
                .value();

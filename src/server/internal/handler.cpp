@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "server/internal/wire.h"
+
 namespace strata::server {
 namespace {
 
@@ -93,7 +95,7 @@ ApiReply ApiHandler::ErrorReply(ApiKind kind, const util::Status& status, ApiRep
   const ErrorMapping& m = MapError(status);
   reply.status = m.http_status;
   reply.body = RenderError(kind, status);
-  reply.stream.reset();
+  reply.responder.reset();
   if (m.retry_after) reply.headers.emplace_back("Retry-After", std::to_string(kRetryAfterSeconds));
   return reply;
 }
@@ -102,7 +104,7 @@ util::Status ApiHandler::TransportError(int http_status, std::string_view method
                                         std::string_view path) const {
   if (http_status == 413) {
     return util::InvalidArgumentError(fmt::format("the request body exceeds the limit of {} bytes",
-                                                  options_.max_body_bytes))
+                                                  options_.limits.max_body_bytes))
         .WithReason(util::ErrorReason::kBodyTooLarge);
   }
   if (http_status == 404) {
@@ -133,8 +135,26 @@ util::StatusOr<std::string> ApiHandler::Authenticate(std::string_view api_key) c
   return keys_.Authenticate(api_key);
 }
 
+void ApiHandler::SetBroken(util::Status why) {
+  std::lock_guard<std::mutex> lock(broken_mu_);
+  broken_why_ = std::move(why);
+  broken_.store(true);
+}
+
+std::optional<ApiReply> ApiHandler::Screen(ApiKind kind, const char* endpoint, const ApiCall& call,
+                                           bool check_draining) {
+  auto admitted = Admit(check_draining, call.api_key);
+  if (admitted.ok()) return std::nullopt;
+  Scope scope(kind, endpoint, call, clock_.Now(), log_);
+  return Fail(scope, NewReply(kind, call.request_id), admitted.status());
+}
+
 util::StatusOr<ApiHandler::Admitted> ApiHandler::Admit(bool check_draining,
                                                        std::string_view api_key) const {
+  if (broken_.load()) {
+    std::lock_guard<std::mutex> lock(broken_mu_);
+    return broken_why_;
+  }
   if (check_draining && draining_.load()) {
     return util::UnavailableError("the server is shutting down")
         .WithReason(util::ErrorReason::kShuttingDown);
@@ -217,123 +237,189 @@ ApiReply ApiHandler::Complete(ApiKind kind, const ApiCall& call) {
   auto gen = Start(*admitted->gateway, *parsed, reply);
   if (!gen.ok()) return Fail(scope, std::move(reply), gen.status());
   ResponseMeta meta = Meta(kind, scope, *parsed, **gen);
-  if (!parsed->stream) {
-    return RespondWhole(scope, std::move(reply), std::move(gen).value(), std::move(meta), *parsed,
-                        admitted->tenant);
+  return Respond(scope, std::move(reply), std::move(gen).value(), std::move(meta), *parsed,
+                 admitted->tenant);
+}
+
+ApiReply ApiHandler::Respond(Scope& scope, ApiReply reply, std::unique_ptr<gateway::Generation> gen,
+                             ResponseMeta meta, const ParsedRequest& parsed,
+                             const std::string& tenant) {
+  Responder::Context c{.kind = scope.kind,
+                       .endpoint = scope.endpoint,
+                       .stream = parsed.stream,
+                       .meta = std::move(meta),
+                       .include_usage = parsed.include_usage,
+                       .logprobs = parsed.logprobs,
+                       .method = scope.call.method,
+                       .path = scope.call.path,
+                       .request_id = scope.call.request_id,
+                       .tenant = tenant,
+                       .session_note = scope.session_note,
+                       .t0 = scope.t0,
+                       .deadline = scope.t0 + options_.request_timeout,
+                       .timeout = options_.request_timeout};
+  if (parsed.stream) {
+    // Everything from here on travels inside the 200 response.
+    reply.headers.emplace_back("Cache-Control", "no-cache");
+    reply.headers.emplace_back("X-Accel-Buffering", "no");
+    Count(scope.endpoint, 200);
   }
-  return RespondStream(scope, std::move(reply), std::move(gen).value(), std::move(meta), *parsed,
-                       admitted->tenant);
+  ApiReply head;
+  head.status = reply.status;
+  head.headers = reply.headers;
+  head.responder = std::make_shared<Responder>(std::move(gen), std::move(c), std::move(reply),
+                                               *this, clock_, log_);
+  return head;
 }
 
-ApiReply ApiHandler::RespondWhole(Scope& scope, ApiReply reply,
-                                  std::unique_ptr<gateway::Generation> gen, ResponseMeta meta,
-                                  const ParsedRequest& parsed, const std::string& tenant) {
-  const auto deadline = scope.t0 + options_.request_timeout;
-  std::vector<ChoiceResult> results(static_cast<size_t>(gen->n_choices()));
-  while (true) {
-    auto e = gen->Next(deadline);
-    if (!e.ok()) {
-      // Generation::Next is OutOfRange once every choice finished.
-      if (e.status().code() == util::StatusCode::kOutOfRange) break;
-      gen->Cancel();
-      return Fail(scope, std::move(reply),
-                  util::DeadlineExceededError(fmt::format("the request did not finish within {} s",
-                                                          options_.request_timeout.count()))
-                      .WithReason(util::ErrorReason::kTimeout));
-    }
-    ChoiceResult& c = results[static_cast<size_t>(e->index)];
-    if (e->kind == gateway::Event::Kind::kDelta) {
-      c.text += e->text;
-      for (auto& lp : e->logprobs) c.logprobs.push_back(std::move(lp));
-      continue;
-    }
-    if (!e->status.ok()) return Fail(scope, std::move(reply), e->status);
-    c.finish = e->finish;
-    c.stop_sequence = e->stop_sequence;
-    c.completion_tokens = e->usage.completion_tokens;
-    meta.cached_tokens = std::max(meta.cached_tokens, e->usage.cached_tokens);
-  }
-  reply.body = RenderResponse(scope.kind, meta, results, parsed.logprobs);
-  Count(scope.endpoint, 200);
-  int32_t completion = 0;
-  for (const auto& c : results) completion += c.completion_tokens;
-  scope.log.Info("{} {} 200 tenant={}{} prompt={} completion={} cache={} {:.1f} ms",
-                 scope.call.method, scope.call.path, tenant, scope.session_note, meta.prompt_tokens,
-                 completion, gateway::CacheOutcomeName(gen->cache_outcome()),
-                 util::SecondsBetween(scope.t0, clock_.Now()) * 1e3);
-  return reply;
+// --- responder --------------------------------------------------------------------
+
+Responder::Responder(std::unique_ptr<gateway::Generation> gen, Context context, ApiReply reply,
+                     ApiHandler& handler, const util::Clock& clock, util::Logger& log)
+    : gen_(std::move(gen)),
+      c_(std::move(context)),
+      reply_(std::move(reply)),
+      handler_(handler),
+      clock_(clock),
+      log_(log),
+      results_(static_cast<size_t>(gen_->n_choices())) {}
+
+Responder::~Responder() {
+  if (!ended_) Abandon("abandoned");
 }
 
-ApiReply ApiHandler::RespondStream(Scope& scope, ApiReply reply,
-                                   std::unique_ptr<gateway::Generation> gen, ResponseMeta meta,
-                                   const ParsedRequest& parsed, const std::string& tenant) {
-  // Everything from here on travels inside the 200 response.
-  StreamResponder::Context c{.kind = scope.kind,
-                             .meta = std::move(meta),
-                             .include_usage = parsed.include_usage,
-                             .logprobs = parsed.logprobs,
-                             .method = scope.call.method,
-                             .path = scope.call.path,
-                             .request_id = scope.call.request_id,
-                             .tenant = tenant,
-                             .session_note = scope.session_note,
-                             .t0 = scope.t0,
-                             .deadline = scope.t0 + options_.request_timeout};
-  reply.headers.emplace_back("Cache-Control", "no-cache");
-  reply.headers.emplace_back("X-Accel-Buffering", "no");
-  reply.stream = std::make_shared<StreamResponder>(std::move(gen), std::move(c), clock_, log_);
-  Count(scope.endpoint, 200);
-  return reply;
-}
-
-bool StreamResponder::Run(FrameSink& sink) {
+void Responder::Log(std::string_view note) {
   util::PrefixLogger slog(log_, "req=" + c_.request_id);
-  auto write = [&](const std::string& frame) { return frame.empty() || sink.Write(frame); };
-  std::string end_note = "done";
-  int32_t completion = 0;
-  bool ok = write(RenderStreamStart(c_.kind, c_.meta, gen_->n_choices()));
-  while (ok) {
-    // Wake up regularly to notice a client that went away during a long prefill.
-    const auto step = std::min(c_.deadline, clock_.Now() + std::chrono::milliseconds(200));
-    auto e = gen_->Next(step);
+  const double ms = util::SecondsBetween(c_.t0, clock_.Now()) * 1e3;
+  const std::string_view cache = gateway::CacheOutcomeName(gen_->cache_outcome());
+  if (c_.stream) {
+    slog.Info("{} {} 200 stream tenant={}{} prompt={} completion={} cache={} {} {:.1f} ms",
+              c_.method, c_.path, c_.tenant, c_.session_note, c_.meta.prompt_tokens, completion_,
+              cache, note, ms);
+    return;
+  }
+  slog.Info("{} {} 200 tenant={}{} prompt={} completion={} cache={} {:.1f} ms", c_.method, c_.path,
+            c_.tenant, c_.session_note, c_.meta.prompt_tokens, completion_, cache, ms);
+}
+
+Responder::Output Responder::Finish(Output out, const util::Status& status) {
+  ended_ = true;
+  out.done = true;
+  out.more = false;
+  if (c_.stream) {
+    if (status.ok()) {
+      out.frames += RenderStreamEnd(c_.kind, c_.meta, completion_, c_.include_usage);
+      Log("done");
+    } else {
+      out.frames += RenderStreamError(c_.kind, status);
+      Log(status.reason() == util::ErrorReason::kTimeout ? "timed out"
+                                                         : "failed: " + Describe(status));
+    }
+    return out;
+  }
+  if (!status.ok()) {
+    const ApiCall call{.method = c_.method,
+                       .path = c_.path,
+                       .body = {},
+                       .request_id = c_.request_id,
+                       .api_key = {}};
+    ApiHandler::Scope scope(c_.kind, c_.endpoint, call, c_.t0, log_);
+    scope.session_note = c_.session_note;
+    out.reply = handler_.Fail(scope, std::move(reply_), status);
+    return out;
+  }
+  out.reply = std::move(reply_);
+  out.reply.body = RenderResponse(c_.kind, c_.meta, results_, c_.logprobs);
+  handler_.Count(c_.endpoint, 200);
+  Log("");
+  return out;
+}
+
+Responder::Output Responder::Pump(size_t max_bytes) {
+  Output out;
+  if (ended_) {
+    out.done = true;
+    return out;
+  }
+  if (c_.stream && !started_) {
+    started_ = true;
+    out.frames = RenderStreamStart(c_.kind, c_.meta, gen_->n_choices());
+  }
+  const auto now = std::chrono::steady_clock::time_point::min();  // never wait
+  while (true) {
+    if (out.frames.size() >= max_bytes) {
+      out.more = true;
+      return out;
+    }
+    auto e = gen_->Next(now);
     if (!e.ok()) {
-      if (e.status().code() == util::StatusCode::kOutOfRange) {  // every choice finished
-        ok = write(RenderStreamEnd(c_.kind, c_.meta, completion, c_.include_usage));
-        break;
+      // OutOfRange once every choice finished; DeadlineExceeded: nothing readable yet.
+      if (e.status().code() == util::StatusCode::kOutOfRange) {
+        return Finish(std::move(out), util::OkStatus());
       }
-      if (clock_.Now() >= c_.deadline) {
-        write(RenderStreamError(c_.kind, util::DeadlineExceededError("the request timed out")
-                                             .WithReason(util::ErrorReason::kTimeout)));
-        end_note = "timed out";
-        break;
-      }
-      if (!sink.Connected()) {
-        ok = false;
-        break;
+      return out;
+    }
+    if (e->kind == gateway::Event::Kind::kDelta) {
+      if (c_.stream) {
+        out.frames += RenderStreamDelta(c_.kind, c_.meta, *e, c_.logprobs);
+      } else {
+        ChoiceResult& c = results_[static_cast<size_t>(e->index)];
+        c.text += e->text;
+        for (auto& lp : e->logprobs) c.logprobs.push_back(std::move(lp));
       }
       continue;
     }
-    if (e->kind == gateway::Event::Kind::kDelta) {
-      ok = write(RenderStreamDelta(c_.kind, c_.meta, *e, c_.logprobs));
-    } else if (!e->status.ok()) {
-      write(RenderStreamError(c_.kind, e->status));
-      end_note = "failed: " + Describe(e->status);
-      break;
+    util::Status status = e->status;
+    if (status.ok() && e->finish == gateway::FinishReason::kCancelled) {
+      // A cut that nobody explained still must not read as a normal end.
+      status = util::UnavailableError("the generation was cancelled before it finished")
+                   .WithReason(util::ErrorReason::kShuttingDown);
+    }
+    if (!status.ok()) {
+      gen_->Cancel();
+      return Finish(std::move(out), status);
+    }
+    completion_ += e->usage.completion_tokens;
+    c_.meta.cached_tokens = std::max(c_.meta.cached_tokens, e->usage.cached_tokens);
+    if (c_.stream) {
+      out.frames += RenderStreamFinish(c_.kind, c_.meta, *e);
     } else {
-      completion += e->usage.completion_tokens;
-      c_.meta.cached_tokens = std::max(c_.meta.cached_tokens, e->usage.cached_tokens);
-      ok = write(RenderStreamFinish(c_.kind, c_.meta, *e));
+      ChoiceResult& c = results_[static_cast<size_t>(e->index)];
+      c.finish = e->finish;
+      c.stop_sequence = e->stop_sequence;
+      c.completion_tokens = e->usage.completion_tokens;
     }
   }
-  if (!ok) {
-    gen_->Cancel();
-    end_note = "client disconnected";
+}
+
+Responder::Output Responder::Expire() {
+  Output out;
+  if (ended_) {
+    out.done = true;
+    return out;
   }
-  slog.Info("{} {} 200 stream tenant={}{} prompt={} completion={} cache={} {} {:.1f} ms", c_.method,
-            c_.path, c_.tenant, c_.session_note, c_.meta.prompt_tokens, completion,
-            gateway::CacheOutcomeName(gen_->cache_outcome()), end_note,
-            util::SecondsBetween(c_.t0, clock_.Now()) * 1e3);
-  return ok;
+  gen_->Cancel();
+  if (c_.stream && !started_) {
+    started_ = true;
+    out.frames = RenderStreamStart(c_.kind, c_.meta, gen_->n_choices());
+  }
+  return Finish(std::move(out),
+                util::DeadlineExceededError(
+                    fmt::format("the request did not finish within {} s", c_.timeout.count()))
+                    .WithReason(util::ErrorReason::kTimeout));
+}
+
+void Responder::Abandon(std::string_view why) {
+  if (ended_) return;
+  ended_ = true;
+  gen_->Cancel();
+  if (c_.stream) {
+    Log(fmt::format("client disconnected ({})", why));
+    return;
+  }
+  util::PrefixLogger slog(log_, "req=" + c_.request_id);
+  slog.Info("{} {} client disconnected ({}) tenant={}{} {:.1f} ms", c_.method, c_.path, why,
+            c_.tenant, c_.session_note, util::SecondsBetween(c_.t0, clock_.Now()) * 1e3);
 }
 
 // --- embeddings, models, health ---------------------------------------------------
@@ -378,7 +464,12 @@ ApiReply ApiHandler::ListModels(const ApiCall& call) {
 
 ApiReply ApiHandler::Health() const {
   ApiReply reply;
-  if (draining_.load()) {
+  if (broken_.load()) {
+    std::lock_guard<std::mutex> lock(broken_mu_);
+    reply.status = 503;
+    reply.body = wire::Dump({{"status", std::string(util::ErrorReasonName(broken_why_.reason()))},
+                             {"message", broken_why_.message()}});
+  } else if (draining_.load()) {
     reply.status = 503;
     reply.body = R"({"status":"draining"})";
   } else if (gateway_.load() == nullptr) {

@@ -1,24 +1,29 @@
 // server/internal/handler.h — serving one API request, apart from the HTTP
 // library: admit it (draining, loading, API key), parse it, start its
 // generation, and answer whole or as a stream of SSE frames. server.cpp adapts
-// cpp-httplib to these types: it reads an ApiCall from the request, and writes
-// the ApiReply back (through a FrameSink for a stream).
+// net::HttpServer to these types: it reads an ApiCall from the request, runs
+// the handler on a worker thread, and writes the ApiReply back (pumping its
+// Responder on the connection's I/O thread).
 //
 // Promise: every call gets a reply in its API's shape; an error reply's
 // status, body and Retry-After come from MapError (server/api.h). Each reply
 // carries X-Request-ID (and, for the Anthropic API, request-id). Every
 // request's outcome is counted in strata_http_requests_total and, for the
 // generation and embedding endpoints, logged in one access line prefixed
-// "req=ID".
+// "req=ID". Nothing here waits on a generation: Complete returns once the
+// generation has started, and its Responder reads events only when told
+// they are readable.
 //
-// Threading: ApiHandler is thread-safe (connections call it concurrently). A
-// StreamResponder is run by the one thread that writes its response.
+// Threading: ApiHandler is thread-safe (worker threads call it
+// concurrently). A Responder belongs to the one thread that writes its
+// response.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,6 +41,9 @@
 
 namespace strata::server {
 
+class ApiHandler;
+class Responder;
+
 // One request as the transport read it.
 struct ApiCall {
   std::string method;      // "POST"
@@ -45,50 +53,78 @@ struct ApiCall {
   std::string api_key;     // x-api-key, else the Bearer token of Authorization; empty if none
 };
 
-// Where a streamed response's frames go.
-class FrameSink {
- public:
-  virtual ~FrameSink() = default;
-  // Sends one frame; false once the client is gone.
-  virtual bool Write(std::string_view frame) = 0;
-  // False once the client is gone (asked while no frame is due).
-  virtual bool Connected() = 0;
+// A reply: a JSON body, or, with `responder`, a response that comes from a
+// running generation (a stream, or a whole body once it ends).
+struct ApiReply {
+  int status = 200;
+  std::vector<std::pair<std::string, std::string>> headers;  // besides Content-Type
+  std::string body;                      // application/json; unused with `responder`
+  std::shared_ptr<Responder> responder;  // set: the generation answers
 };
 
-// The frames of one streamed response, after its 200 and headers went out.
-class StreamResponder {
+// One started generation turned into its API's response, event by event,
+// without ever waiting: the transport calls Pump when WhenReady says events
+// are readable (or its client drained output) and writes what Pump returns.
+// A whole response is assembled until the generation ends; a stream gives
+// its SSE frames as they come.
+//
+// Threading: WhenReady's callback runs on whatever thread makes an event
+// readable (the scheduler thread) and must only hand off; every other method
+// is called by the one thread that owns the response (the connection's I/O
+// thread).
+class Responder {
  public:
   struct Context {
     ApiKind kind = ApiKind::kOpenAIChat;
+    const char* endpoint = "";
+    bool stream = false;
     ResponseMeta meta;
     bool include_usage = false;
     bool logprobs = false;
     std::string method, path, request_id, tenant, session_note;
     std::chrono::steady_clock::time_point t0, deadline;
+    std::chrono::seconds timeout{0};
   };
-  StreamResponder(std::unique_ptr<gateway::Generation> gen, Context context,
-                  const util::Clock& clock, util::Logger& log)
-      : gen_(std::move(gen)), c_(std::move(context)), clock_(clock), log_(log) {}
+  // What to send now.
+  struct Output {
+    std::string frames;  // a stream's SSE bytes (the terminator or an error frame included)
+    bool done = false;   // the response is complete; `reply` is a whole response's answer
+    bool more = false;   // Pump stopped at its byte budget: events are still readable
+    ApiReply reply;
+  };
+  Responder(std::unique_ptr<gateway::Generation> gen, Context context, ApiReply reply,
+            ApiHandler& handler, const util::Clock& clock, util::Logger& log);
+  ~Responder();
 
-  // Writes every frame until the generation ends (then the API's terminator),
-  // fails or times out (then an error frame), or the client leaves (then the
-  // generation is cancelled); logs the outcome. False when the client left:
-  // the transport aborts the response rather than ending it.
-  bool Run(FrameSink& sink);
+  bool streaming() const { return c_.stream; }
+  // The reply whose status and headers start a stream (200, text/event-stream).
+  const ApiReply& head() const { return reply_; }
+  std::chrono::steady_clock::time_point deadline() const { return c_.deadline; }
+
+  // `ready` runs once the next Pump has an event to read (at once if it has).
+  void WhenReady(std::function<void()> ready) { gen_->NotifyWhenReady(std::move(ready)); }
+  // Reads the events readable now, stopping once `max_bytes` of frames are due.
+  Output Pump(size_t max_bytes = SIZE_MAX);
+  // The request's deadline passed: the generation is cancelled; a whole
+  // response becomes its API's 504, a stream ends with an error frame.
+  Output Expire();
+  // The client went away (`why`): the generation is cancelled, the outcome logged.
+  void Abandon(std::string_view why);
 
  private:
+  Output Finish(Output out, const util::Status& status);
+  void Log(std::string_view note);
+
   std::unique_ptr<gateway::Generation> gen_;
   Context c_;
+  ApiReply reply_;
+  ApiHandler& handler_;
   const util::Clock& clock_;
   util::Logger& log_;
-};
-
-// A reply: a JSON body, or a 200 SSE stream whose frames `stream` writes.
-struct ApiReply {
-  int status = 200;
-  std::vector<std::pair<std::string, std::string>> headers;  // besides Content-Type
-  std::string body;                         // application/json; unused with `stream`
-  std::shared_ptr<StreamResponder> stream;  // set: text/event-stream
+  std::vector<ChoiceResult> results_;  // a whole response's choices so far
+  int32_t completion_ = 0;             // a stream's completion tokens so far
+  bool started_ = false;               // a stream's first frame went out
+  bool ended_ = false;                 // done: every later call is a no-op
 };
 
 class ApiHandler {
@@ -100,6 +136,15 @@ class ApiHandler {
   void SetGateway(gateway::Gateway* gateway) { gateway_.store(gateway); }
   // New generation and embedding requests get 503 (shutting down).
   void StartDraining() { draining_.store(true); }
+  // From now on /health answers 503 naming `why`, and every API request gets
+  // `why` (the served model file changed under the server). Thread-safe.
+  void SetBroken(util::Status why);
+
+  // The checks a request passes on its head alone, before its body is read:
+  // draining, loading, a broken model, the API key. The error reply (counted
+  // and logged) when one fails, else nullopt.
+  std::optional<ApiReply> Screen(ApiKind kind, const char* endpoint, const ApiCall& call,
+                                 bool check_draining);
 
   // The client's X-Request-ID when it is 1-128 of [A-Za-z0-9._-], else a new one.
   std::string RequestId(std::string_view given);
@@ -139,12 +184,11 @@ class ApiHandler {
                                                              ApiReply& reply) const;
   ResponseMeta Meta(ApiKind kind, const Scope& scope, const ParsedRequest& parsed,
                     const gateway::Generation& gen) const;
-  ApiReply RespondWhole(Scope& scope, ApiReply reply, std::unique_ptr<gateway::Generation> gen,
-                        ResponseMeta meta, const ParsedRequest& parsed, const std::string& tenant);
-  ApiReply RespondStream(Scope& scope, ApiReply reply, std::unique_ptr<gateway::Generation> gen,
-                         ResponseMeta meta, const ParsedRequest& parsed, const std::string& tenant);
+  ApiReply Respond(Scope& scope, ApiReply reply, std::unique_ptr<gateway::Generation> gen,
+                   ResponseMeta meta, const ParsedRequest& parsed, const std::string& tenant);
   ApiReply Fail(const Scope& scope, ApiReply reply, const util::Status& status);
   void Count(const char* endpoint, int http_status);
+  friend class Responder;  // counts and renders the outcome of what it answers
 
   const ServerOptions options_;
   const ApiKeys keys_;
@@ -153,6 +197,9 @@ class ApiHandler {
   obs::Family<obs::CounterValue>& requests_;
   std::atomic<gateway::Gateway*> gateway_{nullptr};
   std::atomic<bool> draining_{false};
+  std::atomic<bool> broken_{false};  // set once, with broken_why_
+  mutable std::mutex broken_mu_;
+  util::Status broken_why_;  // guarded by broken_mu_
   std::mutex id_mu_;
   util::Rng id_rng_;  // guarded by id_mu_
 };
