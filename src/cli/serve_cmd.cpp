@@ -50,6 +50,8 @@ struct ServeFlags {
   int32_t max_tokens_cap = 4096;
   int32_t timeout_s = 600;
   int32_t grace_s = 30;
+  int32_t max_embedding_inputs = 256;
+  bool prompt_special_tokens = false;
   HttpFlags http;  // listening, threads and the request reader's limits (cli/serve_http.h)
   std::string alias;
   std::string chat_format;
@@ -266,6 +268,8 @@ int RunServe(const Env& env, const ServeFlags& f) {
   go.model_name = f.alias.empty() ? std::filesystem::path(*path).stem().string() : f.alias;
   go.max_tokens_cap = std::min(f.max_tokens_cap, n_ctx);
   go.chat_format = chat_format;
+  go.max_embedding_inputs = f.max_embedding_inputs;
+  go.prompt_special_tokens = f.prompt_special_tokens;
   go.l1.max_bytes = f.l1_bytes;
   go.l1.ttl = std::chrono::milliseconds(static_cast<int64_t>(f.l1_ttl_s * 1000));
   go.l1.ttl_jitter = f.l1_ttl_jitter;
@@ -355,6 +359,12 @@ Command RegisterServe(CLI::App& app) {
   cmd->add_option("--grace", f->grace_s, "Seconds to finish running requests on SIGTERM")
       ->capture_default_str();
   RegisterHttpFlags(*cmd, f->http);
+  cmd->add_option("--max-embedding-inputs", f->max_embedding_inputs,
+                  "Most inputs in one /v1/embeddings request [1, 65536]")
+      ->capture_default_str();
+  cmd->add_flag("--prompt-special-tokens", f->prompt_special_tokens,
+                "A /v1/completions prompt's control-token text (<s>, <|im_start|>) becomes "
+                "those tokens (default: it stays text)");
   cmd->add_option("--alias", f->alias,
                   "Model id clients use (default: the file name without .gguf)");
   cmd->add_option("--chat-format", f->chat_format, "Override the chat template family");

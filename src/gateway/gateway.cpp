@@ -407,18 +407,39 @@ util::StatusOr<EmbeddingResult> Gateway::Embed(const EmbeddingRequest& r,
   }
   auto batch = std::make_shared<EmbeddingBatch>(inputs.size());
   std::vector<engine::RequestId> ids;
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  auto cancel_all = [&] {
+    for (engine::RequestId id : ids) scheduler_.Cancel(id);
+  };
+  // The inputs go in as the scheduler has room: a request of more inputs
+  // than its running and queued slots waits for its own earlier inputs to
+  // finish rather than failing with queue_full; a queue full of other
+  // requests' work still refuses it.
+  for (size_t i = 0; i < inputs.size();) {
     engine::SchedulerRequest sr;
-    sr.prompt = std::move(inputs[i]);
+    sr.prompt = inputs[i];
     sr.embed = true;
     sr.sink = std::make_shared<EmbeddingSink>(batch, i);
     if (options_.prefix_cache) sr.cache_namespace = CacheNamespace(r.tenant);
     auto id = scheduler_.Submit(std::move(sr));
-    if (!id.ok()) {
-      for (engine::RequestId done : ids) scheduler_.Cancel(done);
+    if (id.ok()) {
+      ids.push_back(*id);
+      ++i;
+      continue;
+    }
+    const size_t done = batch->finished();
+    if (id.status().reason() != util::ErrorReason::kQueueFull || done == i) {
+      cancel_all();
       return id.status();
     }
-    ids.push_back(*id);
+    if (!batch->WaitFinished(done + 1, deadline)) {
+      cancel_all();
+      return util::DeadlineExceededError("the embeddings were not ready before the deadline")
+          .WithReason(util::ErrorReason::kTimeout);
+    }
+    if (util::Status failed = batch->status(); !failed.ok()) {
+      cancel_all();
+      return failed;
+    }
   }
   metrics_->prompt_tokens.Inc(out.prompt_tokens);
   if (!batch->Wait(deadline)) {
@@ -587,7 +608,10 @@ util::Status Gateway::Validate(const CompletionRequest& r) const {
 
 util::StatusOr<std::vector<int32_t>> Gateway::Tokenize(const CompletionRequest& r) const {
   const text::Tokenizer& tok = model_.tokenizer();
-  if (r.prompt) return tok.Encode(*r.prompt, {.add_special = true, .parse_special = true});
+  if (r.prompt) {
+    return tok.Encode(*r.prompt,
+                      {.add_special = true, .parse_special = options_.prompt_special_tokens});
+  }
   STRATA_ASSIGN_OR_RETURN(auto segments, text::RenderChat(style_, r.messages, true));
   std::vector<text::TextSegment> parts;
   parts.reserve(segments.size());

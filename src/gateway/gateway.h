@@ -100,7 +100,11 @@ struct GatewayOptions {
   int32_t max_stop_length = 256;       // bytes per stop string
   int32_t max_top_logprobs = 20;       // [0, 20]
   int32_t max_embedding_inputs = 256;  // [1, 65536] inputs per embeddings request
-  bool prefix_cache = true;            // the shared-prefix KV cache (L2) for every request
+  // A /v1/completions prompt's control-token text ("<s>", "<|im_start|>")
+  // becomes those tokens; off, it is plain text like any other
+  // (--prompt-special-tokens).
+  bool prompt_special_tokens = false;
+  bool prefix_cache = true;                     // the shared-prefix KV cache (L2) for every request
   std::optional<text::ChatFormat> chat_format;  // override the template detected in the GGUF
   // L1 exact response cache; max_bytes 0 (the default here) = off. `strata
   // serve` turns it on (--l1-bytes).

@@ -28,6 +28,35 @@ Status FieldError(const std::string& field, std::string_view what) {
   return util::InvalidFieldError(field, fmt::format("'{}' {}", field, what));
 }
 
+namespace {
+
+// What nlohmann says went wrong, without its "last read: '...'" echo (which
+// can be the whole rest of a hostile body) and without its exception tag.
+std::string ParseErrorKind(std::string_view what) {
+  if (const size_t tag = what.find("] ");
+      what.rfind("[json.exception", 0) == 0 && tag != std::string_view::npos) {
+    what.remove_prefix(tag + 2);
+  }
+  if (const size_t echo = what.find("; last read"); echo != std::string_view::npos) {
+    what = what.substr(0, echo);
+  }
+  return std::string(what.substr(0, 160));
+}
+
+// At most 24 bytes of `body` ending at the 1-based byte `at`, printable
+// ASCII kept and everything else as '?'.
+std::string Excerpt(std::string_view body, size_t at) {
+  const size_t end = std::min(at, body.size());
+  const size_t begin = end > 24 ? end - 24 : 0;
+  std::string out;
+  for (char c : body.substr(begin, end - begin)) {
+    out += (c >= 0x20 && c < 0x7f && c != '\'') ? c : '?';
+  }
+  return out;
+}
+
+}  // namespace
+
 StatusOr<Json> ParseJson(std::string_view body) {
   auto malformed = [](std::string message) {
     return util::InvalidArgumentError(std::move(message))
@@ -40,9 +69,10 @@ StatusOr<Json> ParseJson(std::string_view body) {
       const Json again = Json::parse(body);
       (void)again;
     } catch (const Json::parse_error& e) {
-      return malformed(fmt::format("malformed JSON at byte {}: {}", e.byte, e.what()));
+      return malformed(fmt::format("malformed JSON at byte {}: {} (near '{}')", e.byte,
+                                   ParseErrorKind(e.what()), Excerpt(body, e.byte)));
     } catch (const std::exception& e) {
-      return malformed(fmt::format("malformed JSON: {}", e.what()));
+      return malformed(fmt::format("malformed JSON: {}", ParseErrorKind(e.what())));
     }
     return malformed("malformed JSON");
   }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -240,6 +241,62 @@ TEST_F(GatewayTest, MetricsRecordLatencyAndTokens) {
   EXPECT_NE(text.find("strata_time_to_first_token_seconds_count 1"), std::string::npos) << text;
   EXPECT_NE(text.find("strata_generated_tokens_total 5"), std::string::npos);
   EXPECT_NE(text.find("strata_generations_finished_total{reason=\"length\"} 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata::gateway
+
+namespace strata::gateway {
+namespace {
+
+// More inputs than the scheduler's running and queued slots are fed in as
+// the request's own inputs finish; the vectors equal those embedded one by one.
+TEST(GatewayEmbedTest, MoreInputsThanSchedulerSlotsAreFedInAsTheyFinish) {
+  auto log = util::NewNullLogger();
+  testing::FakeClock clock;
+  obs::MetricsRegistry metrics;
+  testing::ServingStack s;
+  testing::StartServingStack(s, testing::TinyGatewayOptions(), metrics, clock, *log,
+                             {.max_running = 2, .max_queue = 1});
+  ASSERT_NE(s.gw, nullptr);
+  EmbeddingRequest r;
+  for (int i = 0; i < 40; ++i) r.texts.push_back("input number " + std::to_string(i));
+  const auto far = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  auto all = s.gw->Embed(r, far);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->embeddings.size(), 40u);
+  for (int i : {0, 17, 39}) {
+    EmbeddingRequest one;
+    one.texts.push_back(r.texts[static_cast<size_t>(i)]);
+    auto alone = s.gw->Embed(one, far);
+    ASSERT_TRUE(alone.ok());
+    EXPECT_EQ(alone->embeddings[0], all->embeddings[static_cast<size_t>(i)]) << i;
+  }
+  s.Stop();
+}
+
+// A completions prompt's "<s>" is text unless the server says otherwise.
+TEST(GatewayPromptTest, ControlTokenTextInAPromptStaysTextUnlessAsked) {
+  auto log = util::NewNullLogger();
+  testing::FakeClock clock;
+  for (const bool special : {false, true}) {
+    obs::MetricsRegistry metrics;
+    testing::ServingStack s;
+    GatewayOptions go = testing::TinyGatewayOptions();
+    go.prompt_special_tokens = special;
+    testing::StartServingStack(s, go, metrics, clock, *log);
+    ASSERT_NE(s.gw, nullptr);
+    const text::Tokenizer& tok = s.tiny.model->tokenizer();
+    const std::string bos(tok.Piece(tok.bos(), /*render_special=*/true));
+    ASSERT_FALSE(bos.empty());
+    CompletionRequest r;
+    r.prompt = bos + "ab";
+    auto ids = s.gw->Tokenize(r);
+    ASSERT_TRUE(ids.ok());
+    const auto n_bos = std::count(ids->begin(), ids->end(), tok.bos());
+    EXPECT_EQ(n_bos, special ? 2 : 1) << "special=" << special;  // the added BOS, plus the text's
+    s.Stop();
+  }
 }
 
 }  // namespace

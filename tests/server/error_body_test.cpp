@@ -250,6 +250,14 @@ TEST_F(ErrorBodyTest, MalformedJsonSaysWhereAndNamesNoParam) {
       << a.body.dump();
   ExpectOpenAI(Post("/v1/chat/completions", "[1,2]"), 400, "invalid_request_error", nullptr);
   ExpectAnthropic(Post("/v1/messages", "{"), 400, "invalid_request_error");
+  // An unterminated 60 KB string: the message names the place with a short
+  // excerpt, never the input itself.
+  const Answer big =
+      Post("/v1/chat/completions", R"({"model":"tiny","messages":")" + std::string(60000, 'q'));
+  ExpectOpenAI(big, 400, "invalid_request_error", nullptr);
+  const std::string message = big.body["error"]["message"].get<std::string>();
+  EXPECT_LT(message.size(), 300u) << message;
+  EXPECT_NE(message.find("near 'qqqq"), std::string::npos) << message;
 }
 
 TEST_F(ErrorBodyTest, AnInvalidFieldNamesItAsParam) {

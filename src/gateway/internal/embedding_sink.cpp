@@ -21,6 +21,16 @@ bool EmbeddingBatch::Wait(std::chrono::steady_clock::time_point deadline) {
   return cv_.wait_until(lock, deadline, [this] { return pending_ == 0; });
 }
 
+bool EmbeddingBatch::WaitFinished(size_t n, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_until(lock, deadline, [&] { return n_ - pending_ >= n; });
+}
+
+size_t EmbeddingBatch::finished() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return n_ - pending_;
+}
+
 util::Status EmbeddingBatch::status() {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;

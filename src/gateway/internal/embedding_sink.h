@@ -27,13 +27,16 @@ namespace strata::gateway {
 
 class EmbeddingBatch {
  public:
-  explicit EmbeddingBatch(size_t n) : results_(n), pending_(n) {}
+  explicit EmbeddingBatch(size_t n) : results_(n), n_(n), pending_(n) {}
   // Input i's vector.
   void Set(size_t i, std::vector<float> e);
   // One input ended; a non-OK status is kept if it is the first.
   void Finish(const util::Status& st);
   // Until every input ended; false on timeout.
   bool Wait(std::chrono::steady_clock::time_point deadline);
+  // Until at least `n` inputs ended; false on timeout.
+  bool WaitFinished(size_t n, std::chrono::steady_clock::time_point deadline);
+  size_t finished();
   util::Status status();
   std::vector<std::vector<float>> Take();
 
@@ -41,8 +44,9 @@ class EmbeddingBatch {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::vector<float>> results_;  // guarded by mu_
-  size_t pending_;                           // guarded by mu_
-  util::Status status_;                      // guarded by mu_
+  const size_t n_;
+  size_t pending_;       // guarded by mu_
+  util::Status status_;  // guarded by mu_
 };
 
 // Input `index` of `batch`: sets its vector when the request ends well, and
