@@ -208,6 +208,7 @@ int RunServe(const Env& env, const ServeFlags& f) {
   so.host = f.host;
   so.port = f.port;
   if (util::Status st = ApplyHttpFlags(f.http, so); !st.ok()) return UsageError(st.message());
+  RaiseFileLimit(f.http, *log);
   so.request_timeout = std::chrono::seconds(f.timeout_s);
   so.request_id_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
   if (!f.alias.empty()) so.model_aliases.push_back(f.alias);

@@ -1,5 +1,7 @@
 #include "cli/serve_http.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 
@@ -119,6 +121,28 @@ util::Status ApplyHttpFlags(const HttpFlags& f, server::ServerOptions& so) {
   so.http_threads = f.http_threads;
   so.max_queued_requests = static_cast<size_t>(f.max_queued_requests);
   return util::OkStatus();
+}
+
+void RaiseFileLimit(const HttpFlags& f, util::Logger& log) {
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  // Each connection is one descriptor; 256 more for the model, logs, Redis
+  // and the I/O threads' own.
+  const rlim_t want = static_cast<rlim_t>(f.max_connections) + 256;
+  if (rl.rlim_cur < want && rl.rlim_cur != RLIM_INFINITY) {
+    const rlim_t before = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+    if (::setrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != before) {
+      log.Info("open-file limit raised from {} to {}", before, rl.rlim_cur);
+    }
+  }
+  if (rl.rlim_cur < want) {
+    log.Warn(
+        "the open-file limit ({}) is below --max-connections + 256 ({}): connections past "
+        "it are refused by the kernel; raise the hard limit (ulimit -Hn) or lower "
+        "--max-connections",
+        rl.rlim_cur, want);
+  }
 }
 
 }  // namespace strata::cli

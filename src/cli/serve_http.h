@@ -9,6 +9,7 @@
 #include <string>
 
 #include "server/server.h"
+#include "util/log.h"
 #include "util/status.h"
 
 namespace strata::cli {
@@ -37,5 +38,10 @@ void RegisterHttpFlags(CLI::App& cmd, HttpFlags& flags);
 // Fills the listening, thread and limit parts of `so`. InvalidArgument
 // naming the flag that is out of range.
 util::Status ApplyHttpFlags(const HttpFlags& flags, server::ServerOptions& so);
+
+// Raises this process's open-file limit (soft, up to the hard one) so that
+// --max-connections connections fit beside the model and the other files;
+// warns when the hard limit is too low for them.
+void RaiseFileLimit(const HttpFlags& flags, util::Logger& log);
 
 }  // namespace strata::cli
