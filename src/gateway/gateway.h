@@ -268,6 +268,9 @@ class Gateway {
   std::optional<cache::SharedStoreStats> shared_stats() const;
   // Waits until every answer queued for the shared tier is written (tests, shutdown).
   bool FlushShared(std::chrono::milliseconds timeout);
+  // Start never waits on anything but CPU work and short locks: true
+  // without the shared tier, whose lookups are network round trips.
+  bool StartIsCpuBound() const;
 
  private:
   Gateway(const model::Model& model, engine::Scheduler& scheduler, const GatewayOptions& options,

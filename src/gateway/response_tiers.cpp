@@ -25,6 +25,8 @@ std::optional<cache::SharedStoreStats> Gateway::shared_stats() const {
   return tier_->shared->stats();
 }
 
+bool Gateway::StartIsCpuBound() const { return tier_->shared == nullptr; }
+
 bool Gateway::FlushShared(std::chrono::milliseconds timeout) {
   return !tier_->shared || tier_->shared->Flush(timeout);
 }

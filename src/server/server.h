@@ -19,7 +19,9 @@
 //
 // Threading: a few I/O threads (net::HttpServer) serve every connection and
 // never block; a pool of worker threads parses, tokenizes and starts each
-// API request (and waits out embeddings); a streaming or whole response is
+// API request (and waits out embeddings) — a small generation request
+// without a network-bound tier is started on the I/O thread itself, being
+// well under a millisecond of CPU; a streaming or whole response is
 // then fed from its generation on the connection's I/O thread as events
 // become readable, so a request waiting on the model holds no thread. The
 // gateway is thread-safe.

@@ -15,7 +15,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -150,19 +149,28 @@ class ServeProcessTest : public ::testing::Test {
                                      "demo"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = Spawn(args, log_);
-    const std::regex listening(R"(listening on http://[^ ]*:(\d+))");
     const auto end = Clock::now() + std::chrono::seconds(60);
     while (Clock::now() < end) {
-      std::smatch m;
       const std::string log = ReadAll(log_);
-      if (log.find("ready in") != std::string::npos && std::regex_search(log, m, listening)) {
-        return std::stoi(m[1]);
+      if (log.find("ready in") != std::string::npos) {
+        if (const int port = ListeningPort(log); port > 0) return port;
       }
       if (WaitExit(pid_, std::chrono::milliseconds(0)) >= 0) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     ADD_FAILURE() << "the server did not start:\n" << ReadAll(log_);
     return -1;
+  }
+
+  // The port of "listening on http://HOST:PORT" in a server's log, or -1.
+  static int ListeningPort(const std::string& log) {
+    const std::string mark = "listening on http://";
+    const size_t at = log.find(mark);
+    if (at == std::string::npos) return -1;
+    const size_t space = log.find(' ', at + mark.size());
+    const size_t colon = log.rfind(':', space);
+    if (space == std::string::npos || colon == std::string::npos || colon < at) return -1;
+    return std::atoi(log.substr(colon + 1, space - colon - 1).c_str());
   }
 
   // One request on a fresh connection and its response.

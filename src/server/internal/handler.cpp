@@ -79,6 +79,13 @@ ApiHandler::ApiHandler(const ServerOptions& options, ApiKeys keys, obs::MetricsR
                                 "HTTP requests by endpoint and status.", {"endpoint", "status"})),
       id_rng_(options.request_id_seed) {}
 
+bool ApiHandler::CompletesQuickly(size_t body_bytes) const {
+  // 16 KiB of JSON tokenizes in well under a millisecond.
+  constexpr size_t kQuickBodyBytes = 16u << 10;
+  const gateway::Gateway* g = gateway_.load();
+  return g != nullptr && body_bytes <= kQuickBodyBytes && g->StartIsCpuBound();
+}
+
 std::string ApiHandler::RequestId(std::string_view given) {
   if (SaneRequestId(given)) return std::string(given);
   std::lock_guard<std::mutex> lock(id_mu_);
@@ -417,8 +424,9 @@ void Responder::Abandon(std::string_view why) {
     Log(fmt::format("client disconnected ({})", why));
     return;
   }
+  handler_.Count(c_.endpoint, 499);  // the client closed the request (nginx's code)
   util::PrefixLogger slog(log_, "req=" + c_.request_id);
-  slog.Info("{} {} client disconnected ({}) tenant={}{} {:.1f} ms", c_.method, c_.path, why,
+  slog.Info("{} {} 499 client disconnected ({}) tenant={}{} {:.1f} ms", c_.method, c_.path, why,
             c_.tenant, c_.session_note, util::SecondsBetween(c_.t0, clock_.Now()) * 1e3);
 }
 

@@ -146,6 +146,12 @@ class ApiHandler {
   std::optional<ApiReply> Screen(ApiKind kind, const char* endpoint, const ApiCall& call,
                                  bool check_draining);
 
+  // Whether Complete on a body of `body_bytes` is short CPU work (parse,
+  // tokenize, an L1/L3 lookup, a submit) that an I/O thread may run itself
+  // rather than hand to a worker: small bodies, and no tier that waits on
+  // the network.
+  bool CompletesQuickly(size_t body_bytes) const;
+
   // The client's X-Request-ID when it is 1-128 of [A-Za-z0-9._-], else a new one.
   std::string RequestId(std::string_view given);
 
