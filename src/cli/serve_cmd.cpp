@@ -4,13 +4,16 @@
 // listening (so /health answers 503 while the model loads), load the model,
 // start the scheduler and gateway, open for requests. Shutdown on a signal:
 // refuse new requests, let running ones finish within the grace period,
-// cancel the rest, stop, exit 0.
+// cancel the rest, flush answers queued for the shared tier, stop the HTTP
+// server, then the scheduler, exit 0. RunServe is that list of steps, each a
+// function below with its contract.
 #include <signal.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <random>
 
 #include <fmt/format.h>
@@ -143,132 +146,244 @@ util::StatusOr<gateway::RtControlOptions> RtOptions(const ServeFlags& f) {
   return o;
 }
 
-int RunServe(const Env& env, const ServeFlags& f) {
-  auto log = MakeLogger(f.log_level);
+// What the flags decide before anything starts (ValidateFlags).
+struct ServePlan {
+  gateway::RtControlOptions rt;  // used with --rt-switcher on
+  cache::PolicyKind l2_policy = cache::PolicyKind::kDualFactor;
+  std::optional<text::ChatFormat> chat_format;  // nullopt = the model's own template
+};
+
+// Checks every flag, in the order the user reads them; InvalidArgument with
+// the message `strata serve` prints as a usage error.
+util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   if (f.threads < 1 || f.threads > 256)
-    return UsageError(fmt::format("-t {} is outside [1, 256]", f.threads));
-  if (f.ctx < 16) return UsageError(fmt::format("--ctx {} must be at least 16", f.ctx));
+    return util::InvalidArgumentError(fmt::format("-t {} is outside [1, 256]", f.threads));
+  if (f.ctx < 16)
+    return util::InvalidArgumentError(fmt::format("--ctx {} must be at least 16", f.ctx));
   if (f.parallel < 1 || f.queue < 0 || f.batch_tokens < 1 || f.max_tokens_cap < 1 ||
       f.timeout_s < 1 || f.grace_s < 0 || f.kv_tokens < 0) {
-    return UsageError(
+    return util::InvalidArgumentError(
         "--parallel, --batch-tokens, --max-tokens-cap and --timeout must be >= 1; "
         "--queue, --grace and --kv-tokens >= 0");
   }
+  if (f.max_embedding_inputs < 1 || f.max_embedding_inputs > 65536) {
+    return util::InvalidArgumentError(
+        fmt::format("--max-embedding-inputs {} is outside [1, 65536]", f.max_embedding_inputs));
+  }
+  server::ServerOptions http_check;
+  STRATA_RETURN_IF_ERROR(ApplyHttpFlags(f.http, http_check));
   if (!(f.l1_ttl_s >= 0.001 && f.l1_ttl_s <= 30 * 86400)) {
-    return UsageError(fmt::format("--l1-ttl {} is outside [0.001, 2592000] seconds", f.l1_ttl_s));
+    return util::InvalidArgumentError(
+        fmt::format("--l1-ttl {} is outside [0.001, 2592000] seconds", f.l1_ttl_s));
   }
   if (!(f.l1_ttl_jitter >= 0 && f.l1_ttl_jitter <= 0.9)) {
-    return UsageError(fmt::format("--l1-ttl-jitter {} is outside [0, 0.9]", f.l1_ttl_jitter));
+    return util::InvalidArgumentError(
+        fmt::format("--l1-ttl-jitter {} is outside [0, 0.9]", f.l1_ttl_jitter));
   }
   if (f.l1_bytes > (1ull << 40)) {
-    return UsageError(fmt::format("--l1-bytes {} is above 2^40", f.l1_bytes));
+    return util::InvalidArgumentError(fmt::format("--l1-bytes {} is above 2^40", f.l1_bytes));
   }
   if (f.rt_switcher != "on" && f.rt_switcher != "off") {
-    return UsageError(fmt::format("--rt-switcher '{}' is not on or off", f.rt_switcher));
+    return util::InvalidArgumentError(
+        fmt::format("--rt-switcher '{}' is not on or off", f.rt_switcher));
   }
-  auto rt_options = RtOptions(f);
-  if (!rt_options.ok()) return UsageError(rt_options.status().message());
+  ServePlan plan;
+  STRATA_ASSIGN_OR_RETURN(plan.rt, RtOptions(f));
   const std::optional<cache::PolicyKind> l2_policy = cache::ParsePolicyKind(f.l2_policy);
   if (!l2_policy) {
-    return UsageError(
+    return util::InvalidArgumentError(
         fmt::format("--l2-policy '{}' is not lru, dual-factor or w-tinylfu", f.l2_policy));
   }
-  if (gateway::GatewayOptions check; !ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check).ok()) {
-    return UsageError(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check).message());
-  }
-  std::optional<text::ChatFormat> chat_format;
+  plan.l2_policy = *l2_policy;
+  gateway::GatewayOptions check;
+  STRATA_RETURN_IF_ERROR(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check));
   if (!f.chat_format.empty()) {
-    chat_format = text::ParseChatFormat(f.chat_format);
-    if (!chat_format) {
-      return UsageError(
+    plan.chat_format = text::ParseChatFormat(f.chat_format);
+    if (!plan.chat_format) {
+      return util::InvalidArgumentError(
           fmt::format("--chat-format '{}' is not one of plain, chatml, llama2, llama3, "
                       "zephyr, mistral, phi3, gemma, deepseek-r1",
                       f.chat_format));
     }
   }
-  server::ApiKeys keys;
-  if (!f.api_keys.empty()) {
-    auto k = server::ApiKeys::Load(*env.fs, f.api_keys);
-    if (!k.ok()) return ReportError(k.status());
-    keys = std::move(k).value();
-    log->Info("API keys: {} configured; requests without a valid key get 401", keys.size());
-  }
+  return plan;
+}
 
-  // Signals go to sigwait below, not to whichever thread they hit.
+// The keys of --api-keys (none without it: no key is needed); the file's
+// errors as ApiKeys::Load reports them.
+util::StatusOr<server::ApiKeys> LoadApiKeys(const Env& env, const std::string& file,
+                                            util::Logger& log) {
+  if (file.empty()) return server::ApiKeys();
+  STRATA_ASSIGN_OR_RETURN(server::ApiKeys keys, server::ApiKeys::Load(*env.fs, file));
+  log.Info("API keys: {} configured; requests without a valid key get 401", keys.size());
+  return keys;
+}
+
+// Blocks SIGINT and SIGTERM in the calling thread, so that every thread
+// started after it inherits the mask and the signals go to WaitForStopSignal,
+// not to whichever thread they hit; returns that set.
+sigset_t BlockStopSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
 
-  const util::Clock& clock = util::RealClock();
-  const auto t0 = clock.Now();
-  obs::MetricsRegistry metrics;
+struct Listening {
+  std::unique_ptr<server::HttpServer> server;
+  int port = 0;  // the bound port (--port 0 picks one)
+};
+
+// Starts the HTTP server without a gateway (/health answers 503 until
+// OpenForRequests); bind and option errors as HttpServer reports them.
+util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys keys,
+                                         obs::MetricsRegistry& metrics, const util::Clock& clock,
+                                         util::Logger& log) {
   server::ServerOptions so;
   so.host = f.host;
   so.port = f.port;
-  if (util::Status st = ApplyHttpFlags(f.http, so); !st.ok()) return UsageError(st.message());
-  RaiseFileLimit(f.http, *log);
+  STRATA_RETURN_IF_ERROR(ApplyHttpFlags(f.http, so));  // checked by ValidateFlags
+  RaiseFileLimit(f.http, log);
   so.request_timeout = std::chrono::seconds(f.timeout_s);
   so.request_id_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
   if (!f.alias.empty()) so.model_aliases.push_back(f.alias);
-  auto srv = server::HttpServer::Create(so, std::move(keys), metrics, clock, *log);
-  if (!srv.ok()) return ReportError(srv.status());
-  auto port = (*srv)->Start();
-  if (!port.ok()) return ReportError(port.status());
-  log->Info("listening on http://{}:{} (loading the model; /health answers 503 until ready)",
-            f.host, *port);
+  Listening l;
+  STRATA_ASSIGN_OR_RETURN(l.server,
+                          server::HttpServer::Create(so, std::move(keys), metrics, clock, log));
+  STRATA_ASSIGN_OR_RETURN(l.port, l.server->Start());
+  log.Info("listening on http://{}:{} (loading the model; /health answers 503 until ready)", f.host,
+           l.port);
+  return l;
+}
 
-  auto path = ResolveModelPath(env, f.model, *log);
-  if (!path.ok()) return ReportError(path.status());
-  auto loaded = model::Model::Load(*env.fs, *path, {}, *log);
-  if (!loaded.ok()) return ReportError(loaded.status());
-  const model::Model& m = **loaded;
-  // The weights are read from the mapped file for as long as the server
-  // runs: once the file changes on disk (or a read finds it shorter), every
-  // step fails and nothing new is admitted (docs/api.md, model_changed).
-  std::atomic<bool> model_changed{false};  // outlives the scheduler, which reads it
-  const util::MappedFile* mapped = m.gguf().file();
-  auto model_health = [&model_changed, mapped]() -> util::Status {
-    if (!model_changed.load(std::memory_order_relaxed) && !(mapped && mapped->faulted())) {
+struct OpenedModel {
+  std::string path;  // the GGUF file (its stem names the model without --alias)
+  std::unique_ptr<model::Model> model;
+};
+
+// Resolves -m (ResolveModelPath) and loads the model; file and format errors
+// as Model::Load reports them.
+util::StatusOr<OpenedModel> OpenModel(const Env& env, const std::string& flag, util::Logger& log) {
+  OpenedModel o;
+  STRATA_ASSIGN_OR_RETURN(o.path, ResolveModelPath(env, flag, log));
+  STRATA_ASSIGN_OR_RETURN(o.model, model::Model::Load(*env.fs, o.path, {}, log));
+  return o;
+}
+
+// Whether the served weights are still the file's: false once the watch saw
+// the file change or a read of its mapping found bytes missing. Read after
+// every forward pass (the scheduler's health hook) and by every Submit.
+class ModelGuard {
+ public:
+  explicit ModelGuard(const util::MappedFile* mapped) : mapped_(mapped) {}
+  void MarkChanged() { changed_.store(true); }
+  util::Status Check() const {
+    if (!changed_.load(std::memory_order_relaxed) && !(mapped_ && mapped_->faulted())) {
       return util::OkStatus();
     }
     return util::FailedPreconditionError(
                "the model file changed on disk under the running server; restart strata to "
                "serve it as it is now")
         .WithReason(util::ErrorReason::kModelChanged);
-  };
-  const int32_t n_ctx = std::min(f.ctx, m.config().n_ctx_train);
-  engine::EngineOptions eo;
-  eo.n_threads = f.threads;
-  eo.n_ctx = n_ctx;
-  const int32_t kv_tokens = std::max(n_ctx, f.kv_tokens > 0 ? f.kv_tokens : 8 * n_ctx);
-  eo.n_kv_blocks = (kv_tokens + eo.block_size - 1) / eo.block_size;
-  eo.block_eviction = gateway::BlockEvictionFactory(*l2_policy, clock);
-  auto eng = engine::Engine::Create(m, eo, *log);
-  if (!eng.ok()) return ReportError(eng.status());
-  // The RT-Switcher outlives the scheduler (whose thread owns it) and the gateway.
-  std::unique_ptr<gateway::RtControl> rt;
-  if (f.rt_switcher == "on") {
-    rt_options->trace_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
-    auto created = gateway::RtControl::Create(*rt_options, metrics, clock, *log);
-    if (!created.ok()) return ReportError(created.status());
-    rt = std::move(created).value();
-    log->Info("RT-Switcher: on; levels {}; interval {} s, window {}, TTFT SLO {} s, TPOT SLO {} s",
-              f.rt_levels, f.rt_interval_s, f.rt_window, f.rt_ttft_slo_s, f.rt_tpot_slo_s);
   }
-  auto sched = engine::Scheduler::Start(**eng,
-                                        {.max_running = f.parallel,
-                                         .max_batch_tokens = f.batch_tokens,
-                                         .max_queue = f.queue,
-                                         .control = rt.get(),
-                                         .health = model_health},
-                                        *log);
-  if (!sched.ok()) return ReportError(sched.status());
+
+ private:
+  const util::MappedFile* const mapped_;  // null: nothing to guard
+  std::atomic<bool> changed_{false};
+};
+
+// Watches the model file once a second (util::FileWatch): the first change
+// marks `guard`, tells the server (health 503 model_changed, new requests
+// refused) and logs why. Null, with a warning, where the file cannot be
+// watched. `guard`, `srv` and `log` must outlive the watch.
+std::unique_ptr<util::FileWatch> WatchModel(const Env& env, const OpenedModel& opened,
+                                            ModelGuard& guard, server::HttpServer& srv,
+                                            util::Logger& log) {
+  const util::MappedFile* mapped = opened.model->gguf().file();
+  if (mapped == nullptr) return nullptr;
+  auto watch = util::FileWatch::Start(
+      *env.fs, opened.path, *mapped, std::chrono::seconds(1),
+      [&guard, &srv, &log](const util::Status& why) {
+        guard.MarkChanged();
+        log.Error("{}; /health now answers 503 and requests get model_changed", why.message());
+        srv.SetBroken(why);
+      });
+  if (!watch.ok()) {
+    log.Warn("not watching the model file: {}", watch.status().message());
+    return nullptr;
+  }
+  return std::move(watch).value();
+}
+
+struct BuiltEngine {
+  engine::EngineOptions options;  // as the engine was created with (for the start-up log)
+  std::unique_ptr<engine::Engine> engine;
+};
+
+// The engine over `m`: the forward pass's thread pool (-t) and the KV block
+// pool, whose cached prefix blocks are the L2 tier (--kv-tokens, --l2-policy);
+// errors as Engine::Create reports them. `m` must outlive the engine.
+util::StatusOr<BuiltEngine> BuildEngine(const ServeFlags& f, const ServePlan& plan,
+                                        const model::Model& m, const util::Clock& clock,
+                                        util::Logger& log) {
+  BuiltEngine b;
+  const int32_t n_ctx = std::min(f.ctx, m.config().n_ctx_train);
+  b.options.n_threads = f.threads;
+  b.options.n_ctx = n_ctx;
+  const int32_t kv_tokens = std::max(n_ctx, f.kv_tokens > 0 ? f.kv_tokens : 8 * n_ctx);
+  b.options.n_kv_blocks = (kv_tokens + b.options.block_size - 1) / b.options.block_size;
+  b.options.block_eviction = gateway::BlockEvictionFactory(plan.l2_policy, clock);
+  STRATA_ASSIGN_OR_RETURN(b.engine, engine::Engine::Create(m, b.options, log));
+  return b;
+}
+
+// The RT-Switcher with --rt-switcher on, nullptr with off. It must outlive the
+// scheduler (whose thread owns it) and the gateway.
+util::StatusOr<std::unique_ptr<gateway::RtControl>> StartRtSwitcher(const ServeFlags& f,
+                                                                    const ServePlan& plan,
+                                                                    obs::MetricsRegistry& metrics,
+                                                                    const util::Clock& clock,
+                                                                    util::Logger& log) {
+  if (f.rt_switcher != "on") return std::unique_ptr<gateway::RtControl>();
+  gateway::RtControlOptions o = plan.rt;
+  o.trace_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
+  STRATA_ASSIGN_OR_RETURN(auto rt, gateway::RtControl::Create(o, metrics, clock, log));
+  log.Info("RT-Switcher: on; levels {}; interval {} s, window {}, TTFT SLO {} s, TPOT SLO {} s",
+           f.rt_levels, f.rt_interval_s, f.rt_window, f.rt_ttft_slo_s, f.rt_tpot_slo_s);
+  return rt;
+}
+
+// Starts the scheduler thread over `eng` (--parallel, --batch-tokens,
+// --queue), steered by `rt` when not null and failing steps once `guard`
+// says the weights went bad; all three must outlive it.
+util::StatusOr<std::unique_ptr<engine::Scheduler>> StartScheduler(const ServeFlags& f,
+                                                                  engine::Engine& eng,
+                                                                  gateway::RtControl* rt,
+                                                                  const ModelGuard& guard,
+                                                                  util::Logger& log) {
+  return engine::Scheduler::Start(eng,
+                                  {.max_running = f.parallel,
+                                   .max_batch_tokens = f.batch_tokens,
+                                   .max_queue = f.queue,
+                                   .control = rt,
+                                   .health = [&guard] { return guard.Check(); }},
+                                  log);
+}
+
+// The gateway's options: the model's name and caps, the response tiers (L1,
+// single flight, L3, admission) and the shared tier (Redis); InvalidArgument
+// as ApplyCacheFlags (ValidateFlags has checked the same flags).
+util::StatusOr<gateway::GatewayOptions> GatewayOptionsFor(const ServeFlags& f,
+                                                          const ServePlan& plan,
+                                                          const std::string& model_path,
+                                                          int32_t n_ctx, gateway::RtControl* rt,
+                                                          const util::Clock& clock) {
   gateway::GatewayOptions go;
-  go.model_name = f.alias.empty() ? std::filesystem::path(*path).stem().string() : f.alias;
+  go.model_name = f.alias.empty() ? std::filesystem::path(model_path).stem().string() : f.alias;
   go.max_tokens_cap = std::min(f.max_tokens_cap, n_ctx);
-  go.chat_format = chat_format;
+  go.chat_format = plan.chat_format;
   go.max_embedding_inputs = f.max_embedding_inputs;
   go.prompt_special_tokens = f.prompt_special_tokens;
   go.l1.max_bytes = f.l1_bytes;
@@ -276,62 +391,115 @@ int RunServe(const Env& env, const ServeFlags& f) {
   go.l1.ttl_jitter = f.l1_ttl_jitter;
   go.l1_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
   go.coalesce = f.coalesce;
-  if (util::Status st = ApplyCacheFlags(f.cache, f.l1_ttl_jitter, go.l1_seed, go); !st.ok()) {
-    return UsageError(st.message());  // checked above: does not happen
-  }
-  go.rt_control = rt.get();
+  STRATA_RETURN_IF_ERROR(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, go.l1_seed, go));
+  go.rt_control = rt;
   // Unseeded requests sample differently each time, as the APIs define.
   go.unseeded_seed_base =
       (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-  auto gw = gateway::Gateway::Create(m, **sched, metrics, go, clock, *log);
-  if (!gw.ok()) return ReportError(gw.status());
-  gateway::ExportPrefixCacheMetrics(metrics, **sched);  // after the gateway's per-tier families
-  if (f.l1_bytes > 0) {
-    log->Info("response cache (L1): {:.1f} MiB, TTL {} s +/- {:.0f}%; single flight {}",
-              static_cast<double>(f.l1_bytes) / (1 << 20), f.l1_ttl_s, f.l1_ttl_jitter * 100,
-              f.coalesce ? "on" : "off");
-  } else {
-    log->Info("response cache (L1): off; single flight {}", f.coalesce ? "on" : "off");
-  }
-  log->Info("{}", DescribeCacheFlags(f.cache, go));
-  log->Info("prefix cache (L2): {} KV blocks of {} tokens, eviction {}", eo.n_kv_blocks,
-            eo.block_size, cache::PolicyKindName(*l2_policy));
-  const double load_s = util::SecondsBetween(t0, clock.Now());
-  metrics.Gauge("strata_model_load_seconds", "Seconds from start to ready.").With({}).Set(load_s);
-  (*srv)->SetGateway(gw->get());
-  std::unique_ptr<util::FileWatch> watch;  // stopped before the server it reports to
-  if (mapped != nullptr) {
-    auto started = util::FileWatch::Start(
-        *env.fs, *path, *mapped, std::chrono::seconds(1),
-        [&model_changed, &srv, &log](const util::Status& why) {
-          model_changed.store(true);
-          log->Error("{}; /health now answers 503 and requests get model_changed", why.message());
-          (*srv)->SetBroken(why);
-        });
-    if (started.ok()) {
-      watch = std::move(started).value();
-    } else {
-      log->Warn("not watching the model file: {}", started.status().message());
-    }
-  }
-  log->Info(
-      "ready in {:.0f} ms: model '{}' at http://{}:{}/v1 ({} threads, context {}, {} parallel)",
-      load_s * 1e3, go.model_name, f.host, *port, f.threads, n_ctx, f.parallel);
+  return go;
+}
 
+// The gateway over the scheduler (it opens the cache tiers and, with --redis,
+// the shared tier's connection and writer), and the prefix-cache metrics after
+// its per-tier families; errors as Gateway::Create reports them.
+util::StatusOr<std::unique_ptr<gateway::Gateway>> BuildGateway(
+    const model::Model& m, engine::Scheduler& sched, obs::MetricsRegistry& metrics,
+    const gateway::GatewayOptions& go, const util::Clock& clock, util::Logger& log) {
+  STRATA_ASSIGN_OR_RETURN(auto gw, gateway::Gateway::Create(m, sched, metrics, go, clock, log));
+  gateway::ExportPrefixCacheMetrics(metrics, sched);
+  return gw;
+}
+
+// Logs one line per cache tier: L1 and single flight, L3 and Redis, L2.
+void LogCacheTiers(const ServeFlags& f, const ServePlan& plan, const gateway::GatewayOptions& go,
+                   const engine::EngineOptions& eo, util::Logger& log) {
+  if (f.l1_bytes > 0) {
+    log.Info("response cache (L1): {:.1f} MiB, TTL {} s +/- {:.0f}%; single flight {}",
+             static_cast<double>(f.l1_bytes) / (1 << 20), f.l1_ttl_s, f.l1_ttl_jitter * 100,
+             f.coalesce ? "on" : "off");
+  } else {
+    log.Info("response cache (L1): off; single flight {}", f.coalesce ? "on" : "off");
+  }
+  log.Info("{}", DescribeCacheFlags(f.cache, go));
+  log.Info("prefix cache (L2): {} KV blocks of {} tokens, eviction {}", eo.n_kv_blocks,
+           eo.block_size, cache::PolicyKindName(plan.l2_policy));
+}
+
+// Records the load time, hands the gateway to the server (/health: 200) and
+// logs that it is ready. `gw` must outlive the server's use of it (until Stop).
+void OpenForRequests(const ServeFlags& f, const Listening& l, gateway::Gateway& gw,
+                     const gateway::GatewayOptions& go, int32_t n_ctx, double load_s,
+                     obs::MetricsRegistry& metrics, util::Logger& log) {
+  metrics.Gauge("strata_model_load_seconds", "Seconds from start to ready.").With({}).Set(load_s);
+  l.server->SetGateway(&gw);
+  log.Info(
+      "ready in {:.0f} ms: model '{}' at http://{}:{}/v1 ({} threads, context {}, {} parallel)",
+      load_s * 1e3, go.model_name, f.host, l.port, f.threads, n_ctx, f.parallel);
+}
+
+// Waits in this thread for SIGINT or SIGTERM (blocked by BlockStopSignals),
+// refuses new requests and lets running ones finish within --grace; true when
+// none had to be cancelled at its end.
+bool WaitAndDrain(const sigset_t& signals, const ServeFlags& f, server::HttpServer& srv,
+                  engine::Scheduler& sched, util::Logger& log) {
   int sig = 0;
   sigwait(&signals, &sig);
-  log->Info("received {}: draining (grace {} s)", sig == SIGTERM ? "SIGTERM" : "SIGINT", f.grace_s);
-  (*srv)->StartDraining();
-  const bool clean = (*sched)->Drain(std::chrono::seconds(f.grace_s));
-  (*gw)->FlushShared(std::chrono::milliseconds(300));  // answers still queued for Redis
-  // The error frames of streams cut at the end of the grace period go out
-  // before the connections close; the process exits within grace + 1 s.
-  (*srv)->Stop(std::chrono::milliseconds(500));
-  watch.reset();
-  sched->reset();
-  log->Info("stopped{}",
-            clean ? "" : " (some requests were cancelled at the end of the grace period)");
+  log.Info("received {}: draining (grace {} s)", sig == SIGTERM ? "SIGTERM" : "SIGINT", f.grace_s);
+  srv.StartDraining();
+  return sched.Drain(std::chrono::seconds(f.grace_s));
+}
+
+// Shuts down in order: answers still queued for Redis (briefly), the HTTP
+// server (after the last frames of streams cut at the end of the grace
+// period went out: the process exits within grace + 1 s), the scheduler
+// (joined here); the gateway and what is below it are destroyed by the
+// caller afterwards. Returns the exit code.
+int ShutDown(bool clean, server::HttpServer& srv, std::unique_ptr<engine::Scheduler> sched,
+             gateway::Gateway& gw, util::Logger& log) {
+  gw.FlushShared(std::chrono::milliseconds(300));
+  srv.Stop(std::chrono::milliseconds(500));
+  sched.reset();
+  log.Info("stopped{}",
+           clean ? "" : " (some requests were cancelled at the end of the grace period)");
   return kExitOk;
+}
+
+// Start-up and shutdown in the order of the file comment. Locals are
+// destroyed in reverse: gateway, RT-Switcher, engine, model, server, metrics,
+// each after everything that borrows it.
+int RunServe(const Env& env, const ServeFlags& f) {
+  auto log = MakeLogger(f.log_level);
+  auto plan = ValidateFlags(f);
+  if (!plan.ok()) return UsageError(plan.status().message());
+  auto keys = LoadApiKeys(env, f.api_keys, *log);
+  if (!keys.ok()) return ReportError(keys.status());
+  const sigset_t signals = BlockStopSignals();
+  const util::Clock& clock = util::RealClock();
+  const auto t0 = clock.Now();
+  obs::MetricsRegistry metrics;
+  auto srv = StartListening(f, std::move(keys).value(), metrics, clock, *log);
+  if (!srv.ok()) return ReportError(srv.status());
+  auto opened = OpenModel(env, f.model, *log);
+  if (!opened.ok()) return ReportError(opened.status());
+  const model::Model& m = *opened->model;
+  ModelGuard guard(m.gguf().file());
+  auto eng = BuildEngine(f, *plan, m, clock, *log);
+  if (!eng.ok()) return ReportError(eng.status());
+  auto rt = StartRtSwitcher(f, *plan, metrics, clock, *log);
+  if (!rt.ok()) return ReportError(rt.status());
+  auto sched = StartScheduler(f, *eng->engine, rt->get(), guard, *log);
+  if (!sched.ok()) return ReportError(sched.status());
+  const int32_t n_ctx = eng->options.n_ctx;
+  auto go = GatewayOptionsFor(f, *plan, opened->path, n_ctx, rt->get(), clock);
+  if (!go.ok()) return UsageError(go.status().message());  // ValidateFlags: does not happen
+  auto gw = BuildGateway(m, **sched, metrics, *go, clock, *log);
+  if (!gw.ok()) return ReportError(gw.status());
+  LogCacheTiers(f, *plan, *go, eng->options, *log);
+  const double load_s = util::SecondsBetween(t0, clock.Now());
+  OpenForRequests(f, *srv, **gw, *go, n_ctx, load_s, metrics, *log);
+  const auto watch = WatchModel(env, *opened, guard, *srv->server, *log);
+  const bool clean = WaitAndDrain(signals, f, *srv->server, **sched, *log);
+  return ShutDown(clean, *srv->server, std::move(*sched), **gw, *log);
 }
 
 }  // namespace
