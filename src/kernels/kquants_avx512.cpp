@@ -192,7 +192,7 @@ struct Q6KKind {
     __m256i offset;     // words: −32·scales[g] (pairs with bsums[g])
     __m512 d;
   };
-  static Prep Prepare(const Block& b) {
+  [[gnu::always_inline]] static Prep Prepare(const Block& b) {
     Prep p;
     const __m256i words =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
@@ -215,7 +215,7 @@ struct Q6KKind {
   // Chunk c = elements 64c..64c+63 (h = c/2, e = c%2): low 4 bits from
   // ql[64h..64h+63] (low nibbles for e = 0, high for e = 1), the 2 high bits
   // from qh[32h + l]: bits 4e..4e+1 for the first 32, 4e+2..4e+3 for the next.
-  static __m512i Codes(const Block& b, const Prep&, int c) {
+  [[gnu::always_inline]] static __m512i Codes(const Block& b, const Prep&, int c) {
     const int h = c / 2, e = c % 2;
     __m512i low = _mm512_loadu_si512(b.ql + 64 * h);
     if (e == 1) low = _mm512_srli_epi16(low, 4);
