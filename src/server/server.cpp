@@ -53,30 +53,6 @@ net::Response ToResponse(ApiReply reply) {
   return r;
 }
 
-// The reason a limit answer has, from the status the reader chose.
-util::ErrorReason LimitReason(int http_status) {
-  switch (http_status) {
-    case 408:
-      return util::ErrorReason::kClientTimeout;
-    case 413:
-      return util::ErrorReason::kBodyTooLarge;
-    case 414:
-      return util::ErrorReason::kRequestLineTooLong;
-    case 415:
-      return util::ErrorReason::kUnsupportedEncoding;
-    case 431:
-      return util::ErrorReason::kHeadersTooLarge;
-    case 501:
-      return util::ErrorReason::kUnsupportedFraming;
-    case 503:
-      return util::ErrorReason::kTooManyConnections;
-    case 505:
-      return util::ErrorReason::kHttpVersion;
-    default:
-      return util::ErrorReason::kMalformedHttp;
-  }
-}
-
 // One API response being fed from its generation. Owned by the exchange's
 // callbacks (and a worker's posted continuation); everything runs on the
 // exchange's I/O thread.
@@ -216,10 +192,8 @@ class HttpServer::Impl final : public net::HttpHandler {
   net::Response LimitResponse(const net::RequestHead* head, int status,
                               const util::Status& why) override {
     const ApiKind kind = head ? RouteFor(head->method, head->path()).kind : ApiKind::kOpenAIChat;
-    util::Status st =
-        util::Status(why.ok() ? util::StatusCode::kInvalidArgument : why.code(),
-                     why.ok() ? std::string(net::ReasonPhrase(status)) : why.message())
-            .WithReason(LimitReason(status));
+    const util::Status st =  // the path only matters for a 404, which is no limit
+        handler_.TransportError(status, head ? head->method : "", head ? head->path() : "", why);
     ApiReply reply = ApiHandler::ErrorReply(kind, st);
     reply.status = status;  // the reader's status stands (a 400 for bad framing, say)
     return ToResponse(std::move(reply));

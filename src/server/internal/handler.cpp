@@ -109,17 +109,45 @@ ApiReply ApiHandler::ErrorReply(ApiKind kind, const util::Status& status, ApiRep
 }
 
 util::Status ApiHandler::TransportError(int http_status, std::string_view method,
-                                        std::string_view path) const {
-  if (http_status == 413) {
-    return util::InvalidArgumentError(fmt::format("the request body exceeds the limit of {} bytes",
-                                                  options_.limits.max_body_bytes))
-        .WithReason(util::ErrorReason::kBodyTooLarge);
-  }
+                                        std::string_view path, const util::Status& why) const {
   if (http_status == 404) {
     return util::NotFoundError(fmt::format("no route for {} {}", method, path))
         .WithReason(util::ErrorReason::kNoRoute);
   }
-  return util::InvalidArgumentError(fmt::format("HTTP {}", http_status));
+  util::ErrorReason reason = util::ErrorReason::kMalformedHttp;
+  std::string message = fmt::format("HTTP {}", http_status);
+  switch (http_status) {
+    case 408:
+      reason = util::ErrorReason::kClientTimeout;
+      break;
+    case 413:
+      reason = util::ErrorReason::kBodyTooLarge;
+      message = fmt::format("the request body exceeds the limit of {} bytes",
+                            options_.limits.max_body_bytes);
+      break;
+    case 414:
+      reason = util::ErrorReason::kRequestLineTooLong;
+      break;
+    case 415:
+      reason = util::ErrorReason::kUnsupportedEncoding;
+      break;
+    case 431:
+      reason = util::ErrorReason::kHeadersTooLarge;
+      break;
+    case 501:
+      reason = util::ErrorReason::kUnsupportedFraming;
+      break;
+    case 503:
+      reason = util::ErrorReason::kTooManyConnections;
+      break;
+    case 505:
+      reason = util::ErrorReason::kHttpVersion;
+      break;
+    default:
+      break;
+  }
+  if (why.ok()) return util::InvalidArgumentError(std::move(message)).WithReason(reason);
+  return util::Status(why.code(), why.message()).WithReason(reason);
 }
 
 ApiReply ApiHandler::Fail(const Scope& scope, ApiReply reply, const util::Status& status) {

@@ -168,10 +168,12 @@ class ApiHandler {
   // `kind`'s shape: MapError's HTTP status and Retry-After, RenderError's
   // body. Not logged or counted.
   static ApiReply ErrorReply(ApiKind kind, const util::Status& status, ApiReply reply = {});
-  // What the transport answers on its own: no route (404), a body over the
-  // limit (413), an unreadable request (any other status).
-  util::Status TransportError(int http_status, std::string_view method,
-                              std::string_view path) const;
+  // What the transport answers on its own, with its reason: no route (404),
+  // or a request the reader refused — 408, 413, 414, 415, 431, 501, 505, 503
+  // at the connection cap, 400 for anything else malformed. `why` is what the
+  // reader found (its message is kept); OK when it said nothing.
+  util::Status TransportError(int http_status, std::string_view method, std::string_view path,
+                              const util::Status& why = util::OkStatus()) const;
 
  private:
   struct Admitted {
