@@ -8,7 +8,7 @@
 #
 # A module may include only modules above it: a row names modules from the
 # rows before it.
-set(STRATA_MODULES util net kernels format text model engine sampling cache obs gateway server cli)
+set(STRATA_MODULES util net kernels format text model engine sampling cache obs backend gateway server cli)
 
 set(STRATA_MAY_INCLUDE_util "")
 set(STRATA_MAY_INCLUDE_net util)
@@ -20,6 +20,7 @@ set(STRATA_MAY_INCLUDE_engine model text format kernels util)
 set(STRATA_MAY_INCLUDE_sampling util)
 set(STRATA_MAY_INCLUDE_cache util)
 set(STRATA_MAY_INCLUDE_obs util)
-set(STRATA_MAY_INCLUDE_gateway engine sampling cache obs model text format kernels util)
-set(STRATA_MAY_INCLUDE_server gateway obs net util)
-set(STRATA_MAY_INCLUDE_cli server gateway obs cache sampling engine model text format kernels net util)
+set(STRATA_MAY_INCLUDE_backend engine sampling cache obs net model text format kernels util)
+set(STRATA_MAY_INCLUDE_gateway backend engine sampling cache obs model text format kernels util)
+set(STRATA_MAY_INCLUDE_server gateway backend obs net util)
+set(STRATA_MAY_INCLUDE_cli server gateway backend obs cache sampling engine model text format kernels net util)

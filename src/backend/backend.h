@@ -1,0 +1,238 @@
+// backend — what answers a request once the gateway's tiers have not: the
+// embedded engine (backend/local.h) or a model server reached over HTTP
+// (backend/remote.h: any OpenAI-compatible server, the Anthropic Messages
+// API), behind one interface.
+//
+// Promise: a Backend takes the normalised request (Request: messages or a
+// prompt, sampling fields, stop strings, max_tokens, n, tenant, session) and
+// produces the same event stream whatever it is: for each choice, text
+// deltas in order, then exactly one kFinish with the finish reason, the
+// usage (cached prompt tokens included) and, when the choice failed, a
+// Status saying why with a machine-readable reason. Nothing of HTTP reaches
+// the caller: an upstream's errors, timeouts and broken streams arrive as
+// failed kFinish events. Prepare checks what this backend cannot serve
+// (InvalidArgument naming the field, never a silent drop) and learns what
+// the gateway's tiers key on; Start begins the run and never blocks on the
+// model (a remote run waits on its upstream without holding a thread).
+//
+// Threading: a Backend is thread-safe (any request thread calls Prepare,
+// Start and Embed). Events reach the Sink on the backend's own threads (the
+// scheduler thread, an HTTP client I/O thread); a Sink is thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/request.h"
+#include "sampling/sampler.h"
+#include "sampling/tiers.h"
+#include "text/chat_template.h"
+#include "util/status.h"
+
+namespace strata::backend {
+
+// Which SamplingParams fields the client gave itself. A remote backend sends
+// only these (an upstream keeps its own defaults for the rest); the local
+// engine uses every field as parsed.
+struct SamplingFieldsSet {
+  bool temperature = false;
+  bool top_p = false;
+  bool top_k = false;
+  bool min_p = false;
+  bool presence_penalty = false;
+  bool frequency_penalty = false;
+  bool repetition_penalty = false;
+  bool seed = false;
+  // Any of strata's own samplers (target_entropy, typical_p, mirostat):
+  // the local engine's alone.
+  bool strata_sampler = false;
+};
+
+// One message of a chat: role ("system", "user", "assistant") and text.
+using ChatMessage = text::ChatMessage;
+
+// The normalised request the gateway hands a backend.
+struct Request {
+  std::string request_id;
+  std::string tenant = "default";
+  // The model id the client asked for ("" = the default backend).
+  std::string model;
+  // The conversation this request belongs to, as the client names it ("" =
+  // none). Scoped to the tenant: equal ids of two tenants are two sessions.
+  // Labels the request's log lines and pins it to one upstream replica; it
+  // never changes what is generated.
+  std::string session_id;
+  std::vector<ChatMessage> messages;  // chat
+  std::optional<std::string> prompt;  // completion: raw text (used when set)
+  // Indices into `messages` after which an Anthropic client put a
+  // cache_control breakpoint (passed through to an anthropic backend).
+  std::vector<int32_t> cache_breakpoints;
+  std::optional<int32_t> max_tokens;  // default: what is left of the context, capped
+  sampling::SamplingParams sampling;
+  SamplingFieldsSet sampling_set;
+  std::vector<std::string> stop;
+  int32_t n = 1;
+  int32_t top_logprobs = -1;  // -1: no logprobs; 0..20: chosen token (+ top N)
+  bool prefix_cache = true;   // reuse cached KV blocks of this tenant's prompts
+  bool ignore_eos = false;    // keep generating past end-of-generation tokens (benchmarks)
+  // The client chose sampling.seed: sampling at temperature > 0 is then
+  // reproducible, so the response may be cached and shared.
+  bool fixed_seed = false;
+  // L1 and single flight for this request; false = neither served from the
+  // response cache, nor coalesced, nor stored (the header still says "miss").
+  bool response_cache = true;
+  // L3 for this request: true asks for near-duplicate answers, false refuses
+  // them (and does not fill L3); nullopt = the tenant's default.
+  std::optional<bool> l3;
+};
+
+// How a choice ended: the engine's reasons (engine/request.h). kStopString
+// comes with Event::stop_sequence; kCancelled with Event::status when the
+// choice failed.
+using FinishReason = engine::FinishReason;
+// "end_of_turn", "stop_string", "length", "cancelled" (metric labels, logs).
+std::string_view FinishReasonLabel(FinishReason reason);
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;       // of prompt_tokens, read from a prefix cache (L2, or upstream's)
+  int32_t cache_write_tokens = 0;  // of prompt_tokens, written to an upstream's prompt cache
+  int32_t completion_tokens = 0;
+  int32_t preemptions = 0;  // times the local engine evicted and recomputed the request
+};
+
+struct TokenLogprob {
+  std::string text;  // the token's bytes as text (may be partial UTF-8, sanitized)
+  std::vector<uint8_t> bytes;
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;  // most likely tokens at that step
+};
+
+// When a choice's milestones happened (steady clock; a default value = did
+// not happen): for the trace line and the latency metrics.
+struct Timing {
+  std::chrono::steady_clock::time_point submitted;  // handed to the backend
+  std::chrono::steady_clock::time_point admitted;   // got a sequence / the upstream answered
+  std::chrono::steady_clock::time_point first_token;
+  std::chrono::steady_clock::time_point finished;
+  int32_t tokens = 0;  // tokens produced (the local engine's count; remote: completion tokens)
+};
+
+struct Event {
+  enum class Kind { kDelta, kFinish };
+  Kind kind = Kind::kDelta;
+  int32_t index = 0;                            // choice index
+  std::string text;                             // kDelta: new text
+  std::vector<TokenLogprob> logprobs;           // kDelta: one per token that produced this text
+  FinishReason finish = FinishReason::kLength;  // kFinish
+  std::string stop_sequence;                    // kFinish with kStopString: the string that matched
+  util::Status status;                          // kFinish: not OK when the choice failed
+  Usage usage;                                  // kFinish
+  Timing timing;                                // kFinish
+  // kFinish: the terms the choice ran on when the Governor set any (" rt_level=1
+  // sampling=... max_tokens_cap=..."), and whether it is traced.
+  std::string terms;
+  bool traced = true;
+};
+
+// The RT-Switcher as a backend sees it (gateway/rt_control.h implements it):
+// the terms a choice gets when it starts, and the latencies it reports.
+class Governor {
+ public:
+  struct Terms {
+    sampling::SamplingTier sampling_tier = sampling::SamplingTier::kEntropyTargeted;
+    int32_t max_tokens_cap = 0;  // 0 = none
+    bool traced = true;
+    std::string describe;  // for the trace line ("" = no switcher)
+  };
+  virtual ~Governor() = default;
+  // Called on the thread that starts the choice (the scheduler thread for
+  // the local engine; a request thread for a remote one).
+  virtual Terms Admit() = 0;
+  virtual void ObserveTtft(std::chrono::nanoseconds ttft) = 0;
+  virtual void ObserveTpot(std::chrono::nanoseconds tpot) = 0;
+};
+
+// Where a run's events go (the gateway's flight). Thread-safe.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  // Appends `e`. Per choice: deltas, then one kFinish.
+  virtual void Push(Event e) = 0;
+  // A choice runs on cheaper terms than the request asked (the Governor's):
+  // the answer is served, never stored as the answer to the request.
+  virtual void DoNotStore() = 0;
+};
+
+// A run in progress. Cancel is idempotent and thread-safe; every choice still
+// running then finishes soon with kCancelled.
+class Run {
+ public:
+  virtual ~Run() = default;
+  virtual void Cancel() = 0;
+};
+
+// What Prepare learned about a request; immutable, shared with its run.
+struct Prepared {
+  virtual ~Prepared() = default;
+  int32_t prompt_tokens = 0;  // 0 = not known before the backend reports usage
+  int32_t max_tokens = 0;     // per choice as it will run; 0 = the upstream's default
+  // The effective stop strings: the request's own, then the chat template's
+  // turn ends (local engine).
+  std::vector<std::string> stops;
+  // The local engine's prompt tokens: the response tiers key on them (two
+  // requests that render to the same tokens get the same answer). Empty for
+  // a remote backend, whose requests are keyed on their fields.
+  std::vector<int32_t> tokens;
+};
+
+struct EmbeddingRequest {
+  std::string request_id;
+  std::string tenant = "default";
+  std::string model;                            // as the client asked ("" = default backend)
+  std::vector<std::string> texts;               // each is embedded separately
+  std::vector<std::vector<int32_t>> token_ids;  // or pre-tokenized inputs
+};
+
+struct EmbeddingResult {
+  std::vector<std::vector<float>> embeddings;  // one per input, in order, unit length
+  int32_t prompt_tokens = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // The model id clients use for this backend (the "model" field, /v1/models).
+  virtual const std::string& name() const = 0;
+  // "local", "openai" or "anthropic".
+  virtual std::string_view kind() const = 0;
+  // Identifies what answers: the local model's fingerprint, or a hash of a
+  // remote backend's kind and upstream model. Cache keys and namespaces
+  // include it, so answers of two models never mix.
+  virtual uint64_t fingerprint() const = 0;
+  // The context length in tokens when known (local), else 0.
+  virtual int32_t n_ctx() const = 0;
+  // Checks `r` for this backend and learns its prompt (see Prepared).
+  virtual util::StatusOr<std::shared_ptr<const Prepared>> Prepare(const Request& r) const = 0;
+  // Starts every choice of `r`, each reporting into `sink`. An error here
+  // means nothing started. `governor` may be null.
+  virtual util::StatusOr<std::shared_ptr<Run>> Start(const Request& r,
+                                                     std::shared_ptr<const Prepared> prepared,
+                                                     std::shared_ptr<Sink> sink,
+                                                     Governor* governor) = 0;
+  // Unit-length embeddings of each input; waits until `deadline`.
+  virtual util::StatusOr<EmbeddingResult> Embed(const EmbeddingRequest& r,
+                                                std::chrono::steady_clock::time_point deadline) = 0;
+  // Whether a run may fail before its first event in a way the client should
+  // see as an HTTP error rather than an error inside a stream (a remote
+  // backend: its upstream may refuse or be down); the server then holds a
+  // stream's head until the first event.
+  virtual bool defers_stream_head() const { return false; }
+};
+
+}  // namespace strata::backend
