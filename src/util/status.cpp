@@ -96,6 +96,24 @@ std::string_view ErrorReasonName(ErrorReason reason) {
       return "server_busy";
     case ErrorReason::kModelChanged:
       return "model_changed";
+    case ErrorReason::kUnsupportedByBackend:
+      return "unsupported_by_backend";
+    case ErrorReason::kUpstreamRejected:
+      return "upstream_rejected";
+    case ErrorReason::kUpstreamRateLimited:
+      return "upstream_rate_limited";
+    case ErrorReason::kUpstreamOverloaded:
+      return "upstream_overloaded";
+    case ErrorReason::kUpstreamUnavailable:
+      return "upstream_unavailable";
+    case ErrorReason::kUpstreamBusy:
+      return "upstream_busy";
+    case ErrorReason::kUpstreamTimeout:
+      return "upstream_timeout";
+    case ErrorReason::kUpstreamError:
+      return "upstream_error";
+    case ErrorReason::kUpstreamProtocol:
+      return "upstream_protocol_error";
   }
   return "none";
 }

@@ -92,6 +92,16 @@ enum class ErrorReason : uint8_t {
   kTooManyConnections,     // the connection cap (in all, or for the client's address)
   kServerBusy,             // every request worker is taken and the backlog is full
   kModelChanged,           // the served model file changed on disk: the server stops serving it
+  // A remote backend (backend/remote.h):
+  kUnsupportedByBackend,  // a request field the serving backend's API cannot carry
+  kUpstreamRejected,      // the upstream refused the request as invalid (its 400, 404, 413, 422)
+  kUpstreamRateLimited,   // the upstream answered 429, and retrying did not help
+  kUpstreamOverloaded,   // the upstream answered 503 or 529 (overloaded), and retrying did not help
+  kUpstreamUnavailable,  // no replica could be reached: connect errors, all ejected or broken open
+  kUpstreamBusy,         // every healthy replica is at its concurrency limit
+  kUpstreamTimeout,      // connect, first byte, the gap between chunks or the total ran out
+  kUpstreamError,        // the upstream failed (5xx, or refused strata's credential)
+  kUpstreamProtocol,     // the upstream's answer is not what its API defines, or broke mid-stream
 };
 
 // The reason's stable name, for logs and API bodies: "context_length_exceeded",
