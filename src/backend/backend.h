@@ -164,6 +164,9 @@ class Sink {
   virtual ~Sink() = default;
   // Appends `e`. Per choice: deltas, then one kFinish.
   virtual void Push(Event e) = 0;
+  // A choice produced its first token, `ttft` after it was submitted (before
+  // that token's text, which a stop string may hold back, is pushed).
+  virtual void OnFirstToken(std::chrono::nanoseconds ttft) = 0;
   // A choice runs on cheaper terms than the request asked (the Governor's):
   // the answer is served, never stored as the answer to the request.
   virtual void DoNotStore() = 0;

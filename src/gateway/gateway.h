@@ -1,53 +1,55 @@
-// gateway — the request pipeline between the HTTP front end and the engine.
+// gateway — the request pipeline between the HTTP front end and the
+// backends (backend/backend.h: the embedded engine, or a model server over
+// HTTP).
 //
-// Promise: Start() turns an API-neutral completion request into running
-// generations: it validates every parameter (InvalidArgument naming the
-// field), renders the model's chat template, tokenizes (message content never
-// becomes a control token), checks the context (OutOfRange, "context length
-// exceeded"), and submits one scheduler request per choice. The returned
-// Generation yields events in order: text deltas (stop strings never
-// appear, even split across tokens; text is always complete UTF-8), then one
-// finish per choice. Destroying a Generation or calling Cancel frees its
-// engine resources within one step. Latency and token counts are recorded as
-// metrics. A traced choice (every choice, or the RT-Switcher's sample of them)
-// logs one timing line when it ends: queue wait, prefill, decode, TTFT.
-// Nothing of HTTP is known here.
+// Promise: Start turns an API-neutral completion request into a running
+// generation: it validates every parameter (InvalidArgument naming the
+// field), picks the backend the request names (its "model"; NotFound with
+// kModelNotFound for any other), has it prepare the request (the local
+// engine renders the chat template, tokenizes and checks the context; a
+// remote backend checks what its API can carry), lets the response tiers
+// answer it or join it to an identical one in flight, and else starts the
+// backend into a flight. The returned Generation yields events in order:
+// text deltas (stop strings never appear; text is always complete UTF-8),
+// then one finish per choice. Destroying a Generation or calling Cancel
+// stops its run (within one engine step, or by closing the upstream
+// request). Latency and token counts are recorded as metrics, per backend
+// for a remote one. A traced choice (every choice, or the RT-Switcher's
+// sample of them) logs one timing line when it ends: queue wait, prefill,
+// decode, TTFT. Nothing of HTTP is known here.
 //
-// Response cache (L1) and single flight (DESIGN.md §1, §2): a deterministic
-// request (temperature 0, or a seed the client fixed) that did not opt out
-// is keyed by tenant, model fingerprint, prompt tokens, max_tokens, n, stop
-// strings, logprobs and every sampling parameter. An L1 hit replays the
-// stored events (text, logprobs, finish reasons, stop sequences and the usage
-// of the run that produced them), so the HTTP layer renders it in whatever
-// shape the request asked for. A miss while an identical request is being
-// generated follows that generation (single flight) and reads every event
-// from the first. A generation is stored only when every choice finished
-// without error and was not cancelled; it keeps running for its followers
-// when the client that started it goes away, and stops when nobody reads it.
-// Generation::cache_outcome says how a response was served.
+// Response tiers (internal/response_tiers.h, DESIGN.md §1, §2): a
+// deterministic request (temperature 0, or a seed the client fixed) that did
+// not opt out is keyed by tenant, backend, what the model reads (the local
+// engine's prompt tokens; a remote request's messages and the fields the
+// client set), max_tokens, n, stop strings, logprobs and every sampling
+// parameter. An L1 hit replays the stored events (text, logprobs, finish
+// reasons, stop sequences and the usage of the run that produced them), so
+// the HTTP layer renders it in whatever shape the request asked for. A miss
+// while an identical request is being generated follows that generation
+// (single flight) and reads every event from the first. A generation is
+// stored only when every choice finished without error and was not
+// cancelled; it keeps running for its followers when the client that started
+// it goes away, and stops when nobody reads it. Generation::cache_outcome
+// says how a response was served.
 //
 // Near-duplicate tier (L3): a deterministic request whose tenant policy or
 // own "l3" field allows it (L3Mode) may be answered with the stored answer
 // of an earlier request of the same tenant whose wording differs but whose
-// everything else matches exactly (internal/near_dup_request.h): same model,
-// earlier messages, max_tokens, n, stop strings, logprobs and sampling
-// parameters. Its text is compared by cache::NearDupIndex (weighted SimHash
-// candidates, confirmed by the weighted-LCS similarity and its guards). Such
-// an answer is marked (CacheOutcome::kL3 and Generation::cache_similarity).
-// A generation is stored in L3 under the same rule as in L1 (every choice
-// succeeded, on the request's own terms); a request allowed to read L3 also
-// fills it.
+// everything else matches exactly (internal/near_dup_request.h). Its text is
+// compared by cache::NearDupIndex (weighted SimHash candidates, confirmed by
+// the weighted-LCS similarity and its guards). Such an answer is marked
+// (CacheOutcome::kL3 and Generation::cache_similarity).
 //
 // Shared tier (GatewayOptions::shared, Redis): an L1 or L3 miss is looked up
 // in Redis next (on the calling thread, bounded by the shared tier's
 // timeout); a hit there is copied into the local tier and served as l1 or
-// l3. Every answer stored locally is also queued for Redis (the scheduler
-// thread only enqueues; the shared store's writer thread writes). Redis being
-// slow or down never fails a request: the local tiers keep serving.
+// l3. Every answer stored locally is also queued for Redis. Redis being slow
+// or down never fails a request: the local tiers keep serving.
 //
 // Threading: Gateway is thread-safe (any HTTP thread may Start); a
-// Generation is used by one thread, its events produced on the scheduler
-// thread and handed over through a locked queue.
+// Generation is used by one thread, its events produced on the backend's
+// threads and handed over through a locked queue.
 //
 // Usage:
 //   CompletionRequest r;
@@ -67,6 +69,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
+#include "backend/local.h"
 #include "cache/near_dup.h"
 #include "cache/response_cache.h"
 #include "cache/shared_store.h"
@@ -92,6 +96,10 @@ enum class L3Mode {
 std::string_view L3ModeName(L3Mode mode);  // "off", "opt-in", "on"
 std::optional<L3Mode> ParseL3Mode(std::string_view name);
 
+// The pipeline's options. model_name, max_tokens_cap, max_embedding_inputs,
+// prompt_special_tokens, prefix_cache, chat_format and unseeded_seed_base are
+// those of the local backend Create(model, scheduler, ...) builds; with
+// backends given, each has its own.
 struct GatewayOptions {
   std::string model_name;              // the id clients use ("model" field)
   int32_t max_tokens_cap = 4096;       // [1, n_ctx] hard cap on tokens generated per choice
@@ -133,32 +141,14 @@ struct GatewayOptions {
   RtControl* rt_control = nullptr;
 };
 
-struct CompletionRequest {
-  std::string request_id;
-  std::string tenant = "default";
-  // The conversation this request belongs to, as the client names it ("" =
-  // none). Scoped to the tenant: equal ids of two tenants are two sessions.
-  // Labels the request's log lines; it never changes what is generated.
-  std::string session_id;
-  std::vector<text::ChatMessage> messages;  // chat: rendered with the chat template
-  std::optional<std::string> prompt;        // completion: raw text (used when set)
-  std::optional<int32_t> max_tokens;        // default: what is left of the context, capped
-  sampling::SamplingParams sampling;
-  std::vector<std::string> stop;
-  int32_t n = 1;
-  int32_t top_logprobs = -1;  // -1: no logprobs; 0..20: chosen token (+ top N)
-  bool prefix_cache = true;   // reuse cached KV blocks of this tenant's prompts
-  bool ignore_eos = false;    // keep generating past end-of-generation tokens (benchmarks)
-  // The client chose sampling.seed: sampling at temperature > 0 is then
-  // reproducible, so the response may be cached and shared.
-  bool fixed_seed = false;
-  // L1 and single flight for this request; false = neither served from the
-  // response cache, nor coalesced, nor stored (the header still says "miss").
-  bool response_cache = true;
-  // L3 for this request: true asks for near-duplicate answers, false refuses
-  // them (and does not fill L3); nullopt = the tenant's default (L3Mode).
-  std::optional<bool> l3;
-};
+// The normalised request and its events are the backends' (backend/backend.h).
+using CompletionRequest = backend::Request;
+using FinishReason = backend::FinishReason;
+using Usage = backend::Usage;
+using TokenLogprob = backend::TokenLogprob;
+using Event = backend::Event;
+using EmbeddingRequest = backend::EmbeddingRequest;
+using EmbeddingResult = backend::EmbeddingResult;
 
 // How a response was served (the HTTP header x-strata-cache).
 enum class CacheOutcome {
@@ -169,49 +159,6 @@ enum class CacheOutcome {
 };
 // "miss", "l1", "l3", "coalesced".
 std::string_view CacheOutcomeName(CacheOutcome outcome);
-
-// How a choice ended (the HTTP layer maps these to each API's words): the
-// engine's reasons (engine/request.h), with the stop decided here. The
-// step loop ends a choice on an end-of-generation token (kEndOfTurn), on
-// max_tokens or the context (kLength), on cancellation or failure
-// (kCancelled, Event::status says which), and when the choice's stop matcher
-// matched; then the gateway says which string did: one of the request's own
-// stop strings is kStopString (Event::stop_sequence), the chat template's
-// turn-end text is kEndOfTurn.
-using FinishReason = engine::FinishReason;
-// Token counts of a choice; preemptions are the engine's (0 in a replay).
-using Usage = engine::Usage;
-
-struct TokenLogprob {
-  std::string text;  // the token's bytes as text (may be partial UTF-8, sanitized)
-  std::vector<uint8_t> bytes;
-  float logprob = 0.0f;
-  std::vector<std::pair<std::string, float>> top;  // most likely tokens at that step
-};
-
-struct Event {
-  enum class Kind { kDelta, kFinish };
-  Kind kind = Kind::kDelta;
-  int32_t index = 0;                            // choice index
-  std::string text;                             // kDelta: new text
-  std::vector<TokenLogprob> logprobs;           // kDelta: one per token that produced this text
-  FinishReason finish = FinishReason::kLength;  // kFinish
-  std::string stop_sequence;                    // kFinish with kStopString: the string that matched
-  util::Status status;                          // kFinish: not OK when the choice failed
-  Usage usage;                                  // kFinish
-};
-
-struct EmbeddingRequest {
-  std::string request_id;
-  std::string tenant = "default";
-  std::vector<std::string> texts;               // each is embedded separately
-  std::vector<std::vector<int32_t>> token_ids;  // or pre-tokenized inputs
-};
-
-struct EmbeddingResult {
-  std::vector<std::vector<float>> embeddings;  // one per input, in order, unit length
-  int32_t prompt_tokens = 0;
-};
 
 class Generation {
  public:
@@ -235,30 +182,47 @@ class Generation {
   virtual CacheOutcome cache_outcome() const { return CacheOutcome::kMiss; }
   // kL3 answers: the similarity of this request's text to the stored one's.
   virtual std::optional<double> cache_similarity() const { return std::nullopt; }
+  // The backend may fail before the first event (backend::Backend::
+  // defers_stream_head): a stream's head should wait for that event.
+  virtual bool defers_stream_head() const { return false; }
 };
 
 struct GatewayMetrics;
-struct ResponseTier;
-struct NearDupRequest;
-class Flight;
+class ResponseTiers;
+class RtGovernor;
 
 class Gateway {
  public:
+  // The gateway over the embedded engine alone: a local backend named
+  // options.model_name, owned by the gateway.
   static util::StatusOr<std::unique_ptr<Gateway>> Create(
       const model::Model& model, engine::Scheduler& scheduler, obs::MetricsRegistry& metrics,
       const GatewayOptions& options, const util::Clock& clock, util::Logger& log);
+  // The gateway over `backends` (borrowed, at least one, distinct names; the
+  // first is the default for requests that name no model).
+  static util::StatusOr<std::unique_ptr<Gateway>> Create(std::vector<backend::Backend*> backends,
+                                                         obs::MetricsRegistry& metrics,
+                                                         const GatewayOptions& options,
+                                                         const util::Clock& clock,
+                                                         util::Logger& log);
   ~Gateway();
 
   util::StatusOr<std::unique_ptr<Generation>> Start(const CompletionRequest& request);
-  // Mean-pooled, L2-normalised final hidden states of each input. Waits until
-  // `deadline` (DeadlineExceeded after it, cancelling what is left).
+  // Unit-length embeddings of each input, from the backend the request
+  // names. Waits until `deadline` (DeadlineExceeded after it, cancelling
+  // what is left).
   util::StatusOr<EmbeddingResult> Embed(const EmbeddingRequest& request,
                                         std::chrono::steady_clock::time_point deadline);
 
-  const std::string& model_name() const { return options_.model_name; }
-  int32_t n_ctx() const { return n_ctx_; }
-  const text::ChatStyle& chat_style() const { return style_; }
-  // Tokens of a prompt (for usage reporting and tests).
+  // The default backend's model id.
+  const std::string& model_name() const;
+  // Every model id served, the default first.
+  std::vector<std::string> model_names() const;
+  // The backend serving `model` ("" = the default); nullptr when none does.
+  backend::Backend* Find(std::string_view model) const;
+  // The default backend's context length (0 when a remote one does not say).
+  int32_t n_ctx() const;
+  // Tokens of a prompt as the default backend (a local one) reads it.
   util::StatusOr<std::vector<int32_t>> Tokenize(const CompletionRequest& request) const;
   // The L1's counters; nullopt when L1 is off.
   std::optional<cache::ResponseCacheStats> l1_stats() const;
@@ -273,46 +237,18 @@ class Gateway {
   bool StartIsCpuBound() const;
 
  private:
-  Gateway(const model::Model& model, engine::Scheduler& scheduler, const GatewayOptions& options,
-          const util::Clock& clock, util::Logger& log, int32_t n_ctx);
+  Gateway(std::vector<backend::Backend*> backends, const GatewayOptions& options,
+          const util::Clock& clock, util::Logger& log);
   util::Status Validate(const CompletionRequest& r) const;
-  // The prefix-cache namespace of a tenant: cached blocks are shared only
-  // among requests of one tenant on one model.
-  uint64_t CacheNamespace(const std::string& tenant) const;
-  // Submits one scheduler request per choice, each reporting into `flight`;
-  // on failure cancels what was submitted.
-  util::Status Submit(const CompletionRequest& r, const std::vector<int32_t>& tokens,
-                      int32_t max_tokens, const std::vector<std::string>& stops,
-                      const std::shared_ptr<Flight>& flight);
-  // The L1 and single-flight key: everything that decides the events.
-  cache::CacheKey ResponseKey(const CompletionRequest& r, const std::vector<int32_t>& tokens,
-                              int32_t max_tokens, const std::vector<std::string>& stops) const;
-  // May L3 answer (and be filled by) this request? (L3Mode, l3_tenants, r.l3)
-  bool L3Allowed(const CompletionRequest& r) const;
-  // The response tiers' part of Start (response_tiers.cpp). FindCached: an
-  // answer from L1, the shared tier or L3, or nullptr; sets *refresh when L1
-  // chose this request to regenerate an entry near expiry (L3 is then not
-  // asked). StoreHook: what the request's shared flight does when it
-  // completes — store the answer in L1 and L3 (and queue it for the shared
-  // tier) if every choice succeeded on the request's own terms, then leave the
-  // single-flight table.
-  std::unique_ptr<Generation> FindCached(const CompletionRequest& r, const cache::CacheKey& key,
-                                         const NearDupRequest* near, bool use_l1, int32_t n_prompt,
-                                         bool* refresh);
-  std::function<void(const Flight&, bool, const std::vector<Event>&)> StoreHook(
-      const CompletionRequest& r, int32_t n_prompt, bool use_l1,
-      std::shared_ptr<const NearDupRequest> near) const;
 
-  const model::Model& model_;
-  engine::Scheduler& scheduler_;
+  std::unique_ptr<backend::LocalBackend> owned_local_;  // Create(model, scheduler, ...) only
+  const std::vector<backend::Backend*> backends_;       // the default first
   const GatewayOptions options_;
   const util::Clock& clock_;
   util::Logger& log_;
-  const int32_t n_ctx_;
-  text::ChatStyle style_;
-  std::shared_ptr<GatewayMetrics> metrics_;  // shared with running sinks
-  std::atomic<uint64_t> unseeded_count_{0};  // requests given a seed from unseeded_seed_base
-  std::shared_ptr<ResponseTier> tier_;       // L1 and single flight; shared with running flights
+  std::shared_ptr<GatewayMetrics> metrics_;  // shared with running flights' sinks
+  std::unique_ptr<RtGovernor> governor_;     // the RT-Switcher as the backends see it
+  std::shared_ptr<ResponseTiers> tiers_;     // shared with running flights
 };
 
 }  // namespace strata::gateway

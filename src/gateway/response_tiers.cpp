@@ -1,66 +1,318 @@
-// The response tiers' part of the gateway: which tier may answer a request
-// (L1, the shared tier, L3), the L1 key, and what a finished flight stores.
-// Gateway::Start (gateway.cpp) decides whether a request is cacheable and
-// runs the single-flight table; this file holds the lookups and the stores.
+// The response tiers (internal/response_tiers.h): classify, key, look up,
+// join and store, for every backend.
+#include "gateway/internal/response_tiers.h"
+
 #include <algorithm>
 
-#include "gateway/gateway.h"
-#include "gateway/internal/flight.h"
-#include "gateway/internal/near_dup_request.h"
+#include "gateway/internal/stored_codec.h"
 
 namespace strata::gateway {
 
-std::optional<cache::ResponseCacheStats> Gateway::l1_stats() const {
-  if (!tier_->l1) return std::nullopt;
-  return tier_->l1->Stats();
+// The per-tier families ("tier" label), registered once whatever the tiers:
+// the KV pool's prefix cache adds its "l2" children to them.
+struct TierFamilies {
+  explicit TierFamilies(obs::MetricsRegistry& reg)
+      : hits(reg.Counter("strata_cache_hits_total", "Requests answered from a response cache tier.",
+                         {"tier"})),
+        misses(reg.Counter("strata_cache_misses_total",
+                           "Lookups of cacheable requests that a tier could not answer.",
+                           {"tier"})),
+        early_refreshes(reg.Counter(
+            "strata_cache_early_refreshes_total",
+            "Hits near expiry chosen to regenerate (probabilistic early refresh).", {"tier"})),
+        evictions(
+            reg.Counter("strata_cache_evictions_total", "Entries removed to make room.", {"tier"})),
+        expirations(reg.Counter("strata_cache_expirations_total",
+                                "Entries removed because their TTL ran out.", {"tier"})),
+        bytes(reg.Gauge("strata_cache_bytes", "Bytes held by a cache tier.", {"tier"})),
+        entries(reg.Gauge("strata_cache_entries", "Entries held by a cache tier.", {"tier"})) {}
+  obs::Family<obs::CounterValue>& hits;
+  obs::Family<obs::CounterValue>& misses;
+  obs::Family<obs::CounterValue>& early_refreshes;
+  obs::Family<obs::CounterValue>& evictions;
+  obs::Family<obs::CounterValue>& expirations;
+  obs::Family<obs::GaugeValue>& bytes;
+  obs::Family<obs::GaugeValue>& entries;
+};
+
+// One tier's events as Prometheus series. The label children are resolved
+// once here, so each event is a lock-free atomic update (the cache calls this
+// with its mutex held).
+struct TierMetrics final : public cache::TierObserver {
+  TierMetrics(TierFamilies& f, const std::string& tier)
+      : hits(f.hits.With({tier})),
+        misses(f.misses.With({tier})),
+        early_refreshes(f.early_refreshes.With({tier})),
+        evictions(f.evictions.With({tier})),
+        expirations(f.expirations.With({tier})),
+        bytes(f.bytes.With({tier})),
+        entries(f.entries.With({tier})) {}
+  void OnHit() override { hits.Inc(); }
+  void OnMiss() override { misses.Inc(); }
+  void OnEarlyRefresh() override { early_refreshes.Inc(); }
+  void OnStore(uint64_t n) override {
+    bytes.Add(static_cast<double>(n));
+    entries.Add(1);
+  }
+  void OnRemove(uint64_t n, cache::RemoveReason reason) override {
+    bytes.Add(-static_cast<double>(n));
+    entries.Add(-1);
+    if (reason == cache::RemoveReason::kEvicted) evictions.Inc();
+    if (reason == cache::RemoveReason::kExpired) expirations.Inc();
+  }
+
+  obs::CounterValue& hits;
+  obs::CounterValue& misses;
+  obs::CounterValue& early_refreshes;
+  obs::CounterValue& evictions;
+  obs::CounterValue& expirations;
+  obs::GaugeValue& bytes;
+  obs::GaugeValue& entries;
+};
+
+struct ResponseTiers::Plan {
+  bool use_l1 = false;
+  bool use_coalesce = false;
+  std::shared_ptr<const NearDupRequest> near;  // the L3 view, when L3 may answer
+  cache::CacheKey key;                         // set when any of the three is used
+  uint64_t fingerprint = 0;                    // the backend's
+  int32_t n_prompt = 0;                        // 0: known only from the backend's usage
+  bool any() const { return use_l1 || use_coalesce || near != nullptr; }
+};
+
+namespace {
+
+// What a remote backend reads of a request besides the common fields: the
+// conversation or prompt, and which sampling fields the client set (only
+// those are sent, so the upstream's defaults decide the rest).
+void AppendRemoteRequest(cache::CacheKeyBuilder& b, const CompletionRequest& r) {
+  if (r.prompt) {
+    b.Str("completion").Str(*r.prompt);
+  } else {
+    b.Str("chat").I64(static_cast<int64_t>(r.messages.size()));
+    for (const auto& m : r.messages) b.Str(m.role).Str(m.content);
+  }
+  b.I64(static_cast<int64_t>(r.cache_breakpoints.size()));
+  for (int32_t i : r.cache_breakpoints) b.I32(i);
+  const backend::SamplingFieldsSet& s = r.sampling_set;
+  b.Bool(s.temperature).Bool(s.top_p).Bool(s.top_k).Bool(s.min_p).Bool(s.presence_penalty);
+  b.Bool(s.frequency_penalty).Bool(s.repetition_penalty).Bool(s.seed).Bool(s.strata_sampler);
 }
 
-std::optional<cache::NearDupStats> Gateway::l3_stats() const {
-  if (!tier_->l3) return std::nullopt;
-  return tier_->l3->stats();
+// The L1 and single-flight key: everything that decides the events.
+cache::CacheKey ResponseKey(const CompletionRequest& r, const backend::Backend& backend,
+                            const backend::Prepared& p) {
+  constexpr uint64_t kKeyVersion = 1;  // bump when the meaning of any field changes
+  cache::CacheKeyBuilder b(r.tenant);
+  b.U64(kKeyVersion).U64(backend.fingerprint());
+  if (!p.tokens.empty()) {
+    b.I32s(p.tokens);  // the local engine: what the model reads
+  } else {
+    b.Str(backend.kind());
+    AppendRemoteRequest(b, r);
+  }
+  b.I32(p.max_tokens).I32(r.n).I32(r.top_logprobs).Bool(r.ignore_eos);
+  // The stop strings: the request's own, then the template's turn ends.
+  b.I64(static_cast<int64_t>(p.stops.size())).I64(static_cast<int64_t>(r.stop.size()));
+  for (const std::string& s : p.stops) b.Str(s);
+  AppendSamplingParams(b, r.sampling);  // every field (a static_assert guards the list)
+  return b.Build();
 }
 
-std::optional<cache::SharedStoreStats> Gateway::shared_stats() const {
-  if (!tier_->shared) return std::nullopt;
-  return tier_->shared->stats();
+}  // namespace
+
+ResponseTiers::ResponseTiers(const GatewayOptions& options, const util::Clock& clock,
+                             util::Logger& log)
+    : options_(options), clock_(clock), log_(log) {}
+
+ResponseTiers::~ResponseTiers() = default;
+
+util::StatusOr<std::shared_ptr<ResponseTiers>> ResponseTiers::Create(const GatewayOptions& options,
+                                                                     obs::MetricsRegistry& metrics,
+                                                                     const util::Clock& clock,
+                                                                     util::Logger& log) {
+  std::shared_ptr<ResponseTiers> t(new ResponseTiers(options, clock, log));
+  t->coalesced_ = &metrics
+                       .Counter("strata_cache_coalesced_total",
+                                "Requests that shared the generation of an identical "
+                                "request in flight (single flight).")
+                       .With({});
+  auto& remote_hits =
+      metrics.Counter("strata_cache_remote_hits_total",
+                      "Local misses answered by the shared tier (Redis).", {"tier"});
+  auto& remote_misses = metrics.Counter("strata_cache_remote_misses_total",
+                                        "Local misses the shared tier did not answer (absent, or "
+                                        "Redis down or slow).",
+                                        {"tier"});
+  TierFamilies families(metrics);
+  if (options.l1.max_bytes > 0) {
+    t->l1_observer_ = std::make_unique<TierMetrics>(families, "l1");
+    STRATA_ASSIGN_OR_RETURN(
+        t->l1_, cache::ResponseCache::Create(options.l1, clock, util::Rng(options.l1_seed),
+                                             t->l1_observer_.get()));
+  }
+  if (options.l3_mode != L3Mode::kOff) {
+    t->l3_observer_ = std::make_unique<TierMetrics>(families, "l3");
+    STRATA_ASSIGN_OR_RETURN(
+        t->l3_, cache::NearDupIndex::Create(options.l3, clock, util::Rng(options.l3_seed),
+                                            t->l3_observer_.get()));
+  }
+  if (options.shared && (t->l1_ || t->l3_)) {
+    cache::SharedStoreOptions so = *options.shared;
+    so.near_dup.bands = options.l3.bands;
+    so.near_dup.probe_radius = options.l3.probe_radius;
+    so.near_dup.max_candidates = options.l3.max_candidates;
+    so.near_dup.min_similarity = options.l3.min_similarity;
+    so.near_dup.similarity = options.l3.similarity;
+    t->codec_ = std::make_unique<StoredResponseCodec>();
+    STRATA_ASSIGN_OR_RETURN(
+        t->shared_, cache::SharedStore::Create(so, *t->codec_, clock,
+                                               util::Rng(options.l1_seed ^ 0x5348'5244ULL), log));
+    for (int i = 0; i < 2; ++i) {
+      const std::string label = i == 0 ? "l1" : "l3";
+      t->remote_hits_[i] = &remote_hits.With({label});
+      t->remote_misses_[i] = &remote_misses.With({label});
+    }
+    // Read at render time; a weak pointer, so the registry never keeps the
+    // store (and its thread) alive.
+    std::weak_ptr<ResponseTiers> weak = t;
+    auto read = [weak](auto field) {
+      return [weak, field]() -> double {
+        const auto tiers = weak.lock();
+        return tiers && tiers->shared_ ? static_cast<double>(field(tiers->shared_->stats())) : 0.0;
+      };
+    };
+    metrics.GaugeCallback("strata_cache_remote_up",
+                          "1 while the shared tier (Redis) answers, 0 while it is down.",
+                          read([](const cache::SharedStoreStats& s) { return s.up ? 1 : 0; }));
+    metrics.CounterCallback("strata_cache_remote_errors_total",
+                            "Shared tier transport errors and undecodable entries.",
+                            read([](const cache::SharedStoreStats& s) { return s.errors; }));
+    metrics.CounterCallback("strata_cache_remote_skipped_total",
+                            "Shared tier lookups not sent: Redis down, or no connection free "
+                            "within the timeout.",
+                            read([](const cache::SharedStoreStats& s) { return s.skipped; }));
+    metrics.CounterCallback("strata_cache_remote_writes_total",
+                            "Answers written to the shared tier.",
+                            read([](const cache::SharedStoreStats& s) { return s.writes; }));
+    metrics.CounterCallback(
+        "strata_cache_remote_dropped_writes_total",
+        "Answers not written to the shared tier: Redis down, the write "
+        "queue full, or the write failed.",
+        read([](const cache::SharedStoreStats& s) { return s.dropped_writes; }));
+  }
+  return t;
 }
 
-bool Gateway::StartIsCpuBound() const { return tier_->shared == nullptr; }
-
-bool Gateway::FlushShared(std::chrono::milliseconds timeout) {
-  return !tier_->shared || tier_->shared->Flush(timeout);
+std::optional<cache::ResponseCacheStats> ResponseTiers::l1_stats() const {
+  if (!l1_) return std::nullopt;
+  return l1_->Stats();
 }
 
-bool Gateway::L3Allowed(const CompletionRequest& r) const {
-  if (!tier_->l3) return false;
+std::optional<cache::NearDupStats> ResponseTiers::l3_stats() const {
+  if (!l3_) return std::nullopt;
+  return l3_->stats();
+}
+
+std::optional<cache::SharedStoreStats> ResponseTiers::shared_stats() const {
+  if (!shared_) return std::nullopt;
+  return shared_->stats();
+}
+
+bool ResponseTiers::FlushShared(std::chrono::milliseconds timeout) {
+  return !shared_ || shared_->Flush(timeout);
+}
+
+bool ResponseTiers::L3Allowed(const CompletionRequest& r) const {
+  if (!l3_) return false;
   if (r.l3) return *r.l3;  // the request's own word, in opt-in and on alike
   if (options_.l3_mode == L3Mode::kOn) return true;
   return std::find(options_.l3_tenants.begin(), options_.l3_tenants.end(), r.tenant) !=
          options_.l3_tenants.end();
 }
 
-cache::CacheKey Gateway::ResponseKey(const CompletionRequest& r, const std::vector<int32_t>& tokens,
-                                     int32_t max_tokens,
-                                     const std::vector<std::string>& stops) const {
-  constexpr uint64_t kKeyVersion = 1;  // bump when the meaning of any field changes
-  cache::CacheKeyBuilder b(r.tenant);
-  b.U64(kKeyVersion).U64(model_.fingerprint()).I32s(tokens);
-  b.I32(max_tokens).I32(r.n).I32(r.top_logprobs).Bool(r.ignore_eos);
-  // The stop strings: the request's own, then the template's turn ends.
-  b.I64(static_cast<int64_t>(stops.size())).I64(static_cast<int64_t>(r.stop.size()));
-  for (const std::string& s : stops) b.Str(s);
-  AppendSamplingParams(b, r.sampling);  // every field (a static_assert guards the list)
-  return b.Build();
+ResponseTiers::Plan ResponseTiers::Classify(const CompletionRequest& r, const backend::Backend& b,
+                                            const backend::Prepared& p) const {
+  Plan plan;
+  plan.fingerprint = b.fingerprint();
+  plan.n_prompt = p.prompt_tokens;
+  // Only deterministic requests are cached or coalesced: greedy, or sampled
+  // with a seed the client chose (choice i then uses seed + i).
+  const bool deterministic = r.sampling.temperature == 0.0f || r.fixed_seed;
+  plan.use_l1 = r.response_cache && deterministic && l1_ != nullptr;
+  plan.use_coalesce = r.response_cache && deterministic && options_.coalesce;
+  // L3 needs a text with words to compare; the same rule as L1 otherwise.
+  if (deterministic && L3Allowed(r)) {
+    if (auto n = MakeNearDupRequest(r, plan.fingerprint, p.stops, options_.l3.prepare,
+                                    /*remote=*/p.tokens.empty())) {
+      plan.near = std::make_shared<const NearDupRequest>(std::move(*n));
+    }
+  }
+  if (plan.any()) plan.key = ResponseKey(r, b, p);
+  return plan;
 }
 
-std::unique_ptr<Generation> Gateway::FindCached(const CompletionRequest& r,
-                                                const cache::CacheKey& key,
-                                                const NearDupRequest* near, bool use_l1,
-                                                int32_t n_prompt, bool* refresh) {
-  const cache::SharedScope scope{r.tenant, model_.fingerprint()};
-  cache::SharedStore* shared = tier_->shared.get();
-  if (use_l1) {
-    const cache::Lookup found = tier_->l1->Find(key);
+ResponseTiers::Admission ResponseTiers::Admit(const CompletionRequest& r,
+                                              const backend::Backend& backend,
+                                              const backend::Prepared& prepared) {
+  Admission a;
+  const Plan plan = Classify(r, backend, prepared);
+  const auto now = clock_.Now();
+  if (!plan.any()) {
+    a.flight = std::make_shared<Flight>(r.n, std::nullopt, now, Flight::Hook());
+    return a;
+  }
+  a.answer = FindCached(r, plan, &a.refresh);
+  if (a.answer) return a;
+  const Flight::Hook on_complete = StoreHook(r, plan);
+  if (!plan.use_coalesce) {
+    a.flight = std::make_shared<Flight>(r.n, plan.key, now, on_complete);
+    return a;
+  }
+  std::shared_ptr<const cache::CachedValue> stored_meanwhile;
+  auto make_flight = [&]() -> std::shared_ptr<Flight> {
+    // Under the single-flight lock: an identical request may have finished
+    // (and stored its answer) since the lookup above.
+    if (plan.use_l1 && !a.refresh) {
+      stored_meanwhile = l1_->Peek(plan.key);
+      if (stored_meanwhile) return nullptr;
+    }
+    return std::make_shared<Flight>(r.n, plan.key, now, on_complete);
+  };
+  auto joined = flights_.Join(plan.key, make_flight);
+  switch (joined.role) {
+    case cache::SingleFlight<Flight>::Role::kNone:
+      a.answer = std::make_unique<ReplayGeneration>(
+          std::static_pointer_cast<const StoredResponse>(stored_meanwhile));
+      return a;
+    case cache::SingleFlight<Flight>::Role::kFollower:
+      coalesced_->Inc();
+      log_.Debug("[{}] tenant={} coalesced with an identical request in flight", r.request_id,
+                 r.tenant);
+      a.answer = std::make_unique<FlightGeneration>(joined.flight, shared_from_this(),
+                                                    plan.n_prompt, CacheOutcome::kCoalesced,
+                                                    backend.defers_stream_head());
+      return a;
+    case cache::SingleFlight<Flight>::Role::kLeader:
+      break;
+  }
+  a.flight = std::move(joined.flight);
+  a.registered = true;
+  return a;
+}
+
+void ResponseTiers::Abort(const Admission& a, const util::Status& why) {
+  a.flight->Fail(why);  // followers that joined meanwhile get this error
+  if (a.registered) flights_.Leave(a.flight->key(), a.flight.get());
+}
+
+bool ResponseTiers::Leave(const Flight& flight) { return flights_.Leave(flight.key(), &flight); }
+
+std::unique_ptr<Generation> ResponseTiers::FindCached(const CompletionRequest& r, const Plan& plan,
+                                                      bool* refresh) {
+  const cache::SharedScope scope{r.tenant, plan.fingerprint};
+  if (plan.use_l1) {
+    const cache::Lookup found = l1_->Find(plan.key);
     if (found.kind == cache::Lookup::Kind::kHit) {
       log_.Debug("[{}] tenant={} L1 hit", r.request_id, r.tenant);
       return std::make_unique<ReplayGeneration>(
@@ -69,70 +321,77 @@ std::unique_ptr<Generation> Gateway::FindCached(const CompletionRequest& r,
     *refresh = found.kind == cache::Lookup::Kind::kRefresh;
     // Another instance may have it. (Redis I/O on this request's thread,
     // bounded by the shared tier's timeout.) The copy keeps Redis's TTL.
-    if (!*refresh && shared) {
-      if (auto hit = shared->GetExact(scope, key)) {
-        tier_->remote_hits[0]->Inc();
-        tier_->l1->Insert(key, hit->value, std::chrono::nanoseconds::zero(), hit->ttl_left);
+    if (!*refresh && shared_) {
+      if (auto hit = shared_->GetExact(scope, plan.key)) {
+        remote_hits_[0]->Inc();
+        l1_->Insert(plan.key, hit->value, std::chrono::nanoseconds::zero(), hit->ttl_left);
         log_.Debug("[{}] tenant={} L1 hit in the shared tier", r.request_id, r.tenant);
         return std::make_unique<ReplayGeneration>(
             std::static_pointer_cast<const StoredResponse>(hit->value));
       }
-      tier_->remote_misses[0]->Inc();
+      remote_misses_[0]->Inc();
     }
   }
+  const NearDupRequest* near = plan.near.get();
   if (near && !*refresh) {
-    if (auto match = tier_->l3->Lookup(near->ns, near->text); match && match->value) {
+    if (auto match = l3_->Lookup(near->ns, near->text); match && match->value) {
       log_.Debug("[{}] tenant={} L3 hit, similarity {:.3f}", r.request_id, r.tenant,
                  match->similarity);
       return std::make_unique<ReplayGeneration>(
           std::static_pointer_cast<const StoredResponse>(match->value), match->similarity,
-          n_prompt);
+          plan.n_prompt);
     }
-    if (shared) {
-      if (auto hit = shared->FindNear(scope, near->scope, near->text)) {
-        tier_->remote_hits[1]->Inc();
-        (void)tier_->l3->Insert(near->ns, near->text, key.hash, hit->value);
+    if (shared_) {
+      if (auto hit = shared_->FindNear(scope, near->scope, near->text)) {
+        remote_hits_[1]->Inc();
+        (void)l3_->Insert(near->ns, near->text, plan.key.hash, hit->value);
         log_.Debug("[{}] tenant={} L3 hit in the shared tier, similarity {:.3f}", r.request_id,
                    r.tenant, hit->similarity);
         return std::make_unique<ReplayGeneration>(
-            std::static_pointer_cast<const StoredResponse>(hit->value), hit->similarity, n_prompt);
+            std::static_pointer_cast<const StoredResponse>(hit->value), hit->similarity,
+            plan.n_prompt);
       }
-      tier_->remote_misses[1]->Inc();
+      remote_misses_[1]->Inc();
     }
   }
   return nullptr;
 }
 
-Flight::Hook Gateway::StoreHook(const CompletionRequest& r, int32_t n_prompt, bool use_l1,
-                                std::shared_ptr<const NearDupRequest> near) const {
-  // Runs on the scheduler thread. In this order: a request that finds no
-  // flight under the single-flight table's lock then finds the answer in L1.
-  // With a shared tier, the answer is also queued for Redis (never blocking:
-  // the shared store's writer thread writes it).
+Flight::Hook ResponseTiers::StoreHook(const CompletionRequest& r, const Plan& plan) {
+  // Runs on the thread that finishes the flight. In this order: a request
+  // that finds no flight under the single-flight table's lock then finds the
+  // answer in L1. With a shared tier, the answer is also queued for Redis
+  // (never blocking: the shared store's writer thread writes it).
   const std::chrono::nanoseconds l1_ttl = options_.l1.ttl;
   const std::chrono::nanoseconds l3_ttl =
       options_.l3.ttl.count() > 0 ? std::chrono::nanoseconds(options_.l3.ttl) : l1_ttl;
-  return [tier = tier_, n_choices = r.n, n_prompt, clock = &clock_, use_l1, near = std::move(near),
-          scope = cache::SharedScope{r.tenant, model_.fingerprint()}, l1_ttl,
-          l3_ttl](const Flight& f, bool succeeded, const std::vector<Event>& log) {
-    if (succeeded && (use_l1 || near)) {
-      auto stored = std::make_shared<StoredResponse>(log, n_choices, n_prompt);
-      if (use_l1) {
-        tier->l1->Insert(f.key(), stored, clock->Now() - f.started());
-        if (tier->shared) tier->shared->PutExact(scope, f.key(), stored, l1_ttl);
-      }
-      if (near) {
-        // Too large for the L3 budget: not stored (ResourceExhausted), nothing else changes.
-        (void)tier->l3->Insert(near->ns, near->text, f.key().hash, stored);
-        if (tier->shared) {
-          tier->shared->PutNear(scope, near->scope,
-                                std::shared_ptr<const cache::NearDupText>(near, &near->text),
-                                stored, l3_ttl);
+  return
+      [tiers = shared_from_this(), n_choices = r.n, n_prompt = plan.n_prompt, use_l1 = plan.use_l1,
+       near = plan.near, scope = cache::SharedScope{r.tenant, plan.fingerprint}, l1_ttl,
+       l3_ttl](const Flight& f, bool succeeded, const std::vector<Event>& log) {
+        if (succeeded && (use_l1 || near)) {
+          // A remote backend learns the prompt's size from its usage.
+          int32_t prompt = n_prompt;
+          for (const Event& e : log) {
+            if (e.kind == Event::Kind::kFinish) prompt = std::max(prompt, e.usage.prompt_tokens);
+          }
+          auto stored = std::make_shared<StoredResponse>(log, n_choices, prompt);
+          if (use_l1) {
+            tiers->l1_->Insert(f.key(), stored, tiers->clock_.Now() - f.started());
+            if (tiers->shared_) tiers->shared_->PutExact(scope, f.key(), stored, l1_ttl);
+          }
+          if (near) {
+            // Too large for the L3 budget: not stored (ResourceExhausted), nothing else changes.
+            (void)tiers->l3_->Insert(near->ns, near->text, f.key().hash, stored);
+            if (tiers->shared_) {
+              tiers->shared_->PutNear(scope, near->scope,
+                                      std::shared_ptr<const cache::NearDupText>(near, &near->text),
+                                      stored, l3_ttl);
+            }
+          }
         }
-      }
-    }
-    tier->flights.Finish(f.key(), &f);
-  };
+        tiers->flights_.Finish(f.key(), &f);
+      };
 }
 
 }  // namespace strata::gateway

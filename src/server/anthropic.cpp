@@ -1,5 +1,7 @@
 // The Anthropic wire format: messages, request parsing and response and
 // stream-event rendering (internal/wire.h).
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "server/api.h"
@@ -22,11 +24,33 @@ const char* AnthropicStop(gateway::FinishReason r) {
   }
 }
 
+// Anthropic's input_tokens leaves out what was read from or written to the
+// prompt cache; our prompt_tokens is the whole prompt.
 Json AnthropicUsage(const ResponseMeta& m, int32_t output) {
-  return {{"input_tokens", m.prompt_tokens - m.cached_tokens},
+  return {{"input_tokens", std::max(0, m.prompt_tokens - m.cached_tokens - m.cache_write_tokens)},
           {"output_tokens", output},
           {"cache_read_input_tokens", m.cached_tokens},
-          {"cache_creation_input_tokens", 0}};
+          {"cache_creation_input_tokens", m.cache_write_tokens}};
+}
+
+// Whether a content value (a string, or an array of blocks) marks a prompt
+// cache breakpoint: some block carries "cache_control" {"type": "ephemeral"}.
+// A breakpoint inside a message counts as one at its end (the message's
+// blocks are joined into one text).
+StatusOr<bool> CacheBreakpoint(const Json& content, const std::string& where) {
+  if (!content.is_array()) return false;
+  bool found = false;
+  for (size_t i = 0; i < content.size(); ++i) {
+    if (!content[i].is_object() || !content[i].contains("cache_control")) continue;
+    const Json& cc = content[i]["cache_control"];
+    if (cc.is_null()) continue;
+    if (!cc.is_object() || !cc.contains("type") || cc["type"] != "ephemeral") {
+      return FieldError(fmt::format("{}[{}].cache_control", where, i),
+                        "must be {\"type\": \"ephemeral\"}");
+    }
+    found = true;
+  }
+  return found;
 }
 
 }  // namespace
@@ -46,6 +70,8 @@ StatusOr<ParsedRequest> ParseRequest(const Json& j) {
   STRATA_RETURN_IF_ERROR(f.Reject("tools", "this server does not call tools"));
   if (f.Has("system")) {
     STRATA_ASSIGN_OR_RETURN(std::string system, ContentText(f.Get("system"), "system"));
+    STRATA_ASSIGN_OR_RETURN(bool breakpoint, CacheBreakpoint(f.Get("system"), "system"));
+    if (breakpoint) r.cache_breakpoints.push_back(0);
     r.messages.push_back({"system", std::move(system)});
   }
   if (!f.Has("messages")) return f.Error("messages", "is required");
@@ -66,6 +92,8 @@ StatusOr<ParsedRequest> ParseRequest(const Json& j) {
     }
     if (!m.contains("content")) return FieldError(at + ".content", "is required");
     STRATA_ASSIGN_OR_RETURN(std::string content, ContentText(m["content"], at + ".content"));
+    STRATA_ASSIGN_OR_RETURN(bool breakpoint, CacheBreakpoint(m["content"], at + ".content"));
+    if (breakpoint) r.cache_breakpoints.push_back(static_cast<int32_t>(r.messages.size()));
     r.messages.push_back({role, std::move(content)});
   }
   STRATA_RETURN_IF_ERROR(ParseSampling(f, 1.0, r));
@@ -126,8 +154,11 @@ std::string RenderStreamFinish(const ResponseMeta& m, const gateway::Event& e) {
                       e.stop_sequence.empty() ? Json(nullptr) : Json(e.stop_sequence)}}},
                    {"usage",
                     {{"output_tokens", e.usage.completion_tokens},
-                     {"input_tokens", m.prompt_tokens - e.usage.cached_tokens},
-                     {"cache_read_input_tokens", e.usage.cached_tokens}}}}) +
+                     {"input_tokens",
+                      std::max(0, std::max(m.prompt_tokens, e.usage.prompt_tokens) -
+                                      e.usage.cached_tokens - e.usage.cache_write_tokens)},
+                     {"cache_read_input_tokens", e.usage.cached_tokens},
+                     {"cache_creation_input_tokens", e.usage.cache_write_tokens}}}}) +
          SseEvent("message_stop", {{"type", "message_stop"}});
 }
 

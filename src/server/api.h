@@ -66,8 +66,9 @@ struct ResponseMeta {
   std::string model;
   int64_t created = 0;  // unix seconds
   int32_t prompt_tokens = 0;
-  int32_t cached_tokens = 0;
-  std::string fingerprint;  // system_fingerprint
+  int32_t cached_tokens = 0;       // of prompt_tokens, read from a prefix cache
+  int32_t cache_write_tokens = 0;  // of prompt_tokens, written to an upstream's prompt cache
+  std::string fingerprint;         // system_fingerprint
 };
 
 // A whole non-streaming response body.

@@ -200,6 +200,9 @@ std::string RenderResponse(ApiKind kind, const ResponseMeta& m,
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
     Json choice = {{"index", i}, {"finish_reason", OpenAIFinish(c.finish)}};
+    // vLLM's extension: which stop string ended the choice (an upstream
+    // strata's front end reads it to say stop_sequence to Anthropic clients).
+    if (c.finish == gateway::FinishReason::kStopString) choice["stop_reason"] = c.stop_sequence;
     if (kind == ApiKind::kOpenAIChat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
       choice["logprobs"] = logprobs ? ChatLogprobs(c.logprobs) : Json(nullptr);
@@ -252,6 +255,7 @@ std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& m, const gatewa
   Json c = ChunkBase(kind, m);
   Json choice = {
       {"index", e.index}, {"finish_reason", OpenAIFinish(e.finish)}, {"logprobs", nullptr}};
+  if (e.finish == gateway::FinishReason::kStopString) choice["stop_reason"] = e.stop_sequence;
   if (kind == ApiKind::kOpenAIChat) {
     choice["delta"] = Json::object();
   } else {

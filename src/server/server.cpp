@@ -59,7 +59,8 @@ net::Response ToResponse(ApiReply reply) {
 struct Feed {
   std::shared_ptr<net::Exchange> exchange;
   std::shared_ptr<Responder> responder;
-  size_t budget = 0;  // frame bytes one pump may queue
+  size_t budget = 0;       // frame bytes one pump may queue
+  bool head_sent = false;  // a stream's status and headers went out
 };
 
 }  // namespace
@@ -239,15 +240,19 @@ class HttpServer::Impl final : public net::HttpHandler {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         feed->responder->deadline() - clock_.Now());
     exchange->SetTimeout(std::max(left, std::chrono::milliseconds(0)),
-                         [this, feed] { Emit(*feed, feed->responder->Expire()); });
-    if (feed->responder->streaming()) {
-      net::Headers headers;
-      for (const auto& [name, value] : feed->responder->head().headers) headers.Add(name, value);
-      headers.Set("Content-Type", "text/event-stream");
-      exchange->StartStream(feed->responder->head().status, std::move(headers));
-      exchange->OnWritable([this, feed] { Pump(feed); });
-    }
+                         [this, feed] { Emit(feed, feed->responder->Expire()); });
+    if (feed->responder->streaming() && !feed->responder->defers_head()) StartHead(feed);
     Pump(feed);
+  }
+
+  // A stream's status and headers; from then on a drained client pumps again.
+  void StartHead(const std::shared_ptr<Feed>& feed) {
+    feed->head_sent = true;
+    net::Headers headers;
+    for (const auto& [name, value] : feed->responder->head().headers) headers.Add(name, value);
+    headers.Set("Content-Type", "text/event-stream");
+    feed->exchange->StartStream(feed->responder->head().status, std::move(headers));
+    feed->exchange->OnWritable([this, feed] { Pump(feed); });
   }
 
   // Reads what the generation has ready and sends it; then waits for more
@@ -259,7 +264,7 @@ class HttpServer::Impl final : public net::HttpHandler {
     Responder::Output out = feed->responder->Pump(feed->budget);
     const bool done = out.done;
     const bool more = out.more;
-    Emit(*feed, std::move(out));
+    Emit(feed, std::move(out));
     if (done) return;
     if (more) {
       if (!ex.congested()) ex.Post([this, feed] { Pump(feed); });
@@ -275,12 +280,16 @@ class HttpServer::Impl final : public net::HttpHandler {
     });
   }
 
-  void Emit(Feed& feed, Responder::Output out) {
-    net::Exchange& ex = *feed.exchange;
+  void Emit(const std::shared_ptr<Feed>& feed, Responder::Output out) {
+    net::Exchange& ex = *feed->exchange;
     if (ex.cancelled()) return;
-    if (!feed.responder->streaming()) {
+    if (!feed->responder->streaming() || out.whole) {
       if (out.done) ex.Respond(ToResponse(std::move(out.reply)));
       return;
+    }
+    if (!feed->head_sent) {
+      if (out.frames.empty() && !out.done) return;  // a deferred head waits for its first frames
+      StartHead(feed);
     }
     if (!out.frames.empty()) ex.Write(std::move(out.frames));
     if (out.done) ex.End();

@@ -214,6 +214,17 @@ Status ParseSampling(const Fields& f, double temp_max, gateway::CompletionReques
   if (miro) p.mirostat = *miro == 2;
   if (tau) p.mirostat_tau_bits = static_cast<float>(*tau);
   if (eta) p.mirostat_eta = static_cast<float>(*eta);
+  // What the client set itself: a remote backend sends only these.
+  r.sampling_set = {.temperature = t.has_value(),
+                    .top_p = tp.has_value(),
+                    .top_k = tk.has_value(),
+                    .min_p = mp.has_value(),
+                    .presence_penalty = pp.has_value(),
+                    .frequency_penalty = fp.has_value(),
+                    .repetition_penalty = rp.has_value(),
+                    .seed = seed.has_value(),
+                    .strata_sampler = he.has_value() || tail.has_value() || typ.has_value() ||
+                                      (miro && *miro != 0) || tau.has_value() || eta.has_value()};
   if (p.mirostat && p.target_entropy >= 0) {
     return f.Error("target_entropy", "and 'mirostat' cannot be used together");
   }

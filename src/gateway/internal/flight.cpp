@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "gateway/internal/response_tiers.h"
+
 namespace strata::gateway {
 
 Flight::Flight(int32_t n_choices, std::optional<cache::CacheKey> key,
@@ -117,18 +119,24 @@ std::optional<Event> Flight::Read(size_t* cursor, std::chrono::steady_clock::tim
   return events_[(*cursor)++];
 }
 
-void Flight::AddRequest(engine::RequestId id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ids_.push_back(id);
-}
-
-void Flight::CancelEngine(engine::Scheduler& sched) {
-  std::vector<engine::RequestId> ids;
+void Flight::SetRun(std::shared_ptr<backend::Run> run) {
+  bool cancel = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ids = ids_;
+    run_ = run;
+    cancel = cancel_requested_;
   }
-  for (engine::RequestId id : ids) sched.Cancel(id);
+  if (cancel) run->Cancel();
+}
+
+void Flight::CancelRun() {
+  std::shared_ptr<backend::Run> run;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancel_requested_ = true;
+    run = run_;
+  }
+  if (run) run->Cancel();  // without the lock: the run may push events as it stops
 }
 
 StoredResponse::StoredResponse(std::vector<Event> events, int32_t n_choices, int32_t prompt_tokens)
@@ -137,7 +145,7 @@ StoredResponse::StoredResponse(std::vector<Event> events, int32_t n_choices, int
   bytes_ = sizeof(*this) + events_.capacity() * sizeof(Event);
   for (const Event& e : events_) {
     bytes_ += e.text.capacity() + e.stop_sequence.capacity() + e.status.message().size() +
-              e.logprobs.capacity() * sizeof(TokenLogprob);
+              e.terms.capacity() + e.logprobs.capacity() * sizeof(TokenLogprob);
     for (const TokenLogprob& lp : e.logprobs) {
       bytes_ += lp.text.capacity() + lp.bytes.capacity() + lp.top.capacity() * sizeof(lp.top[0]);
       for (const auto& t : lp.top) bytes_ += t.first.capacity();
@@ -155,15 +163,15 @@ void Flight::Forget(const void* reader) {
   waiters_.erase(mine);
 }
 
-FlightGeneration::FlightGeneration(engine::Scheduler& sched, std::shared_ptr<Flight> flight,
-                                   std::shared_ptr<ResponseTier> tier, int32_t prompt_tokens,
-                                   CacheOutcome outcome)
-    : sched_(sched),
-      flight_(std::move(flight)),
-      tier_(std::move(tier)),
+FlightGeneration::FlightGeneration(std::shared_ptr<Flight> flight,
+                                   std::shared_ptr<ResponseTiers> tiers, int32_t prompt_tokens,
+                                   CacheOutcome outcome, bool defers_stream_head)
+    : flight_(std::move(flight)),
+      tiers_(std::move(tiers)),
       pending_(flight_->n_choices()),
       prompt_tokens_(prompt_tokens),
-      outcome_(outcome) {}
+      outcome_(outcome),
+      defers_head_(defers_stream_head) {}
 
 FlightGeneration::~FlightGeneration() {
   flight_->Forget(this);
@@ -192,8 +200,8 @@ void FlightGeneration::Cancel() {
   // An unregistered flight has this one reader; a registered one stops when
   // its last subscriber leaves (the table then forgets it, so nobody joins a
   // stopped flight).
-  const bool last = tier_ ? tier_->flights.Leave(flight_->key(), flight_.get()) : true;
-  if (last) flight_->CancelEngine(sched_);
+  const bool last = tiers_ ? tiers_->Leave(*flight_) : true;
+  if (last) flight_->CancelRun();
 }
 
 util::StatusOr<Event> ReplayGeneration::Next(std::chrono::steady_clock::time_point) {

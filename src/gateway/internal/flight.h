@@ -2,14 +2,15 @@
 // readers, and how a stored generation is replayed (private to gateway/).
 //
 // A Flight carries the events of one generation (all its choices) from the
-// scheduler thread to the threads reading it. Unshared (one reader, nothing
+// backend's thread (the scheduler thread, an HTTP client I/O thread) to the
+// threads reading it. Unshared (one reader, nothing
 // kept) it is a queue: events are dropped once read. Shared (single flight
 // and L1) it keeps the whole log and each reader has its own cursor, so a
 // follower that joins late reads from the first event, and the log is what
 // L1 stores. FlightGeneration reads a Flight; ReplayGeneration reads a
 // StoredResponse (an L1 hit).
 //
-// Threading: Flight is thread-safe: Push runs on the scheduler thread (Fail
+// Threading: Flight is thread-safe: Push runs on the backend's thread (Fail
 // on a request thread), Read on reader threads. The completion hook runs
 // once, on the thread whose event finished the last choice, without the
 // flight's mutex held, and before that last event becomes readable: a reader
@@ -27,10 +28,8 @@
 #include <optional>
 #include <vector>
 
-#include "cache/near_dup.h"
+#include "backend/backend.h"
 #include "cache/response_cache.h"
-#include "cache/single_flight.h"
-#include "engine/scheduler.h"
 #include "gateway/gateway.h"
 
 namespace strata::gateway {
@@ -69,9 +68,10 @@ class Flight {
   // Drops `reader`'s pending callback (it stops reading).
   void Forget(const void* reader);
 
-  void AddRequest(engine::RequestId id);
-  // Cancels every engine request of this flight (no-op for finished ones).
-  void CancelEngine(engine::Scheduler& sched);
+  // The backend's run producing this flight's events.
+  void SetRun(std::shared_ptr<backend::Run> run);
+  // Cancels the run (at once, or as soon as SetRun hands it over).
+  void CancelRun();
 
  private:
   const int32_t n_choices_;
@@ -80,13 +80,14 @@ class Flight {
   const Hook on_complete_;
 
   std::mutex mu_;
-  std::condition_variable cv_;          // an event was appended
-  std::deque<Event> events_;            // guarded by mu_
-  std::vector<bool> finished_;          // guarded by mu_; per choice
-  int32_t n_finished_ = 0;              // guarded by mu_
-  bool succeeded_ = true;               // guarded by mu_
-  bool storable_ = true;                // guarded by mu_; false after DoNotStore
-  std::vector<engine::RequestId> ids_;  // guarded by mu_
+  std::condition_variable cv_;         // an event was appended
+  std::deque<Event> events_;           // guarded by mu_
+  std::vector<bool> finished_;         // guarded by mu_; per choice
+  int32_t n_finished_ = 0;             // guarded by mu_
+  bool succeeded_ = true;              // guarded by mu_
+  bool storable_ = true;               // guarded by mu_; false after DoNotStore
+  std::shared_ptr<backend::Run> run_;  // guarded by mu_
+  bool cancel_requested_ = false;      // guarded by mu_; CancelRun came before SetRun
   // Readers waiting for an event: (reader, cursor, callback); guarded by mu_.
   struct Waiter {
     const void* reader;
@@ -116,31 +117,14 @@ class StoredResponse final : public cache::CachedValue {
   uint64_t bytes_ = 0;  // set once by the constructor
 };
 
-// The L1 and L3 caches and the single-flight table, shared by the gateway and
-// the completion hooks of running flights (which may outlive the gateway).
-struct ResponseTier {
-  std::unique_ptr<cache::TierObserver> observer;     // declared first: outlives l1, which calls it
-  std::unique_ptr<cache::ResponseCache> l1;          // null when off
-  std::unique_ptr<cache::TierObserver> l3_observer;  // outlives l3, which calls it
-  std::unique_ptr<cache::NearDupIndex> l3;           // null when off
-  // The shared tier (Redis); null without it. It borrows the codec (declared
-  // first, so destroyed after it) and the gateway's logger. Destroying it
-  // joins its writer thread, bounded by one command's timeout.
-  std::unique_ptr<cache::ValueCodec> codec;
-  std::unique_ptr<cache::SharedStore> shared;
-  obs::CounterValue* remote_hits[2] = {nullptr, nullptr};    // [0] l1, [1] l3
-  obs::CounterValue* remote_misses[2] = {nullptr, nullptr};  // [0] l1, [1] l3
-  cache::SingleFlight<Flight> flights;                       // used when coalesce is on
-  bool coalesce = false;
-  obs::CounterValue* coalesced = nullptr;  // strata_cache_coalesced_total
-};
+class ResponseTiers;
 
 // A reader of a Flight: the request that started it, or a follower.
 class FlightGeneration final : public Generation {
  public:
-  // `tier` is set when the flight is registered in the single-flight table.
-  FlightGeneration(engine::Scheduler& sched, std::shared_ptr<Flight> flight,
-                   std::shared_ptr<ResponseTier> tier, int32_t prompt_tokens, CacheOutcome outcome);
+  // `tiers` is set when the flight is registered in the single-flight table.
+  FlightGeneration(std::shared_ptr<Flight> flight, std::shared_ptr<ResponseTiers> tiers,
+                   int32_t prompt_tokens, CacheOutcome outcome, bool defers_stream_head);
   ~FlightGeneration() override;
 
   util::StatusOr<Event> Next(std::chrono::steady_clock::time_point deadline) override;
@@ -151,15 +135,16 @@ class FlightGeneration final : public Generation {
   int32_t prompt_tokens() const override { return prompt_tokens_; }
   int32_t n_choices() const override { return flight_->n_choices(); }
   CacheOutcome cache_outcome() const override { return outcome_; }
+  bool defers_stream_head() const override { return defers_head_; }
 
  private:
-  engine::Scheduler& sched_;
   const std::shared_ptr<Flight> flight_;
-  const std::shared_ptr<ResponseTier> tier_;
+  const std::shared_ptr<ResponseTiers> tiers_;
   size_t cursor_ = 0;  // shared flights: the next event to read
   int32_t pending_;    // choices not yet finished for this reader
   const int32_t prompt_tokens_;
   const CacheOutcome outcome_;
+  const bool defers_head_;
   bool left_ = false;
 };
 

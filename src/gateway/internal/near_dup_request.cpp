@@ -19,13 +19,13 @@ void AppendSamplingParams(cache::CacheKeyBuilder& b, const sampling::SamplingPar
   b.Bool(p.mirostat).F32(p.mirostat_tau_bits).F32(p.mirostat_eta);
 }
 
-std::optional<NearDupRequest> MakeNearDupRequest(const CompletionRequest& r,
-                                                 uint64_t model_fingerprint,
+std::optional<NearDupRequest> MakeNearDupRequest(const CompletionRequest& r, uint64_t fingerprint,
                                                  const std::vector<std::string>& stops,
-                                                 const cache::PrepareOptions& prepare) {
+                                                 const cache::PrepareOptions& prepare,
+                                                 bool remote) {
   constexpr uint64_t kScopeVersion = 1;  // bump when the meaning of any field changes
   cache::CacheKeyBuilder b(r.tenant);
-  b.U64(kScopeVersion).U64(model_fingerprint);
+  b.U64(kScopeVersion).U64(fingerprint);
   std::string_view text;
   if (r.prompt) {
     b.Str("completion");
@@ -43,6 +43,13 @@ std::optional<NearDupRequest> MakeNearDupRequest(const CompletionRequest& r,
   b.I64(static_cast<int64_t>(stops.size())).I64(static_cast<int64_t>(r.stop.size()));
   for (const std::string& s : stops) b.Str(s);
   AppendSamplingParams(b, r.sampling);
+  if (remote) {
+    const backend::SamplingFieldsSet& set = r.sampling_set;
+    b.Str("remote").Bool(set.temperature).Bool(set.top_p).Bool(set.top_k).Bool(set.min_p);
+    b.Bool(set.presence_penalty).Bool(set.frequency_penalty).Bool(set.repetition_penalty);
+    b.Bool(set.seed).Bool(set.strata_sampler).I64(static_cast<int64_t>(r.cache_breakpoints.size()));
+    for (int32_t i : r.cache_breakpoints) b.I32(i);
+  }
   const cache::CacheKey scope_key = b.Build();
 
   auto prepared = cache::PrepareNearDupText(text, prepare);

@@ -36,10 +36,11 @@ void AppendSamplingParams(cache::CacheKeyBuilder& b, const sampling::SamplingPar
 
 // The L3 view of `r` with its effective stop strings (the request's, then the
 // template's turn ends); nullopt when its text has nothing L3 can compare
-// (no words, invalid UTF-8, too long).
-std::optional<NearDupRequest> MakeNearDupRequest(const CompletionRequest& r,
-                                                 uint64_t model_fingerprint,
+// (no words, invalid UTF-8, too long). `fingerprint` is the backend's; a
+// `remote` backend's scope also holds which sampling fields the client set
+// and its cache breakpoints (both change what the upstream is sent).
+std::optional<NearDupRequest> MakeNearDupRequest(const CompletionRequest& r, uint64_t fingerprint,
                                                  const std::vector<std::string>& stops,
-                                                 const cache::PrepareOptions& prepare);
+                                                 const cache::PrepareOptions& prepare, bool remote);
 
 }  // namespace strata::gateway

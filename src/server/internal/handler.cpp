@@ -204,21 +204,25 @@ util::StatusOr<ApiHandler::Admitted> ApiHandler::Admit(bool check_draining,
   return Admitted{g, std::move(tenant)};
 }
 
-util::Status ApiHandler::CheckModel(const gateway::Gateway& g, const std::string& model) const {
-  if (model == g.model_name() ||
-      std::find(options_.model_aliases.begin(), options_.model_aliases.end(), model) !=
-          options_.model_aliases.end()) {
-    return util::OkStatus();
+util::StatusOr<std::string> ApiHandler::ResolveModel(const gateway::Gateway& g,
+                                                     const std::string& model) const {
+  if (g.Find(model) != nullptr && !model.empty()) return model;
+  if (std::find(options_.model_aliases.begin(), options_.model_aliases.end(), model) !=
+      options_.model_aliases.end()) {
+    return g.model_name();
   }
-  return util::NotFoundError(fmt::format("model '{}' does not exist; this server serves '{}'",
-                                         model, g.model_name()))
+  const std::vector<std::string> names = g.model_names();
+  std::string served;
+  for (const std::string& n : names) served += (served.empty() ? "'" : ", '") + n + "'";
+  return util::NotFoundError(
+             fmt::format("model '{}' does not exist; this server serves {}", model, served))
       .WithReason(util::ErrorReason::kModelNotFound);
 }
 
 util::StatusOr<ParsedRequest> ApiHandler::Parse(ApiKind kind, const ApiCall& call,
                                                 const Admitted& admitted) const {
   STRATA_ASSIGN_OR_RETURN(ParsedRequest parsed, ParseRequest(kind, call.body));
-  STRATA_RETURN_IF_ERROR(CheckModel(*admitted.gateway, parsed.model));
+  STRATA_ASSIGN_OR_RETURN(parsed.request.model, ResolveModel(*admitted.gateway, parsed.model));
   if (kind == ApiKind::kAnthropicMessages && parsed.request.n != 1) {
     return util::InvalidFieldError("n", "'n' is not part of the messages API");
   }
@@ -293,12 +297,13 @@ ApiReply ApiHandler::Respond(Scope& scope, ApiReply reply, std::unique_ptr<gatew
                        .session_note = scope.session_note,
                        .t0 = scope.t0,
                        .deadline = scope.t0 + options_.request_timeout,
-                       .timeout = options_.request_timeout};
+                       .timeout = options_.request_timeout,
+                       .defer_head = gen->defers_stream_head()};
   if (parsed.stream) {
     // Everything from here on travels inside the 200 response.
     reply.headers.emplace_back("Cache-Control", "no-cache");
     reply.headers.emplace_back("X-Accel-Buffering", "no");
-    Count(scope.endpoint, 200);
+    if (!c.defer_head) Count(scope.endpoint, 200);
   }
   ApiReply head;
   head.status = reply.status;
@@ -342,7 +347,10 @@ Responder::Output Responder::Finish(Output out, const util::Status& status) {
   ended_ = true;
   out.done = true;
   out.more = false;
-  if (c_.stream) {
+  // A deferred stream that never started answers whole, like a non-stream.
+  const bool head_pending = defers_head() && !started_;
+  if (head_pending && !status.ok()) out.whole = true;
+  if (c_.stream && !out.whole) {
     if (status.ok()) {
       out.frames += RenderStreamEnd(c_.kind, c_.meta, completion_, c_.include_usage);
       Log("done");
@@ -377,10 +385,7 @@ Responder::Output Responder::Pump(size_t max_bytes) {
     out.done = true;
     return out;
   }
-  if (c_.stream && !started_) {
-    started_ = true;
-    out.frames = RenderStreamStart(c_.kind, c_.meta, gen_->n_choices());
-  }
+  if (c_.stream && !started_ && !c_.defer_head) StartStream(out);
   const auto now = std::chrono::steady_clock::time_point::min();  // never wait
   while (true) {
     if (out.frames.size() >= max_bytes) {
@@ -394,6 +399,16 @@ Responder::Output Responder::Pump(size_t max_bytes) {
         return Finish(std::move(out), util::OkStatus());
       }
       return out;
+    }
+    if (c_.stream && !started_) {
+      // A deferred head: the first event decides between a stream and a
+      // whole error answer.
+      const bool failed = e->kind == gateway::Event::Kind::kFinish &&
+                          (!e->status.ok() || e->finish == gateway::FinishReason::kCancelled);
+      if (!failed) {
+        Absorb(*e);
+        StartStream(out);
+      }
     }
     if (e->kind == gateway::Event::Kind::kDelta) {
       if (c_.stream) {
@@ -416,7 +431,7 @@ Responder::Output Responder::Pump(size_t max_bytes) {
       return Finish(std::move(out), status);
     }
     completion_ += e->usage.completion_tokens;
-    c_.meta.cached_tokens = std::max(c_.meta.cached_tokens, e->usage.cached_tokens);
+    Absorb(*e);
     if (c_.stream) {
       out.frames += RenderStreamFinish(c_.kind, c_.meta, *e);
     } else {
@@ -428,6 +443,20 @@ Responder::Output Responder::Pump(size_t max_bytes) {
   }
 }
 
+void Responder::StartStream(Output& out) {
+  started_ = true;
+  out.frames = RenderStreamStart(c_.kind, c_.meta, gen_->n_choices()) + out.frames;
+  if (c_.defer_head) handler_.Count(c_.endpoint, 200);
+}
+
+void Responder::Absorb(const gateway::Event& e) {
+  if (e.kind != gateway::Event::Kind::kFinish) return;
+  // A remote backend learns the prompt's size from the upstream's usage.
+  c_.meta.prompt_tokens = std::max(c_.meta.prompt_tokens, e.usage.prompt_tokens);
+  c_.meta.cached_tokens = std::max(c_.meta.cached_tokens, e.usage.cached_tokens);
+  c_.meta.cache_write_tokens = std::max(c_.meta.cache_write_tokens, e.usage.cache_write_tokens);
+}
+
 Responder::Output Responder::Expire() {
   Output out;
   if (ended_) {
@@ -435,10 +464,7 @@ Responder::Output Responder::Expire() {
     return out;
   }
   gen_->Cancel();
-  if (c_.stream && !started_) {
-    started_ = true;
-    out.frames = RenderStreamStart(c_.kind, c_.meta, gen_->n_choices());
-  }
+  if (c_.stream && !started_ && !c_.defer_head) StartStream(out);
   return Finish(std::move(out),
                 util::DeadlineExceededError(
                     fmt::format("the request did not finish within {} s", c_.timeout.count()))
@@ -468,9 +494,9 @@ ApiReply ApiHandler::Embed(const ApiCall& call) {
   if (!admitted.ok()) return Fail(scope, std::move(reply), admitted.status());
   auto parsed = ParseEmbeddingRequest(call.body);
   if (!parsed.ok()) return Fail(scope, std::move(reply), parsed.status());
-  if (util::Status st = CheckModel(*admitted->gateway, parsed->model); !st.ok()) {
-    return Fail(scope, std::move(reply), st);
-  }
+  auto served = ResolveModel(*admitted->gateway, parsed->model);
+  if (!served.ok()) return Fail(scope, std::move(reply), served.status());
+  parsed->request.model = std::move(served).value();
   parsed->request.request_id = call.request_id;
   parsed->request.tenant = admitted->tenant;
   auto result = admitted->gateway->Embed(parsed->request, scope.t0 + options_.request_timeout);
@@ -492,9 +518,15 @@ ApiReply ApiHandler::ListModels(const ApiCall& call) {
     Count(endpoint, reply.status);
     return reply;
   }
-  reply.body = fmt::format(
-      R"({{"object":"list","data":[{{"id":"{}","object":"model","created":{},"owned_by":"strata"}}]}})",
-      admitted->gateway->model_name(), UnixSeconds(clock_));
+  std::string data;
+  for (const std::string& name : admitted->gateway->model_names()) {
+    if (!data.empty()) data += ",";
+    data += wire::Dump({{"id", name},
+                        {"object", "model"},
+                        {"created", UnixSeconds(clock_)},
+                        {"owned_by", "strata"}});
+  }
+  reply.body = fmt::format(R"({{"object":"list","data":[{}]}})", data);
   Count(endpoint, 200);
   return reply;
 }

@@ -84,12 +84,18 @@ class Responder {
     std::string method, path, request_id, tenant, session_note;
     std::chrono::steady_clock::time_point t0, deadline;
     std::chrono::seconds timeout{0};
+    // A stream's head waits for the first event: a run that fails before
+    // it (a remote backend down) answers as a whole error response.
+    bool defer_head = false;
   };
   // What to send now.
   struct Output {
     std::string frames;  // a stream's SSE bytes (the terminator or an error frame included)
     bool done = false;   // the response is complete; `reply` is a whole response's answer
     bool more = false;   // Pump stopped at its byte budget: events are still readable
+    // A stream whose head never went out failed: `reply` is its whole answer
+    // (status and error body in the API's shape).
+    bool whole = false;
     ApiReply reply;
   };
   Responder(std::unique_ptr<gateway::Generation> gen, Context context, ApiReply reply,
@@ -97,6 +103,8 @@ class Responder {
   ~Responder();
 
   bool streaming() const { return c_.stream; }
+  // The stream's head (status, headers) waits for its first frames.
+  bool defers_head() const { return c_.stream && c_.defer_head; }
   // The reply whose status and headers start a stream (200, text/event-stream).
   const ApiReply& head() const { return reply_; }
   std::chrono::steady_clock::time_point deadline() const { return c_.deadline; }
@@ -114,6 +122,10 @@ class Responder {
  private:
   Output Finish(Output out, const util::Status& status);
   void Log(std::string_view note);
+  // A deferred stream's first event arrived: its start frames go out now.
+  void StartStream(Output& out);
+  // What a finish event tells the response's usage (prompt, cached tokens).
+  void Absorb(const gateway::Event& e);
 
   std::unique_ptr<gateway::Generation> gen_;
   Context c_;
@@ -184,7 +196,10 @@ class ApiHandler {
 
   util::StatusOr<Admitted> Admit(bool check_draining, std::string_view api_key) const;
   util::StatusOr<std::string> Authenticate(std::string_view api_key) const;
-  util::Status CheckModel(const gateway::Gateway& g, const std::string& model) const;
+  // The served model id `model` names (itself, or an alias of the default
+  // backend); NotFound with kModelNotFound otherwise.
+  util::StatusOr<std::string> ResolveModel(const gateway::Gateway& g,
+                                           const std::string& model) const;
   util::StatusOr<ParsedRequest> Parse(ApiKind kind, const ApiCall& call,
                                       const Admitted& admitted) const;
   util::StatusOr<std::unique_ptr<gateway::Generation>> Start(gateway::Gateway& g,

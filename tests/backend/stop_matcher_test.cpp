@@ -1,8 +1,8 @@
-#include "gateway/stop_matcher.h"
+#include "backend/stop_matcher.h"
 
 #include <gtest/gtest.h>
 
-namespace strata::gateway {
+namespace strata::backend {
 namespace {
 
 // Feeds `pieces` and returns everything emitted.
@@ -55,4 +55,4 @@ TEST(StopMatcher, MultibyteStopsSplitOnlyAtCharacterBoundaries) {
 }
 
 }  // namespace
-}  // namespace strata::gateway
+}  // namespace strata::backend

@@ -1,8 +1,8 @@
-#include "gateway/stop_matcher.h"
+#include "backend/stop_matcher.h"
 
 #include <algorithm>
 
-namespace strata::gateway {
+namespace strata::backend {
 
 StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
   stops_.erase(std::remove(stops_.begin(), stops_.end(), std::string()), stops_.end());
@@ -48,4 +48,4 @@ std::string StopMatcher::Finish() {
   return out;
 }
 
-}  // namespace strata::gateway
+}  // namespace strata::backend

@@ -1,5 +1,5 @@
-// gateway/internal/embedding_sink.h — how an embeddings request gets its
-// vectors from the engine (private to gateway/).
+// backend/internal/embedding_sink.h — how an embeddings request gets its
+// vectors from the engine (private to backend/).
 //
 // Each input is one evaluate-only scheduler request whose EmbeddingSink is
 // handed the final hidden states of its prompt tokens (chunk by chunk, again
@@ -23,7 +23,7 @@
 #include "engine/request.h"
 #include "util/status.h"
 
-namespace strata::gateway {
+namespace strata::backend {
 
 class EmbeddingBatch {
  public:
@@ -72,4 +72,4 @@ class EmbeddingSink final : public engine::RequestSink {
   int32_t n_rows_ = 0;       // rows in sum_: the prompt's tokens once all came
 };
 
-}  // namespace strata::gateway
+}  // namespace strata::backend

@@ -1,8 +1,8 @@
-#include "gateway/internal/embedding_sink.h"
+#include "backend/internal/embedding_sink.h"
 
 #include <cmath>
 
-namespace strata::gateway {
+namespace strata::backend {
 
 void EmbeddingBatch::Set(size_t i, std::vector<float> e) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -86,4 +86,4 @@ std::vector<float> EmbeddingSink::Pooled() {
   return e;
 }
 
-}  // namespace strata::gateway
+}  // namespace strata::backend

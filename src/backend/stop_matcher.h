@@ -1,4 +1,4 @@
-// gateway/stop_matcher.h — stop strings across token boundaries.
+// backend/stop_matcher.h — stop strings across token boundaries.
 //
 // Promise: Push(text) returns the text that can safely be sent to the client:
 // never any part of a stop string, and never a prefix of one that the next
@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-namespace strata::gateway {
+namespace strata::backend {
 
 class StopMatcher {
  public:
@@ -32,4 +32,4 @@ class StopMatcher {
   std::string matched_;
 };
 
-}  // namespace strata::gateway
+}  // namespace strata::backend

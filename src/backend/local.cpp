@@ -1,0 +1,417 @@
+#include "backend/local.h"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "backend/internal/embedding_sink.h"
+#include "backend/stop_matcher.h"
+#include "util/hash.h"
+#include "util/random.h"
+#include "util/utf8.h"
+
+namespace strata::backend {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The scheduler requests of one run.
+class LocalRun final : public Run {
+ public:
+  explicit LocalRun(engine::Scheduler& sched) : sched_(sched) {}
+  void Add(engine::RequestId id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ids_.push_back(id);
+  }
+  void Cancel() override {
+    std::vector<engine::RequestId> ids;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ids = ids_;
+    }
+    for (engine::RequestId id : ids) sched_.Cancel(id);  // no-op for finished ones
+  }
+
+ private:
+  engine::Scheduler& sched_;
+  std::mutex mu_;
+  std::vector<engine::RequestId> ids_;  // guarded by mu_
+};
+
+// One choice: samples, detokenizes, matches stop strings and reports events.
+// Runs on the scheduler thread.
+class ChoiceSink final : public engine::RequestSink {
+ public:
+  ChoiceSink(int32_t index, const sampling::SamplingParams& params, const text::Tokenizer& tok,
+             std::vector<std::string> stops, size_t n_user_stops, int32_t top_logprobs,
+             int32_t max_tokens, std::shared_ptr<Sink> sink, Governor* governor,
+             const util::Clock& clock)
+      : index_(index),
+        params_(params),
+        sampler_(params),
+        tok_(tok),
+        detok_(tok),
+        user_stops_(stops.begin(), stops.begin() + static_cast<std::ptrdiff_t>(n_user_stops)),
+        stop_(std::move(stops)),
+        top_logprobs_(top_logprobs),
+        max_tokens_(max_tokens),
+        sink_(std::move(sink)),
+        governor_(governor),
+        clock_(clock),
+        start_(clock.Now()) {}
+
+  // The Governor's terms in force now are this choice's to the end.
+  int32_t OnAdmit() override {
+    admitted_ = clock_.Now();
+    if (governor_ == nullptr) return 0;
+    terms_ = governor_->Admit();
+    const sampling::SamplingParams p = sampling::ApplyTier(params_, terms_.sampling_tier);
+    const bool simpler = p.top_k != params_.top_k || p.typical_p != params_.typical_p ||
+                         p.target_entropy != params_.target_entropy ||
+                         p.mirostat != params_.mirostat;
+    const bool shorter = terms_.max_tokens_cap > 0 && terms_.max_tokens_cap < max_tokens_;
+    // The answer is then not what the request asked for: serve it, don't store it.
+    if (simpler || shorter) sink_->DoNotStore();
+    if (simpler) sampler_ = sampling::Sampler(p);
+    return terms_.max_tokens_cap;
+  }
+
+  util::StatusOr<int32_t> Choose(std::span<const float> logits) override {
+    STRATA_ASSIGN_OR_RETURN(int32_t token, sampler_.Sample(logits));
+    if (top_logprobs_ >= 0) pending_lp_ = Logprobs(logits, token);
+    return token;
+  }
+
+  bool OnToken(int32_t token) override {
+    const auto now = clock_.Now();
+    if (n_tokens_++ == 0) {
+      first_ = now;
+      sink_->OnFirstToken(now - start_);
+      if (governor_ != nullptr) governor_->ObserveTtft(now - start_);
+    }
+    Event e;
+    e.index = index_;
+    e.text = stop_.Push(detok_.Push(token));
+    if (top_logprobs_ >= 0 && !tok_.IsEog(token) && pending_lp_) {
+      e.logprobs.push_back(std::move(*pending_lp_));
+    }
+    pending_lp_.reset();
+    if (!e.text.empty() || !e.logprobs.empty()) sink_->Push(std::move(e));
+    return !stop_.stopped();
+  }
+
+  void OnFinish(engine::FinishReason reason, const util::Status& status,
+                const engine::Usage& usage) override {
+    Event tail;
+    tail.index = index_;
+    tail.text = stop_.Push(detok_.Finish());
+    tail.text += stop_.Finish();
+    if (!tail.text.empty()) sink_->Push(std::move(tail));
+    const auto now = clock_.Now();
+    if (n_tokens_ > 1 && governor_ != nullptr) {
+      governor_->ObserveTpot((now - first_) / (n_tokens_ - 1));
+    }
+    Event e;
+    e.kind = Event::Kind::kFinish;
+    e.index = index_;
+    e.status = status;
+    e.usage = Usage{.prompt_tokens = usage.prompt_tokens,
+                    .cached_tokens = usage.cached_tokens,
+                    .cache_write_tokens = 0,
+                    .completion_tokens = usage.completion_tokens,
+                    .preemptions = usage.preemptions};
+    e.timing = Timing{.submitted = start_,
+                      .admitted = admitted_,
+                      .first_token = n_tokens_ > 0 ? first_ : Clock::time_point{},
+                      .finished = now,
+                      .tokens = n_tokens_};
+    e.terms = terms_.describe;
+    e.traced = terms_.traced;
+    // The engine ends the turn or stops on our matcher; which string matched
+    // is ours to say (FinishReason).
+    if (!status.ok() || reason == FinishReason::kCancelled) {
+      e.finish = FinishReason::kCancelled;
+    } else if (reason == FinishReason::kLength) {
+      e.finish = FinishReason::kLength;
+    } else if (stop_.stopped() && std::find(user_stops_.begin(), user_stops_.end(),
+                                            stop_.matched()) != user_stops_.end()) {
+      e.finish = FinishReason::kStopString;
+      e.stop_sequence = stop_.matched();
+    } else {
+      e.finish = FinishReason::kEndOfTurn;
+    }
+    sink_->Push(std::move(e));
+  }
+
+ private:
+  TokenLogprob Logprobs(std::span<const float> logits, int32_t token) const {
+    double mx = -INFINITY;
+    for (float l : logits) mx = std::max(mx, static_cast<double>(l));
+    double sum = 0;
+    for (float l : logits) sum += std::exp(static_cast<double>(l) - mx);
+    const double lse = mx + std::log(sum);
+    auto describe = [&](int32_t id) {
+      const std::string_view piece = tok_.Piece(id, /*render_special=*/true);
+      return util::SanitizeUtf8(piece);
+    };
+    TokenLogprob lp;
+    const std::string_view piece = tok_.Piece(token, true);
+    lp.text = util::SanitizeUtf8(piece);
+    lp.bytes.assign(piece.begin(), piece.end());
+    lp.logprob = static_cast<float>(logits[static_cast<size_t>(token)] - lse);
+    if (top_logprobs_ > 0) {
+      std::vector<int32_t> ids(logits.size());
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+      const size_t k = std::min(ids.size(), static_cast<size_t>(top_logprobs_));
+      std::partial_sort(
+          ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+          [&](int32_t a, int32_t b) {
+            return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+                   (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+          });
+      for (size_t i = 0; i < k; ++i) {
+        lp.top.emplace_back(describe(ids[i]),
+                            static_cast<float>(logits[static_cast<size_t>(ids[i])] - lse));
+      }
+    }
+    return lp;
+  }
+
+  const int32_t index_;
+  const sampling::SamplingParams params_;  // as the request asked
+  sampling::Sampler sampler_;              // params_, or their Governor tier from OnAdmit
+  const text::Tokenizer& tok_;
+  text::Detokenizer detok_;
+  const std::vector<std::string> user_stops_;  // the request's own stop strings
+  StopMatcher stop_;
+  const int32_t top_logprobs_;
+  const int32_t max_tokens_;  // as submitted
+  std::shared_ptr<Sink> sink_;
+  Governor* const governor_;  // may be null
+  const util::Clock& clock_;
+  const Clock::time_point start_;  // submitted
+  Clock::time_point admitted_{};   // first got a sequence
+  Governor::Terms terms_;          // taken at admission
+  Clock::time_point first_;
+  int32_t n_tokens_ = 0;
+  std::optional<TokenLogprob> pending_lp_;
+};
+
+}  // namespace
+
+LocalBackend::LocalBackend(const model::Model& model, engine::Scheduler& scheduler,
+                           const LocalOptions& options, const util::Clock& clock, util::Logger& log)
+    : model_(model),
+      scheduler_(scheduler),
+      options_(options),
+      clock_(clock),
+      log_(log),
+      n_ctx_(scheduler.n_ctx()) {}
+
+util::StatusOr<std::unique_ptr<LocalBackend>> LocalBackend::Create(
+    const model::Model& model, engine::Scheduler& scheduler, const LocalOptions& options,
+    obs::MetricsRegistry& metrics, const util::Clock& clock, util::Logger& log) {
+  if (options.max_tokens_cap < 1 || options.max_embedding_inputs < 1 ||
+      options.max_embedding_inputs > 65536) {
+    return util::InvalidArgumentError("local backend options out of range");
+  }
+  std::unique_ptr<LocalBackend> b(new LocalBackend(model, scheduler, options, clock, log));
+  // Live engine state, read at render time. The scheduler must outlive any
+  // render of `metrics` (the server stops serving /metrics before it goes).
+  engine::Scheduler* s = &scheduler;
+  metrics.GaugeCallback("strata_queue_depth", "Requests waiting for a sequence slot.",
+                        [s] { return static_cast<double>(s->Stats().waiting); });
+  metrics.GaugeCallback("strata_running_sequences", "Requests prefilling or decoding.",
+                        [s] { return static_cast<double>(s->Stats().running); });
+  metrics.GaugeCallback("strata_kv_blocks_used", "KV cache blocks in use.",
+                        [s] { return static_cast<double>(s->Stats().kv_blocks_used); });
+  metrics.GaugeCallback("strata_kv_blocks_free", "KV cache blocks free.", [s] {
+    const auto st = s->Stats();
+    return static_cast<double>(st.kv_blocks_total - st.kv_blocks_used);
+  });
+  metrics.CounterCallback("strata_preemptions_total", "Sequences preempted to free KV blocks.",
+                          [s] { return static_cast<double>(s->Stats().preemptions); });
+  metrics.CounterCallback("strata_engine_steps_total", "Forward passes run by the scheduler.",
+                          [s] { return static_cast<double>(s->Stats().steps); });
+  const auto tpl = model.gguf().GetStringOr("tokenizer.chat_template", "");
+  const int32_t eos = model.tokenizer().eos();
+  const std::string eos_text = eos >= 0 ? std::string(model.tokenizer().TokenText(eos)) : "</s>";
+  b->style_ = text::DetectChatStyle(tpl.ok() ? *tpl : "", eos_text);
+  if (options.chat_format) b->style_.format = *options.chat_format;
+  log.Info("chat format: {}{}", text::ChatFormatName(b->style_.format),
+           options.chat_format         ? " (set by option)"
+           : tpl.ok() && !tpl->empty() ? " (from the model's template)"
+                                       : " (the model has no template)");
+  return b;
+}
+
+uint64_t LocalBackend::fingerprint() const { return model_.fingerprint(); }
+
+uint64_t LocalBackend::CacheNamespace(const std::string& tenant) const {
+  util::Hasher h(0x7374726174614e53ULL);  // "strataNS"
+  h.UpdatePod(model_.fingerprint());
+  h.Update(tenant);
+  const uint64_t v = h.Digest();
+  return v == 0 ? 1 : v;
+}
+
+util::StatusOr<std::vector<int32_t>> LocalBackend::Tokenize(const Request& r) const {
+  const text::Tokenizer& tok = model_.tokenizer();
+  if (r.prompt) {
+    return tok.Encode(*r.prompt,
+                      {.add_special = true, .parse_special = options_.prompt_special_tokens});
+  }
+  STRATA_ASSIGN_OR_RETURN(auto segments, text::RenderChat(style_, r.messages, true));
+  std::vector<text::TextSegment> parts;
+  parts.reserve(segments.size());
+  for (const auto& s : segments) parts.push_back({s.text, s.special});
+  return tok.EncodeSegments(parts, /*add_special=*/true);
+}
+
+util::StatusOr<std::shared_ptr<const Prepared>> LocalBackend::Prepare(const Request& r) const {
+  auto p = std::make_shared<Prepared>();
+  STRATA_ASSIGN_OR_RETURN(p->tokens, Tokenize(r));
+  const int32_t n_prompt = static_cast<int32_t>(p->tokens.size());
+  if (n_prompt == 0) return util::InvalidArgumentError("the prompt is empty");
+  if (n_prompt >= n_ctx_) {
+    return util::OutOfRangeError(fmt::format("context length exceeded: the prompt has {} tokens "
+                                             "and the model's context is {}",
+                                             n_prompt, n_ctx_))
+        .WithReason(util::ErrorReason::kContextLengthExceeded);
+  }
+  const int32_t room = n_ctx_ - n_prompt;
+  p->max_tokens = std::min(room, options_.max_tokens_cap);
+  if (r.max_tokens) {
+    if (*r.max_tokens > room) {
+      return util::OutOfRangeError(fmt::format("context length exceeded: {} prompt tokens + "
+                                               "max_tokens {} > the context of {}",
+                                               n_prompt, *r.max_tokens, n_ctx_))
+          .WithReason(util::ErrorReason::kContextLengthExceeded);
+    }
+    p->max_tokens = *r.max_tokens;
+  }
+  p->prompt_tokens = n_prompt;
+  p->stops = r.stop;
+  if (!r.prompt) {
+    for (auto& s : text::TurnEndStrings(style_)) p->stops.push_back(std::move(s));
+  }
+  return std::shared_ptr<const Prepared>(std::move(p));
+}
+
+util::StatusOr<std::shared_ptr<Run>> LocalBackend::Start(const Request& r,
+                                                         std::shared_ptr<const Prepared> prepared,
+                                                         std::shared_ptr<Sink> sink,
+                                                         Governor* governor) {
+  // A request without a seed gets a fresh one (when the server gives a seed
+  // stream): the same prompt must not sample the same text every time.
+  uint64_t base = r.sampling.seed;
+  if (!r.fixed_seed && options_.unseeded_seed_base) {
+    uint64_t x =
+        *options_.unseeded_seed_base + unseeded_count_.fetch_add(1, std::memory_order_relaxed);
+    base = util::Rng::SplitMix64(x);
+  }
+  auto run = std::make_shared<LocalRun>(scheduler_);
+  for (int32_t i = 0; i < r.n; ++i) {
+    sampling::SamplingParams p = r.sampling;
+    p.seed = base + static_cast<uint64_t>(i);  // distinct choices, reproducible
+    engine::SchedulerRequest sr;
+    sr.prompt = prepared->tokens;
+    sr.max_tokens = prepared->max_tokens;
+    sr.stop_at_eog = !r.ignore_eos;
+    sr.sink =
+        std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), prepared->stops, r.stop.size(),
+                                     r.top_logprobs, prepared->max_tokens, sink, governor, clock_);
+    if (options_.prefix_cache && r.prefix_cache) sr.cache_namespace = CacheNamespace(r.tenant);
+    auto id = scheduler_.Submit(std::move(sr));
+    if (!id.ok()) {
+      run->Cancel();
+      return id.status();
+    }
+    run->Add(*id);
+  }
+  return std::shared_ptr<Run>(std::move(run));
+}
+
+util::StatusOr<EmbeddingResult> LocalBackend::Embed(
+    const EmbeddingRequest& r, std::chrono::steady_clock::time_point deadline) {
+  const text::Tokenizer& tok = model_.tokenizer();
+  std::vector<std::vector<int32_t>> inputs;
+  for (const auto& t : r.texts) inputs.push_back(tok.Encode(t, {.add_special = true}));
+  for (const auto& ids : r.token_ids) inputs.push_back(ids);
+  if (inputs.empty()) return util::InvalidFieldError("input", "'input' must not be empty");
+  if (static_cast<int32_t>(inputs.size()) > options_.max_embedding_inputs) {
+    return util::InvalidFieldError(
+        "input", fmt::format("'input' has {} items; at most {} are allowed", inputs.size(),
+                             options_.max_embedding_inputs));
+  }
+  EmbeddingResult out;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].empty()) {
+      return util::InvalidFieldError(fmt::format("input[{}]", i),
+                                     fmt::format("'input[{}]' is empty", i));
+    }
+    if (static_cast<int32_t>(inputs[i].size()) > n_ctx_) {
+      return util::OutOfRangeError(fmt::format("context length exceeded: input[{}] has {} tokens "
+                                               "and the model's context is {}",
+                                               i, inputs[i].size(), n_ctx_))
+          .WithReason(util::ErrorReason::kContextLengthExceeded);
+    }
+    for (int32_t id : inputs[i]) {
+      if (!tok.IsValid(id)) {
+        return util::InvalidFieldError(
+            fmt::format("input[{}]", i),
+            fmt::format("'input[{}]' holds token id {} outside the vocabulary", i, id));
+      }
+    }
+    out.prompt_tokens += static_cast<int32_t>(inputs[i].size());
+  }
+  auto batch = std::make_shared<EmbeddingBatch>(inputs.size());
+  std::vector<engine::RequestId> ids;
+  auto cancel_all = [&] {
+    for (engine::RequestId id : ids) scheduler_.Cancel(id);
+  };
+  // The inputs go in as the scheduler has room: a request of more inputs
+  // than its running and queued slots waits for its own earlier inputs to
+  // finish rather than failing with queue_full; a queue full of other
+  // requests' work still refuses it.
+  for (size_t i = 0; i < inputs.size();) {
+    engine::SchedulerRequest sr;
+    sr.prompt = inputs[i];
+    sr.embed = true;
+    sr.sink = std::make_shared<EmbeddingSink>(batch, i);
+    if (options_.prefix_cache) sr.cache_namespace = CacheNamespace(r.tenant);
+    auto id = scheduler_.Submit(std::move(sr));
+    if (id.ok()) {
+      ids.push_back(*id);
+      ++i;
+      continue;
+    }
+    const size_t done = batch->finished();
+    if (id.status().reason() != util::ErrorReason::kQueueFull || done == i) {
+      cancel_all();
+      return id.status();
+    }
+    if (!batch->WaitFinished(done + 1, deadline)) {
+      cancel_all();
+      return util::DeadlineExceededError("the embeddings were not ready before the deadline")
+          .WithReason(util::ErrorReason::kTimeout);
+    }
+    if (util::Status failed = batch->status(); !failed.ok()) {
+      cancel_all();
+      return failed;
+    }
+  }
+  if (!batch->Wait(deadline)) {
+    for (engine::RequestId id : ids) scheduler_.Cancel(id);
+    return util::DeadlineExceededError("the embeddings were not ready before the deadline");
+  }
+  STRATA_RETURN_IF_ERROR(batch->status());
+  out.embeddings = batch->Take();
+  log_.Debug("[{}] tenant={} embedded {} inputs, {} tokens", r.request_id, r.tenant,
+             out.embeddings.size(), out.prompt_tokens);
+  return out;
+}
+
+}  // namespace strata::backend

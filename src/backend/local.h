@@ -1,0 +1,100 @@
+// backend/local.h — the embedded engine as a backend: strata's own CPU
+// scheduler over a GGUF model.
+//
+// Promise: Prepare renders the model's chat template (message content never
+// becomes a control token; a completion prompt's control-token text does
+// only with prompt_special_tokens), tokenizes, checks the context
+// (OutOfRange with kContextLengthExceeded) and fixes max_tokens (the
+// request's, or what is left of the context, at most max_tokens_cap) and the
+// stop strings (the request's, then the template's turn ends). Start submits
+// one scheduler request per choice, each sampling with its own seed (the
+// request's seed + i; an unseeded request draws a fresh base from the seed
+// stream when one is set), detokenizing to complete UTF-8, matching stop
+// strings even split across tokens (they never appear in the text), and
+// reporting logprobs when asked; a failed submit cancels what was submitted.
+// With a Governor, each choice takes its terms when the scheduler admits it
+// (sampling tier, max_tokens cap) and reports its TTFT and time per token.
+// Embed pools the final hidden states of each input (mean, unit length).
+// The scheduler's live state is exported as metrics (queue depth, running
+// sequences, KV blocks, preemptions, steps).
+//
+// Threading: thread-safe. Each choice's sink runs on the scheduler thread.
+//
+// Usage:
+//   STRATA_ASSIGN_OR_RETURN(auto local, LocalBackend::Create(model, *sched, {.name = "m"},
+//                                                            metrics, clock, log));
+//   GatewayOptions go; ... Gateway::Create({local.get()}, metrics, go, clock, log);
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/scheduler.h"
+#include "model/transformer.h"
+#include "obs/metrics.h"
+#include "text/chat_template.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+namespace strata::backend {
+
+struct LocalOptions {
+  std::string name;                    // the id clients use ("model" field)
+  int32_t max_tokens_cap = 4096;       // [1, n_ctx] tokens generated per choice at most
+  int32_t max_embedding_inputs = 256;  // [1, 65536] inputs per embeddings request
+  // A completion prompt's control-token text ("<s>", "<|im_start|>") becomes
+  // those tokens; off, it is plain text like any other.
+  bool prompt_special_tokens = false;
+  bool prefix_cache = true;                     // the shared-prefix KV cache (L2) for every request
+  std::optional<text::ChatFormat> chat_format;  // override the template detected in the GGUF
+  // Requests without a seed: nullopt = seed 0 (reproducible, for tests); a
+  // value = each such request draws its base seed from a stream started here.
+  std::optional<uint64_t> unseeded_seed_base;
+};
+
+class LocalBackend final : public Backend {
+ public:
+  // `model`, `scheduler`, `metrics`, `clock` and `log` are borrowed and must
+  // outlive the backend (and every render of `metrics`).
+  static util::StatusOr<std::unique_ptr<LocalBackend>> Create(
+      const model::Model& model, engine::Scheduler& scheduler, const LocalOptions& options,
+      obs::MetricsRegistry& metrics, const util::Clock& clock, util::Logger& log);
+
+  const std::string& name() const override { return options_.name; }
+  std::string_view kind() const override { return "local"; }
+  uint64_t fingerprint() const override;
+  int32_t n_ctx() const override { return n_ctx_; }
+  util::StatusOr<std::shared_ptr<const Prepared>> Prepare(const Request& r) const override;
+  util::StatusOr<std::shared_ptr<Run>> Start(const Request& r,
+                                             std::shared_ptr<const Prepared> prepared,
+                                             std::shared_ptr<Sink> sink,
+                                             Governor* governor) override;
+  util::StatusOr<EmbeddingResult> Embed(const EmbeddingRequest& r,
+                                        std::chrono::steady_clock::time_point deadline) override;
+
+  // The prompt's tokens as Prepare computes them (tests, usage reporting).
+  util::StatusOr<std::vector<int32_t>> Tokenize(const Request& r) const;
+  const text::ChatStyle& chat_style() const { return style_; }
+
+ private:
+  LocalBackend(const model::Model& model, engine::Scheduler& scheduler, const LocalOptions& options,
+               const util::Clock& clock, util::Logger& log);
+  // The prefix-cache namespace of a tenant: cached blocks are shared only
+  // among requests of one tenant on one model.
+  uint64_t CacheNamespace(const std::string& tenant) const;
+
+  const model::Model& model_;
+  engine::Scheduler& scheduler_;
+  const LocalOptions options_;
+  const util::Clock& clock_;
+  util::Logger& log_;
+  const int32_t n_ctx_;
+  text::ChatStyle style_;
+  std::atomic<uint64_t> unseeded_count_{0};  // requests given a seed from unseeded_seed_base
+};
+
+}  // namespace strata::backend

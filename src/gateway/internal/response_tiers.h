@@ -1,0 +1,104 @@
+// gateway/internal/response_tiers.h — the response tiers' decision for one
+// request, in one place: classify (may any tier serve it?), key, look up (L1,
+// the shared tier, L3), join (single flight) and, when the generation ends,
+// store (private to gateway/).
+//
+// Promise: only deterministic requests (temperature 0, or a seed the client
+// chose) that did not opt out are keyed, looked up, coalesced or stored. The
+// key holds everything that decides the answer: tenant first, the backend's
+// fingerprint, what the model reads — the local engine's prompt tokens, or a
+// remote request's messages or prompt and the fields the client set —, the
+// effective max_tokens and stop strings, n, logprobs and every sampling
+// parameter. Admit either answers the request (a hit, or the flight of an
+// identical request in progress) or hands back the flight the caller runs
+// the backend into; a flight's completion hook stores the answer in L1 and
+// L3 (and queues it for the shared tier) only when every choice succeeded on
+// the request's own terms, and leaves the single-flight table before its
+// last event is readable, so a client that saw its answer end and asks again
+// finds it in L1.
+//
+// Threading: thread-safe; shared with running flights' hooks (which may
+// outlive the gateway). Lookups run on request threads (the shared tier's
+// on the calling thread, bounded by its timeout); hooks on the thread that
+// finishes a flight.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "backend/backend.h"
+#include "cache/near_dup.h"
+#include "cache/response_cache.h"
+#include "cache/shared_store.h"
+#include "cache/single_flight.h"
+#include "gateway/gateway.h"
+#include "gateway/internal/flight.h"
+#include "gateway/internal/near_dup_request.h"
+#include "obs/metrics.h"
+
+namespace strata::gateway {
+
+struct TierMetrics;
+
+class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
+ public:
+  static util::StatusOr<std::shared_ptr<ResponseTiers>> Create(const GatewayOptions& options,
+                                                               obs::MetricsRegistry& metrics,
+                                                               const util::Clock& clock,
+                                                               util::Logger& log);
+  ~ResponseTiers();
+
+  // What the tiers decided for a request.
+  struct Admission {
+    // Served without running the backend: an L1, shared-tier or L3 hit, or
+    // the flight of an identical request in progress.
+    std::unique_ptr<Generation> answer;
+    // Otherwise: the flight the caller runs the backend into.
+    std::shared_ptr<Flight> flight;
+    bool registered = false;  // `flight` is in the single-flight table
+    bool refresh = false;     // L1 chose this request to regenerate an entry near expiry
+  };
+  Admission Admit(const CompletionRequest& r, const backend::Backend& backend,
+                  const backend::Prepared& prepared);
+  // The backend did not start `a.flight`: its followers get `why`, and it
+  // leaves the single-flight table.
+  void Abort(const Admission& a, const util::Status& why);
+  // A reader of a registered flight leaves; true when it was the last (the
+  // run must then be cancelled).
+  bool Leave(const Flight& flight);
+
+  std::optional<cache::ResponseCacheStats> l1_stats() const;
+  std::optional<cache::NearDupStats> l3_stats() const;
+  std::optional<cache::SharedStoreStats> shared_stats() const;
+  bool FlushShared(std::chrono::milliseconds timeout);
+  bool has_shared() const { return shared_ != nullptr; }
+
+ private:
+  struct Plan;  // one request's classification and key
+  ResponseTiers(const GatewayOptions& options, const util::Clock& clock, util::Logger& log);
+  Plan Classify(const CompletionRequest& r, const backend::Backend& b,
+                const backend::Prepared& p) const;
+  bool L3Allowed(const CompletionRequest& r) const;
+  std::unique_ptr<Generation> FindCached(const CompletionRequest& r, const Plan& plan,
+                                         bool* refresh);
+  Flight::Hook StoreHook(const CompletionRequest& r, const Plan& plan);
+
+  const GatewayOptions options_;
+  const util::Clock& clock_;
+  util::Logger& log_;
+  std::unique_ptr<TierMetrics> l1_observer_;  // declared first: outlives l1_, which calls it
+  std::unique_ptr<cache::ResponseCache> l1_;  // null when off
+  std::unique_ptr<TierMetrics> l3_observer_;  // outlives l3_, which calls it
+  std::unique_ptr<cache::NearDupIndex> l3_;   // null when off
+  // The shared tier (Redis); null without it. It borrows the codec (declared
+  // first, so destroyed after it) and the gateway's logger. Destroying it
+  // joins its writer thread, bounded by one command's timeout.
+  std::unique_ptr<cache::ValueCodec> codec_;
+  std::unique_ptr<cache::SharedStore> shared_;
+  obs::CounterValue* remote_hits_[2] = {nullptr, nullptr};    // [0] l1, [1] l3
+  obs::CounterValue* remote_misses_[2] = {nullptr, nullptr};  // [0] l1, [1] l3
+  cache::SingleFlight<Flight> flights_;                       // used when coalesce is on
+  obs::CounterValue* coalesced_ = nullptr;                    // strata_cache_coalesced_total
+};
+
+}  // namespace strata::gateway
