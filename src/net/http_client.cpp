@@ -122,9 +122,16 @@ class ClientImpl;
 // Per I/O thread: the loop and its pool of idle kept-alive sockets.
 class CallImpl;
 struct ClientLoop {
-  // Owned by the loop's thread: pooled sockets, and the calls in flight.
+  // Owned by the loop's thread: pooled sockets, the calls in flight, and the
+  // callbacks waiting for their time (HttpClient::After).
   std::map<std::string, std::deque<PooledSocket>> idle;
   std::unordered_set<CallImpl*> calls;
+  struct Timer {
+    std::unique_ptr<asio::steady_timer> timer;
+    std::function<void(bool)> fn;
+  };
+  std::map<uint64_t, Timer> timers;
+  uint64_t next_timer = 0;
   Loop loop;  // last: destroyed first, with the handlers that hold calls
 };
 
@@ -149,7 +156,10 @@ class CallImpl final : public ClientCall, public std::enable_shared_from_this<Ca
   // A reused connection that failed before any response byte: once more on
   // a fresh one. False when that is not allowed.
   bool TryRetry();
-  void ArmPhase(std::chrono::milliseconds timeout, std::string what);
+  // `reason`: kUpstreamUnavailable while connecting (nothing was sent),
+  // kUpstreamTimeout after.
+  void ArmPhase(std::chrono::milliseconds timeout, std::string what,
+                util::ErrorReason reason = util::ErrorReason::kUpstreamTimeout);
 
   ClientImpl& client_;
   ClientLoop& cl_;
@@ -202,6 +212,24 @@ class ClientImpl final : public HttpClient {
                                            std::move(callbacks));
     cl.loop.handle->Post([call] { call->Begin(); });
     return call;
+  }
+
+  void After(std::chrono::nanoseconds delay, std::function<void(bool)> fn) override {
+    ClientLoop* l = loops_[next_.fetch_add(1) % loops_.size()].get();
+    l->loop.handle->Post([l, delay, fn = std::move(fn)]() mutable {
+      const uint64_t id = l->next_timer++;
+      auto& t = l->timers[id];
+      t.timer = std::make_unique<asio::steady_timer>(l->loop.ctx);
+      t.fn = std::move(fn);
+      t.timer->expires_after(delay);
+      t.timer->async_wait([l, id](const error_code& ec) {
+        auto it = l->timers.find(id);
+        if (ec || it == l->timers.end()) return;
+        auto run = std::move(it->second.fn);
+        l->timers.erase(it);
+        run(false);
+      });
+    });
   }
 
   util::StatusOr<ClientResponse> Fetch(ClientRequest request) override {
@@ -261,6 +289,12 @@ class ClientImpl final : public HttpClient {
         std::vector<std::shared_ptr<CallImpl>> live;
         for (CallImpl* c : l->calls) live.push_back(c->shared_from_this());
         for (auto& c : live) c->Finish(util::CancelledError("the HTTP client stopped"));
+        auto timers = std::move(l->timers);
+        l->timers.clear();
+        for (auto& [id, t] : timers) {
+          t.timer->cancel();
+          t.fn(true);
+        }
         l->idle.clear();
         l->loop.ctx.stop();
       });
@@ -315,9 +349,12 @@ void CallImpl::Begin() {
   total_timer_.expires_after(request_.total_timeout.value_or(client_.options_.total_timeout));
   total_timer_.async_wait([self = shared_from_this()](const error_code& ec) {
     if (ec || self->done_) return;
-    self->Finish(util::DeadlineExceededError(fmt::format(
-        "{} {}: no complete response within {} ms", self->request_.method, self->request_.url,
-        (self->request_.total_timeout.value_or(self->client_.options_.total_timeout)).count())));
+    self->Finish(util::DeadlineExceededError(fmt::format("{} {}: no complete response within {} ms",
+                                                         self->request_.method, self->request_.url,
+                                                         (self->request_.total_timeout.value_or(
+                                                              self->client_.options_.total_timeout))
+                                                             .count()))
+                     .WithReason(util::ErrorReason::kUpstreamTimeout));
   });
   // A pooled connection, if one is still good.
   auto it = cl_.idle.find(url_.pool_key);
@@ -342,35 +379,42 @@ void CallImpl::Begin() {
   Connect();
 }
 
-void CallImpl::ArmPhase(std::chrono::milliseconds timeout, std::string what) {
+void CallImpl::ArmPhase(std::chrono::milliseconds timeout, std::string what,
+                        util::ErrorReason reason) {
   const uint64_t gen = ++phase_gen_;
   phase_timer_.expires_after(timeout);
-  phase_timer_.async_wait([self = shared_from_this(), gen, what, timeout](const error_code& ec) {
-    if (ec || gen != self->phase_gen_ || self->done_) return;
-    self->Finish(
-        util::DeadlineExceededError(fmt::format("{} {}: {} within {} ms", self->request_.method,
-                                                self->request_.url, what, timeout.count())));
-  });
+  phase_timer_.async_wait(
+      [self = shared_from_this(), gen, what, timeout, reason](const error_code& ec) {
+        if (ec || gen != self->phase_gen_ || self->done_) return;
+        self->Finish(
+            util::DeadlineExceededError(fmt::format("{} {}: {} within {} ms", self->request_.method,
+                                                    self->request_.url, what, timeout.count()))
+                .WithReason(reason));
+      });
 }
 
 void CallImpl::Connect() {
   reused_ = false;
-  ArmPhase(client_.options_.connect_timeout, "could not connect");
+  ArmPhase(client_.options_.connect_timeout, "could not connect",
+           util::ErrorReason::kUpstreamUnavailable);
   resolver_.async_resolve(
       url_.host, url_.port,
       [self = shared_from_this()](const error_code& ec, tcp::resolver::results_type results) {
         if (self->done_) return;
         if (ec) {
-          self->Finish(util::UnavailableError(fmt::format(
-              "{}: cannot resolve '{}': {}", self->request_.url, self->url_.host, ec.message())));
+          self->Finish(
+              util::UnavailableError(fmt::format("{}: cannot resolve '{}': {}", self->request_.url,
+                                                 self->url_.host, ec.message()))
+                  .WithReason(util::ErrorReason::kUpstreamUnavailable));
           return;
         }
         asio::async_connect(
             self->socket_, results, [self](const error_code& cec, const tcp::endpoint&) {
               if (self->done_) return;
               if (cec) {
-                self->Finish(util::UnavailableError(
-                    fmt::format("{}: cannot connect: {}", self->request_.url, cec.message())));
+                self->Finish(util::UnavailableError(fmt::format("{}: cannot connect: {}",
+                                                                self->request_.url, cec.message()))
+                                 .WithReason(util::ErrorReason::kUpstreamUnavailable));
                 return;
               }
               self->client_.opened.fetch_add(1);
@@ -420,8 +464,9 @@ void CallImpl::Send() {
         if (self->done_) return;
         if (ec) {
           if (self->TryRetry()) return;
-          self->Finish(util::UnavailableError(
-              fmt::format("{}: sending the request failed: {}", self->request_.url, ec.message())));
+          self->Finish(util::UnavailableError(fmt::format("{}: sending the request failed: {}",
+                                                          self->request_.url, ec.message()))
+                           .WithReason(util::ErrorReason::kUpstreamError));
           return;
         }
         self->ReadMore();
@@ -448,12 +493,14 @@ void CallImpl::OnRead(const error_code& ec, size_t n) {
       return;
     }
     Finish(util::UnavailableError(
-        fmt::format("{}: the connection closed before the response ended", request_.url)));
+               fmt::format("{}: the connection closed before the response ended", request_.url))
+               .WithReason(util::ErrorReason::kUpstreamError));
     return;
   }
   if (ec) {
     if (TryRetry()) return;
-    Finish(util::UnavailableError(fmt::format("{}: {}", request_.url, ec.message())));
+    Finish(util::UnavailableError(fmt::format("{}: {}", request_.url, ec.message()))
+               .WithReason(util::ErrorReason::kUpstreamError));
     return;
   }
   got_bytes_ = true;
@@ -470,10 +517,11 @@ void CallImpl::Parse() {
     if (ec == http::error::need_more) break;
     if (ec) {
       Finish(util::UnavailableError(
-          ec == http::error::header_limit
-              ? fmt::format("{}: the response head exceeds {} bytes", request_.url,
-                            client_.options_.max_response_header_bytes)
-              : fmt::format("{}: malformed response: {}", request_.url, ec.message())));
+                 ec == http::error::header_limit
+                     ? fmt::format("{}: the response head exceeds {} bytes", request_.url,
+                                   client_.options_.max_response_header_bytes)
+                     : fmt::format("{}: malformed response: {}", request_.url, ec.message()))
+                 .WithReason(util::ErrorReason::kUpstreamProtocol));
       return;
     }
     if (parser_->is_header_done() && !head_seen_) {

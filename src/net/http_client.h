@@ -4,7 +4,12 @@
 // Promise: every request has deadlines for connecting, for the response's
 // first byte, for each gap between body bytes and in total, and a bound on
 // the response head (and, for Fetch, the body); hitting one ends the request
-// with DeadlineExceeded or ResourceExhausted naming it, never a hang. The
+// with DeadlineExceeded or ResourceExhausted naming it, never a hang. A
+// failure's reason says how far it got: kUpstreamUnavailable when nothing
+// was sent (the name did not resolve, the connection was refused or did not
+// open in time: safe to send elsewhere), kUpstreamTimeout for a deadline
+// after that, kUpstreamProtocol for a malformed response, kUpstreamError for
+// a connection that broke. The
 // body reaches the caller as it arrives (chunked framing removed), and a
 // caller that cannot keep up Pauses reading, which stops the bytes at the
 // socket (TCP flow control) instead of buffering them. Kept-alive
@@ -108,6 +113,10 @@ class HttpClient {
   // Start, waiting for the whole response (at most max_fetch_body_bytes).
   virtual util::StatusOr<ClientResponse> Fetch(ClientRequest request) = 0;
   virtual HttpClientStats Stats() const = 0;
+  // Runs `fn(false)` on an I/O thread once `delay` has passed (a retry's
+  // backoff, a health check's schedule), or `fn(true)` when the client stops
+  // first. `fn` must not block.
+  virtual void After(std::chrono::nanoseconds delay, std::function<void(bool stopped)> fn) = 0;
   // Cancels everything in flight and joins the I/O threads (also on destruction).
   virtual void Stop() = 0;
 };

@@ -171,6 +171,41 @@ TEST_F(HttpClientTest, GivesUpOnASilentServerAtTheFirstByteDeadline) {
   ASSERT_FALSE(resp.ok());
   EXPECT_EQ(resp.status().code(), util::StatusCode::kDeadlineExceeded);
   EXPECT_NE(resp.status().message().find("no response"), std::string::npos);
+  // The request went out: not a connect failure, so not safe to resend.
+  EXPECT_EQ(resp.status().reason(), util::ErrorReason::kUpstreamTimeout);
+}
+
+// A refused connection sent nothing: its reason says it may go elsewhere.
+TEST_F(HttpClientTest, ARefusedConnectionIsUnavailable) {
+  auto client = MakeClient();
+  ClientRequest r;
+  r.url = "http://127.0.0.1:1/v1/models";  // nothing listens on port 1
+  auto resp = client->Fetch(r);
+  ASSERT_FALSE(resp.ok());
+  EXPECT_EQ(resp.status().reason(), util::ErrorReason::kUpstreamUnavailable)
+      << resp.status().ToString();
+}
+
+TEST_F(HttpClientTest, AfterRunsOnceItsTimeHasPassedOrWhenTheClientStops) {
+  auto client = MakeClient();
+  std::promise<std::pair<bool, std::chrono::steady_clock::duration>> fired;
+  const auto t0 = std::chrono::steady_clock::now();
+  client->After(50ms, [&](bool stopped) {
+    fired.set_value({stopped, std::chrono::steady_clock::now() - t0});
+  });
+  auto f = fired.get_future();
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  const auto [stopped, waited] = f.get();
+  EXPECT_FALSE(stopped);
+  EXPECT_GE(waited, 50ms);
+  // One still waiting when the client stops runs then, told so.
+  std::promise<bool> late;
+  client->After(std::chrono::hours(1), [&](bool s) { late.set_value(s); });
+  std::this_thread::sleep_for(20ms);  // posted to its loop
+  client->Stop();
+  auto g = late.get_future();
+  ASSERT_EQ(g.wait_for(1s), std::future_status::ready);
+  EXPECT_TRUE(g.get());
 }
 
 TEST_F(HttpClientTest, CancelEndsARequestAtOnce) {
