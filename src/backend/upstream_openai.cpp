@@ -1,0 +1,386 @@
+// The OpenAI side of the upstream wire (backend/upstream_wire.h): the chat
+// and completions request bodies, their streams (chunks by choice index,
+// the usage chunk, "[DONE]") and their whole responses.
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "backend/internal/upstream_json.h"
+
+namespace strata::backend::upstream::internal {
+namespace {
+
+using util::Status;
+using util::StatusOr;
+
+// --- rendering -----------------------------------------------------------------
+
+Json Messages(const std::vector<ChatMessage>& messages) {
+  Json out = Json::array();
+  for (const ChatMessage& m : messages) out.push_back({{"role", m.role}, {"content", m.content}});
+  return out;
+}
+
+// --- decoding ------------------------------------------------------------------
+
+std::vector<uint8_t> BytesOf(std::string_view text) {
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
+
+StatusOr<std::vector<uint8_t>> ByteArray(const Json& obj, std::string_view text,
+                                         std::string_view where) {
+  const Json* b = Member(obj, "bytes");
+  if (b == nullptr) return BytesOf(text);
+  if (!b->is_array()) return ProtocolError(fmt::format("'{}bytes' is not an array", where));
+  std::vector<uint8_t> out;
+  out.reserve(b->size());
+  for (const Json& x : *b) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > 255) {
+      return ProtocolError(fmt::format("'{}bytes' holds something other than a byte", where));
+    }
+    out.push_back(static_cast<uint8_t>(x.get<int64_t>()));
+  }
+  return out;
+}
+
+// Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token",
+// "logprob", "bytes"}]}]}.
+Status ChatLogprobs(const Json& lp, const std::string& where, std::vector<TokenLogprob>* out) {
+  if (!lp.is_object()) return ProtocolError(fmt::format("'{}' is not an object", where));
+  const Json* content = Member(lp, "content");
+  if (content == nullptr) return Status();
+  if (!content->is_array()) {
+    return ProtocolError(fmt::format("'{}.content' is not an array", where));
+  }
+  for (size_t k = 0; k < content->size(); ++k) {
+    const Json& entry = (*content)[k];
+    const std::string at = fmt::format("{}.content[{}].", where, k);
+    if (!entry.is_object()) return ProtocolError(fmt::format("'{}' is not an object", at));
+    TokenLogprob t;
+    STRATA_ASSIGN_OR_RETURN(auto token, OptString(entry, "token", at));
+    if (!token) return ProtocolError(fmt::format("'{}token' is missing", at));
+    t.text = std::move(*token);
+    const auto lp_it = entry.find("logprob");
+    if (lp_it == entry.end()) return ProtocolError(fmt::format("'{}logprob' is missing", at));
+    STRATA_ASSIGN_OR_RETURN(t.logprob, Logprob(*lp_it, at + "logprob"));
+    STRATA_ASSIGN_OR_RETURN(t.bytes, ByteArray(entry, t.text, at));
+    if (const Json* top = Member(entry, "top_logprobs"); top != nullptr) {
+      if (!top->is_array()) {
+        return ProtocolError(fmt::format("'{}top_logprobs' is not an array", at));
+      }
+      for (size_t m = 0; m < top->size(); ++m) {
+        const Json& alt = (*top)[m];
+        const std::string alt_at = fmt::format("{}top_logprobs[{}].", at, m);
+        if (!alt.is_object()) return ProtocolError(fmt::format("'{}' is not an object", alt_at));
+        STRATA_ASSIGN_OR_RETURN(auto alt_token, OptString(alt, "token", alt_at));
+        if (!alt_token) return ProtocolError(fmt::format("'{}token' is missing", alt_at));
+        const auto alt_lp = alt.find("logprob");
+        if (alt_lp == alt.end()) {
+          return ProtocolError(fmt::format("'{}logprob' is missing", alt_at));
+        }
+        STRATA_ASSIGN_OR_RETURN(float l, Logprob(*alt_lp, alt_at + "logprob"));
+        t.top.emplace_back(std::move(*alt_token), l);
+      }
+    }
+    out->push_back(std::move(t));
+  }
+  return Status();
+}
+
+// Completions: {"tokens": [...], "token_logprobs": [...], "top_logprobs":
+// [{token: logprob} or null, ...]}.
+Status CompletionLogprobs(const Json& lp, const std::string& where,
+                          std::vector<TokenLogprob>* out) {
+  if (!lp.is_object()) return ProtocolError(fmt::format("'{}' is not an object", where));
+  const Json* tokens = Member(lp, "tokens");
+  if (tokens == nullptr) return Status();
+  const Json* lps = Member(lp, "token_logprobs");
+  const Json* tops = Member(lp, "top_logprobs");
+  if (!tokens->is_array() || lps == nullptr || !lps->is_array() || lps->size() != tokens->size() ||
+      (tops != nullptr && !tops->is_array())) {
+    return ProtocolError(fmt::format(
+        "'{}' needs arrays 'tokens' and 'token_logprobs' of one length (and 'top_logprobs')",
+        where));
+  }
+  for (size_t k = 0; k < tokens->size(); ++k) {
+    const Json& token = (*tokens)[k];
+    if (!token.is_string()) {
+      return ProtocolError(fmt::format("'{}.tokens[{}]' is not a string", where, k));
+    }
+    TokenLogprob t;
+    t.text = token.get<std::string>();
+    t.bytes = BytesOf(t.text);
+    STRATA_ASSIGN_OR_RETURN(t.logprob,
+                            Logprob((*lps)[k], fmt::format("{}.token_logprobs[{}]", where, k)));
+    if (tops != nullptr && k < tops->size() && !(*tops)[k].is_null()) {
+      const Json& top = (*tops)[k];
+      if (!top.is_object()) {
+        return ProtocolError(fmt::format("'{}.top_logprobs[{}]' is not an object", where, k));
+      }
+      for (const auto& [alt, l] : top.items()) {
+        STRATA_ASSIGN_OR_RETURN(
+            float v, Logprob(l, fmt::format("{}.top_logprobs[{}].{}", where, k, Quote(alt, 32))));
+        t.top.emplace_back(alt, v);
+      }
+      // A JSON object has no order: most likely first, as the API means it.
+      std::stable_sort(t.top.begin(), t.top.end(),
+                       [](const auto& a, const auto& b) { return a.second > b.second; });
+    }
+    out->push_back(std::move(t));
+  }
+  return Status();
+}
+
+// The usage object: prompt_tokens, completion_tokens,
+// prompt_tokens_details.cached_tokens.
+Status ReadUsage(const Json& u, Usage* usage) {
+  if (!u.is_object()) return ProtocolError("'usage' is not an object");
+  STRATA_ASSIGN_OR_RETURN(auto prompt, OptCount(u, "prompt_tokens", "usage."));
+  STRATA_ASSIGN_OR_RETURN(auto completion, OptCount(u, "completion_tokens", "usage."));
+  std::optional<int32_t> cached;
+  if (const Json* details = Member(u, "prompt_tokens_details"); details != nullptr) {
+    if (!details->is_object()) {
+      return ProtocolError("'usage.prompt_tokens_details' is not an object");
+    }
+    STRATA_ASSIGN_OR_RETURN(cached,
+                            OptCount(*details, "cached_tokens", "usage.prompt_tokens_details."));
+  }
+  usage->prompt_tokens = prompt.value_or(0);
+  usage->completion_tokens = completion.value_or(0);
+  usage->cached_tokens = std::min(cached.value_or(0), usage->prompt_tokens);
+  return Status();
+}
+
+// One choice object of a chunk or a whole response, read into its parts.
+struct ChoicePart {
+  int32_t index = 0;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  std::optional<std::string> finish_reason;
+  std::optional<std::string> stop_reason;  // vLLM: the matched stop string (a string only)
+};
+
+// `text_holder`: "delta" (chat stream), "message" (chat response), or ""
+// (completions: the choice's own "text").
+StatusOr<ChoicePart> ReadChoice(const Json& c, size_t k, int32_t n, bool chat,
+                                const char* text_holder) {
+  const std::string at = fmt::format("choices[{}]", k);
+  if (!c.is_object()) return ProtocolError(fmt::format("'{}' is not an object", at));
+  ChoicePart p;
+  if (const Json* index = Member(c, "index"); index != nullptr) {
+    if (!index->is_number_integer() || index->get<int64_t>() < 0 || index->get<int64_t>() >= n) {
+      return ProtocolError(fmt::format("'{}.index' is {}, the request has {} choice{}", at,
+                                       Quote(index->dump(), 32), n, n == 1 ? "" : "s"));
+    }
+    p.index = static_cast<int32_t>(index->get<int64_t>());
+  }
+  const Json* holder = &c;
+  std::string holder_at = at + ".";
+  if (*text_holder != '\0') {
+    holder = Member(c, text_holder);
+    holder_at = fmt::format("{}.{}.", at, text_holder);
+    if (holder != nullptr && !holder->is_object()) {
+      return ProtocolError(fmt::format("'{}{}' is not an object", at, text_holder));
+    }
+  }
+  if (holder != nullptr) {
+    // Only text: role-only deltas, tool calls and reasoning are not text.
+    STRATA_ASSIGN_OR_RETURN(auto text,
+                            OptString(*holder, *text_holder ? "content" : "text", holder_at));
+    p.text = text.value_or("");
+  }
+  if (const Json* lp = Member(c, "logprobs"); lp != nullptr) {
+    const std::string lp_at = at + ".logprobs";
+    STRATA_RETURN_IF_ERROR(chat ? ChatLogprobs(*lp, lp_at, &p.logprobs)
+                                : CompletionLogprobs(*lp, lp_at, &p.logprobs));
+  }
+  STRATA_ASSIGN_OR_RETURN(p.finish_reason, OptString(c, "finish_reason", at + "."));
+  if (const Json* sr = Member(c, "stop_reason"); sr != nullptr && sr->is_string()) {
+    p.stop_reason = sr->get<std::string>();  // a token id (an integer) is not a stop string
+  }
+  return p;
+}
+
+// "length" → kLength; "stop" → kStopString when vLLM's stop_reason names one
+// of the request's stop strings, else kEndOfTurn; anything else
+// ("content_filter", "tool_calls", "function_call") → kEndOfTurn.
+std::pair<FinishReason, std::string> FinishOf(const ChoicePart& p,
+                                              const std::vector<std::string>& stops) {
+  if (*p.finish_reason == "length") return {FinishReason::kLength, ""};
+  if (*p.finish_reason == "stop" && p.stop_reason &&
+      std::find(stops.begin(), stops.end(), *p.stop_reason) != stops.end()) {
+    return {FinishReason::kStopString, *p.stop_reason};
+  }
+  return {FinishReason::kEndOfTurn, ""};
+}
+
+void PushDelta(ChoicePart& p, std::vector<Event>* out) {
+  if (p.text.empty() && p.logprobs.empty()) return;
+  Event e;
+  e.kind = Event::Kind::kDelta;
+  e.index = p.index;
+  e.text = std::move(p.text);
+  e.logprobs = std::move(p.logprobs);
+  out->push_back(std::move(e));
+}
+
+class OpenAIDecoder : public DecoderCore {
+ public:
+  OpenAIDecoder(bool chat, int32_t n_choices, std::vector<std::string> stops,
+                size_t max_event_bytes)
+      : DecoderCore(n_choices, max_event_bytes), chat_(chat), stops_(std::move(stops)) {}
+
+ protected:
+  Status OnEvent(const net::SseEvent& event, std::vector<Event>* out) override {
+    std::string_view data = event.data;
+    while (!data.empty() && (data.back() == ' ' || data.back() == '\t' || data.back() == '\n')) {
+      data.remove_suffix(1);
+    }
+    if (data.empty()) return Status();
+    if (data == "[DONE]") {
+      if (!finishes_.all_finished()) {
+        return ProtocolError(fmt::format("the stream sent [DONE] before choice {} finished",
+                                         finishes_.first_unfinished()));
+      }
+      finishes_.Flush(out);
+      return Status();
+    }
+    STRATA_ASSIGN_OR_RETURN(const Json j, ParseJson(data, "stream chunk"));
+    if (!j.is_object()) return ProtocolError("a stream chunk is not a JSON object");
+    if (const Json* error = Member(j, "error"); error != nullptr) {
+      return UpstreamFailed(MidStreamError(Api::kOpenAI, *error), out);
+    }
+    const Json* choices = Member(j, "choices");
+    bool any_choice = false;
+    if (choices != nullptr) {
+      if (!choices->is_array()) return ProtocolError("'choices' is not an array");
+      any_choice = !choices->empty();
+      for (size_t k = 0; k < choices->size(); ++k) {
+        STRATA_ASSIGN_OR_RETURN(
+            ChoicePart p, ReadChoice((*choices)[k], k, finishes_.n(), chat_, chat_ ? "delta" : ""));
+        if (finishes_.finished(p.index)) {
+          if (!p.text.empty()) {
+            return ProtocolError(
+                fmt::format("choice {} sent text after its finish_reason", p.index));
+          }
+          continue;
+        }
+        const int32_t index = p.index;
+        std::optional<std::pair<FinishReason, std::string>> finish;
+        if (p.finish_reason) finish = FinishOf(p, stops_);
+        PushDelta(p, out);  // a chunk may carry the last text and the finish together
+        if (finish) finishes_.Finish(index, finish->first, std::move(finish->second));
+      }
+    }
+    if (const Json* usage = Member(j, "usage"); usage != nullptr) {
+      STRATA_RETURN_IF_ERROR(ReadUsage(*usage, &finishes_.usage()));
+      // The usage chunk proper (empty choices) is the last before [DONE];
+      // vLLM's continuous usage rides on every chunk and only updates it.
+      if (!any_choice) usage_final_ = true;
+    }
+    if (usage_final_ && finishes_.all_finished()) finishes_.Flush(out);
+    return Status();
+  }
+
+  Status OnEnd(std::vector<Event>* out) override {
+    if (!finishes_.all_finished()) {
+      return ProtocolError(
+          fmt::format("the stream ended before choice {} finished", finishes_.first_unfinished()));
+    }
+    finishes_.Flush(out);  // every choice finished; [DONE] (or the usage) never came
+    return Status();
+  }
+
+ private:
+  const bool chat_;
+  const std::vector<std::string> stops_;
+  bool usage_final_ = false;
+};
+
+}  // namespace
+
+StatusOr<Call> RenderOpenAI(const Request& r, const RenderOptions& o) {
+  const Api api = Api::kOpenAI;
+  const SamplingFieldsSet& set = r.sampling_set;
+  const sampling::SamplingParams& p = r.sampling;
+  if (set.strata_sampler) {
+    return Unsupported(api, StrataSamplerField(p),
+                       "strata's own samplers run only on the local engine");
+  }
+  const bool chat = !r.prompt.has_value();
+  Json body = Json::object();
+  if (!o.model.empty()) body["model"] = o.model;
+  if (chat) {
+    if (r.messages.empty()) return util::InvalidFieldError("messages", "'messages' is empty");
+    body["messages"] = Messages(r.messages);
+  } else {
+    body["prompt"] = *r.prompt;
+  }
+  if (o.max_tokens > 0) body["max_tokens"] = o.max_tokens;
+  if (r.n > 1) body["n"] = r.n;
+  if (!r.stop.empty()) body["stop"] = r.stop;
+  if (set.temperature) body["temperature"] = CleanNumber(p.temperature);
+  if (set.top_p) body["top_p"] = CleanNumber(p.top_p);
+  if (set.presence_penalty) body["presence_penalty"] = CleanNumber(p.presence_penalty);
+  if (set.frequency_penalty) body["frequency_penalty"] = CleanNumber(p.frequency_penalty);
+  // The client's seed was a signed 64-bit integer; send it back as one.
+  if (set.seed) body["seed"] = static_cast<int64_t>(p.seed);
+  // Not OpenAI's own, but vLLM, SGLang, llama-server and strata take them.
+  if (set.top_k) body["top_k"] = p.top_k;
+  if (set.min_p) body["min_p"] = CleanNumber(p.min_p);
+  if (set.repetition_penalty) body["repetition_penalty"] = CleanNumber(p.repetition_penalty);
+  if (r.top_logprobs >= 0) {
+    if (chat) {
+      body["logprobs"] = true;
+      body["top_logprobs"] = r.top_logprobs;
+    } else {
+      body["logprobs"] = r.top_logprobs;
+    }
+  }
+  if (r.ignore_eos) body["ignore_eos"] = true;
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  return Call{chat ? "/v1/chat/completions" : "/v1/completions",
+              body.dump(-1, ' ', false, Json::error_handler_t::replace)};
+}
+
+std::unique_ptr<DecoderCore> NewOpenAIDecoder(bool chat, int32_t n_choices,
+                                              std::vector<std::string> stops,
+                                              size_t max_event_bytes) {
+  return std::make_unique<OpenAIDecoder>(chat, n_choices, std::move(stops), max_event_bytes);
+}
+
+Status DecodeOpenAIWhole(bool chat, int32_t n_choices, const std::vector<std::string>& stops,
+                         const Json& body, std::vector<Event>* out) {
+  if (const Json* error = Member(body, "error"); error != nullptr) {
+    return MidStreamError(Api::kOpenAI, *error);
+  }
+  Finishes finishes(n_choices);
+  const Json* choices = Member(body, "choices");
+  if (choices == nullptr || !choices->is_array()) {
+    return ProtocolError("the response has no 'choices' array");
+  }
+  for (size_t k = 0; k < choices->size(); ++k) {
+    STRATA_ASSIGN_OR_RETURN(
+        ChoicePart p, ReadChoice((*choices)[k], k, finishes.n(), chat, chat ? "message" : ""));
+    if (finishes.finished(p.index)) {
+      return ProtocolError(fmt::format("the response holds choice {} twice", p.index));
+    }
+    // A whole response is finished even where an upstream left the reason null.
+    if (!p.finish_reason) p.finish_reason = "stop";
+    auto [reason, stop] = FinishOf(p, stops);
+    PushDelta(p, out);
+    finishes.Finish(p.index, reason, std::move(stop));
+  }
+  if (!finishes.all_finished()) {
+    return ProtocolError(fmt::format("the response lacks choice {}", finishes.first_unfinished()));
+  }
+  if (const Json* usage = Member(body, "usage"); usage != nullptr) {
+    STRATA_RETURN_IF_ERROR(ReadUsage(*usage, &finishes.usage()));
+  }
+  finishes.Flush(out);
+  return Status();
+}
+
+}  // namespace strata::backend::upstream::internal
