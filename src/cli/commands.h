@@ -24,6 +24,8 @@ inline constexpr int kExitUsage = 2;
 struct Env {
   util::FileSystem* fs = nullptr;
   std::string exe_dir;  // directory of the running binary
+  // The process environment's variable `name`, "" when unset.
+  std::function<std::string(const std::string& name)> env_var = nullptr;
 };
 
 using Runner = std::function<int(const Env&)>;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <vector>
 
@@ -62,6 +63,10 @@ int main(int argc, char** argv) {
   Env env;
   env.fs = fs.get();
   env.exe_dir = ExeDir();
+  env.env_var = [](const std::string& name) {
+    const char* v = std::getenv(name.c_str());
+    return std::string(v != nullptr ? v : "");
+  };
   for (const Command& c : members) {
     if (c.app->parsed()) return c.run(env);
   }

@@ -18,8 +18,10 @@
 
 #include <fmt/format.h>
 
+#include "backend/local.h"
 #include "cache/eviction_policy.h"
 #include "cli/commands.h"
+#include "cli/serve_backends.h"
 #include "cli/serve_cache.h"
 #include "cli/serve_http.h"
 #include "engine/engine.h"
@@ -55,7 +57,8 @@ struct ServeFlags {
   int32_t grace_s = 30;
   int32_t max_embedding_inputs = 256;
   bool prompt_special_tokens = false;
-  HttpFlags http;  // listening, threads and the request reader's limits (cli/serve_http.h)
+  HttpFlags http;         // listening, threads and the request reader's limits (cli/serve_http.h)
+  BackendFlags backends;  // remote model servers (cli/serve_backends.h)
   std::string alias;
   std::string chat_format;
   std::string log_level = "info";
@@ -186,6 +189,11 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   if (f.rt_switcher != "on" && f.rt_switcher != "off") {
     return util::InvalidArgumentError(
         fmt::format("--rt-switcher '{}' is not on or off", f.rt_switcher));
+  }
+  if (f.rt_switcher == "on" && f.model.empty() && !f.backends.specs.empty()) {
+    return util::InvalidArgumentError(
+        "--rt-switcher on steers the embedded engine: add -m MODEL (remote backends alone are "
+        "not switched yet)");
   }
   ServePlan plan;
   STRATA_ASSIGN_OR_RETURN(plan.rt, RtOptions(f));
@@ -372,20 +380,16 @@ util::StatusOr<std::unique_ptr<engine::Scheduler>> StartScheduler(const ServeFla
                                   log);
 }
 
-// The gateway's options: the model's name and caps, the response tiers (L1,
-// single flight, L3, admission) and the shared tier (Redis); InvalidArgument
-// as ApplyCacheFlags (ValidateFlags has checked the same flags).
-util::StatusOr<gateway::GatewayOptions> GatewayOptionsFor(const ServeFlags& f,
-                                                          const ServePlan& plan,
-                                                          const std::string& model_path,
-                                                          int32_t n_ctx, gateway::RtControl* rt,
+// The gateway's options: the caps, the response tiers (L1, single flight,
+// L3, admission) and the shared tier (Redis); InvalidArgument as
+// ApplyCacheFlags (ValidateFlags has checked the same flags). `n_ctx` is the
+// local engine's context (0 without one).
+util::StatusOr<gateway::GatewayOptions> GatewayOptionsFor(const ServeFlags& f, int32_t n_ctx,
+                                                          gateway::RtControl* rt,
                                                           const util::Clock& clock) {
   gateway::GatewayOptions go;
-  go.model_name = f.alias.empty() ? std::filesystem::path(model_path).stem().string() : f.alias;
-  go.max_tokens_cap = std::min(f.max_tokens_cap, n_ctx);
-  go.chat_format = plan.chat_format;
+  go.max_tokens_cap = n_ctx > 0 ? std::min(f.max_tokens_cap, n_ctx) : f.max_tokens_cap;
   go.max_embedding_inputs = f.max_embedding_inputs;
-  go.prompt_special_tokens = f.prompt_special_tokens;
   go.l1.max_bytes = f.l1_bytes;
   go.l1.ttl = std::chrono::milliseconds(static_cast<int64_t>(f.l1_ttl_s * 1000));
   go.l1.ttl_jitter = f.l1_ttl_jitter;
@@ -393,26 +397,73 @@ util::StatusOr<gateway::GatewayOptions> GatewayOptionsFor(const ServeFlags& f,
   go.coalesce = f.coalesce;
   STRATA_RETURN_IF_ERROR(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, go.l1_seed, go));
   go.rt_control = rt;
-  // Unseeded requests sample differently each time, as the APIs define.
-  go.unseeded_seed_base =
-      (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   return go;
 }
 
-// The gateway over the scheduler (it opens the cache tiers and, with --redis,
-// the shared tier's connection and writer), and the prefix-cache metrics after
-// its per-tier families; errors as Gateway::Create reports them.
+// Everything the embedded engine needs, in the order it starts; destroyed
+// in reverse (the backend before the scheduler, the scheduler before the
+// RT-Switcher its thread owns, the engine before the model).
+struct LocalServing {
+  OpenedModel opened;
+  std::unique_ptr<ModelGuard> guard;
+  BuiltEngine eng;
+  std::unique_ptr<gateway::RtControl> rt;
+  std::unique_ptr<engine::Scheduler> sched;
+  std::unique_ptr<backend::LocalBackend> backend;
+};
+
+// Whether this server runs the embedded engine: with -m, or when no
+// --backend names another model server.
+bool ServesLocal(const ServeFlags& f) { return !f.model.empty() || f.backends.specs.empty(); }
+
+// Loads the model and starts the engine, the RT-Switcher and the scheduler
+// under the local backend (named by --alias, else the file's stem); errors
+// as each step reports them.
+util::StatusOr<std::unique_ptr<LocalServing>> StartLocal(const Env& env, const ServeFlags& f,
+                                                         const ServePlan& plan,
+                                                         obs::MetricsRegistry& metrics,
+                                                         const util::Clock& clock,
+                                                         util::Logger& log) {
+  auto l = std::make_unique<LocalServing>();
+  STRATA_ASSIGN_OR_RETURN(l->opened, OpenModel(env, f.model, log));
+  const model::Model& m = *l->opened.model;
+  l->guard = std::make_unique<ModelGuard>(m.gguf().file());
+  STRATA_ASSIGN_OR_RETURN(l->eng, BuildEngine(f, plan, m, clock, log));
+  STRATA_ASSIGN_OR_RETURN(l->rt, StartRtSwitcher(f, plan, metrics, clock, log));
+  STRATA_ASSIGN_OR_RETURN(l->sched, StartScheduler(f, *l->eng.engine, l->rt.get(), *l->guard, log));
+  const int32_t n_ctx = l->eng.options.n_ctx;
+  backend::LocalOptions lo;
+  lo.name = f.alias.empty() ? std::filesystem::path(l->opened.path).stem().string() : f.alias;
+  lo.max_tokens_cap = std::min(f.max_tokens_cap, n_ctx);
+  lo.max_embedding_inputs = f.max_embedding_inputs;
+  lo.prompt_special_tokens = f.prompt_special_tokens;
+  lo.chat_format = plan.chat_format;
+  // Unseeded requests sample differently each time, as the APIs define.
+  lo.unseeded_seed_base =
+      (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  STRATA_ASSIGN_OR_RETURN(l->backend,
+                          backend::LocalBackend::Create(m, *l->sched, lo, metrics, clock, log));
+  return l;
+}
+
+// The gateway over the local backend (first, the default) and the remote
+// ones; it opens the cache tiers and, with --redis, the shared tier's
+// connection and writer. The prefix-cache metrics follow its per-tier
+// families. Errors as Gateway::Create reports them.
 util::StatusOr<std::unique_ptr<gateway::Gateway>> BuildGateway(
-    const model::Model& m, engine::Scheduler& sched, obs::MetricsRegistry& metrics,
+    LocalServing* local, const RemoteBackends& remotes, obs::MetricsRegistry& metrics,
     const gateway::GatewayOptions& go, const util::Clock& clock, util::Logger& log) {
-  STRATA_ASSIGN_OR_RETURN(auto gw, gateway::Gateway::Create(m, sched, metrics, go, clock, log));
-  gateway::ExportPrefixCacheMetrics(metrics, sched);
+  std::vector<backend::Backend*> backends;
+  if (local != nullptr) backends.push_back(local->backend.get());
+  for (const auto& b : remotes.backends) backends.push_back(b.get());
+  STRATA_ASSIGN_OR_RETURN(auto gw, gateway::Gateway::Create(backends, metrics, go, clock, log));
+  if (local != nullptr) gateway::ExportPrefixCacheMetrics(metrics, *local->sched);
   return gw;
 }
 
 // Logs one line per cache tier: L1 and single flight, L3 and Redis, L2.
 void LogCacheTiers(const ServeFlags& f, const ServePlan& plan, const gateway::GatewayOptions& go,
-                   const engine::EngineOptions& eo, util::Logger& log) {
+                   const LocalServing* local, util::Logger& log) {
   if (f.l1_bytes > 0) {
     log.Info("response cache (L1): {:.1f} MiB, TTL {} s +/- {:.0f}%; single flight {}",
              static_cast<double>(f.l1_bytes) / (1 << 20), f.l1_ttl_s, f.l1_ttl_jitter * 100,
@@ -421,6 +472,8 @@ void LogCacheTiers(const ServeFlags& f, const ServePlan& plan, const gateway::Ga
     log.Info("response cache (L1): off; single flight {}", f.coalesce ? "on" : "off");
   }
   log.Info("{}", DescribeCacheFlags(f.cache, go));
+  if (local == nullptr) return;
+  const engine::EngineOptions& eo = local->eng.options;
   log.Info("prefix cache (L2): {} KV blocks of {} tokens, eviction {}", eo.n_kv_blocks,
            eo.block_size, cache::PolicyKindName(plan.l2_policy));
 }
@@ -428,25 +481,32 @@ void LogCacheTiers(const ServeFlags& f, const ServePlan& plan, const gateway::Ga
 // Records the load time, hands the gateway to the server (/health: 200) and
 // logs that it is ready. `gw` must outlive the server's use of it (until Stop).
 void OpenForRequests(const ServeFlags& f, const Listening& l, gateway::Gateway& gw,
-                     const gateway::GatewayOptions& go, int32_t n_ctx, double load_s,
-                     obs::MetricsRegistry& metrics, util::Logger& log) {
+                     const LocalServing* local, double load_s, obs::MetricsRegistry& metrics,
+                     util::Logger& log) {
   metrics.Gauge("strata_model_load_seconds", "Seconds from start to ready.").With({}).Set(load_s);
   l.server->SetGateway(&gw);
-  log.Info(
-      "ready in {:.0f} ms: model '{}' at http://{}:{}/v1 ({} threads, context {}, {} parallel)",
-      load_s * 1e3, go.model_name, f.host, l.port, f.threads, n_ctx, f.parallel);
+  std::string models;
+  for (const std::string& name : gw.model_names())
+    models += (models.empty() ? "'" : ", '") + name + "'";
+  if (local != nullptr) {
+    log.Info("ready in {:.0f} ms: {} at http://{}:{}/v1 ({} threads, context {}, {} parallel)",
+             load_s * 1e3, models, f.host, l.port, f.threads, local->eng.options.n_ctx, f.parallel);
+    return;
+  }
+  log.Info("ready in {:.0f} ms: {} at http://{}:{}/v1", load_s * 1e3, models, f.host, l.port);
 }
 
 // Waits in this thread for SIGINT or SIGTERM (blocked by BlockStopSignals),
-// refuses new requests and lets running ones finish within --grace; true when
-// none had to be cancelled at its end.
+// refuses new requests and lets running ones finish within --grace (the
+// scheduler's; without one, ShutDown's flush waits for remote answers); true
+// when none had to be cancelled at its end.
 bool WaitAndDrain(const sigset_t& signals, const ServeFlags& f, server::HttpServer& srv,
-                  engine::Scheduler& sched, util::Logger& log) {
+                  engine::Scheduler* sched, util::Logger& log) {
   int sig = 0;
   sigwait(&signals, &sig);
   log.Info("received {}: draining (grace {} s)", sig == SIGTERM ? "SIGTERM" : "SIGINT", f.grace_s);
   srv.StartDraining();
-  return sched.Drain(std::chrono::seconds(f.grace_s));
+  return sched == nullptr || sched->Drain(std::chrono::seconds(f.grace_s));
 }
 
 // Shuts down in order: answers still queued for Redis (briefly), the HTTP
@@ -454,23 +514,27 @@ bool WaitAndDrain(const sigset_t& signals, const ServeFlags& f, server::HttpServ
 // period went out: the process exits within grace + 1 s), the scheduler
 // (joined here); the gateway and what is below it are destroyed by the
 // caller afterwards. Returns the exit code.
-int ShutDown(bool clean, server::HttpServer& srv, std::unique_ptr<engine::Scheduler> sched,
+int ShutDown(bool clean, const ServeFlags& f, server::HttpServer& srv, LocalServing* local,
              gateway::Gateway& gw, util::Logger& log) {
   gw.FlushShared(std::chrono::milliseconds(300));
-  srv.Stop(std::chrono::milliseconds(500));
-  sched.reset();
+  // Remote answers have no scheduler to drain them: the grace is spent here.
+  srv.Stop(local != nullptr ? std::chrono::milliseconds(500)
+                            : std::chrono::milliseconds(f.grace_s * 1000 + 500));
+  if (local != nullptr) local->sched.reset();
   log.Info("stopped{}",
            clean ? "" : " (some requests were cancelled at the end of the grace period)");
   return kExitOk;
 }
 
 // Start-up and shutdown in the order of the file comment. Locals are
-// destroyed in reverse: gateway, RT-Switcher, engine, model, server, metrics,
-// each after everything that borrows it.
+// destroyed in reverse: gateway, remote backends, the local engine's parts,
+// server, metrics, each after everything that borrows it.
 int RunServe(const Env& env, const ServeFlags& f) {
   auto log = MakeLogger(f.log_level);
   auto plan = ValidateFlags(f);
   if (!plan.ok()) return UsageError(plan.status().message());
+  auto remote_options = RemoteBackendOptions(f.backends, env, f.max_tokens_cap);
+  if (!remote_options.ok()) return UsageError(remote_options.status().message());
   auto keys = LoadApiKeys(env, f.api_keys, *log);
   if (!keys.ok()) return ReportError(keys.status());
   const sigset_t signals = BlockStopSignals();
@@ -479,27 +543,22 @@ int RunServe(const Env& env, const ServeFlags& f) {
   obs::MetricsRegistry metrics;
   auto srv = StartListening(f, std::move(keys).value(), metrics, clock, *log);
   if (!srv.ok()) return ReportError(srv.status());
-  auto opened = OpenModel(env, f.model, *log);
-  if (!opened.ok()) return ReportError(opened.status());
-  const model::Model& m = *opened->model;
-  ModelGuard guard(m.gguf().file());
-  auto eng = BuildEngine(f, *plan, m, clock, *log);
-  if (!eng.ok()) return ReportError(eng.status());
-  auto rt = StartRtSwitcher(f, *plan, metrics, clock, *log);
-  if (!rt.ok()) return ReportError(rt.status());
-  auto sched = StartScheduler(f, *eng->engine, rt->get(), guard, *log);
-  if (!sched.ok()) return ReportError(sched.status());
-  const int32_t n_ctx = eng->options.n_ctx;
-  auto go = GatewayOptionsFor(f, *plan, opened->path, n_ctx, rt->get(), clock);
+  auto local = ServesLocal(f) ? StartLocal(env, f, *plan, metrics, clock, *log)
+                              : util::StatusOr<std::unique_ptr<LocalServing>>(nullptr);
+  if (!local.ok()) return ReportError(local.status());
+  auto remotes =
+      StartRemoteBackends(f.backends, std::move(remote_options).value(), metrics, clock, *log);
+  if (!remotes.ok()) return ReportError(remotes.status());
+  LocalServing* l = local->get();
+  auto go = GatewayOptionsFor(f, l ? l->eng.options.n_ctx : 0, l ? l->rt.get() : nullptr, clock);
   if (!go.ok()) return UsageError(go.status().message());  // ValidateFlags: does not happen
-  auto gw = BuildGateway(m, **sched, metrics, *go, clock, *log);
+  auto gw = BuildGateway(l, *remotes, metrics, *go, clock, *log);
   if (!gw.ok()) return ReportError(gw.status());
-  LogCacheTiers(f, *plan, *go, eng->options, *log);
-  const double load_s = util::SecondsBetween(t0, clock.Now());
-  OpenForRequests(f, *srv, **gw, *go, n_ctx, load_s, metrics, *log);
-  const auto watch = WatchModel(env, *opened, guard, *srv->server, *log);
-  const bool clean = WaitAndDrain(signals, f, *srv->server, **sched, *log);
-  return ShutDown(clean, *srv->server, std::move(*sched), **gw, *log);
+  LogCacheTiers(f, *plan, *go, l, *log);
+  OpenForRequests(f, *srv, **gw, l, util::SecondsBetween(t0, clock.Now()), metrics, *log);
+  const auto watch = l ? WatchModel(env, l->opened, *l->guard, *srv->server, *log) : nullptr;
+  const bool clean = WaitAndDrain(signals, f, *srv->server, l ? l->sched.get() : nullptr, *log);
+  return ShutDown(clean, f, *srv->server, l, **gw, *log);
 }
 
 }  // namespace
@@ -528,6 +587,7 @@ Command RegisterServe(CLI::App& app) {
   cmd->add_option("--grace", f->grace_s, "Seconds to finish running requests on SIGTERM")
       ->capture_default_str();
   RegisterHttpFlags(*cmd, f->http);
+  RegisterBackendFlags(*cmd, f->backends);
   cmd->add_option("--max-embedding-inputs", f->max_embedding_inputs,
                   "Most inputs in one /v1/embeddings request [1, 65536]")
       ->capture_default_str();

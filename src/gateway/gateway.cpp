@@ -313,7 +313,10 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   if (a.answer) return std::move(a.answer);
   auto sink = std::make_shared<ReportingSink>(a.flight, metrics_, log_, r.request_id, r.session_id,
                                               prepared->max_tokens);
-  auto run = b->Start(r, prepared, std::move(sink), governor_.get());
+  // The RT-Switcher lives on the scheduler thread: only the local engine's
+  // choices (admitted there) take its terms.
+  backend::Governor* governor = b->kind() == "local" ? governor_.get() : nullptr;
+  auto run = b->Start(r, prepared, std::move(sink), governor);
   if (!run.ok()) {
     tiers_->Abort(a, run.status());
     return run.status();

@@ -1,0 +1,650 @@
+#include "backend/remote.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "util/hash.h"
+#include "util/utf8.h"
+
+namespace strata::backend {
+
+using Clock = std::chrono::steady_clock;
+
+std::unique_ptr<RemoteMetrics> RemoteMetrics::Register(obs::MetricsRegistry& reg) {
+  auto m = std::unique_ptr<RemoteMetrics>(new RemoteMetrics{
+      .registry = reg,
+      .retries = reg.Counter("strata_backend_retries_total",
+                             "Requests resent to an upstream (connect failures, 429/503/529 "
+                             "before any byte reached the client).",
+                             {"backend"}),
+      .failures = reg.Counter("strata_backend_failures_total",
+                              "Upstream requests that failed, by reason.", {"backend", "reason"}),
+      .prompt_tokens = reg.Counter("strata_backend_prompt_tokens_total",
+                                   "Prompt tokens an upstream reported.", {"backend"}),
+      .cached_tokens =
+          reg.Counter("strata_backend_cached_tokens_total",
+                      "Prompt tokens an upstream read from its prompt cache.", {"backend"}),
+      .cache_write_tokens =
+          reg.Counter("strata_backend_cache_write_tokens_total",
+                      "Prompt tokens an upstream wrote to its prompt cache.", {"backend"})});
+  // Each replica's children are read from its router (RemoteBackend::Create).
+  const std::vector<std::string> replica = {"backend", "replica"};
+  reg.Gauge("strata_backend_replica_up",
+            "1 while a replica's breaker is closed, 0 while it is ejected or half-open.", replica);
+  reg.Gauge("strata_backend_replica_outstanding", "Requests in flight on a replica.", replica);
+  reg.Counter("strata_backend_replica_requests_total", "Requests sent to a replica.", replica);
+  reg.Counter("strata_backend_replica_failures_total",
+              "Requests to a replica that failed (connect, 5xx, 429, timeouts, broken streams).",
+              replica);
+  reg.Counter("strata_backend_replica_ejections_total", "Times a replica's breaker opened.",
+              replica);
+  return m;
+}
+
+// Everything a backend's runs and health checks share; immutable but for
+// the router (thread-safe) and the counters.
+struct RemoteBackend::State {
+  RemoteOptions options;
+  std::vector<std::string> bases;  // each replica's base URL, normalised
+  net::HttpClient& client;
+  const util::Clock& clock;
+  util::Logger& log;
+  std::unique_ptr<Router> router;
+  uint64_t fingerprint = 0;
+  obs::CounterValue* retries = nullptr;
+  obs::Family<obs::CounterValue>* failures = nullptr;
+  obs::CounterValue* prompt_tokens = nullptr;
+  obs::CounterValue* cached_tokens = nullptr;
+  obs::CounterValue* cache_write_tokens = nullptr;
+
+  State(RemoteOptions o, net::HttpClient& c, const util::Clock& k, util::Logger& l)
+      : options(std::move(o)), client(c), clock(k), log(l) {}
+
+  // The auth and version headers of every upstream request.
+  net::Headers Headers(bool json_body) const {
+    net::Headers h;
+    if (json_body) h.Set("Content-Type", "application/json");
+    h.Set("Accept", json_body ? "text/event-stream" : "application/json");
+    if (options.api == upstream::Api::kAnthropic) {
+      h.Set("anthropic-version", options.anthropic_version);
+      if (!options.credential.empty()) h.Set("x-api-key", options.credential);
+    } else if (!options.credential.empty()) {
+      h.Set("Authorization", "Bearer " + options.credential);
+    }
+    return h;
+  }
+};
+
+namespace {
+
+// What Prepare learned: the upstream request and where it goes.
+struct RemotePrepared final : Prepared {
+  upstream::Call call;
+  RouteKey route;
+  bool chat = true;
+};
+
+std::string NormaliseBase(std::string url) {
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  if (url.size() >= 3 && url.compare(url.size() - 3, 3, "/v1") == 0) url.resize(url.size() - 3);
+  return url;
+}
+
+bool IsRetryableHttp(int status) { return status == 429 || status == 503 || status == 529; }
+
+// How an upstream HTTP status bears on its replica's health.
+Outcome OutcomeOfHttp(int status) {
+  if (status == 408 || status == 429 || status >= 500) return Outcome::kFailure;
+  return Outcome::kNeutral;  // the request's own fault (400, 404, 413, 422) or its auth
+}
+
+Outcome OutcomeOf(const util::Status& st) {
+  if (st.ok()) return Outcome::kSuccess;
+  switch (st.reason()) {
+    case util::ErrorReason::kUpstreamRejected:
+    case util::ErrorReason::kUnsupportedByBackend:
+      return Outcome::kNeutral;
+    default:
+      return st.code() == util::StatusCode::kCancelled ? Outcome::kNeutral : Outcome::kFailure;
+  }
+}
+
+// One request on its way through the replicas. Owned by the flight (as its
+// Run) and by the HTTP client's callbacks; every method takes mu_.
+class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRun> {
+ public:
+  RemoteRun(std::shared_ptr<RemoteBackend::State> state,
+            std::shared_ptr<const RemotePrepared> prepared, std::string body, int32_t n_choices,
+            std::vector<std::string> stops, std::shared_ptr<Sink> sink, std::string terms,
+            bool traced, std::string request_id)
+      : s_(std::move(state)),
+        p_(std::move(prepared)),
+        body_(std::move(body)),
+        n_choices_(n_choices),
+        stops_(std::move(stops)),
+        sink_(std::move(sink)),
+        terms_(std::move(terms)),
+        traced_(traced),
+        request_id_(std::move(request_id)),
+        decoder_(s_->options.api, p_->chat, n_choices_, stops_),
+        submitted_(s_->clock.Now()) {}
+
+  void Begin() {
+    std::lock_guard<std::mutex> lock(mu_);
+    AttemptLocked();
+  }
+
+  void Cancel() override {
+    std::shared_ptr<net::ClientCall> call;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (done_) return;
+      cancelled_ = true;
+      call = call_;
+      if (call == nullptr) {
+        // Waiting for a retry's backoff: nothing runs, so finish here.
+        FailLocked(util::CancelledError("the request was cancelled"));
+        return;
+      }
+    }
+    call->Cancel();  // on_done follows, with Cancelled
+  }
+
+ private:
+  void AttemptLocked() {
+    if (done_) return;
+    if (cancelled_) {
+      FailLocked(util::CancelledError("the request was cancelled"));
+      return;
+    }
+    ++attempts_;
+    auto replica = s_->router->Acquire(p_->route, tried_);
+    if (!replica.ok()) {
+      // No replica to try (all ejected or busy): after an earlier attempt's
+      // failure that one says more.
+      FailLocked(last_error_.ok() ? replica.status() : last_error_);
+      return;
+    }
+    replica_ = *replica;
+    head_status_ = 0;
+    error_body_.clear();
+    whole_body_.clear();
+    protocol_error_ = util::OkStatus();
+    net::ClientRequest req;
+    req.method = "POST";
+    req.url = s_->bases[static_cast<size_t>(replica_)] + p_->call.path;
+    req.headers = s_->Headers(true);
+    req.body = body_;
+    req.first_byte_timeout = s_->options.first_byte_timeout;
+    req.total_timeout = s_->options.total_timeout;
+    std::weak_ptr<RemoteRun> weak = weak_from_this();
+    net::ClientCallbacks cb;
+    cb.on_head = [weak](const net::ClientResponseHead& h) {
+      if (auto self = weak.lock()) self->OnHead(h);
+    };
+    cb.on_body = [weak](std::string_view b) {
+      if (auto self = weak.lock()) self->OnBody(b);
+    };
+    // The last callback holds the run: it must learn how the call ended.
+    cb.on_done = [self = shared_from_this()](const util::Status& st) { self->OnDone(st); };
+    call_ = s_->client.Start(std::move(req), std::move(cb));
+  }
+
+  void OnHead(const net::ClientResponseHead& h) {
+    std::lock_guard<std::mutex> lock(mu_);
+    head_status_ = h.status;
+    if (admitted_ == Clock::time_point{}) admitted_ = s_->clock.Now();
+    const std::string_view type = h.headers.GetOr("Content-Type");
+    whole_ = h.status == 200 && type.find("text/event-stream") == std::string_view::npos &&
+             type.find("json") != std::string_view::npos;
+  }
+
+  void OnBody(std::string_view bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
+    if (head_status_ != 200) {
+      constexpr size_t kMaxErrorBody = 64u << 10;
+      error_body_.append(
+          bytes.substr(0, kMaxErrorBody - std::min(kMaxErrorBody, error_body_.size())));
+      return;
+    }
+    if (whole_) {
+      constexpr size_t kMaxWholeBody = 16u << 20;
+      if (whole_body_.size() + bytes.size() > kMaxWholeBody) {
+        protocol_error_ = util::InternalError(
+                              fmt::format("the upstream's answer exceeds {} bytes", kMaxWholeBody))
+                              .WithReason(util::ErrorReason::kUpstreamProtocol);
+        if (call_) call_->Cancel();
+        return;
+      }
+      whole_body_.append(bytes);
+      return;
+    }
+    if (!protocol_error_.ok()) return;
+    std::vector<Event> events;
+    util::Status st = decoder_.Feed(bytes, &events);
+    DeliverLocked(std::move(events));
+    if (!st.ok()) {
+      protocol_error_ = st;
+      if (call_) call_->Cancel();
+    }
+  }
+
+  void OnDone(const util::Status& transport) {
+    std::lock_guard<std::mutex> lock(mu_);
+    call_.reset();
+    if (done_) {
+      if (replica_ >= 0) Release(Outcome::kNeutral);
+      return;
+    }
+    std::vector<Event> events;
+    util::Status failure;
+    bool retryable = false;
+    if (head_status_ == 200) {
+      if (!protocol_error_.ok()) {
+        failure = protocol_error_;
+      } else if (!transport.ok()) {
+        failure = cancelled_ ? util::CancelledError("the request was cancelled") : transport;
+      } else if (whole_) {
+        failure = upstream::DecodeWholeResponse(s_->options.api, p_->chat, n_choices_, stops_,
+                                                whole_body_, &events);
+        if (failure.ok()) decoder_ = upstream::StreamDecoder(s_->options.api, p_->chat, 1, {});
+      } else {
+        failure = decoder_.End(&events);
+      }
+    } else if (head_status_ != 0) {
+      failure = transport.ok() || !cancelled_
+                    ? upstream::UpstreamError(s_->options.api, head_status_, error_body_)
+                    : util::CancelledError("the request was cancelled");
+      retryable = !cancelled_ && IsRetryableHttp(head_status_) && !decoder_.started();
+    } else {
+      failure = cancelled_ ? util::CancelledError("the request was cancelled") : transport;
+      // Nothing was sent: the next replica may take it.
+      retryable = !cancelled_ && transport.reason() == util::ErrorReason::kUpstreamUnavailable;
+    }
+    const bool whole_ok = whole_ && head_status_ == 200 && failure.ok();
+    DeliverLocked(std::move(events));
+    if (whole_ok) {
+      Release(Outcome::kSuccess);
+      return;
+    }
+    Release(head_status_ != 0 && head_status_ != 200 ? OutcomeOfHttp(head_status_)
+                                                     : OutcomeOf(failure));
+    if (failure.ok()) {
+      if (decoder_.complete()) return;
+      failure = util::InternalError("the upstream's stream ended without finishing every choice")
+                    .WithReason(util::ErrorReason::kUpstreamProtocol);
+    }
+    if (failure.code() != util::StatusCode::kCancelled &&
+        failure.reason() != util::ErrorReason::kNone) {
+      s_->failures->With({s_->options.name, std::string(util::ErrorReasonName(failure.reason()))})
+          .Inc();
+    }
+    if (retryable && attempts_ < s_->options.max_attempts) {
+      last_error_ = failure;
+      tried_.push_back(replica_);
+      replica_ = -1;
+      s_->retries->Inc();
+      const auto delay = s_->router->Backoff(attempts_);
+      s_->log.Info("[{}] {} upstream attempt {} failed ({}); retrying in {} ms", request_id_,
+                   s_->options.name, attempts_, failure.message(),
+                   std::chrono::duration_cast<std::chrono::milliseconds>(delay).count());
+      s_->client.After(delay, [self = shared_from_this()](bool stopped) {
+        std::lock_guard<std::mutex> relock(self->mu_);
+        if (stopped) {
+          self->FailLocked(util::UnavailableError("the server is shutting down")
+                               .WithReason(util::ErrorReason::kShuttingDown));
+          return;
+        }
+        self->AttemptLocked();
+      });
+      return;
+    }
+    if (failure.code() != util::StatusCode::kCancelled) {
+      s_->log.Warn("[{}] {} upstream request failed: {}", request_id_, s_->options.name,
+                   failure.message());
+    }
+    FailLocked(failure);
+  }
+
+  void Release(Outcome outcome) {
+    if (replica_ < 0) return;
+    s_->router->Release(replica_, outcome);
+    replica_ = -1;
+  }
+
+  // Finishes every open choice with `why`.
+  void FailLocked(const util::Status& why) {
+    if (done_) return;
+    std::vector<Event> events;
+    decoder_.Fail(why, &events);
+    DeliverLocked(std::move(events));
+    done_ = true;
+  }
+
+  void DeliverLocked(std::vector<Event> events) {
+    for (Event& e : events) {
+      const auto now = s_->clock.Now();
+      if (e.kind == Event::Kind::kDelta) {
+        if (first_ == Clock::time_point{}) {
+          first_ = now;
+          sink_->OnFirstToken(now - submitted_);
+        }
+      } else {
+        e.timing = Timing{.submitted = submitted_,
+                          .admitted = admitted_,
+                          .first_token = first_,
+                          .finished = now,
+                          .tokens = e.usage.completion_tokens};
+        e.terms = terms_;
+        e.traced = traced_;
+        if (e.status.ok()) {
+          s_->prompt_tokens->Inc(e.usage.prompt_tokens);
+          s_->cached_tokens->Inc(e.usage.cached_tokens);
+          s_->cache_write_tokens->Inc(e.usage.cache_write_tokens);
+        }
+        if (++finished_ == n_choices_) done_ = true;
+      }
+      sink_->Push(std::move(e));
+    }
+  }
+
+  const std::shared_ptr<RemoteBackend::State> s_;
+  const std::shared_ptr<const RemotePrepared> p_;
+  const std::string body_;
+  const int32_t n_choices_;
+  const std::vector<std::string> stops_;
+  const std::shared_ptr<Sink> sink_;
+  const std::string terms_;
+  const bool traced_;
+  const std::string request_id_;
+
+  std::mutex mu_;  // guards everything below
+  upstream::StreamDecoder decoder_;
+  std::shared_ptr<net::ClientCall> call_;  // the attempt in flight; null between attempts
+  std::vector<int32_t> tried_;             // replicas that failed this request
+  util::Status last_error_;                // the last retried failure
+  int32_t replica_ = -1;                   // acquired from the router, not yet released
+  int32_t attempts_ = 0;
+  int head_status_ = 0;  // 0: no response head (yet)
+  bool whole_ = false;   // the upstream answered JSON, not a stream
+  std::string error_body_;
+  std::string whole_body_;
+  util::Status protocol_error_;
+  bool cancelled_ = false;
+  bool done_ = false;  // every choice finished
+  int32_t finished_ = 0;
+  const Clock::time_point submitted_;
+  Clock::time_point admitted_{};
+  Clock::time_point first_{};
+};
+
+// Probes the replicas due, then schedules the next round. Holds the state
+// weakly: a backend that is gone stops probing.
+void HealthTick(std::weak_ptr<RemoteBackend::State> weak) {
+  auto s = weak.lock();
+  if (s == nullptr) return;
+  const auto now = s->clock.Now();
+  for (int32_t replica : s->router->ProbesDue(now)) {
+    net::ClientRequest req;
+    req.method = "GET";
+    req.url = s->bases[static_cast<size_t>(replica)] + s->options.health_path;
+    req.headers = s->Headers(false);
+    req.first_byte_timeout = s->options.probe_timeout;
+    req.total_timeout = s->options.probe_timeout;
+    auto status = std::make_shared<int>(0);
+    net::ClientCallbacks cb;
+    cb.on_head = [status](const net::ClientResponseHead& h) { *status = h.status; };
+    cb.on_done = [weak, replica, status](const util::Status& st) {
+      if (auto alive = weak.lock()) {
+        alive->router->ReportProbe(replica, st.ok() && *status >= 200 && *status < 300);
+      }
+    };
+    s->client.Start(std::move(req), std::move(cb));
+  }
+  const auto next = s->router->NextProbeAt();
+  const auto interval = std::max(s->options.routing.probe_interval, std::chrono::milliseconds(50));
+  auto delay = next == Router::TimePoint::max() ? interval : next - s->clock.Now();
+  delay = std::clamp<std::chrono::nanoseconds>(delay, std::chrono::milliseconds(20), interval);
+  s->client.After(delay, [weak](bool stopped) {
+    if (!stopped) HealthTick(weak);
+  });
+}
+
+}  // namespace
+
+RemoteBackend::RemoteBackend(std::shared_ptr<State> state) : state_(std::move(state)) {}
+RemoteBackend::~RemoteBackend() = default;
+
+util::StatusOr<std::unique_ptr<RemoteBackend>> RemoteBackend::Create(const RemoteOptions& options,
+                                                                     net::HttpClient& client,
+                                                                     RemoteMetrics& metrics,
+                                                                     const util::Clock& clock,
+                                                                     util::Logger& log) {
+  if (options.name.empty()) return util::InvalidArgumentError("a remote backend needs a name");
+  if (options.max_attempts < 1 || options.max_attempts > 10) {
+    return util::InvalidArgumentError(
+        fmt::format("backend attempts {} is outside [1, 10]", options.max_attempts));
+  }
+  if (options.default_max_tokens < 1) {
+    return util::InvalidArgumentError("the default max_tokens must be at least 1");
+  }
+  if (options.affinity_prefix_bytes < 16 || options.affinity_prefix_bytes > (1u << 20)) {
+    return util::InvalidArgumentError("the affinity prefix is outside [16 B, 1 MiB]");
+  }
+  if (!options.health_path.empty() && options.health_path.front() != '/') {
+    return util::InvalidArgumentError(
+        fmt::format("the health path '{}' must start with '/'", options.health_path));
+  }
+  auto state = std::make_shared<State>(options, client, clock, log);
+  if (state->options.upstream_model.empty()) state->options.upstream_model = options.name;
+  RouterOptions ro = options.routing;
+  ro.name = options.name;
+  for (const std::string& url : ro.replicas) {
+    if (url.rfind("http://", 0) != 0) {
+      return util::InvalidArgumentError(
+          fmt::format("backend '{}': replica '{}' is not an http:// URL (https needs a local "
+                      "TLS proxy)",
+                      options.name, url.substr(0, 200)));
+    }
+    state->bases.push_back(NormaliseBase(url));
+  }
+  STRATA_ASSIGN_OR_RETURN(state->router, Router::Create(ro, clock, util::Rng(options.seed)));
+  util::Hasher h(0x7374726174615242ULL);  // "strataRB"
+  h.Update(upstream::ApiName(options.api));
+  h.Update(state->options.upstream_model);
+  h.Update(options.name);
+  state->fingerprint = h.Digest();
+  state->retries = &metrics.retries.With({options.name});
+  state->failures = &metrics.failures;
+  state->prompt_tokens = &metrics.prompt_tokens.With({options.name});
+  state->cached_tokens = &metrics.cached_tokens.With({options.name});
+  state->cache_write_tokens = &metrics.cache_write_tokens.With({options.name});
+  // Each replica's breaker and load, read at render time (weakly: the
+  // registry outlives the backend).
+  std::weak_ptr<State> weak = state;
+  for (int32_t i = 0; i < state->router->size(); ++i) {
+    auto read = [weak, i](double (*field)(const ReplicaStats&)) {
+      return [weak, i, field]() -> double {
+        auto s = weak.lock();
+        return s == nullptr ? 0.0 : field(s->router->Stats()[static_cast<size_t>(i)]);
+      };
+    };
+    const std::vector<std::string> labels = {options.name, ro.replicas[static_cast<size_t>(i)]};
+    obs::MetricsRegistry& reg = metrics.registry;
+    reg.ChildCallback("strata_backend_replica_up", labels,
+                      read([](const ReplicaStats& r) { return r.state == "healthy" ? 1.0 : 0.0; }));
+    reg.ChildCallback("strata_backend_replica_outstanding", labels, read([](const ReplicaStats& r) {
+                        return static_cast<double>(r.outstanding);
+                      }));
+    reg.ChildCallback("strata_backend_replica_requests_total", labels,
+                      read([](const ReplicaStats& r) { return static_cast<double>(r.requests); }));
+    reg.ChildCallback("strata_backend_replica_failures_total", labels,
+                      read([](const ReplicaStats& r) { return static_cast<double>(r.failures); }));
+    reg.ChildCallback("strata_backend_replica_ejections_total", labels,
+                      read([](const ReplicaStats& r) { return static_cast<double>(r.ejections); }));
+  }
+  if (!options.health_path.empty() && options.routing.probe_interval.count() > 0) {
+    client.After(std::chrono::milliseconds(0), [weak](bool stopped) {
+      if (!stopped) HealthTick(weak);
+    });
+  }
+  log.Info("backend '{}': {} upstream, {} replica(s), routing {}", options.name,
+           upstream::ApiName(options.api), state->bases.size(),
+           RoutePolicyName(options.routing.policy));
+  return std::unique_ptr<RemoteBackend>(new RemoteBackend(std::move(state)));
+}
+
+const std::string& RemoteBackend::name() const { return state_->options.name; }
+std::string_view RemoteBackend::kind() const { return upstream::ApiName(state_->options.api); }
+uint64_t RemoteBackend::fingerprint() const { return state_->fingerprint; }
+
+std::vector<ReplicaStats> RemoteBackend::replica_stats() const { return state_->router->Stats(); }
+
+util::StatusOr<std::shared_ptr<const Prepared>> RemoteBackend::Prepare(const Request& r) const {
+  const RemoteOptions& o = state_->options;
+  auto p = std::make_shared<RemotePrepared>();
+  p->chat = !r.prompt.has_value();
+  p->stops = r.stop;
+  if (r.max_tokens) {
+    p->max_tokens = *r.max_tokens;
+  } else if (o.api == upstream::Api::kAnthropic) {
+    p->max_tokens = o.default_max_tokens;
+  }
+  STRATA_ASSIGN_OR_RETURN(p->call,
+                          upstream::RenderRequest(o.api, r,
+                                                  {.model = o.upstream_model,
+                                                   .max_tokens = p->max_tokens,
+                                                   .cache_system_prompt = o.cache_system_prompt}));
+  // The route: every turn of a session on one replica; else the prompt's
+  // leading bytes, so requests that share a prefix share the replica that
+  // has its KV cached.
+  if (!r.session_id.empty()) {
+    util::Hasher h(0x73657373696f6eULL);  // "session"
+    h.Update(r.tenant);
+    h.Update(r.session_id);
+    p->route.session = h.Digest() | 1;
+  }
+  std::string lead;
+  if (r.prompt) {
+    lead = r.prompt->substr(0, o.affinity_prefix_bytes);
+  } else {
+    for (const auto& m : r.messages) {
+      if (lead.size() >= o.affinity_prefix_bytes) break;
+      lead += m.role;
+      lead += '\n';
+      lead += m.content;
+      lead += '\n';
+    }
+    lead.resize(std::min(lead.size(), o.affinity_prefix_bytes));
+  }
+  p->route.prefix = util::Hash64(lead, 0x70726566ULL) | 1;  // "pref"; never 0 (= none)
+  return std::shared_ptr<const Prepared>(std::move(p));
+}
+
+util::StatusOr<std::shared_ptr<Run>> RemoteBackend::Start(const Request& r,
+                                                          std::shared_ptr<const Prepared> prepared,
+                                                          std::shared_ptr<Sink> sink,
+                                                          Governor* governor) {
+  auto p = std::dynamic_pointer_cast<const RemotePrepared>(prepared);
+  if (p == nullptr) return util::InternalError("a request prepared by another backend");
+  std::string body = p->call.body;
+  std::string terms;
+  bool traced = true;
+  if (governor != nullptr) {
+    // The switcher's terms for a remote model: a max_tokens cap (the upstream
+    // is sent the smaller value) and trace sampling; a sampling tier cannot
+    // change how an upstream samples.
+    const Governor::Terms t = governor->Admit();
+    terms = t.describe;
+    traced = t.traced;
+    if (t.max_tokens_cap > 0 && (p->max_tokens == 0 || t.max_tokens_cap < p->max_tokens)) {
+      STRATA_ASSIGN_OR_RETURN(
+          upstream::Call capped,
+          upstream::RenderRequest(state_->options.api, r,
+                                  {.model = state_->options.upstream_model,
+                                   .max_tokens = t.max_tokens_cap,
+                                   .cache_system_prompt = state_->options.cache_system_prompt}));
+      body = std::move(capped.body);
+      sink->DoNotStore();
+    }
+  }
+  auto run = std::make_shared<RemoteRun>(state_, p, std::move(body), r.n, r.stop, std::move(sink),
+                                         std::move(terms), traced, r.request_id);
+  run->Begin();
+  return std::shared_ptr<Run>(std::move(run));
+}
+
+util::StatusOr<EmbeddingResult> RemoteBackend::Embed(
+    const EmbeddingRequest& r, std::chrono::steady_clock::time_point deadline) {
+  const RemoteOptions& o = state_->options;
+  if (o.api != upstream::Api::kOpenAI) {
+    return util::InvalidArgumentError(fmt::format("backend '{}' ({}) has no embeddings endpoint",
+                                                  o.name, upstream::ApiName(o.api)))
+        .WithReason(util::ErrorReason::kUnsupportedByBackend);
+  }
+  nlohmann::json input = nlohmann::json::array();
+  for (const std::string& t : r.texts) input.push_back(t);
+  for (const auto& ids : r.token_ids) input.push_back(ids);
+  if (input.empty()) return util::InvalidFieldError("input", "'input' must not be empty");
+  const nlohmann::json body = {{"model", o.upstream_model}, {"input", input}};
+  auto replica = state_->router->Acquire({}, {});
+  if (!replica.ok()) return replica.status();
+  net::ClientRequest req;
+  req.method = "POST";
+  req.url = state_->bases[static_cast<size_t>(*replica)] + "/v1/embeddings";
+  req.headers = state_->Headers(true);
+  req.headers.Set("Accept", "application/json");
+  req.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  req.total_timeout = std::max(left, std::chrono::milliseconds(1));
+  req.first_byte_timeout = std::min(*req.total_timeout, o.first_byte_timeout);
+  auto resp = state_->client.Fetch(std::move(req));
+  if (!resp.ok()) {
+    state_->router->Release(*replica, OutcomeOf(resp.status()));
+    return resp.status();
+  }
+  if (resp->status != 200) {
+    state_->router->Release(*replica, OutcomeOfHttp(resp->status));
+    return upstream::UpstreamError(o.api, resp->status, resp->body);
+  }
+  state_->router->Release(*replica, Outcome::kSuccess);
+  const auto bad = [](std::string_view why) {
+    return util::InternalError(fmt::format("the upstream's embeddings answer {}", why))
+        .WithReason(util::ErrorReason::kUpstreamProtocol);
+  };
+  nlohmann::json j = nlohmann::json::parse(resp->body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("data") || !j["data"].is_array()) return bad("has no data");
+  EmbeddingResult out;
+  out.embeddings.resize(input.size());
+  size_t filled = 0;
+  for (const auto& item : j["data"]) {
+    if (!item.is_object() || !item.contains("embedding") || !item["embedding"].is_array()) {
+      return bad("has an item without an embedding array");
+    }
+    size_t index = filled;
+    if (item.contains("index") && item["index"].is_number_unsigned()) {
+      index = item["index"].get<size_t>();
+    }
+    if (index >= out.embeddings.size() || !out.embeddings[index].empty()) {
+      return bad("has an index out of range or twice");
+    }
+    std::vector<float>& v = out.embeddings[index];
+    for (const auto& x : item["embedding"]) {
+      if (!x.is_number()) return bad("has a non-number in an embedding");
+      v.push_back(x.get<float>());
+    }
+    ++filled;
+  }
+  if (filled != input.size()) return bad("has fewer embeddings than inputs");
+  if (j.contains("usage") && j["usage"].is_object() && j["usage"].contains("prompt_tokens") &&
+      j["usage"]["prompt_tokens"].is_number_integer()) {
+    out.prompt_tokens = j["usage"]["prompt_tokens"].get<int32_t>();
+  }
+  return out;
+}
+
+}  // namespace strata::backend
