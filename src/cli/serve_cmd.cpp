@@ -9,12 +9,16 @@
 // function below with its contract.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -80,6 +84,7 @@ struct ServeFlags {
   int32_t rt_calm = 10;
   double rt_dwell_s = 10;
   double rt_kv_pressure = 0.1;
+  std::string rt_fallback;  // the model id of levels marked FALLBACK
 };
 
 // The RT-Switcher's options from the flags; InvalidArgument naming the flag
@@ -190,13 +195,19 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
     return util::InvalidArgumentError(
         fmt::format("--rt-switcher '{}' is not on or off", f.rt_switcher));
   }
-  if (f.rt_switcher == "on" && f.model.empty() && !f.backends.specs.empty()) {
-    return util::InvalidArgumentError(
-        "--rt-switcher on steers the embedded engine: add -m MODEL (remote backends alone are "
-        "not switched yet)");
-  }
   ServePlan plan;
   STRATA_ASSIGN_OR_RETURN(plan.rt, RtOptions(f));
+  const bool marks_fallback =
+      std::any_of(plan.rt.switcher.levels.begin(), plan.rt.switcher.levels.end(),
+                  [](const gateway::Policy& p) { return p.use_fallback; });
+  if (marks_fallback && f.rt_fallback.empty()) {
+    return util::InvalidArgumentError(
+        "--rt-levels marks a level FALLBACK: name the model it sends requests to with "
+        "--rt-fallback");
+  }
+  if (!f.rt_fallback.empty() && f.rt_switcher != "on") {
+    return util::InvalidArgumentError("--rt-fallback needs --rt-switcher on");
+  }
   const std::optional<cache::PolicyKind> l2_policy = cache::ParsePolicyKind(f.l2_policy);
   if (!l2_policy) {
     return util::InvalidArgumentError(
@@ -348,7 +359,7 @@ util::StatusOr<BuiltEngine> BuildEngine(const ServeFlags& f, const ServePlan& pl
 }
 
 // The RT-Switcher with --rt-switcher on, nullptr with off. It must outlive the
-// scheduler (whose thread owns it) and the gateway.
+// scheduler (whose thread evaluates it), its ticker and the gateway.
 util::StatusOr<std::unique_ptr<gateway::RtControl>> StartRtSwitcher(const ServeFlags& f,
                                                                     const ServePlan& plan,
                                                                     obs::MetricsRegistry& metrics,
@@ -397,6 +408,7 @@ util::StatusOr<gateway::GatewayOptions> GatewayOptionsFor(const ServeFlags& f, i
   go.coalesce = f.coalesce;
   STRATA_RETURN_IF_ERROR(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, go.l1_seed, go));
   go.rt_control = rt;
+  go.rt_fallback_model = f.rt_fallback;
   return go;
 }
 
@@ -407,30 +419,57 @@ struct LocalServing {
   OpenedModel opened;
   std::unique_ptr<ModelGuard> guard;
   BuiltEngine eng;
-  std::unique_ptr<gateway::RtControl> rt;
   std::unique_ptr<engine::Scheduler> sched;
   std::unique_ptr<backend::LocalBackend> backend;
+};
+
+// Evaluates the RT-Switcher once per interval when no scheduler does (remote
+// backends only): their runs report latencies into it and take its terms,
+// and its levels must move while traffic flows. Joins on destruction.
+class RtTicker {
+ public:
+  explicit RtTicker(gateway::RtControl& rt)
+      : rt_(rt), thread_([this] {
+          std::unique_lock<std::mutex> lock(mu_);
+          while (!cv_.wait_for(lock, rt_.idle_tick(), [this] { return stop_; })) {
+            lock.unlock();
+            (void)rt_.BeforeAdmission(engine::SchedulerStats{});
+            lock.lock();
+          }
+        }) {}
+  ~RtTicker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  gateway::RtControl& rt_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;   // guarded by mu_
+  std::thread thread_;  // last: starts once the members above exist
 };
 
 // Whether this server runs the embedded engine: with -m, or when no
 // --backend names another model server.
 bool ServesLocal(const ServeFlags& f) { return !f.model.empty() || f.backends.specs.empty(); }
 
-// Loads the model and starts the engine, the RT-Switcher and the scheduler
-// under the local backend (named by --alias, else the file's stem); errors
-// as each step reports them.
-util::StatusOr<std::unique_ptr<LocalServing>> StartLocal(const Env& env, const ServeFlags& f,
-                                                         const ServePlan& plan,
-                                                         obs::MetricsRegistry& metrics,
-                                                         const util::Clock& clock,
-                                                         util::Logger& log) {
+// Loads the model and starts the engine and the scheduler (steered by `rt`
+// when not null; it must outlive the scheduler) under the local backend
+// (named by --alias, else the file's stem); errors as each step reports them.
+util::StatusOr<std::unique_ptr<LocalServing>> StartLocal(
+    const Env& env, const ServeFlags& f, const ServePlan& plan, gateway::RtControl* rt,
+    obs::MetricsRegistry& metrics, const util::Clock& clock, util::Logger& log) {
   auto l = std::make_unique<LocalServing>();
   STRATA_ASSIGN_OR_RETURN(l->opened, OpenModel(env, f.model, log));
   const model::Model& m = *l->opened.model;
   l->guard = std::make_unique<ModelGuard>(m.gguf().file());
   STRATA_ASSIGN_OR_RETURN(l->eng, BuildEngine(f, plan, m, clock, log));
-  STRATA_ASSIGN_OR_RETURN(l->rt, StartRtSwitcher(f, plan, metrics, clock, log));
-  STRATA_ASSIGN_OR_RETURN(l->sched, StartScheduler(f, *l->eng.engine, l->rt.get(), *l->guard, log));
+  STRATA_ASSIGN_OR_RETURN(l->sched, StartScheduler(f, *l->eng.engine, rt, *l->guard, log));
   const int32_t n_ctx = l->eng.options.n_ctx;
   backend::LocalOptions lo;
   lo.name = f.alias.empty() ? std::filesystem::path(l->opened.path).stem().string() : f.alias;
@@ -527,8 +566,9 @@ int ShutDown(bool clean, const ServeFlags& f, server::HttpServer& srv, LocalServ
 }
 
 // Start-up and shutdown in the order of the file comment. Locals are
-// destroyed in reverse: gateway, remote backends, the local engine's parts,
-// server, metrics, each after everything that borrows it.
+// destroyed in reverse: gateway, remote backends, the RT-Switcher's ticker,
+// the local engine's parts, the RT-Switcher, server, metrics, each after
+// everything that borrows it.
 int RunServe(const Env& env, const ServeFlags& f) {
   auto log = MakeLogger(f.log_level);
   auto plan = ValidateFlags(f);
@@ -543,14 +583,17 @@ int RunServe(const Env& env, const ServeFlags& f) {
   obs::MetricsRegistry metrics;
   auto srv = StartListening(f, std::move(keys).value(), metrics, clock, *log);
   if (!srv.ok()) return ReportError(srv.status());
-  auto local = ServesLocal(f) ? StartLocal(env, f, *plan, metrics, clock, *log)
+  auto rt = StartRtSwitcher(f, *plan, metrics, clock, *log);
+  if (!rt.ok()) return ReportError(rt.status());
+  auto local = ServesLocal(f) ? StartLocal(env, f, *plan, rt->get(), metrics, clock, *log)
                               : util::StatusOr<std::unique_ptr<LocalServing>>(nullptr);
   if (!local.ok()) return ReportError(local.status());
+  const auto ticker = *rt && !*local ? std::make_unique<RtTicker>(**rt) : nullptr;
   auto remotes =
       StartRemoteBackends(f.backends, std::move(remote_options).value(), metrics, clock, *log);
   if (!remotes.ok()) return ReportError(remotes.status());
   LocalServing* l = local->get();
-  auto go = GatewayOptionsFor(f, l ? l->eng.options.n_ctx : 0, l ? l->rt.get() : nullptr, clock);
+  auto go = GatewayOptionsFor(f, l ? l->eng.options.n_ctx : 0, rt->get(), clock);
   if (!go.ok()) return UsageError(go.status().message());  // ValidateFlags: does not happen
   auto gw = BuildGateway(l, *remotes, metrics, *go, clock, *log);
   if (!gw.ok()) return ReportError(gw.status());
@@ -623,9 +666,9 @@ Command RegisterServe(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--rt-levels", f->rt_levels,
                   "RT-Switcher levels, best first: "
-                  "TRACE_RATE:entropy|topk:MAX_BATCH:MAX_TOKENS_CAP[:MAX_QUEUE_WAIT_S],... (0 = no "
-                  "cap; the queue wait limits how long waiting requests may take to start, by "
-                  "refusing new ones)")
+                  "TRACE_RATE:entropy|topk:MAX_BATCH:MAX_TOKENS_CAP[:MAX_QUEUE_WAIT_S[:FALLBACK]],"
+                  "... (0 = no cap; the queue wait limits how long waiting requests may take to "
+                  "start, by refusing new ones; FALLBACK 1 sends requests to --rt-fallback)")
       ->capture_default_str();
   cmd->add_option("--rt-interval", f->rt_interval_s, "RT-Switcher evaluation interval, seconds")
       ->capture_default_str();
@@ -649,6 +692,9 @@ Command RegisterServe(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--rt-dwell", f->rt_dwell_s, "Seconds between two switches at least")
       ->capture_default_str();
+  cmd->add_option("--rt-fallback", f->rt_fallback,
+                  "Model id (a --backend-name, or the local model) that requests for other models "
+                  "go to at the levels marked FALLBACK (e.g. a smaller model)");
   cmd->add_option("--rt-kv-pressure", f->rt_kv_pressure,
                   "Free KV fraction below which a degraded level tightens its caps (0 = never)")
       ->capture_default_str();

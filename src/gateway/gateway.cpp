@@ -216,8 +216,18 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(std::vector<backend::Ba
   }
   std::unique_ptr<Gateway> g(new Gateway(std::move(backends), options, clock, log));
   g->metrics_ = std::make_shared<GatewayMetrics>(metrics);
-  if (options.rt_control != nullptr)
+  if (options.rt_control != nullptr) {
     g->governor_ = std::make_unique<RtGovernor>(*options.rt_control);
+  }
+  if (!options.rt_fallback_model.empty() && g->Find(options.rt_fallback_model) == nullptr) {
+    return InvalidArgumentError(fmt::format("the RT-Switcher's fallback model '{}' is not served",
+                                            options.rt_fallback_model));
+  }
+  g->fallbacks_ = &metrics
+                       .Counter("strata_rt_fallback_total",
+                                "Requests the RT-Switcher sent to the fallback model instead of "
+                                "the one they named.")
+                       .With({});
   STRATA_ASSIGN_OR_RETURN(g->tiers_, ResponseTiers::Create(options, metrics, clock, log));
   return g;
 }
@@ -307,16 +317,22 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
     return util::NotFoundError(fmt::format("model '{}' does not exist", r.model))
         .WithReason(util::ErrorReason::kModelNotFound);
   }
+  // Under sustained breach the level may send every request to a cheaper
+  // model; its answer is that model's (keyed, cached and logged as such).
+  if (!options_.rt_fallback_model.empty() && options_.rt_control != nullptr &&
+      options_.rt_control->RoutesToFallback() && b->name() != options_.rt_fallback_model) {
+    log_.Debug("[{}] RT-Switcher level {}: '{}' served by the fallback '{}'", r.request_id,
+               options_.rt_control->level(), b->name(), options_.rt_fallback_model);
+    b = Find(options_.rt_fallback_model);
+    fallbacks_->Inc();
+  }
   STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const backend::Prepared> prepared, b->Prepare(r));
   metrics_->prompt_tokens.Inc(prepared->prompt_tokens);
   ResponseTiers::Admission a = tiers_->Admit(r, *b, *prepared);
   if (a.answer) return std::move(a.answer);
   auto sink = std::make_shared<ReportingSink>(a.flight, metrics_, log_, r.request_id, r.session_id,
                                               prepared->max_tokens);
-  // The RT-Switcher lives on the scheduler thread: only the local engine's
-  // choices (admitted there) take its terms.
-  backend::Governor* governor = b->kind() == "local" ? governor_.get() : nullptr;
-  auto run = b->Start(r, prepared, std::move(sink), governor);
+  auto run = b->Start(r, prepared, std::move(sink), governor_.get());
   if (!run.ok()) {
     tiers_->Abort(a, run.status());
     return run.status();

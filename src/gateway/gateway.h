@@ -139,6 +139,9 @@ struct GatewayOptions {
   // set, each choice takes the policy in force when the scheduler admits it
   // (sampling tier, max_tokens cap, traced or not) and reports its latency.
   RtControl* rt_control = nullptr;
+  // The model id requests for any other model go to while the RT-Switcher's
+  // level says so (Policy::use_fallback); "" = none. Must be a served model.
+  std::string rt_fallback_model;
 };
 
 // The normalised request and its events are the backends' (backend/backend.h).
@@ -248,6 +251,7 @@ class Gateway {
   util::Logger& log_;
   std::shared_ptr<GatewayMetrics> metrics_;  // shared with running flights' sinks
   std::unique_ptr<RtGovernor> governor_;     // the RT-Switcher as the backends see it
+  obs::CounterValue* fallbacks_ = nullptr;   // strata_rt_fallback_total
   std::shared_ptr<ResponseTiers> tiers_;     // shared with running flights
 };
 

@@ -127,6 +127,8 @@ std::chrono::milliseconds RtControl::idle_tick() const {
 
 int32_t RtControl::level() const { return switcher_->current()->level; }
 
+bool RtControl::RoutesToFallback() const { return switcher_->current()->use_fallback; }
+
 double RtControl::AdmissionRate() const {
   if (admitted_.empty()) return 0;
   int64_t n = 0;
@@ -172,6 +174,7 @@ void RtControl::GuardStepUp(std::chrono::steady_clock::time_point now) {
 }
 
 engine::AdmissionLimits RtControl::BeforeAdmission(const engine::SchedulerStats& stats) {
+  std::lock_guard<std::mutex> lock(mu_);
   const auto now = clock_.Now();
   // Refusals since the last call (the scheduler counts them on the threads that submit).
   if (refused_seen_ >= 0 && stats.refused > refused_seen_) {
@@ -210,6 +213,7 @@ engine::AdmissionLimits RtControl::BeforeAdmission(const engine::SchedulerStats&
 }
 
 RtControl::Admission RtControl::Admit() {
+  std::lock_guard<std::mutex> lock(mu_);
   ++admitted_open_;
   Admission a;
   a.policy = policy_;
@@ -222,10 +226,12 @@ RtControl::Admission RtControl::Admit() {
 }
 
 void RtControl::ObserveTtft(std::chrono::nanoseconds ttft) {
+  std::lock_guard<std::mutex> lock(mu_);
   Apply(switcher_->Observe(gateway::LatencySignal::kTtft, ttft, clock_.Now()));
 }
 
 void RtControl::ObserveTpot(std::chrono::nanoseconds tpot) {
+  std::lock_guard<std::mutex> lock(mu_);
   Apply(switcher_->Observe(gateway::LatencySignal::kTpot, tpot, clock_.Now()));
 }
 

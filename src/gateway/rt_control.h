@@ -37,9 +37,12 @@
 // bottom); see EffectivePolicy. Pressure ends when the free fraction is back
 // above 1.5 times that (hysteresis, so the caps do not flap with every step).
 //
-// Threading: owned by the scheduler thread: BeforeAdmission, Admit and the
-// Observe methods run there only (the scheduler calls the first, request
-// sinks the others, all on its thread). level() is thread-safe.
+// Threading: thread-safe. The scheduler thread calls BeforeAdmission (and,
+// without a scheduler, `strata serve`'s ticker does, once per idle_tick),
+// the local engine's choices Admit and Observe* there too; a remote
+// backend's runs call Admit on request threads and Observe* on the HTTP
+// client's I/O threads. One mutex serialises them all (held for the short
+// bookkeeping of each call; Apply's log lines are written under it).
 //
 // Usage (the composition root):
 //   STRATA_ASSIGN_OR_RETURN(auto rt, RtControl::Create({}, metrics, clock, log));
@@ -52,6 +55,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -97,7 +101,7 @@ class RtControl final : public engine::SchedulerControl {
   engine::AdmissionLimits BeforeAdmission(const engine::SchedulerStats& stats) override;
   std::chrono::milliseconds idle_tick() const override;
 
-  // The terms of a request admitted now (scheduler thread).
+  // The terms of a request admitted now.
   struct Admission {
     std::shared_ptr<const gateway::Policy> policy;  // immutable; kept by the request
     bool traced = false;  // drawn with probability policy->trace_sample_rate
@@ -105,12 +109,14 @@ class RtControl final : public engine::SchedulerControl {
   Admission Admit();
 
   // A choice's time to first token (submission to first token) and its mean
-  // time per output token after the first (scheduler thread).
+  // time per output token after the first.
   void ObserveTtft(std::chrono::nanoseconds ttft);
   void ObserveTpot(std::chrono::nanoseconds tpot);
 
   // The switcher's level (thread-safe).
   int32_t level() const;
+  // Whether the level in force sends requests to the fallback model.
+  bool RoutesToFallback() const;
 
  private:
   struct Metrics;
@@ -130,7 +136,7 @@ class RtControl final : public engine::SchedulerControl {
   const util::Clock& clock_;
   util::Logger& log_;
   std::unique_ptr<Metrics> metrics_;
-  // Owned by the scheduler thread.
+  std::mutex mu_;  // guards everything below
   std::unique_ptr<gateway::RtSwitcher> switcher_;
   util::Rng rng_;  // trace-sampling draws
   bool kv_pressure_ = false;

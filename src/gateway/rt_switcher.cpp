@@ -48,8 +48,8 @@ util::StatusOr<std::vector<Policy>> ParseLevels(std::string_view spec) {
       return util::InvalidArgumentError(fmt::format("rt levels: item {} '{}': {}", i, item, why));
     };
     const std::vector<std::string_view> f = split(item, ':');
-    if (f.size() != 4 && f.size() != 5) {
-      return bad("expected TRACE_RATE:TIER:MAX_BATCH:MAX_TOKENS_CAP[:MAX_QUEUE_WAIT_S]");
+    if (f.size() < 4 || f.size() > 6) {
+      return bad("expected TRACE_RATE:TIER:MAX_BATCH:MAX_TOKENS_CAP[:MAX_QUEUE_WAIT_S[:FALLBACK]]");
     }
     Policy p;
     p.level = static_cast<int32_t>(i);
@@ -80,7 +80,13 @@ util::StatusOr<std::vector<Policy>> ParseLevels(std::string_view spec) {
     };
     STRATA_RETURN_IF_ERROR(integer(f[2], "max batch", 65536, p.max_batch_size));
     STRATA_RETURN_IF_ERROR(integer(f[3], "max_tokens cap", 1 << 30, p.max_tokens_cap));
-    if (f.size() == 5) {
+    if (f.size() == 6) {
+      if (f[5] != "0" && f[5] != "1") {
+        return bad(fmt::format("fallback '{}' is not 0 or 1", f[5]));
+      }
+      p.use_fallback = f[5] == "1";
+    }
+    if (f.size() >= 5) {
       const std::string w(f[4]);
       char* e = nullptr;
       p.max_queue_wait_s = std::strtod(w.c_str(), &e);
@@ -100,6 +106,7 @@ std::string FormatLevels(const std::vector<Policy>& levels) {
     if (!out.empty()) out += ',';
     out += fmt::format("{}:{}:{}:{}:{}", p.trace_sample_rate, SamplingTierName(p.sampling_tier),
                        p.max_batch_size, p.max_tokens_cap, p.max_queue_wait_s);
+    if (p.use_fallback) out += ":1";
   }
   return out;
 }

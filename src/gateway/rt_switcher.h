@@ -99,6 +99,9 @@ struct Policy {
   // admitted at the recent admission rate (so a queue never holds more wait
   // than this; under overload a long queue adds latency, not throughput).
   double max_queue_wait_s = 0;
+  // Requests for any other model go to the fallback model (`strata serve
+  // --rt-fallback`, e.g. a smaller one) while this level is in force.
+  bool use_fallback = false;
 };
 
 // The default ladder: {1.0, entropy-targeted, no caps} -> {0.5, top-k, batch
@@ -107,8 +110,9 @@ struct Policy {
 std::vector<Policy> DefaultLevels();
 
 // Levels from text, one per comma-separated item, level 0 first:
-// "TRACE_RATE:TIER:MAX_BATCH:MAX_TOKENS_CAP[:MAX_QUEUE_WAIT_S]" with TIER
-// "entropy" or "topk" and 0 meaning no cap (or limit), e.g.
+// "TRACE_RATE:TIER:MAX_BATCH:MAX_TOKENS_CAP[:MAX_QUEUE_WAIT_S[:FALLBACK]]" with
+// TIER "entropy" or "topk", 0 meaning no cap (or limit), and FALLBACK 1 to
+// send requests to the fallback model at that level (0, the default, not), e.g.
 // "1:entropy:0:0:0,0.5:topk:32:1024:1,0.1:topk:8:256:0.5" (the default
 // ladder). InvalidArgument naming the item and field otherwise.
 util::StatusOr<std::vector<Policy>> ParseLevels(std::string_view spec);

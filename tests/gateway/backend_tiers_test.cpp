@@ -43,7 +43,7 @@ class ScriptedBackend final : public backend::Backend {
                                                       std::shared_ptr<backend::Sink> sink,
                                                       backend::Governor* governor) override {
     starts_.fetch_add(1);
-    saw_governor_ = saw_governor_ || governor != nullptr;
+    terms_ = governor != nullptr ? governor->Admit().describe : "";
     const std::string text = "echo: " + r.messages.back().content;
     if (fail_next_.exchange(false)) {
       Finish(
@@ -66,7 +66,8 @@ class ScriptedBackend final : public backend::Backend {
   bool defers_stream_head() const override { return true; }
 
   int starts() const { return starts_.load(); }
-  bool saw_governor() const { return saw_governor_; }
+  // The terms the RT-Switcher gave the last run ("" = no switcher).
+  const std::string& terms() const { return terms_; }
   void FailNext() { fail_next_.store(true); }
   void Hold() { hold_.store(true); }
   void ReleaseHeld() {
@@ -122,7 +123,7 @@ class ScriptedBackend final : public backend::Backend {
   std::atomic<int> starts_{0};
   std::atomic<bool> fail_next_{false};
   std::atomic<bool> hold_{false};
-  bool saw_governor_ = false;
+  std::string terms_;
   std::mutex mu_;
   std::vector<Held> held_;  // guarded by mu_
 };
@@ -272,9 +273,9 @@ TEST_F(BackendTiersTest, IdenticalRemoteRequestsInFlightShareOneUpstreamCall) {
   EXPECT_EQ(a_.starts(), 1);
 }
 
-TEST_F(BackendTiersTest, TheLocalEnginesGovernorIsNotHandedToARemoteBackend) {
-  // The RT-Switcher lives on the scheduler thread: a remote backend's runs,
-  // started on request threads, must not call it.
+TEST_F(BackendTiersTest, TheRtSwitcherGivesARemoteBackendsRunsTheirTerms) {
+  // A remote backend's runs take the level's terms (its max_tokens cap,
+  // trace sampling) from request threads: the switcher is thread-safe.
   obs::MetricsRegistry metrics;
   auto rt = RtControl::Create({}, metrics, clock_, *log_);
   ASSERT_TRUE(rt.ok()) << rt.status().ToString();
@@ -285,7 +286,34 @@ TEST_F(BackendTiersTest, TheLocalEnginesGovernorIsNotHandedToARemoteBackend) {
   auto gen = (*g)->Start(Chat("q"));
   ASSERT_TRUE(gen.ok());
   EXPECT_EQ(a_.starts(), 1);
-  EXPECT_FALSE(a_.saw_governor());
+  EXPECT_EQ(a_.terms(), " rt_level=0 sampling=entropy max_tokens_cap=0");
+  // The fixture's gateway runs without a switcher: no terms.
+  (void)Run(Chat("another"));
+  EXPECT_EQ(a_.terms(), "");
+}
+
+TEST_F(BackendTiersTest, ALevelMarkedFallbackSendsRequestsToTheFallbackModel) {
+  obs::MetricsRegistry metrics;
+  RtControlOptions ro;
+  auto levels = ParseLevels("1:entropy:0:0:0:1");  // one level, and it falls back
+  ASSERT_TRUE(levels.ok()) << levels.status().ToString();
+  ro.switcher.levels = *levels;
+  auto rt = RtControl::Create(ro, metrics, clock_, *log_);
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  GatewayOptions go;
+  go.rt_control = rt->get();
+  go.rt_fallback_model = "b";
+  auto g = Gateway::Create({&a_, &b_}, metrics, go, clock_, *log_);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto gen = (*g)->Start(Chat("q", "a"));
+  ASSERT_TRUE(gen.ok());
+  EXPECT_EQ(a_.starts(), 0);
+  EXPECT_EQ(b_.starts(), 1);
+  EXPECT_NE(metrics.Render().find("strata_rt_fallback_total 1"), std::string::npos);
+  // The fallback must be served.
+  go.rt_fallback_model = "c";
+  obs::MetricsRegistry other;
+  EXPECT_FALSE(Gateway::Create({&a_, &b_}, other, go, clock_, *log_).ok());
 }
 
 }  // namespace

@@ -308,6 +308,12 @@ TEST(RtSwitcher, LevelsRoundTripThroughTheirTextForm) {
   auto four = ParseLevels("1:entropy:0:0,0.5:topk:32:1024");
   ASSERT_TRUE(four.ok()) << four.status().ToString();
   EXPECT_EQ((*four)[1].max_queue_wait_s, 0.0);
+  // A sixth field marks a level that sends requests to the fallback model.
+  auto six = ParseLevels("1:entropy:0:0:0,0.1:topk:8:256:0.5:1");
+  ASSERT_TRUE(six.ok()) << six.status().ToString();
+  EXPECT_FALSE((*six)[0].use_fallback);
+  EXPECT_TRUE((*six)[1].use_fallback);
+  EXPECT_EQ(FormatLevels(*six), "1:entropy:0:0:0,0.1:topk:8:256:0.5:1");
   RtSwitcherOptions o = TestOptions();
   o.levels = *parsed;
   EXPECT_TRUE(RtSwitcher::Create(o, kStart).ok());
@@ -323,6 +329,7 @@ TEST(RtSwitcher, BadLevelTextNamesTheItemAndField) {
   EXPECT_NE(why("1:entropy:0:x").find("max_tokens cap 'x'"), std::string::npos);
   EXPECT_NE(why("1:entropy:0").find("expected TRACE_RATE:TIER"), std::string::npos);
   EXPECT_NE(why("1:entropy:0:0:-1").find("max queue wait '-1'"), std::string::npos);
+  EXPECT_NE(why("1:entropy:0:0:0:2").find("fallback '2'"), std::string::npos);
 }
 
 TEST(RtSwitcher, RefusalsAreABreachWhateverTheLatency) {
