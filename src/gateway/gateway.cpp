@@ -110,13 +110,14 @@ class ReportingSink final : public backend::Sink {
  public:
   ReportingSink(std::shared_ptr<Flight> flight, std::shared_ptr<GatewayMetrics> metrics,
                 util::Logger& log, std::string request_id, std::string session_id,
-                int32_t max_tokens)
+                int32_t max_tokens, bool prompt_from_usage)
       : flight_(std::move(flight)),
         metrics_(std::move(metrics)),
         log_(log),
         request_id_(std::move(request_id)),
         session_id_(std::move(session_id)),
-        max_tokens_(max_tokens) {}
+        max_tokens_(max_tokens),
+        prompt_from_usage_(prompt_from_usage) {}
 
   void Push(Event e) override {
     if (e.kind == Event::Kind::kFinish) Report(e);
@@ -140,6 +141,8 @@ class ReportingSink final : public backend::Sink {
       }
     }
     metrics_->generated_tokens.Inc(e.usage.completion_tokens);
+    // A remote prompt's size is known from the upstream's usage (once per request).
+    if (prompt_from_usage_ && e.index == 0) metrics_->prompt_tokens.Inc(e.usage.prompt_tokens);
     metrics_->finished.With({std::string(backend::FinishReasonLabel(e.finish))}).Inc();
     if (e.traced) Trace(e);
   }
@@ -172,6 +175,7 @@ class ReportingSink final : public backend::Sink {
   const std::string request_id_;
   const std::string session_id_;
   const int32_t max_tokens_;
+  const bool prompt_from_usage_;  // Prepare did not know the prompt's size
 };
 
 }  // namespace
@@ -331,7 +335,7 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   ResponseTiers::Admission a = tiers_->Admit(r, *b, *prepared);
   if (a.answer) return std::move(a.answer);
   auto sink = std::make_shared<ReportingSink>(a.flight, metrics_, log_, r.request_id, r.session_id,
-                                              prepared->max_tokens);
+                                              prepared->max_tokens, prepared->prompt_tokens == 0);
   auto run = b->Start(r, prepared, std::move(sink), governor_.get());
   if (!run.ok()) {
     tiers_->Abort(a, run.status());
