@@ -222,7 +222,7 @@ Status MidStreamError(Api api, const Json& error) {
 
 // --- Finishes ----------------------------------------------------------------
 
-Finishes::Finishes(int32_t n) : choices_(static_cast<size_t>(std::max(n, 1))) {}
+Finishes::Finishes(int32_t n) : choices_(static_cast<size_t>(std::clamp(n, 1, kMaxChoices))) {}
 
 int32_t Finishes::first_unfinished() const {
   for (int32_t i = 0; i < n(); ++i) {

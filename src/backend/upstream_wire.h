@@ -25,9 +25,10 @@
 //   caller may still retry elsewhere. Bytes that are not what the API
 //   defines (malformed JSON, a wrong type, a choice index out of range, an
 //   event over max_event_bytes, a body that ends early) are a Status with
-//   reason kUpstreamProtocol: never a crash, and memory stays within a
-//   small multiple of max_event_bytes. Text is valid UTF-8 (invalid bytes
-//   become U+FFFD).
+//   reason kUpstreamProtocol: never a crash. Memory is bounded: the bytes
+//   of one Feed call, one unfinished event (at most max_event_bytes) and
+//   the JSON of one event while it is read (at most ~20 times its size).
+//   Text is valid UTF-8 (invalid bytes become U+FFFD).
 // - UpstreamError turns an upstream's error answer into a Status by its HTTP
 //   status, quoting the upstream's own message (at most ~300 bytes of valid
 //   UTF-8, control characters as spaces); nothing else of the body, never a
@@ -96,6 +97,9 @@ struct Call {
 // a system message after the conversation began cannot be carried).
 util::StatusOr<Call> RenderRequest(Api api, const Request& r, const RenderOptions& o);
 
+// The most choices a decoder keeps track of (a request's n is at most 128).
+inline constexpr int32_t kMaxChoices = 1024;
+
 namespace internal {
 class DecoderCore;
 }
@@ -105,8 +109,8 @@ class DecoderCore;
 class StreamDecoder {
  public:
   // `chat`: OpenAI's chat stream, else its /v1/completions stream (ignored
-  // for Anthropic). `n_choices`: the choices the request asked for (at
-  // least 1; Anthropic always has one). `stops`: the request's stop strings
+  // for Anthropic). `n_choices`: the choices the request asked for
+  // (1 to kMaxChoices, clamped; Anthropic always has one). `stops`: the request's stop strings
   // (an OpenAI upstream that reports the matched one as vLLM's "stop_reason"
   // gives kStopString). `max_event_bytes`: the largest SSE event accepted.
   StreamDecoder(Api api, bool chat, int32_t n_choices, std::vector<std::string> stops,

@@ -210,6 +210,16 @@ TEST(DecodeOpenAI, ChoiceIndexOutOfRangeIsAProtocolError) {
   EXPECT_TRUE(d.complete);
 }
 
+TEST(DecodeOpenAI, ChoiceCountsOutsideTheRangeAreClamped) {
+  const std::string one =
+      Sse(R"({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]})") + Sse("[DONE]");
+  EXPECT_TRUE(Decode({.n = 0}, one).error.ok());
+  StreamDecoder d(Api::kOpenAI, true, 1 << 30, {});
+  std::vector<Event> events;
+  d.Fail(util::CancelledError("client left"), &events);
+  EXPECT_EQ(events.size(), static_cast<size_t>(kMaxChoices));
+}
+
 // --- errors and broken streams ----------------------------------------------------
 
 TEST(DecodeOpenAI, AnErrorMidStreamEndsEveryUnfinishedChoiceWithItsStatus) {
