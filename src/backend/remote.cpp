@@ -411,7 +411,11 @@ void HealthTick(std::weak_ptr<RemoteBackend::State> weak) {
     cb.on_head = [status](const net::ClientResponseHead& h) { *status = h.status; };
     cb.on_done = [weak, replica, status](const util::Status& st) {
       if (auto alive = weak.lock()) {
-        alive->router->ReportProbe(replica, st.ok() && *status >= 200 && *status < 300);
+        // 401 and 403 refuse strata's credential, not the replica's health
+        // (a request's outcome then is neutral too): ejecting it would turn
+        // that clear 502 into "no replica" 503s.
+        const bool up = (*status >= 200 && *status < 300) || *status == 401 || *status == 403;
+        alive->router->ReportProbe(replica, st.ok() && up);
       }
     };
     s->client.Start(std::move(req), std::move(cb));
