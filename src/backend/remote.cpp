@@ -237,6 +237,7 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
     std::lock_guard<std::mutex> lock(mu_);
     call_.reset();
     if (done_) {
+      // Released when the last choice finished (DeliverLocked).
       if (replica_ >= 0) Release(Outcome::kNeutral);
       return;
     }
@@ -345,8 +346,17 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
           s_->prompt_tokens->Inc(e.usage.prompt_tokens);
           s_->cached_tokens->Inc(e.usage.cached_tokens);
           s_->cache_write_tokens->Inc(e.usage.cache_write_tokens);
+        } else if (finish_error_.ok()) {
+          finish_error_ = e.status;
         }
-        if (++finished_ == n_choices_) done_ = true;
+        if (++finished_ == n_choices_) {
+          done_ = true;
+          // Every choice is answered: the replica is free before the client
+          // hears so (a client's next request must not find this one still
+          // outstanding, whatever of the stream, "[DONE]", is still on its
+          // way), and its breaker learns how the answer ended.
+          Release(finish_error_.ok() ? Outcome::kSuccess : OutcomeOf(finish_error_));
+        }
       }
       sink_->Push(std::move(e));
     }
@@ -374,6 +384,7 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
   std::string error_body_;
   std::string whole_body_;
   util::Status protocol_error_;
+  util::Status finish_error_;  // the first choice that finished with an error
   bool cancelled_ = false;
   bool done_ = false;  // every choice finished
   int32_t finished_ = 0;
@@ -400,7 +411,11 @@ void HealthTick(std::weak_ptr<RemoteBackend::State> weak) {
     cb.on_head = [status](const net::ClientResponseHead& h) { *status = h.status; };
     cb.on_done = [weak, replica, status](const util::Status& st) {
       if (auto alive = weak.lock()) {
-        alive->router->ReportProbe(replica, st.ok() && *status >= 200 && *status < 300);
+        // 401 and 403 refuse strata's credential, not the replica's health
+        // (a request's outcome then is neutral too): ejecting it would turn
+        // that clear 502 into "no replica" 503s.
+        const bool up = (*status >= 200 && *status < 300) || *status == 401 || *status == 403;
+        alive->router->ReportProbe(replica, st.ok() && up);
       }
     };
     s->client.Start(std::move(req), std::move(cb));

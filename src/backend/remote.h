@@ -75,8 +75,11 @@ struct RemoteOptions {
   std::chrono::milliseconds first_byte_timeout{120'000};
   std::chrono::milliseconds total_timeout{600'000};
   // The prompt's leading bytes that decide its replica under affinity routing.
-  size_t affinity_prefix_bytes = 1024;            // [16, 1 MiB]
-  std::string health_path = "/v1/models";         // probed on each replica; "" = no active checks
+  size_t affinity_prefix_bytes = 1024;  // [16, 1 MiB]
+  // Probed on each replica (GET): 2xx is healthy, and so are 401 and 403
+  // (a refused credential is each request's error, not the replica's). ""
+  // = no active checks.
+  std::string health_path = "/v1/models";
   std::chrono::milliseconds probe_timeout{2000};  // one probe, in all
   uint64_t seed = 0;                              // the retry jitter's random stream
 };

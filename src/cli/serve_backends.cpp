@@ -100,7 +100,8 @@ void RegisterBackendFlags(CLI::App& cmd, BackendFlags& f) {
                  "Seconds a replica is first ejected for (doubling per ejection, at most 30x)")
       ->capture_default_str();
   cmd.add_option("--backend-health-path", f.health_path,
-                 "Path probed on each replica (GET, 2xx = healthy); empty = no active checks")
+                 "Path probed on each replica (GET; 2xx, 401 or 403 = healthy); empty = no "
+                 "active checks")
       ->capture_default_str();
   cmd.add_option("--backend-health-interval", f.health_interval_s,
                  "Seconds between two probes of a replica (0 = no active checks)")

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -15,63 +14,22 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "testing/raw_http.h"
+#include "testing/strata_process.h"
 
 namespace strata {
 namespace {
 
 using testing::RawClient;
 using testing::RawResponse;
+using testing::ReadAll;
+using testing::Spawn;
+using testing::WaitExit;
 using Clock = std::chrono::steady_clock;
-
-// The binary under test.
-std::string StrataBin() {
-  const char* bin = std::getenv("STRATA_BIN");
-  return bin ? bin : "build/release/strata";
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs the binary with `args`, output to `log`; returns the pid.
-pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    FILE* out = std::freopen(log.c_str(), "w", stdout);
-    (void)out;
-    ::dup2(STDOUT_FILENO, STDERR_FILENO);
-    const std::string bin = StrataBin();
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(bin.c_str()));
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-// Waits for `pid` up to `timeout`; its exit status, or -1 if still running.
-int WaitExit(pid_t pid, std::chrono::milliseconds timeout) {
-  const auto end = Clock::now() + timeout;
-  while (true) {
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) {
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    if (Clock::now() >= end) return -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-}
 
 std::string Request(const std::string& method, const std::string& path, const std::string& body,
                     const std::string& extra_headers = "") {
@@ -149,28 +107,9 @@ class ServeProcessTest : public ::testing::Test {
                                      "demo"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = Spawn(args, log_);
-    const auto end = Clock::now() + std::chrono::seconds(60);
-    while (Clock::now() < end) {
-      const std::string log = ReadAll(log_);
-      if (log.find("ready in") != std::string::npos) {
-        if (const int port = ListeningPort(log); port > 0) return port;
-      }
-      if (WaitExit(pid_, std::chrono::milliseconds(0)) >= 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    if (const int port = testing::WaitReady(pid_, log_); port > 0) return port;
     ADD_FAILURE() << "the server did not start:\n" << ReadAll(log_);
     return -1;
-  }
-
-  // The port of "listening on http://HOST:PORT" in a server's log, or -1.
-  static int ListeningPort(const std::string& log) {
-    const std::string mark = "listening on http://";
-    const size_t at = log.find(mark);
-    if (at == std::string::npos) return -1;
-    const size_t space = log.find(' ', at + mark.size());
-    const size_t colon = log.rfind(':', space);
-    if (space == std::string::npos || colon == std::string::npos || colon < at) return -1;
-    return std::atoi(log.substr(colon + 1, space - colon - 1).c_str());
   }
 
   // One request on a fresh connection and its response.
