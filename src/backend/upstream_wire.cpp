@@ -418,10 +418,25 @@ Status DecodeWholeResponse(Api api, bool chat, int32_t n_choices,
   return s;
 }
 
+namespace {
+
+// Whether a rejection says the prompt does not fit the upstream model's
+// context. OpenAI (and strata) answer with code "context_length_exceeded";
+// the Anthropic API has no code, its message says "prompt is too long";
+// strata's message in either API starts "context length exceeded"; vLLM's
+// (OpenAI's older one) says "maximum context length".
+bool IsContextOverflow(std::string_view code, std::string_view message) {
+  return code == "context_length_exceeded" || message.rfind("prompt is too long", 0) == 0 ||
+         message.rfind("context length exceeded", 0) == 0 ||
+         message.find("maximum context length") != std::string_view::npos;
+}
+
+}  // namespace
+
 Status UpstreamError(Api api, int http_status, std::string_view body) {
   using internal::Json;
   using internal::Member;
-  std::string message, type;
+  std::string message, type, code;
   // Error bodies are small; a large one is not an API's error JSON.
   if (body.size() <= (64u << 10)) {
     auto parsed = internal::ParseJson(body, "error body");
@@ -436,6 +451,9 @@ Status UpstreamError(Api api, int http_status, std::string_view body) {
       }
       if (const Json* t = Member(*holder, "type"); t != nullptr && t->is_string()) {
         type = t->get<std::string>();
+      }
+      if (const Json* c = Member(*holder, "code"); c != nullptr && c->is_string()) {
+        code = c->get<std::string>();
       }
     }
   }
@@ -453,8 +471,14 @@ Status UpstreamError(Api api, int http_status, std::string_view body) {
   } else if (!body.empty()) {
     what = fmt::format(" (a body of {} bytes that is not its API's error JSON)", body.size());
   }
-  return internal::FailureStatus(f, fmt::format("the {} upstream answered HTTP {}{}{}",
-                                                ApiName(api), http_status, label, what));
+  std::string text =
+      fmt::format("the {} upstream answered HTTP {}{}{}", ApiName(api), http_status, label, what);
+  if (f == internal::Failure::kRejected && IsContextOverflow(code, message)) {
+    // The client's own error, whichever server found it: the code it acts on.
+    return util::InvalidArgumentError(std::move(text))
+        .WithReason(util::ErrorReason::kContextLengthExceeded);
+  }
+  return internal::FailureStatus(f, std::move(text));
 }
 
 }  // namespace strata::backend::upstream

@@ -162,6 +162,11 @@ util::Status DecodeWholeResponse(Api api, bool chat, int32_t n_choices,
 //   503, 529             Unavailable         kUpstreamOverloaded
 //   other 5xx            Unavailable         kUpstreamError
 //   anything else        Unknown             kUpstreamError
+// A rejection (400, 404, 413, 422) saying that the prompt does not fit the
+// upstream model's context (OpenAI's code "context_length_exceeded",
+// Anthropic's "prompt is too long", strata's and vLLM's wording) is
+// InvalidArgument with kContextLengthExceeded instead, so the client gets
+// the code it would have got from the model's own server.
 // The message names the HTTP status and quotes the upstream's error message
 // when the body is an error JSON of either API (or vLLM's flat one).
 util::Status UpstreamError(Api api, int http_status, std::string_view body);

@@ -470,6 +470,38 @@ TEST(UpstreamError, QuotesTheUpstreamsOwnMessageInEitherApisShape) {
             std::string::npos);
 }
 
+TEST(UpstreamError, APromptThatDoesNotFitTheContextKeepsItsReasonInEitherApi) {
+  const std::string_view bodies[][2] = {
+      // OpenAI's (and strata's) code.
+      {"openai", R"({"error":{"message":"too long","type":"invalid_request_error",)"
+                 R"("param":"messages","code":"context_length_exceeded"}})"},
+      // The Anthropic API's wording; strata's in its Anthropic shape.
+      {"anthropic", R"({"type":"error","error":{"type":"invalid_request_error",)"
+                    R"("message":"prompt is too long: 204533 tokens > 200000 maximum"}})"},
+      {"anthropic", R"({"type":"error","error":{"type":"invalid_request_error",)"
+                    R"("message":"context length exceeded: the prompt has 9 tokens"}})"},
+      // vLLM's flat shape.
+      {"openai", R"({"object":"error","message":"This model's maximum context length is 2048 )"
+                 R"(tokens. However, you requested 4000 tokens","type":"BadRequestError",)"
+                 R"("code":400})"},
+  };
+  for (const auto& [api_name, body] : bodies) {
+    const Api api = *ParseApi(api_name);
+    const util::Status s = UpstreamError(api, 400, body);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << body;
+    EXPECT_EQ(s.reason(), ErrorReason::kContextLengthExceeded) << body;
+    EXPECT_NE(s.message().find("HTTP 400"), std::string::npos) << s.message();
+  }
+  // Only a rejection: the same words in a 500 are the upstream's failure.
+  EXPECT_EQ(UpstreamError(Api::kOpenAI, 500, bodies[0][1]).reason(), ErrorReason::kUpstreamError);
+  // Another rejection stays one.
+  EXPECT_EQ(UpstreamError(Api::kAnthropic, 400,
+                          R"({"type":"error","error":{"type":"invalid_request_error",)"
+                          R"("message":"max_tokens: field required"}})")
+                .reason(),
+            ErrorReason::kUpstreamRejected);
+}
+
 TEST(UpstreamError, ABodyThatIsNotErrorJsonIsNotQuoted) {
   const util::Status s = UpstreamError(Api::kOpenAI, 502, "<html>Bad Gateway</html>");
   EXPECT_EQ(s.message(),

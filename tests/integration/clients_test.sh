@@ -5,6 +5,15 @@
 # Node's test runner. Run by ctest from the repository root:
 #   tests/integration/clients_test.sh path/to/strata
 #
+# Three configurations, one after the other, each with its own servers:
+#   direct     the SDKs talk to `strata serve -m MODEL --alias test-model`
+#   openai     ... to a front `strata serve --backend openai:URL` whose
+#              upstream is that server (the front speaks OpenAI to it)
+#   anthropic  the same with `--backend anthropic:URL` (Anthropic Messages)
+# The tests learn which from STRATA_CHAIN and skip, naming why, only what
+# that chain cannot carry; chain.test.js runs in the chains only.
+# STRATA_CLIENTS_CHAINS="direct openai" runs a subset.
+#
 # Needs npm and the npm registry (`npm ci`), and node >= 20.10 (where the
 # machine's node is older, as Debian 12's 18 is, a node 22 binary is taken
 # from the npm registry); without them it fails with a message saying so, it
@@ -20,7 +29,7 @@ STRATA="$(cd "$(dirname "$STRATA")" && pwd)/$(basename "$STRATA")"
 ROOT="$(pwd)"
 CLIENTS="$ROOT/tests/integration/clients"
 tmp=$(mktemp -d)
-server_pid=""
+pids=()  # every server started, killed on exit if still running
 
 die() {
   echo "FAIL: $*" >&2
@@ -28,10 +37,13 @@ die() {
 }
 
 cleanup() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -KILL "$server_pid" 2>/dev/null
-    wait "$server_pid" 2>/dev/null
-  fi
+  local pid
+  for pid in ${pids[@]+"${pids[@]}"}; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+    fi
+  done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -92,74 +104,141 @@ if [ -z "$model" ] || [ "$model" = synthetic ]; then
 fi
 echo "model: $model"
 
-# --- The server ---------------------------------------------------------------
-# --port 0: the kernel picks a free port (no race with other processes); the
-# server logs it as "listening on http://127.0.0.1:PORT".
-log="$tmp/serve.log"
-"$STRATA" serve -m "$model" --port 0 --alias test-model -t 2 --grace 10 >"$log" 2>&1 &
-server_pid=$!
-port=""
-for _ in $(seq 1 300); do
-  port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9][0-9]*\).*|\1|p' "$log" | head -n 1)
-  [ -n "$port" ] && break
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "$port" ]; then
-  cat "$log"
-  die "the server did not say where it listens within 30 s"
-fi
-# Bounded wait for GET /health 200 (it answers 503 while the model loads).
-if ! node -e '
-  const [url, pid] = process.argv.slice(1);
-  const end = Date.now() + 60000;
-  (async () => {
-    for (;;) {
-      try { process.kill(Number(pid), 0); } catch { console.error("the server exited"); process.exit(1); }
-      try { if ((await fetch(url)).status === 200) process.exit(0); } catch {}
-      if (Date.now() > end) { console.error("no 200 from " + url + " within 60 s"); process.exit(1); }
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  })();' "http://127.0.0.1:$port/health" "$server_pid"; then
-  cat "$log"
-  die "the server did not become healthy"
-fi
-echo "server: pid $server_pid, http://127.0.0.1:$port"
-
-# --- The tests ----------------------------------------------------------------
-# One test file at a time, so no other request is running when a test checks
-# that the server went idle.
-fail=0
-(cd "$CLIENTS" && STRATA_BASE_URL="http://127.0.0.1:$port" STRATA_SERVER_LOG="$log" \
-  node --test --test-concurrency=1 openai.test.js anthropic.test.js) || fail=1
-
-# --- Shutdown: SIGTERM drains and exits 0, with nothing alarming in the log ----
-kill -TERM "$server_pid"
-rc=""
-for _ in $(seq 1 300); do
-  if ! kill -0 "$server_pid" 2>/dev/null; then
-    wait "$server_pid"
-    rc=$?
-    break
+# --- The servers --------------------------------------------------------------
+# start_server WHAT LOG ARGS...: `strata serve ARGS` on a port the kernel
+# picks (--port 0: no race with other processes; the server logs it as
+# "listening on http://127.0.0.1:PORT"), then a bounded wait for GET /health
+# 200 (it answers 503 while the model loads). Sets server_pid and
+# server_port; on failure prints the log and returns 1.
+start_server() {
+  local what=$1 log=$2
+  shift 2
+  "$STRATA" serve "$@" --port 0 --grace 10 >"$log" 2>&1 &
+  server_pid=$!
+  pids+=("$server_pid")
+  server_port=""
+  for _ in $(seq 1 300); do
+    server_port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9][0-9]*\).*|\1|p' "$log" | head -n 1)
+    [ -n "$server_port" ] && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$server_port" ]; then
+    cat "$log"
+    echo "FAIL: $what did not say where it listens within 30 s"
+    return 1
   fi
-  sleep 0.1
+  if ! node -e '
+    const [url, pid] = process.argv.slice(1);
+    const end = Date.now() + 60000;
+    (async () => {
+      for (;;) {
+        try { process.kill(Number(pid), 0); } catch { console.error("the server exited"); process.exit(1); }
+        try { if ((await fetch(url)).status === 200) process.exit(0); } catch {}
+        if (Date.now() > end) { console.error("no 200 from " + url + " within 60 s"); process.exit(1); }
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    })();' "http://127.0.0.1:$server_port/health" "$server_pid"; then
+    cat "$log"
+    echo "FAIL: $what did not become healthy"
+    return 1
+  fi
+  echo "$what: pid $server_pid, http://127.0.0.1:$server_port"
+}
+
+# stop_server WHAT PID LOG: SIGTERM drains and exits 0, with nothing
+# alarming in the log; else says what went wrong, shows the log's tail and
+# returns 1.
+stop_server() {
+  local what=$1 pid=$2 log=$3 rc="" bad=0
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 300); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      wait "$pid"
+      rc=$?
+      break
+    fi
+    sleep 0.1
+  done
+  if [ -z "$rc" ]; then
+    echo "FAIL: $what did not exit within 30 s of SIGTERM"
+    bad=1
+  elif [ "$rc" -ne 0 ]; then
+    echo "FAIL: $what exited with $rc after SIGTERM (want 0)"
+    bad=1
+  fi
+  if grep -nE 'CHECK failed|AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:|ThreadSanitizer' "$log"; then
+    echo "FAIL: the log of $what has the lines above"
+    bad=1
+  fi
+  if [ "$bad" -ne 0 ]; then
+    echo "--- log of $what (last 60 lines) ---"
+    tail -n 60 "$log"
+  fi
+  return "$bad"
+}
+
+# run_config CHAIN: the servers of one configuration, the tests, the
+# shutdown. Returns 1 when anything of it failed.
+run_config() {
+  local chain=$1 dir="$tmp/$1" fail=0
+  local up_pid up_port up_log="$tmp/$1/upstream.log"
+  local front_pid="" front_log="$tmp/$1/front.log"
+  mkdir -p "$dir"
+  local what="[$chain] the server"
+  [ "$chain" = direct ] || what="[$chain] the upstream"
+  start_server "$what" "$up_log" -m "$model" --alias test-model -t 2 || return 1
+  up_pid=$server_pid
+  up_port=$server_port
+  local base="http://127.0.0.1:$up_port" log="$up_log"
+  local files=(openai.test.js anthropic.test.js)
+  if [ "$chain" != direct ]; then
+    if start_server "[$chain] the front" "$front_log" --backend "$chain:$base" \
+      --backend-name test-model --backend-model test-model; then
+      front_pid=$server_pid
+      base="http://127.0.0.1:$server_port"
+      log="$front_log"
+      files+=(chain.test.js)
+    else
+      fail=1
+    fi
+  fi
+
+  # One test file at a time, so no other request is running when a test
+  # checks that the engine went idle.
+  if [ "$fail" -eq 0 ]; then
+    (cd "$CLIENTS" && STRATA_CHAIN="$chain" STRATA_BASE_URL="$base" STRATA_SERVER_LOG="$log" \
+      STRATA_ENGINE_URL="http://127.0.0.1:$up_port" STRATA_ENGINE_LOG="$up_log" \
+      node --test --test-concurrency=1 "${files[@]}") || { echo "FAIL: [$chain] client tests failed"; fail=1; }
+  fi
+
+  # The front first: its upstream stays up while it drains.
+  if [ -n "$front_pid" ]; then
+    stop_server "[$chain] the front" "$front_pid" "$front_log" || fail=1
+  fi
+  stop_server "$what" "$up_pid" "$up_log" || fail=1
+  return "$fail"
+}
+
+# --- The configurations ---------------------------------------------------------
+failed=()
+summary=()
+for chain in ${STRATA_CLIENTS_CHAINS:-direct openai anthropic}; do
+  case "$chain" in
+    direct | openai | anthropic) ;;
+    *) die "STRATA_CLIENTS_CHAINS has '$chain': want direct, openai or anthropic" ;;
+  esac
+  echo "=== configuration $chain"
+  t0=$(date +%s%N)
+  if run_config "$chain"; then result=passed; else result=FAILED; failed+=("$chain"); fi
+  ms=$((($(date +%s%N) - t0) / 1000000))
+  summary+=("$chain $result in $((ms / 1000)).$((ms % 1000 / 100)) s")
+  echo "=== configuration $chain: $result in $((ms / 1000)).$((ms % 1000 / 100)) s"
 done
-if [ -z "$rc" ]; then
-  echo "FAIL: the server did not exit within 30 s of SIGTERM"
-  fail=1
-elif [ "$rc" -ne 0 ]; then
-  echo "FAIL: the server exited with $rc after SIGTERM (want 0)"
-  fail=1
-fi
-server_pid=""
-if grep -nE 'CHECK failed|AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:|ThreadSanitizer' "$log"; then
-  echo "FAIL: the server log has the lines above"
-  fail=1
-fi
-if [ "$fail" -ne 0 ]; then
-  echo "--- server log (last 60 lines) ---"
-  tail -n 60 "$log"
+printf '%s\n' "${summary[@]}"
+if [ "${#failed[@]}" -ne 0 ]; then
+  echo "FAIL: configuration(s) failed: ${failed[*]}"
   exit 1
 fi
-echo "ok: client tests passed; server stopped cleanly"
+echo "ok: client tests passed in every configuration; servers stopped cleanly"
 exit 0
