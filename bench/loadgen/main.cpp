@@ -86,6 +86,7 @@ struct Flags {
   int64_t prompt_tokens = 128;
   int64_t max_tokens = 64;
   int64_t system_prompt_tokens = 0;
+  int64_t system_prompts = 1;
   std::optional<uint64_t> system_seed;
   std::string prompt_file;
   std::string extra_body;
@@ -310,7 +311,10 @@ int Run(const Flags& f, const CLI::App& app) {
   // --seed (different questions) can share it byte for byte.
   const PromptBuilder system_prompts(
       {.seed = f.system_seed.value_or(f.seed), .words_per_token = f.words_per_token});
-  const std::string system = system_prompts.System(f.system_prompt_tokens);
+  std::vector<std::string> systems;  // request i sends systems[prompts.SystemIndex(i, n)]
+  for (int64_t k = 0; k < f.system_prompts; ++k) {
+    systems.push_back(system_prompts.System(f.system_prompt_tokens, k));
+  }
   const BodyOptions body_options{.endpoint = endpoint,
                                  .model = model,
                                  .ignore_eos = f.ignore_eos,
@@ -341,6 +345,8 @@ int Run(const Flags& f, const CLI::App& app) {
       p.base.target_prompt_tokens = f.prompt_tokens + f.system_prompt_tokens;
       p.base.max_tokens = f.max_tokens;
     }
+    const std::string& system =
+        systems[static_cast<size_t>(prompts.SystemIndex(i, f.system_prompts))];
     p.body = BuildRequestBody(body_options, system, prompt, p.base.max_tokens);
     return p;
   };
@@ -356,8 +362,10 @@ int Run(const Flags& f, const CLI::App& app) {
                                .progress_every_s = f.quiet ? 0.0 : 10.0};
   const std::string title = fmt::format(
       "loadgen: {} -> {}{} (model {}{})", mode_desc, *url, EndpointPath(endpoint), model,
-      f.system_prompt_tokens > 0 ? fmt::format(", {}-token system prompt", f.system_prompt_tokens)
-                                 : "");
+      f.system_prompt_tokens > 0
+          ? fmt::format(", {}-token system prompt{}", f.system_prompt_tokens,
+                        f.system_prompts > 1 ? fmt::format(" (one of {})", f.system_prompts) : "")
+          : "");
   if (!f.quiet) fmt::print(stderr, "{}\n", title);
   const std::string started_at = WallClockIso();
   const RunResult result = (trace_mode || open_mode)
@@ -393,6 +401,7 @@ int Run(const Flags& f, const CLI::App& app) {
         {"prompt_tokens", f.prompt_tokens},
         {"max_tokens", f.max_tokens},
         {"system_prompt_tokens", f.system_prompt_tokens},
+        {"system_prompts", f.system_prompts},
         {"system_seed", f.system_seed ? nlohmann::json(*f.system_seed) : nlohmann::json()},
         {"prompt_file", f.prompt_file},
         {"prompts_in_file", file_prompts.size()},
@@ -488,6 +497,11 @@ int Main(int argc, char** argv) {
   app.add_option("--system-prompt-tokens", f.system_prompt_tokens,
                  "Prepend the same system prompt of this many tokens to every request")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--system-prompts", f.system_prompts,
+                 "Distinct system prompts (of --system-prompt-tokens each); each request gets "
+                 "one of them, drawn uniformly (fixed by --seed)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();
   app.add_option("--system-seed", f.system_seed,
                  "Seed of the system prompt's words (default: --seed); the same value gives a "

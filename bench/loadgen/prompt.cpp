@@ -49,6 +49,7 @@ constexpr uint64_t kUniqueDomain = 1;
 constexpr uint64_t kSystemDomain = 2;
 constexpr uint64_t kBlockDomain = 3;
 constexpr uint64_t kTailDomain = 4;
+constexpr uint64_t kSystemPickDomain = 5;
 
 }  // namespace
 
@@ -81,10 +82,19 @@ std::string PromptBuilder::Unique(int64_t request, int64_t tokens) const {
   return out;
 }
 
-std::string PromptBuilder::System(int64_t tokens) const {
+std::string PromptBuilder::System(int64_t tokens, int64_t which) const {
   std::string out;
-  AppendWords(kSystemDomain, 0, WordsFor(tokens), out);
+  AppendWords(kSystemDomain, static_cast<uint64_t>(which), WordsFor(tokens), out);
   return out;
+}
+
+int64_t PromptBuilder::SystemIndex(int64_t request, int64_t n) const {
+  if (n <= 1) return 0;
+  uint64_t x = options_.seed ^ (kSystemPickDomain * 0x9e3779b97f4a7c15ULL);
+  uint64_t mixed = util::Rng::SplitMix64(x);
+  x = mixed ^ static_cast<uint64_t>(request);
+  util::Rng rng(util::Rng::SplitMix64(x));
+  return static_cast<int64_t>(rng.Below(static_cast<uint64_t>(n)));
 }
 
 std::string PromptBuilder::Block(int64_t hash_id, int64_t tokens) const {

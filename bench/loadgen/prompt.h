@@ -47,8 +47,12 @@ class PromptBuilder {
 
   // A prompt of about `tokens` tokens private to request `request`.
   std::string Unique(int64_t request, int64_t tokens) const;
-  // The shared system prompt of about `tokens` tokens.
-  std::string System(int64_t tokens) const;
+  // The shared system prompt of about `tokens` tokens; `which` picks one of
+  // several distinct ones (0 is the one a single-prompt run uses).
+  std::string System(int64_t tokens, int64_t which = 0) const;
+  // Which of `n` system prompts request `request` gets (0 when n <= 1):
+  // uniform over [0, n), fixed by (seed, request).
+  int64_t SystemIndex(int64_t request, int64_t n) const;
   // The first `tokens` tokens' worth of the text of Mooncake block `hash_id`
   // (a full block is `block_tokens` tokens); a prefix of the full block's text.
   std::string Block(int64_t hash_id, int64_t tokens) const;

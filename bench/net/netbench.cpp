@@ -6,10 +6,14 @@
 //   netbench idle      --port P --connections 10000 [--pid PID]
 //   netbench sse       --port P --streams 2000 --body FILE [--pid PID]
 //   netbench slowloris --port P --sockets 300 --seconds 20 --probe-body FILE [--pid PID]
+//   netbench latency   --port P --body FILE --seconds 10
 //
 // Every mode prints a table and, with --json FILE, the same as JSON. The
 // client is one thread on epoll (plus one for the latency probe), so it is
-// not what limits the numbers. Raise the open-file limit first
+// not what limits the numbers. `latency` is one client on one kept-alive
+// connection sending `body` back to back: each request's time to the first
+// byte of its body (for a stream: its first event; the head comes with it or
+// before) and to its end. Raise the open-file limit first
 // (ulimit -n 65536): each connection is a descriptor on both sides.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -24,8 +28,10 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -192,6 +198,64 @@ void RaiseFileLimit() {
   if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
     r.rlim_cur = r.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+// Where a response in `in` stands: the body's first byte has arrived (a
+// chunked body: one byte of its first non-empty chunk), the response is
+// complete (then `*end` is its length), or it is malformed.
+struct ResponseScan {
+  bool head = false, first_body_byte = false, complete = false, bad = false;
+  int status = 0;
+  size_t end = 0;
+};
+ResponseScan ScanResponse(const std::string& in) {
+  ResponseScan r;
+  const size_t head_end = in.find("\r\n\r\n");
+  if (head_end == std::string::npos) return r;
+  r.head = true;
+  if (in.rfind("HTTP/1.", 0) != 0 || in.size() < 12) {
+    r.bad = true;
+    return r;
+  }
+  r.status = std::atoi(in.c_str() + 9);
+  std::string head = in.substr(0, head_end);
+  std::transform(head.begin(), head.end(), head.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const size_t body = head_end + 4;
+  const size_t cl = head.find("\r\ncontent-length:");
+  if (cl != std::string::npos) {
+    const size_t len = std::strtoul(head.c_str() + cl + 17, nullptr, 10);
+    r.first_body_byte = len == 0 || in.size() > body;
+    r.complete = in.size() >= body + len;
+    r.end = body + len;
+    return r;
+  }
+  if (head.find("\r\ntransfer-encoding: chunked") == std::string::npos) {
+    r.bad = true;  // a body to the close: not what a kept-alive server sends
+    return r;
+  }
+  size_t pos = body;
+  while (true) {
+    const size_t line = in.find("\r\n", pos);
+    if (line == std::string::npos) return r;
+    char* stop = nullptr;
+    const size_t size = std::strtoul(in.c_str() + pos, &stop, 16);
+    if (stop == in.c_str() + pos) {
+      r.bad = true;
+      return r;
+    }
+    if (size == 0) {
+      const size_t trailer = in.find("\r\n\r\n", line);  // no trailers expected
+      if (trailer != std::string::npos) {
+        r.complete = true;
+        r.end = trailer + 4;
+      }
+      return r;
+    }
+    if (in.size() > line + 2) r.first_body_byte = true;
+    if (in.size() < line + 2 + size + 2) return r;
+    pos = line + 2 + size + 2;
   }
 }
 
@@ -451,6 +515,84 @@ int RunSlowloris(const Flags& f) {
   return 0;
 }
 
+// Latency: one client, one kept-alive connection (opened again if the
+// server closes it), `body` back to back for `seconds`.
+int RunLatency(const Flags& f) {
+  const std::string body = ReadFile(f.body);
+  if (body.empty()) {
+    std::fprintf(stderr, "netbench: --body %s is empty or unreadable\n", f.body.c_str());
+    return 2;
+  }
+  const std::string request = PostRequest(f.path, body);
+  std::vector<double> first_byte, total;
+  size_t failed = 0, reconnects = 0;
+  int fd = -1;
+  const auto t0 = Clock::now();
+  const auto until = t0 + std::chrono::seconds(f.seconds);
+  while (Clock::now() < until) {
+    if (fd < 0) {
+      fd = Connect(f.port, false);
+      if (fd < 0) {
+        ++failed;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      ++reconnects;
+    }
+    const auto start = Clock::now();
+    bool ok = SendAll(fd, request);
+    std::string in;
+    std::optional<double> first;
+    ResponseScan scan;
+    char buf[65536];
+    while (ok) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 30'000) <= 0) {
+        ok = false;
+        break;
+      }
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) {
+        ok = false;
+        break;
+      }
+      in.append(buf, static_cast<size_t>(n));
+      scan = ScanResponse(in);
+      if (scan.bad) {
+        ok = false;
+        break;
+      }
+      if (!first && scan.first_body_byte) first = Ms(Clock::now() - start);
+      if (scan.complete) break;
+    }
+    if (ok && scan.status == 200 && first) {
+      first_byte.push_back(*first);
+      total.push_back(Ms(Clock::now() - start));
+    } else {
+      ++failed;
+    }
+    std::string head = in.substr(0, in.find("\r\n\r\n"));
+    std::transform(head.begin(), head.end(), head.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (!ok || scan.end != in.size() || head.find("connection: close") != std::string::npos) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  const size_t n = total.size();
+  json j = {{"mode", "latency"},
+            {"seconds", secs},
+            {"requests", n},
+            {"connections", reconnects},
+            {"requests_per_s", static_cast<double>(n) / secs},
+            {"first_byte", ToJson(Summarize(std::move(first_byte), failed))},
+            {"total", ToJson(Summarize(std::move(total), failed))}};
+  Emit(f, j);
+  return failed == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -476,9 +618,15 @@ int main(int argc, char** argv) {
   slow->add_option("--seconds", f.seconds, "Attack duration")->capture_default_str();
   slow->add_option("--probe-body", f.probe_body,
                    "JSON body of the normal client's POST (default: GET /health)");
+  auto* latency =
+      app.add_subcommand("latency", "One client back to back: time to first body byte and to end");
+  common(latency);
+  latency->add_option("--body", f.body, "JSON request body")->required();
+  latency->add_option("--seconds", f.seconds, "How long to send for")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   RaiseFileLimit();
   if (idle->parsed()) return RunIdle(f);
   if (sse->parsed()) return RunSse(f);
+  if (latency->parsed()) return RunLatency(f);
   return RunSlowloris(f);
 }

@@ -273,6 +273,29 @@ TEST(Prompt, LengthFollowsWordsPerTokenAndIsDeterministic) {
   EXPECT_NE(b.System(40), b.Unique(0, 40));
 }
 
+TEST(Prompt, SeveralSystemPromptsAreDistinctAndDrawnUniformly) {
+  const PromptBuilder b({.seed = 1});
+  EXPECT_EQ(b.System(40, 0), b.System(40));  // a one-prompt run is unchanged
+  EXPECT_NE(b.System(40, 1), b.System(40, 0));
+  EXPECT_NE(b.System(40, 2), b.System(40, 1));
+  EXPECT_EQ(CountWords(b.System(40, 3)), 40);
+  EXPECT_EQ(b.SystemIndex(5, 1), 0);
+  std::vector<int> count(6, 0);
+  for (int64_t i = 0; i < 6000; ++i) {
+    const int64_t k = b.SystemIndex(i, 6);
+    ASSERT_GE(k, 0);
+    ASSERT_LT(k, 6);
+    ++count[static_cast<size_t>(k)];
+    EXPECT_EQ(k, b.SystemIndex(i, 6));
+  }
+  for (int c : count) EXPECT_NEAR(c, 1000, 150);
+  // Another seed, another draw.
+  const PromptBuilder other({.seed = 2});
+  int same = 0;
+  for (int64_t i = 0; i < 600; ++i) same += b.SystemIndex(i, 6) == other.SystemIndex(i, 6);
+  EXPECT_LT(same, 200);
+}
+
 TEST(Prompt, EqualHashIdPrefixesGiveEqualTextPrefixes) {
   const PromptBuilder b({.seed = 9});
   const int64_t block = 20;

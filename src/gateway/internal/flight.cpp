@@ -15,6 +15,10 @@ Flight::Flight(int32_t n_choices, std::optional<cache::CacheKey> key,
       finished_(static_cast<size_t>(n_choices), false) {}
 
 void Flight::Push(Event e) {
+  // Dropped last, after the hook and the readers' callbacks: a run may hold
+  // this flight (a remote run holds its sink), so keeping a finished run
+  // would keep both alive forever.
+  std::shared_ptr<backend::Run> finished_run;
   std::vector<Event> log;  // the whole flight, when `e` completes one with a hook
   bool succeeded = false;
   std::vector<std::function<void()>> ready;
@@ -27,6 +31,7 @@ void Flight::Push(Event e) {
       finished_[i] = true;
       if (!e.status.ok() || e.finish == FinishReason::kCancelled) succeeded_ = false;
       complete = ++n_finished_ == n_choices_;
+      if (complete) finished_run = std::move(run_);
     }
     if (complete && on_complete_) {
       log.assign(events_.begin(), events_.end());
@@ -123,6 +128,9 @@ void Flight::SetRun(std::shared_ptr<backend::Run> run) {
   bool cancel = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // A run that finished every choice inside Start (it failed at once) has
+    // nothing left to cancel; keeping it could keep this flight alive.
+    if (n_finished_ == n_choices_) return;
     run_ = run;
     cancel = cancel_requested_;
   }

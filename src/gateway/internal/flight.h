@@ -68,7 +68,9 @@ class Flight {
   // Drops `reader`'s pending callback (it stops reading).
   void Forget(const void* reader);
 
-  // The backend's run producing this flight's events.
+  // The backend's run producing this flight's events; held until every
+  // choice has finished (then dropped: a run may hold this flight through
+  // its sink), not kept at all when that happened before SetRun.
   void SetRun(std::shared_ptr<backend::Run> run);
   // Cancels the run (at once, or as soon as SetRun hands it over).
   void CancelRun();
