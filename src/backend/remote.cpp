@@ -459,11 +459,10 @@ util::StatusOr<std::unique_ptr<RemoteBackend>> RemoteBackend::Create(const Remot
   RouterOptions ro = options.routing;
   ro.name = options.name;
   for (const std::string& url : ro.replicas) {
-    if (url.rfind("http://", 0) != 0) {
+    if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0) {
       return util::InvalidArgumentError(
-          fmt::format("backend '{}': replica '{}' is not an http:// URL (https needs a local "
-                      "TLS proxy)",
-                      options.name, url.substr(0, 200)));
+          fmt::format("backend '{}': replica '{}' is not an http:// or https:// URL", options.name,
+                      url.substr(0, 200)));
     }
     state->bases.push_back(NormaliseBase(url));
   }

@@ -56,8 +56,9 @@ struct RemoteOptions {
   std::string name;  // the model id clients use ("model" field, /v1/models)
   upstream::Api api = upstream::Api::kOpenAI;
   std::string upstream_model;  // the "model" sent upstream; "" = `name`
-  // The replicas' base URLs ("http://host:port", a trailing "/v1" or "/" is
-  // dropped), the routing policy, per-replica limits, breaker and backoff.
+  // The replicas' base URLs ("http://host:port" or "https://host[:port]", a
+  // trailing "/v1" or "/" is dropped; https as the client's TLS options
+  // say), the routing policy, per-replica limits, breaker and backoff.
   RouterOptions routing;
   // The upstream's API key: "Authorization: Bearer" (openai) or "x-api-key"
   // (anthropic). "" = none. Never logged.

@@ -114,6 +114,12 @@ void RegisterBackendFlags(CLI::App& cmd, BackendFlags& f) {
                "client set none");
   cmd.add_option("--backend-io-threads", f.io_threads, "I/O threads of the upstream HTTP client")
       ->capture_default_str();
+  cmd.add_option("--backend-ca-file", f.ca_file,
+                 "PEM file of CA certificates trusted for https replicas besides the system's "
+                 "(a private CA)");
+  cmd.add_flag("--backend-insecure-skip-verify", f.insecure_skip_verify,
+               "https replicas: accept any certificate for any name (testing only: the traffic "
+               "and the API keys are then open to anyone on the path)");
 }
 
 util::StatusOr<std::vector<backend::RemoteOptions>> RemoteBackendOptions(const BackendFlags& f,
@@ -220,7 +226,19 @@ util::StatusOr<RemoteBackends> StartRemoteBackends(const BackendFlags& f,
   co.first_byte_timeout = Ms(f.first_byte_timeout_s);
   co.idle_timeout = Ms(f.idle_timeout_s);
   co.total_timeout = Ms(f.total_timeout_s);
-  STRATA_ASSIGN_OR_RETURN(out.client, net::HttpClient::Create(co, log));
+  co.ca_file = f.ca_file;
+  co.tls_verify = !f.insecure_skip_verify;
+  if (f.insecure_skip_verify) {
+    log.Warn(
+        "--backend-insecure-skip-verify: the certificates of https backends are NOT verified; "
+        "anyone on the path can impersonate them and read the API keys sent to them");
+  }
+  auto client = net::HttpClient::Create(co, log);
+  if (!client.ok()) {
+    return client.status().WithContext(f.ca_file.empty() ? "the upstream HTTP client"
+                                                         : "--backend-ca-file");
+  }
+  out.client = std::move(client).value();
   out.metrics = backend::RemoteMetrics::Register(metrics);
   for (auto& o : options) {
     STRATA_ASSIGN_OR_RETURN(

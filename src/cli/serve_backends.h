@@ -47,6 +47,10 @@ struct BackendFlags {
   int32_t affinity_bytes = 1024;
   bool cache_system = false;  // anthropic: a cache breakpoint after the system prompt
   int32_t io_threads = 2;     // of the upstream HTTP client
+  // https replicas: a PEM bundle trusted besides the system's ("" = none),
+  // and the opt-out of certificate verification.
+  std::string ca_file;
+  bool insecure_skip_verify = false;
 };
 
 void RegisterBackendFlags(CLI::App& cmd, BackendFlags& flags);

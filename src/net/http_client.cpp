@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "net/internal/asio.h"
+#include "net/internal/client_stream.h"
 #include "net/internal/connection.h"
 
 namespace strata::net {
@@ -18,6 +19,7 @@ namespace {
 
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
+using internal::ClientStream;
 using internal::error_code;
 using internal::Loop;
 using internal::tcp;
@@ -25,6 +27,7 @@ using internal::tcp;
 std::string_view View(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
 struct Url {
+  bool tls = false;  // https://
   std::string host;  // without brackets
   std::string port;
   std::string target;
@@ -34,18 +37,20 @@ struct Url {
 
 util::StatusOr<Url> ParseUrl(std::string_view url) {
   constexpr std::string_view kHttp = "http://";
-  if (url.substr(0, 8) == "https://") {
-    return util::UnimplementedError(
-        fmt::format("'{}': https is not supported by this client", url.substr(0, 200)));
-  }
-  if (url.substr(0, kHttp.size()) != kHttp) {
+  constexpr std::string_view kHttps = "https://";
+  Url u;
+  std::string_view rest;
+  if (url.substr(0, kHttp.size()) == kHttp) {
+    rest = url.substr(kHttp.size());
+  } else if (url.substr(0, kHttps.size()) == kHttps) {
+    rest = url.substr(kHttps.size());
+    u.tls = true;
+  } else {
     return util::InvalidArgumentError(
-        fmt::format("'{}' is not an http:// URL", url.substr(0, 200)));
+        fmt::format("'{}' is not an http:// or https:// URL", url.substr(0, 200)));
   }
-  std::string_view rest = url.substr(kHttp.size());
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
-  Url u;
   u.target = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
   if (authority.empty()) return util::InvalidArgumentError("URL without a host");
   if (authority.front() == '[') {
@@ -62,13 +67,14 @@ util::StatusOr<Url> ParseUrl(std::string_view url) {
     u.host = std::string(authority.substr(0, colon));
     if (colon != std::string_view::npos) u.port = std::string(authority.substr(colon + 1));
   }
-  if (u.port.empty()) u.port = "80";
+  if (u.port.empty()) u.port = u.tls ? "443" : "80";
   for (char c : u.port) {
     if (c < '0' || c > '9') return util::InvalidArgumentError(fmt::format("bad port '{}'", u.port));
   }
   if (u.host.empty()) return util::InvalidArgumentError("URL without a host");
   u.host_header = std::string(authority);
-  u.pool_key = u.host + "|" + u.port;
+  // A connection is reused only for the same scheme, host and port.
+  u.pool_key = fmt::format("{}|{}|{}", u.tls ? "https" : "http", u.host, u.port);
   return u;
 }
 
@@ -112,19 +118,20 @@ class ResponseParser final : public http::basic_parser<false> {
   ClientResponseHead head_;
 };
 
-struct PooledSocket {
-  tcp::socket socket;
+struct PooledStream {
+  ClientStream stream;
   std::chrono::steady_clock::time_point idle_since;
 };
 
 class ClientImpl;
 
-// Per I/O thread: the loop and its pool of idle kept-alive sockets.
+// Per I/O thread: the loop and its pool of idle kept-alive connections.
 class CallImpl;
 struct ClientLoop {
-  // Owned by the loop's thread: pooled sockets, the calls in flight, and the
-  // callbacks waiting for their time (HttpClient::After).
-  std::map<std::string, std::deque<PooledSocket>> idle;
+  // Owned by the loop's thread: pooled connections (keyed by scheme, host
+  // and port), the calls in flight, and the callbacks waiting for their time
+  // (HttpClient::After).
+  std::map<std::string, std::deque<PooledStream>> idle;
   std::unordered_set<CallImpl*> calls;
   struct Timer {
     std::unique_ptr<asio::steady_timer> timer;
@@ -149,6 +156,8 @@ class CallImpl final : public ClientCall, public std::enable_shared_from_this<Ca
 
  private:
   void Connect();
+  // The TCP connection is open: TLS's handshake for https, then Send.
+  void Connected();
   void Send();
   void ReadMore();
   void OnRead(const error_code& ec, size_t n);
@@ -167,7 +176,7 @@ class CallImpl final : public ClientCall, public std::enable_shared_from_this<Ca
   const ClientRequest request_;
   ClientCallbacks callbacks_;
   tcp::resolver resolver_;
-  tcp::socket socket_;
+  ClientStream stream_;
   asio::steady_timer phase_timer_;
   asio::steady_timer total_timer_;
   uint64_t phase_gen_ = 0;
@@ -185,7 +194,9 @@ class CallImpl final : public ClientCall, public std::enable_shared_from_this<Ca
 
 class ClientImpl final : public HttpClient {
  public:
-  ClientImpl(const HttpClientOptions& o, util::Logger& log) : options_(o), log_(log) {
+  ClientImpl(const HttpClientOptions& o, std::unique_ptr<internal::ssl::context> tls,
+             util::Logger& log)
+      : options_(o), tls_(std::move(tls)), log_(log) {
     for (int i = 0; i < o.io_threads; ++i) loops_.push_back(std::make_unique<ClientLoop>());
     for (auto& cl : loops_) {
       ClientLoop* l = cl.get();
@@ -306,6 +317,8 @@ class ClientImpl final : public HttpClient {
   }
 
   const HttpClientOptions options_;
+  // Shared by every loop's TLS connections; not changed after Create.
+  const std::unique_ptr<internal::ssl::context> tls_;
   util::Logger& log_;
   std::atomic<int64_t> requests{0}, opened{0}, reused{0}, retries{0};
 
@@ -329,7 +342,7 @@ CallImpl::CallImpl(ClientImpl& client, ClientLoop& loop, Url url, ClientRequest 
       request_(std::move(request)),
       callbacks_(std::move(callbacks)),
       resolver_(loop.loop.ctx),
-      socket_(loop.loop.ctx),
+      stream_(loop.loop.ctx),
       phase_timer_(loop.loop.ctx),
       total_timer_(loop.loop.ctx) {}
 
@@ -337,9 +350,8 @@ bool CallImpl::TryRetry() {
   if (!reused_ || retried_ || got_bytes_) return false;
   retried_ = true;
   client_.retries.fetch_add(1);
-  error_code ec;
-  socket_.close(ec);
-  socket_ = tcp::socket(cl_.loop.ctx);
+  stream_.Close();
+  stream_ = ClientStream(cl_.loop.ctx);
   Connect();
   return true;
 }
@@ -359,18 +371,20 @@ void CallImpl::Begin() {
   // A pooled connection, if one is still good.
   auto it = cl_.idle.find(url_.pool_key);
   while (it != cl_.idle.end() && !it->second.empty()) {
-    PooledSocket p = std::move(it->second.back());
+    PooledStream p = std::move(it->second.back());
     it->second.pop_back();
     if (std::chrono::steady_clock::now() - p.idle_since > client_.options_.pool_idle_timeout) {
       continue;
     }
-    // Readable while idle means the server closed it (or sent junk).
+    // Readable while idle means the server closed it (or sent junk; over
+    // TLS, its close_notify).
     error_code ec;
-    p.socket.non_blocking(true, ec);
+    tcp::socket& s = p.stream.socket();
+    s.non_blocking(true, ec);
     char byte;
-    p.socket.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
+    s.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
     if (ec != asio::error::would_block && ec != asio::error::try_again) continue;
-    socket_ = std::move(p.socket);
+    stream_ = std::move(p.stream);
     reused_ = true;
     client_.reused.fetch_add(1);
     Send();
@@ -395,7 +409,8 @@ void CallImpl::ArmPhase(std::chrono::milliseconds timeout, std::string what,
 
 void CallImpl::Connect() {
   reused_ = false;
-  ArmPhase(client_.options_.connect_timeout, "could not connect",
+  ArmPhase(client_.options_.connect_timeout,
+           url_.tls ? "could not connect and finish the TLS handshake" : "could not connect",
            util::ErrorReason::kUpstreamUnavailable);
   resolver_.async_resolve(
       url_.host, url_.port,
@@ -409,7 +424,7 @@ void CallImpl::Connect() {
           return;
         }
         asio::async_connect(
-            self->socket_, results, [self](const error_code& cec, const tcp::endpoint&) {
+            self->stream_.socket(), results, [self](const error_code& cec, const tcp::endpoint&) {
               if (self->done_) return;
               if (cec) {
                 self->Finish(util::UnavailableError(fmt::format("{}: cannot connect: {}",
@@ -417,12 +432,40 @@ void CallImpl::Connect() {
                                  .WithReason(util::ErrorReason::kUpstreamUnavailable));
                 return;
               }
-              self->client_.opened.fetch_add(1);
-              error_code nec;
-              self->socket_.set_option(tcp::no_delay(true), nec);
-              self->Send();
+              self->Connected();
             });
       });
+}
+
+void CallImpl::Connected() {
+  error_code ec;
+  stream_.socket().set_option(tcp::no_delay(true), ec);
+  if (!url_.tls) {
+    client_.opened.fetch_add(1);
+    Send();
+    return;
+  }
+  // The handshake runs under the connect deadline: until it is done nothing
+  // was sent, so every failure here may go to another server.
+  util::Status st = stream_.StartTls(*client_.tls_, url_.host, client_.options_.tls_verify);
+  if (!st.ok()) {
+    Finish(std::move(st)
+               .WithContext(request_.url)
+               .WithReason(util::ErrorReason::kUpstreamUnavailable));
+    return;
+  }
+  stream_.AsyncHandshake([self = shared_from_this()](const error_code& hec) {
+    if (self->done_) return;
+    if (hec) {
+      self->Finish(util::UnavailableError(fmt::format("{}: TLS handshake with {} failed: {}",
+                                                      self->request_.url, self->url_.host,
+                                                      self->stream_.HandshakeError(hec)))
+                       .WithReason(util::ErrorReason::kUpstreamUnavailable));
+      return;
+    }
+    self->client_.opened.fetch_add(1);
+    self->Send();
+  });
 }
 
 void CallImpl::Send() {
@@ -459,8 +502,8 @@ void CallImpl::Send() {
   got_bytes_ = false;
   ArmPhase(request_.first_byte_timeout.value_or(client_.options_.first_byte_timeout),
            "no response");
-  asio::async_write(
-      socket_, asio::buffer(*buf), [self = shared_from_this(), buf](const error_code& ec, size_t) {
+  stream_.AsyncWrite(
+      asio::buffer(*buf), [self = shared_from_this(), buf](const error_code& ec, size_t) {
         if (self->done_) return;
         if (ec) {
           if (self->TryRetry()) return;
@@ -476,7 +519,7 @@ void CallImpl::Send() {
 void CallImpl::ReadMore() {
   if (reading_ || paused_ || done_) return;
   reading_ = true;
-  socket_.async_read_some(
+  stream_.AsyncReadSome(
       asio::buffer(read_buf_),
       [self = shared_from_this()](const error_code& ec, size_t n) { self->OnRead(ec, n); });
 }
@@ -557,19 +600,18 @@ void CallImpl::Finish(util::Status status) {
   ++phase_gen_;
   phase_timer_.cancel();
   total_timer_.cancel();
-  error_code ec;
   resolver_.cancel();
   const bool reusable = status.ok() && parser_ && parser_->is_done() && parser_->keep_alive() &&
-                        in_.empty() && socket_.is_open();
+                        in_.empty() && stream_.socket().is_open();
   if (reusable) {
     auto& idle = cl_.idle[url_.pool_key];
     if (static_cast<int32_t>(idle.size()) < client_.options_.max_idle_per_host) {
-      idle.push_back({std::move(socket_), std::chrono::steady_clock::now()});
+      idle.push_back({std::move(stream_), std::chrono::steady_clock::now()});
     } else {
-      socket_.close(ec);
+      stream_.Close();
     }
   } else {
-    socket_.close(ec);
+    stream_.Close();
   }
   auto on_done = std::move(callbacks_.on_done);
   callbacks_ = {};
@@ -618,7 +660,13 @@ util::StatusOr<std::unique_ptr<HttpClient>> HttpClient::Create(const HttpClientO
                  options.total_timeout, options.pool_idle_timeout}) {
     if (t.count() < 1) return util::InvalidArgumentError("client timeouts must be positive");
   }
-  return std::unique_ptr<HttpClient>(new ClientImpl(options, log));
+  STRATA_ASSIGN_OR_RETURN(auto tls, internal::NewTlsContext(options.ca_file, options.tls_verify));
+  if (!options.tls_verify) {
+    log.Warn(
+        "HTTP client: TLS certificate verification is OFF: https upstreams are not "
+        "authenticated, and anyone on the path can read and change the traffic");
+  }
+  return std::unique_ptr<HttpClient>(new ClientImpl(options, std::move(tls), log));
 }
 
 }  // namespace strata::net

@@ -1,5 +1,6 @@
 // net/http_client.h — an event-driven HTTP/1.1 client on the server's I/O
-// model: a request waiting seconds on a remote model holds no thread.
+// model: a request waiting seconds on a remote model holds no thread. It
+// speaks http:// and https:// (TLS 1.2 or later, over OpenSSL).
 //
 // Promise: every request has deadlines for connecting, for the response's
 // first byte, for each gap between body bytes and in total, and a bound on
@@ -7,7 +8,8 @@
 // with DeadlineExceeded or ResourceExhausted naming it, never a hang. A
 // failure's reason says how far it got: kUpstreamUnavailable when nothing
 // was sent (the name did not resolve, the connection was refused or did not
-// open in time: safe to send elsewhere), kUpstreamTimeout for a deadline
+// open in time, the TLS handshake failed or the server's certificate did
+// not verify: safe to send elsewhere), kUpstreamTimeout for a deadline
 // after that, kUpstreamProtocol for a malformed response, kUpstreamError for
 // a connection that broke. The
 // body reaches the caller as it arrives (chunked framing removed), and a
@@ -17,6 +19,15 @@
 // reused connection before any response byte arrived is retried once on a
 // fresh one (the server may have closed it idle). Cancel ends a request at
 // once. Every request ends with exactly one on_done.
+//
+// TLS: the server's certificate must chain to the system's trust store (or
+// to `ca_file`) and be for the URL's host (its DNS name, or its IP address
+// when the URL has one); the name goes out as SNI. The connect deadline
+// covers the handshake. A handshake or verification failure is Unavailable
+// naming the host and OpenSSL's reason. Connections are pooled per scheme,
+// host and port, and behave as plain ones do (reuse, retry, Pause, Cancel).
+// Create reads the system trust store once (tens of milliseconds), so no
+// I/O thread ever does.
 //
 // Threading: Start, Fetch and a ClientCall's methods are thread-safe; the
 // callbacks run on the client's I/O thread and must not block. Fetch blocks
@@ -45,7 +56,7 @@ namespace strata::net {
 
 struct HttpClientOptions {
   int io_threads = 1;                                     // [1, 64]
-  std::chrono::milliseconds connect_timeout{10'000};      // name lookup and TCP connect
+  std::chrono::milliseconds connect_timeout{10'000};      // name lookup, TCP connect, TLS handshake
   std::chrono::milliseconds first_byte_timeout{120'000};  // request sent to response head
   std::chrono::milliseconds idle_timeout{60'000};         // between body bytes
   std::chrono::milliseconds total_timeout{600'000};       // the whole exchange
@@ -53,11 +64,17 @@ struct HttpClientOptions {
   size_t max_fetch_body_bytes = 64u << 20;                // what Fetch buffers
   int32_t max_idle_per_host = 32;                         // pooled kept-alive connections
   std::chrono::milliseconds pool_idle_timeout{30'000};    // a pooled connection is closed after
+  // https: a PEM file of extra certificates to trust (a private CA) besides
+  // the system's; "" = the system's only. Create fails if it cannot be read.
+  std::string ca_file;
+  // https: false accepts any certificate for any name (tests, or an explicit
+  // opt-out; Create logs a warning). Never for traffic that matters.
+  bool tls_verify = true;
 };
 
 struct ClientRequest {
   std::string method = "GET";
-  std::string url;  // "http://host[:port]/path?query" (host may be [IPv6])
+  std::string url;  // "http[s]://host[:port]/path?query" (host may be [IPv6])
   Headers headers;  // Host, Content-Length and Connection are set by the client
   std::string body;
   // Overrides of the client's deadlines for this request.
