@@ -125,10 +125,10 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
         body_(std::move(body)),
         n_choices_(n_choices),
         stops_(std::move(stops)),
-        sink_(std::move(sink)),
         terms_(std::move(terms)),
         traced_(traced),
         request_id_(std::move(request_id)),
+        sink_(std::move(sink)),
         decoder_(s_->options.api, p_->chat, n_choices_, stops_),
         submitted_(s_->clock.Now()) {}
 
@@ -324,10 +324,12 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
     decoder_.Fail(why, &events);
     DeliverLocked(std::move(events));
     done_ = true;
+    sink_.reset();
   }
 
   void DeliverLocked(std::vector<Event> events) {
     for (Event& e : events) {
+      if (sink_ == nullptr) return;  // every choice finished: nothing more goes out
       const auto now = s_->clock.Now();
       if (e.kind == Event::Kind::kDelta) {
         if (first_ == Clock::time_point{}) {
@@ -359,6 +361,10 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
         }
       }
       sink_->Push(std::move(e));
+      // After the last finish the sink is let go: it is the flight that
+      // holds this run, and the two would otherwise keep each other (and
+      // the backend's state) alive for good.
+      if (done_) sink_.reset();
     }
   }
 
@@ -367,12 +373,12 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
   const std::string body_;
   const int32_t n_choices_;
   const std::vector<std::string> stops_;
-  const std::shared_ptr<Sink> sink_;
   const std::string terms_;
   const bool traced_;
   const std::string request_id_;
 
-  std::mutex mu_;  // guards everything below
+  std::mutex mu_;               // guards everything below
+  std::shared_ptr<Sink> sink_;  // null once every choice finished
   upstream::StreamDecoder decoder_;
   std::shared_ptr<net::ClientCall> call_;  // the attempt in flight; null between attempts
   std::vector<int32_t> tried_;             // replicas that failed this request

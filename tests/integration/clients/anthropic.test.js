@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 
 import {
-  anthropic, metric, MODEL, pickStop, pollUntil, PROMPT, sampled, serverLogLines, skipUnlessCarried,
+  anthropic, longRun, metric, MODEL, pickStop, pollUntil, PROMPT, serverLogLines, skipUnlessCarried,
 } from './common.js';
 
 const MAX_TOKENS = 24;
@@ -197,7 +197,7 @@ test('the request id reaches the SDK as request-id', async () => {
 });
 
 test('aborting a message stream cancels it on the server', async () => {
-  const stream = anthropic.messages.stream(params({ max_tokens: 1500, ...sampled(11) }));
+  const stream = anthropic.messages.stream(params({ max_tokens: 1500, ...longRun(11) }));
   let deltas = 0;
   stream.on('text', () => {
     if (++deltas === 1) stream.abort();

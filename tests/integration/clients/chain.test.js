@@ -9,8 +9,8 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 
 import {
-  anthropic, CHAIN, engineLogLines, ENGINE_URL, metric, MODEL, openai, pollUntil, PROMPT,
-  serverLogLines,
+  anthropic, CHAIN, engineLogLines, ENGINE_URL, longRun, metric, MODEL, openai, pollUntil,
+  PROMPT, serverLogLines,
 } from './common.js';
 
 if (CHAIN === 'direct') throw new Error('chain.test.js needs STRATA_CHAIN openai or anthropic');
@@ -100,7 +100,7 @@ test('a client that walks away from the front is cancelled on the upstream too',
   const before = gone();
   const { data: stream, response } = await openai.chat.completions
     .create({
-      model: MODEL, max_tokens: 1500, temperature: 1, stream: true,
+      model: MODEL, max_tokens: 1500, ...longRun(7), stream: true,
       messages: [{ role: 'user', content: PROMPT }],
     })
     .withResponse();

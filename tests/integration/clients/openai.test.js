@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import OpenAI from 'openai';
 
 import {
-  metric, MODEL, openai, pickStop, pollUntil, PROMPT, sampled, serverLogLines, skipUnlessCarried,
+  longRun, metric, MODEL, openai, pickStop, pollUntil, PROMPT, serverLogLines, skipUnlessCarried,
 } from './common.js';
 
 const MAX_TOKENS = 32;
@@ -276,7 +276,7 @@ test('temperature 5 is a BadRequestError (400) naming the parameter', async () =
 test('a client that aborts mid-stream is cancelled and the server stays healthy', async () => {
   const MAX = 1500;
   const { data: stream, response } = await openai.chat.completions
-    .create(chatParams({ max_tokens: MAX, ...sampled(7), stream: true }))
+    .create(chatParams({ max_tokens: MAX, ...longRun(7), stream: true }))
     .withResponse();
   const rid = response.headers.get('x-request-id');
   assert.ok(rid, 'no X-Request-ID header');

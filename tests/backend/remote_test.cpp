@@ -1,0 +1,122 @@
+#include "backend/remote.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "net/http_client.h"
+#include "net/http_server.h"
+#include "obs/metrics.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+namespace strata::backend {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The upstream: strata's own HTTP server answering every POST with one
+// OpenAI chat stream of a text delta, its finish and the usage chunk.
+class OneReplyUpstream : public net::HttpHandler {
+ public:
+  std::optional<net::Response> OnHead(const net::RequestHead&) override { return std::nullopt; }
+  void OnRequest(std::shared_ptr<net::Exchange> ex, std::string) override {
+    ex->StartStream(200, {{"Content-Type", "text/event-stream"}});
+    ex->Write(R"(data: {"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]})"
+              "\n\n");
+    ex->Write(R"(data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]})"
+              "\n\n");
+    ex->Write(R"(data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}})"
+              "\n\n");
+    ex->Write("data: [DONE]\n\n");
+    ex->End();
+  }
+};
+
+// Records the events; says when it is destroyed.
+struct Gone {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool gone = false;  // guarded by mu
+};
+
+class WatchedSink final : public Sink {
+ public:
+  explicit WatchedSink(std::shared_ptr<Gone> gone) : gone_(std::move(gone)) {}
+  ~WatchedSink() override {
+    std::lock_guard<std::mutex> lock(gone_->mu);
+    gone_->gone = true;
+    gone_->cv.notify_all();
+  }
+  void Push(Event e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(e));
+    cv_.notify_all();
+  }
+  void OnFirstToken(std::chrono::nanoseconds) override {}
+  void DoNotStore() override {}
+  // Waits (at most 10 s) for the finish; returns the events so far.
+  std::vector<Event> WaitForFinish() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, 10s, [this] {
+      return !events_.empty() && events_.back().kind == Event::Kind::kFinish;
+    });
+    return events_;
+  }
+
+ private:
+  const std::shared_ptr<Gone> gone_;
+  std::mutex mu_;
+  std::condition_variable cv_;  // an event arrived
+  std::vector<Event> events_;   // guarded by mu_
+};
+
+TEST(RemoteBackend, ARunLetsGoOfItsSinkOnceEveryChoiceFinished) {
+  std::unique_ptr<util::Logger> log = util::NewNullLogger();
+  OneReplyUpstream upstream;
+  net::HttpServerOptions so;
+  so.port = 0;
+  auto server = net::HttpServer::Create(so, upstream, *log, util::RealClock());
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto port = (*server)->Start();
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  auto client = net::HttpClient::Create({}, *log);
+  ASSERT_TRUE(client.ok());
+  obs::MetricsRegistry registry;
+  auto metrics = RemoteMetrics::Register(registry);
+  RemoteOptions o;
+  o.name = "up";
+  o.routing.replicas = {"http://127.0.0.1:" + std::to_string(*port)};
+  o.health_path = "";  // no probes: the one request is all the upstream sees
+  auto backend = RemoteBackend::Create(o, **client, *metrics, util::RealClock(), *log);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+
+  Request r;
+  r.model = "up";
+  r.messages = {{"user", "hello"}};
+  auto prepared = (*backend)->Prepare(r);
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  auto gone = std::make_shared<Gone>();
+  auto sink = std::make_shared<WatchedSink>(gone);
+  // The caller keeps the run (the gateway's flight does, and it is the sink).
+  auto run = (*backend)->Start(r, *prepared, sink, nullptr);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  const std::vector<Event> events = sink->WaitForFinish();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].text, "Hi");
+  EXPECT_EQ(events[1].finish, FinishReason::kLength);
+  EXPECT_TRUE(events[1].status.ok()) << events[1].status.ToString();
+  EXPECT_EQ(events[1].usage.prompt_tokens, 3);
+
+  sink.reset();
+  std::unique_lock<std::mutex> lock(gone->mu);
+  EXPECT_TRUE(gone->cv.wait_for(lock, 10s, [&] { return gone->gone; }))
+      << "the finished run still holds its sink";
+}
+
+}  // namespace
+}  // namespace strata::backend
