@@ -218,7 +218,7 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(std::vector<backend::Ba
       }
     }
   }
-  std::unique_ptr<Gateway> g(new Gateway(std::move(backends), options, clock, log));
+  std::unique_ptr<Gateway> g(new Gateway(std::move(backends), options, log));
   g->metrics_ = std::make_shared<GatewayMetrics>(metrics);
   if (options.rt_control != nullptr) {
     g->governor_ = std::make_unique<RtGovernor>(*options.rt_control);
@@ -237,8 +237,8 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(std::vector<backend::Ba
 }
 
 Gateway::Gateway(std::vector<backend::Backend*> backends, const GatewayOptions& options,
-                 const util::Clock& clock, util::Logger& log)
-    : backends_(std::move(backends)), options_(options), clock_(clock), log_(log) {}
+                 util::Logger& log)
+    : backends_(std::move(backends)), options_(options), log_(log) {}
 
 Gateway::~Gateway() = default;
 

@@ -241,13 +241,12 @@ class Gateway {
 
  private:
   Gateway(std::vector<backend::Backend*> backends, const GatewayOptions& options,
-          const util::Clock& clock, util::Logger& log);
+          util::Logger& log);
   util::Status Validate(const CompletionRequest& r) const;
 
   std::unique_ptr<backend::LocalBackend> owned_local_;  // Create(model, scheduler, ...) only
   const std::vector<backend::Backend*> backends_;       // the default first
   const GatewayOptions options_;
-  const util::Clock& clock_;
   util::Logger& log_;
   std::shared_ptr<GatewayMetrics> metrics_;  // shared with running flights' sinks
   std::unique_ptr<RtGovernor> governor_;     // the RT-Switcher as the backends see it
