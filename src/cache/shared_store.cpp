@@ -61,7 +61,7 @@ std::string NearBase(const std::string& prefix, const SharedScope& s, std::strin
   return fmt::format("{}:l3:{}", Base(prefix, s), ns_id);
 }
 
-void PutU32(std::string& out, uint32_t v) {
+void AppendU32Le(std::string& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
@@ -274,7 +274,7 @@ struct SharedStore::State {
     switch (job.kind) {
       case Job::Kind::kExact: {
         std::string payload(kExactMagic, sizeof kExactMagic);
-        PutU32(payload, static_cast<uint32_t>(job.cache_key.bytes.size()));
+        AppendU32Le(payload, static_cast<uint32_t>(job.cache_key.bytes.size()));
         payload += job.cache_key.bytes;
         payload += codec.Encode(*job.value);
         cmds.push_back({"SET", job.key, std::move(payload), "PX", ttl});

@@ -68,9 +68,8 @@ util::StatusOr<StepReport> Sampler::SampleWithReport(std::span<const float> logi
   if (logits.empty()) return util::InvalidArgumentError("sampling: empty logits");
   const internal::LogitScan scan = internal::ScanLogits(logits);
   if (scan.invalid) {
-    constexpr float kInf = std::numeric_limits<float>::infinity();
     for (size_t i = 0; i < logits.size(); ++i) {
-      if (std::isnan(logits[i]) || logits[i] == kInf) {
+      if (std::isnan(logits[i]) || (std::isinf(logits[i]) && logits[i] > 0)) {
         return util::InvalidArgumentError(
             fmt::format("sampling: logit of token {} is {}", i, logits[i]));
       }

@@ -119,30 +119,30 @@ TEST(AdmissionSimulation, IsDeterministicForASeed) {
   EXPECT_EQ(ra.evictions, rb.evictions);
 }
 
-class Blob final : public CachedValue {
+class SizedBlob final : public CachedValue {
  public:
   uint64_t ByteSize() const override { return 100; }
 };
 
-CacheKey Key(int i) { return CacheKeyBuilder("t").I32(i).Build(); }
+CacheKey AdmKey(int i) { return CacheKeyBuilder("t").I32(i).Build(); }
 
 TEST(ResponseCacheAdmission, EntriesThatFitAreAlwaysStoredAndAFullColdCacheTurnsMostAway) {
   testing::FakeClock clock;
   ResponseCacheOptions o;
-  const uint64_t entry = Key(0).bytes.size() + 100 + kEntryOverheadBytes;
+  const uint64_t entry = AdmKey(0).bytes.size() + 100 + kEntryOverheadBytes;
   o.max_bytes = entry * 10;
   o.max_entry_bytes = entry;
   o.admission = On(4.0, 64);
   auto c = std::move(ResponseCache::Create(o, clock, util::Rng(3))).value();
   for (int i = 0; i < 10; ++i) {
-    EXPECT_EQ(c->Find(Key(i)).kind, Lookup::Kind::kMiss);
-    EXPECT_TRUE(c->Insert(Key(i), std::make_shared<Blob>(), std::chrono::milliseconds(1)))
+    EXPECT_EQ(c->Find(AdmKey(i)).kind, Lookup::Kind::kMiss);
+    EXPECT_TRUE(c->Insert(AdmKey(i), std::make_shared<SizedBlob>(), std::chrono::milliseconds(1)))
         << "room left: no admission draw";
   }
   int stored = 0;
   for (int i = 10; i < 410; ++i) {
-    EXPECT_EQ(c->Find(Key(i)).kind, Lookup::Kind::kMiss);
-    stored += c->Insert(Key(i), std::make_shared<Blob>(), std::chrono::milliseconds(1));
+    EXPECT_EQ(c->Find(AdmKey(i)).kind, Lookup::Kind::kMiss);
+    stored += c->Insert(AdmKey(i), std::make_shared<SizedBlob>(), std::chrono::milliseconds(1));
   }
   const ResponseCacheStats s = c->Stats();
   EXPECT_EQ(s.entries, 10u);
@@ -153,11 +153,12 @@ TEST(ResponseCacheAdmission, EntriesThatFitAreAlwaysStoredAndAFullColdCacheTurns
   // Replacing a live entry is not a new admission: always stored.
   int live = -1;
   for (int i = 0; i < 410 && live < 0; ++i) {
-    if (c->Peek(Key(i)) != nullptr) live = i;
+    if (c->Peek(AdmKey(i)) != nullptr) live = i;
   }
   ASSERT_GE(live, 0);
   for (int i = 0; i < 50; ++i) {
-    EXPECT_TRUE(c->Insert(Key(live), std::make_shared<Blob>(), std::chrono::milliseconds(1)));
+    EXPECT_TRUE(
+        c->Insert(AdmKey(live), std::make_shared<SizedBlob>(), std::chrono::milliseconds(1)));
   }
   EXPECT_EQ(c->Stats().entries, 10u);
 }

@@ -45,7 +45,7 @@ class Counting final : public TierObserver {
   int64_t entries = 0, bytes = 0;
 };
 
-NearDupText Prep(std::string_view s) { return PrepareNearDupText(s).value(); }
+NearDupText TierPrep(std::string_view s) { return PrepareNearDupText(s).value(); }
 
 class NearDupTierTest : public ::testing::Test {
  protected:
@@ -63,14 +63,14 @@ TEST_F(NearDupTierTest, AMatchCarriesTheStoredAnswerAndItsBytesCount) {
   auto index = Make({});
   const auto answer = std::make_shared<Answer>(std::string(5000, 'x'));
   ASSERT_TRUE(
-      index->Insert(ns_, Prep("How do I reverse a linked list in Python?"), 7, answer).ok());
+      index->Insert(ns_, TierPrep("How do I reverse a linked list in Python?"), 7, answer).ok());
   EXPECT_GE(index->stats().bytes, 5000u);
   EXPECT_EQ(observer_.bytes, static_cast<int64_t>(index->stats().bytes));
-  auto hit = index->Lookup(ns_, Prep("how do i reverse a linked list in python"));
+  auto hit = index->Lookup(ns_, TierPrep("how do i reverse a linked list in python"));
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(hit->value, answer);
   EXPECT_EQ(hit->payload, 7u);
-  EXPECT_FALSE(index->Lookup(ns_, Prep("How do I sort a linked list in Python?")).has_value());
+  EXPECT_FALSE(index->Lookup(ns_, TierPrep("How do I sort a linked list in Python?")).has_value());
   EXPECT_EQ(observer_.hits, 1);
   EXPECT_EQ(observer_.misses, 1);
 }
@@ -82,21 +82,24 @@ TEST_F(NearDupTierTest, TtlsAreJitteredAndExpiredEntriesNeverMatch) {
   auto index = Make(o);
   for (int i = 0; i < 40; ++i) {
     ASSERT_TRUE(
-        index->Insert(ns_, Prep(fmt::format("question number {} about the weather", i)), i).ok());
+        index->Insert(ns_, TierPrep(fmt::format("question number {} about the weather", i)), i)
+            .ok());
   }
   // At 100 s ± 50 %, some have expired by 90 s and some live past 110 s.
   clock_.Advance(seconds(90));
   int live_at_90 = 0;
   for (int i = 0; i < 40; ++i) {
-    live_at_90 += index->Lookup(ns_, Prep(fmt::format("question number {} about the weather", i)))
-                      .has_value();
+    live_at_90 +=
+        index->Lookup(ns_, TierPrep(fmt::format("question number {} about the weather", i)))
+            .has_value();
   }
   EXPECT_GT(live_at_90, 5);
   EXPECT_LT(live_at_90, 35);
   clock_.Advance(seconds(61));  // 151 s: past every TTL
   for (int i = 0; i < 40; ++i) {
-    EXPECT_FALSE(index->Lookup(ns_, Prep(fmt::format("question number {} about the weather", i)))
-                     .has_value());
+    EXPECT_FALSE(
+        index->Lookup(ns_, TierPrep(fmt::format("question number {} about the weather", i)))
+            .has_value());
   }
   EXPECT_EQ(index->stats().entries, 0u);
   EXPECT_EQ(observer_.expirations, 40);
@@ -110,16 +113,16 @@ TEST_F(NearDupTierTest, ExpiredEntriesMakeRoomBeforeLiveOnesAreEvicted) {
   auto index = Make(o);
   for (int i = 0; i < 3; ++i) {
     clock_.Advance(std::chrono::milliseconds(10));
-    ASSERT_TRUE(index->Insert(ns_, Prep(fmt::format("old entry {} about cats", i)), i).ok());
+    ASSERT_TRUE(index->Insert(ns_, TierPrep(fmt::format("old entry {} about cats", i)), i).ok());
   }
   clock_.Advance(seconds(5));
-  ASSERT_TRUE(index->Insert(ns_, Prep("a newer entry about dogs"), 100).ok());
+  ASSERT_TRUE(index->Insert(ns_, TierPrep("a newer entry about dogs"), 100).ok());
   clock_.Advance(seconds(6));  // the three old ones are expired, the newer one is not
-  ASSERT_TRUE(index->Insert(ns_, Prep("the newest entry about birds"), 101).ok());
-  ASSERT_TRUE(index->Insert(ns_, Prep("another fresh entry about fish"), 102).ok());
+  ASSERT_TRUE(index->Insert(ns_, TierPrep("the newest entry about birds"), 101).ok());
+  ASSERT_TRUE(index->Insert(ns_, TierPrep("another fresh entry about fish"), 102).ok());
   EXPECT_EQ(observer_.evictions, 0);
   EXPECT_EQ(observer_.expirations, 3);
-  EXPECT_TRUE(index->Lookup(ns_, Prep("a newer entry about dogs")).has_value());
+  EXPECT_TRUE(index->Lookup(ns_, TierPrep("a newer entry about dogs")).has_value());
 }
 
 TEST_F(NearDupTierTest, TheObserverSeesStoresReplacementsAndEvictions) {
@@ -129,10 +132,10 @@ TEST_F(NearDupTierTest, TheObserverSeesStoresReplacementsAndEvictions) {
   for (int i = 0; i < 30; ++i) {
     clock_.Advance(std::chrono::milliseconds(10));
     ASSERT_TRUE(
-        index->Insert(ns_, Prep(fmt::format("request {} about topic {}", i, i * 7)), i).ok());
+        index->Insert(ns_, TierPrep(fmt::format("request {} about topic {}", i, i * 7)), i).ok());
   }
   clock_.Advance(std::chrono::milliseconds(10));
-  ASSERT_TRUE(index->Insert(ns_, Prep("request 29 about topic 203"), 29).ok());  // same payload
+  ASSERT_TRUE(index->Insert(ns_, TierPrep("request 29 about topic 203"), 29).ok());  // same payload
   EXPECT_EQ(observer_.evictions, 20);
   EXPECT_EQ(observer_.replaced, 1);
   EXPECT_EQ(observer_.entries, 10);
@@ -148,7 +151,7 @@ TEST_F(NearDupTierTest, AFullIndexAsksTheAdmissionGateForNewEntriesOnly) {
   int turned_away = 0;
   for (int i = 0; i < 400; ++i) {
     clock_.Advance(std::chrono::milliseconds(10));
-    const NearDupText t = Prep(fmt::format("one-off question {} about subject {}", i, i * 13));
+    const NearDupText t = TierPrep(fmt::format("one-off question {} about subject {}", i, i * 13));
     EXPECT_FALSE(index->Lookup(ns_, t).has_value());
     const uint64_t before = index->stats().not_admitted;
     ASSERT_TRUE(index->Insert(ns_, t, static_cast<uint64_t>(i)).ok());
@@ -174,8 +177,8 @@ TEST_F(NearDupTierTest, OutOfRangeJitterAndAdmissionAreRejectedByName) {
 }
 
 TEST(NearDupCodec, ATextSurvivesItsByteFormAndScoresTheSame) {
-  const NearDupText a = Prep("What's the capital of France, and how big is Paris?");
-  const NearDupText b = Prep("what is the capital of france and how big is paris");
+  const NearDupText a = TierPrep("What's the capital of France, and how big is Paris?");
+  const NearDupText b = TierPrep("what is the capital of france and how big is paris");
   auto decoded = DecodeNearDupText(EncodeNearDupText(a));
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   EXPECT_EQ(decoded->tokens, a.tokens);
@@ -188,7 +191,7 @@ TEST(NearDupCodec, ATextSurvivesItsByteFormAndScoresTheSame) {
 }
 
 TEST(NearDupCodec, DamagedBytesAreDataLossNeverACrash) {
-  const std::string good = EncodeNearDupText(Prep("how many legs does a spider have"));
+  const std::string good = EncodeNearDupText(TierPrep("how many legs does a spider have"));
   EXPECT_EQ(DecodeNearDupText("").status().code(), util::StatusCode::kDataLoss);
   EXPECT_EQ(DecodeNearDupText("L3T2" + good.substr(4)).status().code(),
             util::StatusCode::kDataLoss);

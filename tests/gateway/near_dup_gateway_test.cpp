@@ -14,13 +14,13 @@
 namespace strata::gateway {
 namespace {
 
-using Gate = testing::SchedulerGate;
+using NearDupGate = testing::SchedulerGate;
 
 constexpr const char* kAsked = "How do I reverse a linked list in Python?";
 constexpr const char* kParaphrase = "how do i reverse a linked-list in PYTHON";
 constexpr const char* kOther = "How do I sort a linked list in Python?";
 
-struct Observed {
+struct NearDupObserved {
   CacheOutcome outcome = CacheOutcome::kMiss;
   std::optional<double> similarity;
   std::string text;
@@ -45,8 +45,8 @@ class NearDupGatewayTest : public ::testing::Test {
     go.l3.ttl = std::chrono::seconds(600);
     testing::StartServingStack(s_, go, *metrics_, clock_, *log_);
   }
-  Observed Run(const CompletionRequest& r) {
-    Observed o;
+  NearDupObserved Run(const CompletionRequest& r) {
+    NearDupObserved o;
     auto g = s_.gw->Start(r);
     EXPECT_TRUE(g.ok()) << g.status().ToString();
     if (!g.ok()) return o;
@@ -90,10 +90,10 @@ class NearDupGatewayTest : public ::testing::Test {
 };
 
 TEST_F(NearDupGatewayTest, AParaphraseGetsTheStoredAnswerMarkedWithItsSimilarity) {
-  const Observed first = Run(Chat(kAsked));
+  const NearDupObserved first = Run(Chat(kAsked));
   ASSERT_TRUE(first.ok);
   EXPECT_EQ(first.outcome, CacheOutcome::kMiss);
-  const Observed second = Run(Chat(kParaphrase));
+  const NearDupObserved second = Run(Chat(kParaphrase));
   EXPECT_EQ(second.outcome, CacheOutcome::kL3);
   ASSERT_TRUE(second.similarity.has_value());
   EXPECT_GE(*second.similarity, cache::kDefaultNearDupSimilarity);
@@ -218,7 +218,7 @@ TEST_F(NearDupGatewayTest, L3WorksWithL1OffAndARefusedL1) {
 }
 
 TEST_F(NearDupGatewayTest, ACancelledGenerationIsNotStored) {
-  auto gate = std::make_shared<Gate>();
+  auto gate = std::make_shared<NearDupGate>();
   engine::SchedulerRequest sr;
   sr.prompt = {1, 2, 3};
   sr.max_tokens = 2;

@@ -19,10 +19,10 @@ namespace {
 
 using std::chrono::seconds;
 
-using Gate = testing::SchedulerGate;
+using CacheGate = testing::SchedulerGate;
 
 // Everything a client could observe of a generation.
-struct Observed {
+struct CacheObserved {
   std::vector<Event> events;
   CacheOutcome outcome = CacheOutcome::kMiss;
   std::string Text(int32_t choice = 0) const {
@@ -87,8 +87,8 @@ class ResponseCacheGatewayTest : public ::testing::Test {
     testing::StartServingStack(s_, go, *metrics_, clock_, *log_, so);
   }
 
-  static Observed Collect(Generation& g) {
-    Observed o;
+  static CacheObserved Collect(Generation& g) {
+    CacheObserved o;
     o.outcome = g.cache_outcome();
     const auto far = std::chrono::steady_clock::now() + std::chrono::minutes(5);
     while (true) {
@@ -101,7 +101,7 @@ class ResponseCacheGatewayTest : public ::testing::Test {
     }
     return o;
   }
-  Observed Run(const CompletionRequest& r) {
+  CacheObserved Run(const CompletionRequest& r) {
     auto g = s_.gw->Start(r);
     EXPECT_TRUE(g.ok()) << g.status().ToString();
     if (!g.ok()) return {};
@@ -126,8 +126,8 @@ class ResponseCacheGatewayTest : public ::testing::Test {
   }
   // Holds the scheduler thread (once it reaches the gate's first token)
   // until the returned gate is opened.
-  std::shared_ptr<Gate> SubmitGate() {
-    auto gate = std::make_shared<Gate>();
+  std::shared_ptr<CacheGate> SubmitGate() {
+    auto gate = std::make_shared<CacheGate>();
     engine::SchedulerRequest sr;
     sr.prompt = {1, 2, 3};
     sr.max_tokens = 2;
@@ -136,7 +136,7 @@ class ResponseCacheGatewayTest : public ::testing::Test {
     EXPECT_TRUE(s_.sched->Submit(std::move(sr)).ok());
     return gate;
   }
-  std::shared_ptr<Gate> HoldScheduler() {
+  std::shared_ptr<CacheGate> HoldScheduler() {
     auto gate = SubmitGate();
     gate->WaitHolding();
     return gate;
@@ -153,9 +153,9 @@ TEST_F(ResponseCacheGatewayTest, AHitReplaysExactlyTheEventsOfTheRunThatStoredTh
   r.top_logprobs = 3;
   r.n = 2;
   r.stop = {"zz"};
-  const Observed cold = Run(Uncached(r));
-  const Observed first = Run(r);
-  const Observed second = Run(r);
+  const CacheObserved cold = Run(Uncached(r));
+  const CacheObserved first = Run(r);
+  const CacheObserved second = Run(r);
   EXPECT_EQ(cold.outcome, CacheOutcome::kMiss);
   EXPECT_EQ(first.outcome, CacheOutcome::kMiss);
   EXPECT_EQ(second.outcome, CacheOutcome::kL1);
@@ -182,8 +182,8 @@ TEST_F(ResponseCacheGatewayTest, SampledRequestsWithAFixedSeedAreCachedPerSeed) 
   r.sampling.seed = 7;
   r.fixed_seed = true;
   r.n = 3;  // choice i uses seed + i: still reproducible
-  const Observed a = Run(r);
-  const Observed b = Run(r);
+  const CacheObserved a = Run(r);
+  const CacheObserved b = Run(r);
   EXPECT_EQ(a.outcome, CacheOutcome::kMiss);
   EXPECT_EQ(b.outcome, CacheOutcome::kL1);
   ExpectSameEvents(a.events, b.events);
@@ -289,7 +289,7 @@ TEST_F(ResponseCacheGatewayTest, ARefusedRequestLeavesNoFlightBehind) {
   }
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_EQ((*g)->cache_outcome(), CacheOutcome::kMiss);
-  const Observed o = Collect(**g);
+  const CacheObserved o = Collect(**g);
   EXPECT_EQ(o.outcome, CacheOutcome::kMiss);
   EXPECT_TRUE(o.AllOk());
 }
@@ -301,7 +301,7 @@ TEST_F(ResponseCacheGatewayTest, HundredIdenticalConcurrentRequestsMakeOneGenera
   const double tokens_before = Metric("strata_generated_tokens_total");
   auto gate = HoldScheduler();  // the cache is cold and nothing advances yet
   constexpr int kN = 100;
-  std::vector<Observed> seen(kN);
+  std::vector<CacheObserved> seen(kN);
   std::atomic<int> started{0};
   std::vector<std::thread> clients;
   for (int i = 0; i < kN; ++i) {
@@ -319,7 +319,7 @@ TEST_F(ResponseCacheGatewayTest, HundredIdenticalConcurrentRequestsMakeOneGenera
   gate->Open();
   for (auto& c : clients) c.join();
   int misses = 0, coalesced = 0;
-  for (const Observed& o : seen) {
+  for (const CacheObserved& o : seen) {
     EXPECT_EQ(o.Text(), reference);
     EXPECT_TRUE(o.AllOk());
     misses += o.outcome == CacheOutcome::kMiss;
@@ -334,7 +334,7 @@ TEST_F(ResponseCacheGatewayTest, HundredIdenticalConcurrentRequestsMakeOneGenera
 
 TEST_F(ResponseCacheGatewayTest, TheLeadersClientLeavingDoesNotTruncateItsFollowers) {
   const CompletionRequest r = Greedy("the old man and the sea", 40);
-  const Observed reference = Run(Uncached(r));
+  const CacheObserved reference = Run(Uncached(r));
   auto gate = HoldScheduler();
   auto leader = s_.gw->Start(r);
   auto follower = s_.gw->Start(r);
@@ -344,7 +344,7 @@ TEST_F(ResponseCacheGatewayTest, TheLeadersClientLeavingDoesNotTruncateItsFollow
   (*leader)->Cancel();
   leader->reset();  // the first client hung up before anything was generated
   gate->Open();
-  const Observed f = Collect(**follower);
+  const CacheObserved f = Collect(**follower);
   EXPECT_TRUE(f.AllOk());
   EXPECT_EQ(f.Text(), reference.Text());
   EXPECT_EQ(Run(r).outcome, CacheOutcome::kL1) << "the finished flight was stored";
@@ -366,7 +366,7 @@ TEST_F(ResponseCacheGatewayTest, WhenEveryReaderLeavesTheGenerationStops) {
 
 TEST_F(ResponseCacheGatewayTest, AFollowerJoiningMidGenerationReadsFromTheFirstEvent) {
   const CompletionRequest r = Greedy("a long time ago", 30);
-  const Observed reference = Run(Uncached(r));
+  const CacheObserved reference = Run(Uncached(r));
   ASSERT_FALSE(reference.events.front().text.empty());
   auto first_gate = HoldScheduler();
   auto leader = s_.gw->Start(r);
@@ -380,10 +380,10 @@ TEST_F(ResponseCacheGatewayTest, AFollowerJoiningMidGenerationReadsFromTheFirstE
   ASSERT_TRUE(late.ok());
   EXPECT_EQ((*late)->cache_outcome(), CacheOutcome::kCoalesced);
   second_gate->Open();
-  const Observed f = Collect(**late);
+  const CacheObserved f = Collect(**late);
   EXPECT_EQ(f.Text(), reference.Text());
   EXPECT_TRUE(f.AllOk());
-  Observed l = Collect(**leader);
+  CacheObserved l = Collect(**leader);
   l.events.insert(l.events.begin(), std::move(*e));
   EXPECT_EQ(l.Text(), reference.Text());
 }

@@ -85,14 +85,14 @@ class CacheHeaderTest : public ::testing::Test {
   int port_ = 0;
 };
 
-const json kChat = {{"model", "tiny"},
-                    {"messages", {{{"role", "user"}, {"content", "the cat"}}}},
-                    {"max_tokens", 6},
-                    {"temperature", 0}};
+const json kCacheChat = {{"model", "tiny"},
+                         {"messages", {{{"role", "user"}, {"content", "the cat"}}}},
+                         {"max_tokens", 6},
+                         {"temperature", 0}};
 
 TEST_F(CacheHeaderTest, OpenAIChatJsonSaysMissThenL1WithTheSameAnswer) {
-  auto a = Post("/v1/chat/completions", kChat);
-  auto b = Post("/v1/chat/completions", kChat);
+  auto a = Post("/v1/chat/completions", kCacheChat);
+  auto b = Post("/v1/chat/completions", kCacheChat);
   ASSERT_TRUE(a && b);
   ASSERT_EQ(a->status, 200) << a->body;
   EXPECT_EQ(a->get_header_value("x-strata-cache"), "miss");
@@ -104,8 +104,8 @@ TEST_F(CacheHeaderTest, OpenAIChatJsonSaysMissThenL1WithTheSameAnswer) {
 }
 
 TEST_F(CacheHeaderTest, AHitReplaysInTheShapeOfTheRequestThatHitIt) {
-  auto json_first = Post("/v1/chat/completions", kChat);
-  json streamed = kChat;
+  auto json_first = Post("/v1/chat/completions", kCacheChat);
+  json streamed = kCacheChat;
   streamed["stream"] = true;
   auto sse = Post("/v1/chat/completions", streamed);
   ASSERT_TRUE(json_first && sse);
@@ -163,11 +163,11 @@ TEST_F(CacheHeaderTest, AnthropicMessagesJsonAndStreamCarryTheHeader) {
 }
 
 TEST_F(CacheHeaderTest, OptingOutOrSamplingWithoutASeedIsAlwaysAMiss) {
-  json l1_off = kChat;
+  json l1_off = kCacheChat;
   l1_off["cache"] = {{"l1", false}};
-  json no_cache = kChat;
+  json no_cache = kCacheChat;
   no_cache["no_cache"] = true;
-  json sampled = kChat;
+  json sampled = kCacheChat;
   sampled["temperature"] = 0.8;
   for (const json& body : {l1_off, no_cache, sampled}) {
     for (int i = 0; i < 2; ++i) {
@@ -181,7 +181,7 @@ TEST_F(CacheHeaderTest, OptingOutOrSamplingWithoutASeedIsAlwaysAMiss) {
   seeded["seed"] = 1234;
   EXPECT_EQ(Post("/v1/chat/completions", seeded)->get_header_value("x-strata-cache"), "miss");
   EXPECT_EQ(Post("/v1/chat/completions", seeded)->get_header_value("x-strata-cache"), "l1");
-  json bad = kChat;
+  json bad = kCacheChat;
   bad["cache"] = {{"l1", "no"}};
   auto r = Post("/v1/chat/completions", bad);
   EXPECT_EQ(r->status, 400);
@@ -204,7 +204,7 @@ TEST_F(CacheHeaderTest, IdenticalConcurrentRequestsSayCoalesced) {
     clients.emplace_back([&, i] {
       httplib::Client c("127.0.0.1", port_);
       c.set_read_timeout(60, 0);
-      json body = kChat;
+      json body = kCacheChat;
       body["stream"] = i == 1;
       auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
       if (!r) return;
@@ -226,8 +226,8 @@ TEST_F(CacheHeaderTest, IdenticalConcurrentRequestsSayCoalesced) {
 }
 
 TEST_F(CacheHeaderTest, TierMetricsAreServed) {
-  Post("/v1/chat/completions", kChat);
-  Post("/v1/chat/completions", kChat);
+  Post("/v1/chat/completions", kCacheChat);
+  Post("/v1/chat/completions", kCacheChat);
   const std::string m = client_->Get("/metrics")->body;
   EXPECT_NE(m.find("strata_cache_hits_total{tier=\"l1\"} 1"), std::string::npos) << m;
   EXPECT_NE(m.find("strata_cache_misses_total{tier=\"l1\"} 1"), std::string::npos);

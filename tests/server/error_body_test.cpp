@@ -31,7 +31,7 @@ using util::ErrorReason;
 // until opened, so it holds a running slot for as long as the test needs.
 // Threading: OnToken runs on the scheduler thread, the rest on the test
 // thread; guarded by mu_.
-class Gate final : public engine::RequestSink {
+class ErrorGate final : public engine::RequestSink {
  public:
   util::StatusOr<int32_t> Choose(std::span<const float>) override { return 5; }
   bool OnToken(int32_t) override {
@@ -109,7 +109,7 @@ class ErrorBodyTest : public ::testing::Test {
   // Submits a gate straight to the scheduler; with `wait`, returns once the
   // scheduler thread is parked in it (it then holds a running slot).
   void Hold(bool wait) {
-    auto gate = std::make_shared<Gate>();
+    auto gate = std::make_shared<ErrorGate>();
     gates_.push_back(gate);
     auto id = sched_->Submit({.prompt = {1, 2, 3}, .max_tokens = 8, .sink = gate});
     ASSERT_TRUE(id.ok()) << id.status().ToString();
@@ -170,7 +170,7 @@ class ErrorBodyTest : public ::testing::Test {
   std::unique_ptr<gateway::Gateway> gw_;
   std::unique_ptr<HttpServer> srv_;
   std::unique_ptr<httplib::Client> client_;
-  std::vector<std::shared_ptr<Gate>> gates_;
+  std::vector<std::shared_ptr<ErrorGate>> gates_;
 };
 
 TEST_F(ErrorBodyTest, ALoadingModelIs503ModelLoadingAndAnApiError) {
