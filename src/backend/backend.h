@@ -67,6 +67,11 @@ struct Request {
   // Labels the request's log lines and pins it to one upstream replica; it
   // never changes what is generated.
   std::string session_id;
+  // Whether the client reads the answer as it is generated. A remote
+  // backend asks its upstream for a stream only then: otherwise for one
+  // whole JSON answer, which both sides produce and decode at a fraction of
+  // the cost of an event per token. The run's events are the same.
+  bool stream = true;
   std::vector<ChatMessage> messages;  // chat
   std::optional<std::string> prompt;  // completion: raw text (used when set)
   // Indices into `messages` after which an Anthropic client put a
@@ -192,6 +197,10 @@ struct Prepared {
   // requests that render to the same tokens get the same answer). Empty for
   // a remote backend, whose requests are keyed on their fields.
   std::vector<int32_t> tokens;
+  // The run reports its events only once the whole answer is in (a remote
+  // backend asked its upstream for a whole answer: Request::stream false).
+  // The single-flight table keeps such runs apart from streaming ones.
+  bool whole = false;
 };
 
 struct EmbeddingRequest {

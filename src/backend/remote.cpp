@@ -63,11 +63,12 @@ struct RemoteBackend::State {
   State(RemoteOptions o, net::HttpClient& c, const util::Clock& k, util::Logger& l)
       : options(std::move(o)), client(c), clock(k), log(l) {}
 
-  // The auth and version headers of every upstream request.
-  net::Headers Headers(bool json_body) const {
+  // The auth and version headers of every upstream request; `stream`: the
+  // answer is asked for as a stream.
+  net::Headers Headers(bool json_body, bool stream) const {
     net::Headers h;
     if (json_body) h.Set("Content-Type", "application/json");
-    h.Set("Accept", json_body ? "text/event-stream" : "application/json");
+    h.Set("Accept", stream ? "text/event-stream" : "application/json");
     if (options.api == upstream::Api::kAnthropic) {
       h.Set("anthropic-version", options.anthropic_version);
       if (!options.credential.empty()) h.Set("x-api-key", options.credential);
@@ -176,9 +177,11 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
     net::ClientRequest req;
     req.method = "POST";
     req.url = s_->bases[static_cast<size_t>(replica_)] + p_->call.path;
-    req.headers = s_->Headers(true);
+    req.headers = s_->Headers(true, !p_->whole);
     req.body = body_;
-    req.first_byte_timeout = s_->options.first_byte_timeout;
+    // A whole answer's first byte comes when the upstream has generated all
+    // of it: only the total deadline bounds that wait.
+    req.first_byte_timeout = p_->whole ? s_->options.total_timeout : s_->options.first_byte_timeout;
     req.total_timeout = s_->options.total_timeout;
     std::weak_ptr<RemoteRun> weak = weak_from_this();
     net::ClientCallbacks cb;
@@ -409,7 +412,7 @@ void HealthTick(std::weak_ptr<RemoteBackend::State> weak) {
     net::ClientRequest req;
     req.method = "GET";
     req.url = s->bases[static_cast<size_t>(replica)] + s->options.health_path;
-    req.headers = s->Headers(false);
+    req.headers = s->Headers(false, false);
     req.first_byte_timeout = s->options.probe_timeout;
     req.total_timeout = s->options.probe_timeout;
     auto status = std::make_shared<int>(0);
@@ -529,6 +532,7 @@ util::StatusOr<std::shared_ptr<const Prepared>> RemoteBackend::Prepare(const Req
   auto p = std::make_shared<RemotePrepared>();
   p->chat = !r.prompt.has_value();
   p->stops = r.stop;
+  p->whole = !r.stream;
   if (r.max_tokens) {
     p->max_tokens = *r.max_tokens;
   } else if (o.api == upstream::Api::kAnthropic) {
@@ -538,7 +542,8 @@ util::StatusOr<std::shared_ptr<const Prepared>> RemoteBackend::Prepare(const Req
                           upstream::RenderRequest(o.api, r,
                                                   {.model = o.upstream_model,
                                                    .max_tokens = p->max_tokens,
-                                                   .cache_system_prompt = o.cache_system_prompt}));
+                                                   .cache_system_prompt = o.cache_system_prompt,
+                                                   .stream = r.stream}));
   // The route: every turn of a session on one replica; else the prompt's
   // leading bytes, so requests that share a prefix share the replica that
   // has its KV cached.
@@ -587,7 +592,8 @@ util::StatusOr<std::shared_ptr<Run>> RemoteBackend::Start(const Request& r,
           upstream::RenderRequest(state_->options.api, r,
                                   {.model = state_->options.upstream_model,
                                    .max_tokens = t.max_tokens_cap,
-                                   .cache_system_prompt = state_->options.cache_system_prompt}));
+                                   .cache_system_prompt = state_->options.cache_system_prompt,
+                                   .stream = r.stream}));
       body = std::move(capped.body);
       sink->DoNotStore();
     }
@@ -616,7 +622,7 @@ util::StatusOr<EmbeddingResult> RemoteBackend::Embed(
   net::ClientRequest req;
   req.method = "POST";
   req.url = state_->bases[static_cast<size_t>(*replica)] + "/v1/embeddings";
-  req.headers = state_->Headers(true);
+  req.headers = state_->Headers(true, false);
   req.headers.Set("Accept", "application/json");
   req.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());

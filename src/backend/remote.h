@@ -72,7 +72,9 @@ struct RemoteOptions {
   bool cache_system_prompt = false;
   int32_t max_attempts = 3;  // [1, 10] tries per request, the first included
   // Per request: the upstream's first response byte, and the whole exchange
-  // (the connect and idle deadlines are the HTTP client's).
+  // (the connect and idle deadlines are the HTTP client's). A request for a
+  // whole answer (Request::stream false) waits for its first byte up to the
+  // total deadline: the upstream sends nothing before it is done.
   std::chrono::milliseconds first_byte_timeout{120'000};
   std::chrono::milliseconds total_timeout{600'000};
   // The prompt's leading bytes that decide its replica under affinity routing.

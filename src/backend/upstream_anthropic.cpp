@@ -288,7 +288,7 @@ StatusOr<Call> RenderAnthropic(const Request& r, const RenderOptions& o) {
   if (set.temperature) body["temperature"] = CleanNumber(p.temperature);
   if (set.top_p) body["top_p"] = CleanNumber(p.top_p);
   if (set.top_k) body["top_k"] = p.top_k;
-  body["stream"] = true;
+  body["stream"] = o.stream;
   return Call{"/v1/messages", body.dump(-1, ' ', false, Json::error_handler_t::replace)};
 }
 

@@ -339,8 +339,8 @@ StatusOr<Call> RenderOpenAI(const Request& r, const RenderOptions& o) {
     }
   }
   if (r.ignore_eos) body["ignore_eos"] = true;
-  body["stream"] = true;
-  body["stream_options"] = {{"include_usage", true}};
+  body["stream"] = o.stream;
+  if (o.stream) body["stream_options"] = {{"include_usage", true}};
   return Call{chat ? "/v1/chat/completions" : "/v1/completions",
               body.dump(-1, ' ', false, Json::error_handler_t::replace)};
 }

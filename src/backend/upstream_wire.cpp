@@ -58,7 +58,13 @@ StatusOr<Json> ParseJson(std::string_view text, std::string_view what) {
   }
   // nlohmann refuses invalid UTF-8 in strings; an upstream that sends some
   // (a token split mid-character) gets U+FFFD instead of a failed run.
-  const std::string clean = util::SanitizeUtf8(text);
+  // (Checked first: a valid text, nearly every one, is parsed uncopied.)
+  std::string cleaned;
+  std::string_view clean = text;
+  if (!util::IsValidUtf8(text)) {
+    cleaned = util::SanitizeUtf8(text);
+    clean = cleaned;
+  }
   try {
     return Json::parse(clean);
   } catch (const Json::parse_error& e) {

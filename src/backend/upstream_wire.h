@@ -6,9 +6,10 @@
 //
 // Promise:
 // - RenderRequest sends only what the client set (Request::sampling_set):
-//   the upstream keeps its own defaults for the rest. The body always asks
-//   for a stream ("stream": true; OpenAI also "stream_options":
-//   {"include_usage": true}). A field the upstream's API cannot carry is
+//   the upstream keeps its own defaults for the rest. The body asks for a
+//   stream ("stream": true; OpenAI also "stream_options":
+//   {"include_usage": true}) unless RenderOptions::stream is false; then for
+//   one whole response (DecodeWholeResponse). A field the upstream's API cannot carry is
 //   never dropped: InvalidArgument with reason kUnsupportedByBackend naming
 //   the field as the client spelled it (docs/api.md, "Remote backends:
 //   translation", has the table field by field).
@@ -82,6 +83,9 @@ struct RenderOptions {
   // Anthropic: when the request carries no cache breakpoint, mark the last
   // system block with cache_control {"type": "ephemeral"}.
   bool cache_system_prompt = false;
+  // false asks for one whole JSON response instead of a stream (a client
+  // that does not stream; DecodeWholeResponse reads it).
+  bool stream = true;
 };
 
 // One HTTP call: the path under the upstream's base URL ("/v1/chat/completions",

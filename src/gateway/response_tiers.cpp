@@ -252,6 +252,20 @@ ResponseTiers::Plan ResponseTiers::Classify(const CompletionRequest& r, const ba
   return plan;
 }
 
+namespace {
+
+// The single-flight key of a run that reports only its whole answer
+// (Prepared::whole): apart from the streaming runs of the same request, so
+// that a streaming client never waits for the end to see its first token.
+// Its answer is stored under the request's own key.
+cache::CacheKey WholeRunKey(const cache::CacheKey& key) {
+  cache::CacheKey k{key.bytes + std::string("\0whole-run", 10), 0};
+  k.hash = key.hash ^ 0x77686f6c652d7275ULL;  // "whole-ru"
+  return k;
+}
+
+}  // namespace
+
 ResponseTiers::Admission ResponseTiers::Admit(const CompletionRequest& r,
                                               const backend::Backend& backend,
                                               const backend::Prepared& prepared) {
@@ -269,6 +283,7 @@ ResponseTiers::Admission ResponseTiers::Admit(const CompletionRequest& r,
     a.flight = std::make_shared<Flight>(r.n, plan.key, now, on_complete);
     return a;
   }
+  const cache::CacheKey join_key = prepared.whole ? WholeRunKey(plan.key) : plan.key;
   std::shared_ptr<const cache::CachedValue> stored_meanwhile;
   auto make_flight = [&]() -> std::shared_ptr<Flight> {
     // Under the single-flight lock: an identical request may have finished
@@ -277,9 +292,9 @@ ResponseTiers::Admission ResponseTiers::Admit(const CompletionRequest& r,
       stored_meanwhile = l1_->Peek(plan.key);
       if (stored_meanwhile) return nullptr;
     }
-    return std::make_shared<Flight>(r.n, plan.key, now, on_complete);
+    return std::make_shared<Flight>(r.n, join_key, now, on_complete);
   };
-  auto joined = flights_.Join(plan.key, make_flight);
+  auto joined = flights_.Join(join_key, make_flight);
   switch (joined.role) {
     case cache::SingleFlight<Flight>::Role::kNone:
       a.answer = std::make_unique<ReplayGeneration>(
@@ -365,33 +380,33 @@ Flight::Hook ResponseTiers::StoreHook(const CompletionRequest& r, const Plan& pl
   const std::chrono::nanoseconds l1_ttl = options_.l1.ttl;
   const std::chrono::nanoseconds l3_ttl =
       options_.l3.ttl.count() > 0 ? std::chrono::nanoseconds(options_.l3.ttl) : l1_ttl;
-  return
-      [tiers = shared_from_this(), n_choices = r.n, n_prompt = plan.n_prompt, use_l1 = plan.use_l1,
-       near = plan.near, scope = cache::SharedScope{r.tenant, plan.fingerprint}, l1_ttl,
-       l3_ttl](const Flight& f, bool succeeded, const std::vector<Event>& log) {
-        if (succeeded && (use_l1 || near)) {
-          // A remote backend learns the prompt's size from its usage.
-          int32_t prompt = n_prompt;
-          for (const Event& e : log) {
-            if (e.kind == Event::Kind::kFinish) prompt = std::max(prompt, e.usage.prompt_tokens);
-          }
-          auto stored = std::make_shared<StoredResponse>(log, n_choices, prompt);
-          if (use_l1) {
-            tiers->l1_->Insert(f.key(), stored, tiers->clock_.Now() - f.started());
-            if (tiers->shared_) tiers->shared_->PutExact(scope, f.key(), stored, l1_ttl);
-          }
-          if (near) {
-            // Too large for the L3 budget: not stored (ResourceExhausted), nothing else changes.
-            (void)tiers->l3_->Insert(near->ns, near->text, f.key().hash, stored);
-            if (tiers->shared_) {
-              tiers->shared_->PutNear(scope, near->scope,
-                                      std::shared_ptr<const cache::NearDupText>(near, &near->text),
-                                      stored, l3_ttl);
-            }
-          }
+  return [tiers = shared_from_this(), key = plan.key, n_choices = r.n, n_prompt = plan.n_prompt,
+          use_l1 = plan.use_l1, near = plan.near,
+          scope = cache::SharedScope{r.tenant, plan.fingerprint}, l1_ttl,
+          l3_ttl](const Flight& f, bool succeeded, const std::vector<Event>& log) {
+    if (succeeded && (use_l1 || near)) {
+      // A remote backend learns the prompt's size from its usage.
+      int32_t prompt = n_prompt;
+      for (const Event& e : log) {
+        if (e.kind == Event::Kind::kFinish) prompt = std::max(prompt, e.usage.prompt_tokens);
+      }
+      auto stored = std::make_shared<StoredResponse>(log, n_choices, prompt);
+      if (use_l1) {
+        tiers->l1_->Insert(key, stored, tiers->clock_.Now() - f.started());
+        if (tiers->shared_) tiers->shared_->PutExact(scope, key, stored, l1_ttl);
+      }
+      if (near) {
+        // Too large for the L3 budget: not stored (ResourceExhausted), nothing else changes.
+        (void)tiers->l3_->Insert(near->ns, near->text, key.hash, stored);
+        if (tiers->shared_) {
+          tiers->shared_->PutNear(scope, near->scope,
+                                  std::shared_ptr<const cache::NearDupText>(near, &near->text),
+                                  stored, l3_ttl);
         }
-        tiers->flights_.Finish(f.key(), &f);
-      };
+      }
+    }
+    tiers->flights_.Finish(f.key(), &f);
+  };
 }
 
 }  // namespace strata::gateway

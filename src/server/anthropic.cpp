@@ -100,6 +100,7 @@ StatusOr<ParsedRequest> ParseRequest(const Json& j) {
   STRATA_ASSIGN_OR_RETURN(r.stop, f.Strings("stop_sequences"));
   STRATA_ASSIGN_OR_RETURN(auto stream, f.Bool("stream"));
   out.stream = stream.value_or(false);
+  out.request.stream = out.stream;
   if (f.Has("metadata") && !f.Get("metadata").is_object()) {
     return f.Error("metadata", "must be an object");
   }

@@ -165,6 +165,7 @@ StatusOr<ParsedRequest> ParseRequest(ApiKind kind, const Json& j) {
   if (n) r.n = static_cast<int32_t>(*n);
   STRATA_ASSIGN_OR_RETURN(auto stream, f.Bool("stream"));
   out.stream = stream.value_or(false);
+  out.request.stream = out.stream;
   if (f.Has("stream_options")) {
     const Json& so = f.Get("stream_options");
     if (!so.is_object()) return f.Error("stream_options", "must be an object");

@@ -41,6 +41,14 @@ Utf8Split SplitCompleteUtf8(std::string_view bytes) {
   out.complete.reserve(bytes.size());
   size_t i = 0;
   while (i < bytes.size()) {
+    // A run of ASCII (most text) goes in one append.
+    size_t ascii = i;
+    while (ascii < bytes.size() && static_cast<unsigned char>(bytes[ascii]) < 0x80) ++ascii;
+    if (ascii > i) {
+      out.complete.append(bytes.substr(i, ascii - i));
+      i = ascii;
+      continue;
+    }
     const int n = ValidSequenceAt(bytes, i);
     if (n > 0) {
       out.complete.append(bytes.substr(i, static_cast<size_t>(n)));

@@ -37,6 +37,49 @@ class OneReplyUpstream : public net::HttpHandler {
   }
 };
 
+// The upstream as an OpenAI server answers either way: a stream when the
+// body asks for one, else one JSON response. Keeps the last request.
+class EitherWayUpstream : public net::HttpHandler {
+ public:
+  std::optional<net::Response> OnHead(const net::RequestHead& head) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    accept_ = std::string(head.headers.GetOr("Accept"));
+    return std::nullopt;
+  }
+  void OnRequest(std::shared_ptr<net::Exchange> ex, std::string body) override {
+    const bool stream = body.find(R"("stream":true)") != std::string::npos;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      body_ = body;
+    }
+    if (stream) {
+      ex->StartStream(200, {{"Content-Type", "text/event-stream"}});
+      ex->Write(R"(data: {"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}],)"
+                R"("usage":{"prompt_tokens":3,"completion_tokens":1}})"
+                "\n\ndata: [DONE]\n\n");
+      ex->End();
+      return;
+    }
+    ex->Respond(net::JsonResponse(
+        200, R"({"choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},)"
+             R"("finish_reason":"stop"}],"usage":{"prompt_tokens":3,)"
+             R"("completion_tokens":1,"prompt_tokens_details":{"cached_tokens":2}}})"));
+  }
+  std::string body() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return body_;
+  }
+  std::string accept() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return accept_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::string body_;    // guarded by mu_
+  std::string accept_;  // guarded by mu_
+};
+
 // Records the events; says when it is destroyed.
 struct Gone {
   std::mutex mu;
@@ -116,6 +159,53 @@ TEST(RemoteBackend, ARunLetsGoOfItsSinkOnceEveryChoiceFinished) {
   std::unique_lock<std::mutex> lock(gone->mu);
   EXPECT_TRUE(gone->cv.wait_for(lock, 10s, [&] { return gone->gone; }))
       << "the finished run still holds its sink";
+}
+
+TEST(RemoteBackend, AClientThatDoesNotStreamIsSentTheUpstreamsWholeAnswer) {
+  std::unique_ptr<util::Logger> log = util::NewNullLogger();
+  EitherWayUpstream upstream;
+  net::HttpServerOptions so;
+  so.port = 0;
+  auto server = net::HttpServer::Create(so, upstream, *log, util::RealClock());
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto port = (*server)->Start();
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  auto client = net::HttpClient::Create({}, *log);
+  ASSERT_TRUE(client.ok());
+  obs::MetricsRegistry registry;
+  auto metrics = RemoteMetrics::Register(registry);
+  RemoteOptions o;
+  o.name = "up";
+  o.routing.replicas = {"http://127.0.0.1:" + std::to_string(*port)};
+  o.health_path = "";
+  auto backend = RemoteBackend::Create(o, **client, *metrics, util::RealClock(), *log);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streaming client" : "whole answer");
+    Request r;
+    r.model = "up";
+    r.stream = stream;
+    r.messages = {{"user", "hello"}};
+    auto prepared = (*backend)->Prepare(r);
+    ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+    EXPECT_EQ((*prepared)->whole, !stream);
+    auto sink = std::make_shared<WatchedSink>(std::make_shared<Gone>());
+    auto run = (*backend)->Start(r, *prepared, sink, nullptr);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    const std::vector<Event> events = sink->WaitForFinish();
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_EQ(events[0].text, "Hi");
+    EXPECT_EQ(events[1].finish, FinishReason::kEndOfTurn);
+    EXPECT_TRUE(events[1].status.ok()) << events[1].status.ToString();
+    EXPECT_EQ(events[1].usage.prompt_tokens, 3);
+    EXPECT_EQ(events[1].usage.completion_tokens, 1);
+    EXPECT_EQ(upstream.accept(), stream ? "text/event-stream" : "application/json");
+    const std::string body = upstream.body();
+    EXPECT_NE(body.find(stream ? R"("stream":true)" : R"("stream":false)"), std::string::npos)
+        << body;
+    EXPECT_EQ(body.find("stream_options") != std::string::npos, stream) << body;
+  }
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ TEST(UpstreamApi, NamesRoundTrip) {
 
 // --- OpenAI ------------------------------------------------------------------
 
-TEST(RenderOpenAI, ChatSendsMessagesAndAlwaysAStreamWithUsage) {
+TEST(RenderOpenAI, ChatSendsMessagesAndAStreamWithUsage) {
   auto call = RenderRequest(Api::kOpenAI, Chat(), {.model = "llama"});
   ASSERT_TRUE(call.ok()) << call.status().ToString();
   EXPECT_EQ(call->path, "/v1/chat/completions");
@@ -66,6 +66,13 @@ TEST(RenderOpenAI, ChatSendsMessagesAndAlwaysAStreamWithUsage) {
                      {"stream", true},
                      {"stream_options", {{"include_usage", true}}}};
   EXPECT_EQ(Body(*call), want);
+}
+
+TEST(RenderOpenAI, AWholeAnswerIsAskedForWithoutStreamOptions) {
+  const Json body = Render(Api::kOpenAI, Chat(), {.model = "m", .max_tokens = 64, .stream = false});
+  EXPECT_EQ(body["stream"], false);
+  EXPECT_FALSE(body.contains("stream_options"));
+  EXPECT_EQ(body["max_tokens"], 64);
 }
 
 TEST(RenderOpenAI, FieldsTheClientDidNotSetAreLeftToTheUpstream) {
@@ -272,6 +279,13 @@ TEST(RenderAnthropic, FieldsTheClientDidNotSetAreLeftToTheUpstream) {
     EXPECT_FALSE(body.contains(field)) << field;
   }
   EXPECT_EQ(body["stream"], true);
+  EXPECT_EQ(body["max_tokens"], 64);
+}
+
+TEST(RenderAnthropic, AWholeAnswerIsAskedForWithStreamFalse) {
+  const Json body =
+      Render(Api::kAnthropic, Chat(), {.model = "m", .max_tokens = 64, .stream = false});
+  EXPECT_EQ(body["stream"], false);
   EXPECT_EQ(body["max_tokens"], 64);
 }
 

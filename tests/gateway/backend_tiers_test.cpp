@@ -36,6 +36,7 @@ class ScriptedBackend final : public backend::Backend {
     auto p = std::make_shared<backend::Prepared>();
     p->max_tokens = r.max_tokens.value_or(0);
     p->stops = r.stop;
+    p->whole = !r.stream;  // as a remote backend: a whole answer for a client that does not stream
     return std::shared_ptr<const backend::Prepared>(std::move(p));
   }
   util::StatusOr<std::shared_ptr<backend::Run>> Start(const backend::Request& r,
@@ -271,6 +272,37 @@ TEST_F(BackendTiersTest, IdenticalRemoteRequestsInFlightShareOneUpstreamCall) {
     EXPECT_EQ(text, "echo: q");
   }
   EXPECT_EQ(a_.starts(), 1);
+}
+
+TEST_F(BackendTiersTest, StreamingAndWholeAnswerRunsAreJoinedOnlyWithTheirOwnKind) {
+  a_.Hold();
+  CompletionRequest whole = Chat("q");
+  whole.stream = false;
+  auto w1 = gw_->Start(whole);
+  auto s1 = gw_->Start(Chat("q"));
+  auto w2 = gw_->Start(whole);
+  auto s2 = gw_->Start(Chat("q"));
+  ASSERT_TRUE(w1.ok() && s1.ok() && w2.ok() && s2.ok());
+  // A streaming client never waits on a run that reports only at the end.
+  EXPECT_EQ((*w1)->cache_outcome(), CacheOutcome::kMiss);
+  EXPECT_EQ((*s1)->cache_outcome(), CacheOutcome::kMiss);
+  EXPECT_EQ((*w2)->cache_outcome(), CacheOutcome::kCoalesced);
+  EXPECT_EQ((*s2)->cache_outcome(), CacheOutcome::kCoalesced);
+  EXPECT_EQ(a_.starts(), 2);
+  a_.ReleaseHeld();
+  for (auto* gen : {&*w1, &*s1, &*w2, &*s2}) {
+    std::string text;
+    while (true) {
+      auto e = (*gen)->Next(std::chrono::steady_clock::now() + seconds(10));
+      if (!e.ok()) break;
+      if (e->kind == Event::Kind::kDelta) text += e->text;
+    }
+    EXPECT_EQ(text, "echo: q");
+  }
+  // Both kinds store under the request's own key: either kind is a hit now.
+  EXPECT_EQ(Run(whole).outcome, CacheOutcome::kL1);
+  EXPECT_EQ(Run(Chat("q")).outcome, CacheOutcome::kL1);
+  EXPECT_EQ(a_.starts(), 2);
 }
 
 TEST_F(BackendTiersTest, TheRtSwitcherGivesARemoteBackendsRunsTheirTerms) {
