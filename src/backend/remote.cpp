@@ -178,6 +178,8 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
     req.method = "POST";
     req.url = s_->bases[static_cast<size_t>(replica_)] + p_->call.path;
     req.headers = s_->Headers(true, !p_->whole);
+    // The upstream's logs (another strata's, vLLM's) then name the same request.
+    if (!request_id_.empty()) req.headers.Set("X-Request-ID", request_id_);
     req.body = body_;
     // A whole answer's first byte comes when the upstream has generated all
     // of it: only the total deadline bounds that wait.

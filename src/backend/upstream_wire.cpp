@@ -442,7 +442,7 @@ bool IsContextOverflow(std::string_view code, std::string_view message) {
 Status UpstreamError(Api api, int http_status, std::string_view body) {
   using internal::Json;
   using internal::Member;
-  std::string message, type, code;
+  std::string message, type, code, param;
   // Error bodies are small; a large one is not an API's error JSON.
   if (body.size() <= (64u << 10)) {
     auto parsed = internal::ParseJson(body, "error body");
@@ -460,6 +460,10 @@ Status UpstreamError(Api api, int http_status, std::string_view body) {
       }
       if (const Json* c = Member(*holder, "code"); c != nullptr && c->is_string()) {
         code = c->get<std::string>();
+      }
+      // OpenAI names the field it refused; a client's SDK reports it.
+      if (const Json* pa = Member(*holder, "param"); pa != nullptr && pa->is_string()) {
+        param = internal::Quote(pa->get<std::string>(), 128);
       }
     }
   }
@@ -484,7 +488,9 @@ Status UpstreamError(Api api, int http_status, std::string_view body) {
     return util::InvalidArgumentError(std::move(text))
         .WithReason(util::ErrorReason::kContextLengthExceeded);
   }
-  return internal::FailureStatus(f, std::move(text));
+  Status st = internal::FailureStatus(f, std::move(text));
+  if (f == internal::Failure::kRejected && !param.empty()) st = std::move(st).WithField(param);
+  return st;
 }
 
 }  // namespace strata::backend::upstream

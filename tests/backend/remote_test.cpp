@@ -44,6 +44,7 @@ class EitherWayUpstream : public net::HttpHandler {
   std::optional<net::Response> OnHead(const net::RequestHead& head) override {
     std::lock_guard<std::mutex> lock(mu_);
     accept_ = std::string(head.headers.GetOr("Accept"));
+    request_id_ = std::string(head.headers.GetOr("X-Request-ID"));
     return std::nullopt;
   }
   void OnRequest(std::shared_ptr<net::Exchange> ex, std::string body) override {
@@ -73,11 +74,16 @@ class EitherWayUpstream : public net::HttpHandler {
     std::lock_guard<std::mutex> lock(mu_);
     return accept_;
   }
+  std::string request_id() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return request_id_;
+  }
 
  private:
   std::mutex mu_;
-  std::string body_;    // guarded by mu_
-  std::string accept_;  // guarded by mu_
+  std::string body_;        // guarded by mu_
+  std::string accept_;      // guarded by mu_
+  std::string request_id_;  // guarded by mu_
 };
 
 // Records the events; says when it is destroyed.
@@ -186,6 +192,7 @@ TEST(RemoteBackend, AClientThatDoesNotStreamIsSentTheUpstreamsWholeAnswer) {
     Request r;
     r.model = "up";
     r.stream = stream;
+    r.request_id = stream ? "req-stream" : "req-whole";
     r.messages = {{"user", "hello"}};
     auto prepared = (*backend)->Prepare(r);
     ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
@@ -201,6 +208,7 @@ TEST(RemoteBackend, AClientThatDoesNotStreamIsSentTheUpstreamsWholeAnswer) {
     EXPECT_EQ(events[1].usage.prompt_tokens, 3);
     EXPECT_EQ(events[1].usage.completion_tokens, 1);
     EXPECT_EQ(upstream.accept(), stream ? "text/event-stream" : "application/json");
+    EXPECT_EQ(upstream.request_id(), r.request_id);
     const std::string body = upstream.body();
     EXPECT_NE(body.find(stream ? R"("stream":true)" : R"("stream":false)"), std::string::npos)
         << body;

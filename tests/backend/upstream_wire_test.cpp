@@ -468,6 +468,11 @@ TEST(UpstreamError, QuotesTheUpstreamsOwnMessageInEitherApisShape) {
       R"("param":"max_tokens","code":null}})");
   EXPECT_EQ(openai.message(),
             "the openai upstream answered HTTP 400 invalid_request_error: max_tokens is too large");
+  // The field the upstream refused reaches the client's error as its param.
+  EXPECT_EQ(openai.field(), "max_tokens");
+  EXPECT_EQ(openai.reason(), ErrorReason::kUpstreamRejected);
+  EXPECT_EQ(UpstreamError(Api::kOpenAI, 500, R"({"error":{"message":"x","param":"n"}})").field(),
+            "");
   const util::Status anthropic = UpstreamError(
       Api::kAnthropic, 529,
       R"({"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}})");
