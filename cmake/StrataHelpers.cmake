@@ -64,8 +64,8 @@ function(strata_test name)
   strata_apply_common(${name})
   set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 4)
   # The test code itself is compiled at -Og: it is most of the build's
-  # compile time and none of its run time (GCC's -Og generates code about
-  # twice as fast as -O1 for these gtest/JSON/Asio-heavy files); the code
+  # compile time and none of its run time (GCC compiles these
+  # gtest/JSON/Asio-heavy files at -Og in up to half the time of -O1); the code
   # under test is the modules' libraries, compiled with the build type's own
   # optimisation.
   if(CMAKE_BUILD_TYPE MATCHES "^(Release|RelWithDebInfo)$")

@@ -124,35 +124,51 @@ class WatchedSink final : public Sink {
   std::vector<Event> events_;   // guarded by mu_
 };
 
-TEST(RemoteBackend, ARunLetsGoOfItsSinkOnceEveryChoiceFinished) {
+// `upstream` on strata's own HTTP server, and the remote backend "up" in
+// front of it (no health probes: the test's requests are all it sees).
+struct Rig {
+  void Start(net::HttpHandler& upstream) {
+    net::HttpServerOptions so;
+    so.port = 0;
+    auto s = net::HttpServer::Create(so, upstream, *log, util::RealClock());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server = std::move(s).value();
+    auto port = server->Start();
+    ASSERT_TRUE(port.ok()) << port.status().ToString();
+    auto c = net::HttpClient::Create({}, *log);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client = std::move(c).value();
+    RemoteOptions o;
+    o.name = "up";
+    o.routing.replicas = {"http://127.0.0.1:" + std::to_string(*port)};
+    o.health_path = "";
+    auto b = RemoteBackend::Create(o, *client, *metrics, util::RealClock(), *log);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    backend = std::move(b).value();
+  }
+
   std::unique_ptr<util::Logger> log = util::NewNullLogger();
-  OneReplyUpstream upstream;
-  net::HttpServerOptions so;
-  so.port = 0;
-  auto server = net::HttpServer::Create(so, upstream, *log, util::RealClock());
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto port = (*server)->Start();
-  ASSERT_TRUE(port.ok()) << port.status().ToString();
-  auto client = net::HttpClient::Create({}, *log);
-  ASSERT_TRUE(client.ok());
+  std::unique_ptr<net::HttpServer> server;
+  std::unique_ptr<net::HttpClient> client;
   obs::MetricsRegistry registry;
-  auto metrics = RemoteMetrics::Register(registry);
-  RemoteOptions o;
-  o.name = "up";
-  o.routing.replicas = {"http://127.0.0.1:" + std::to_string(*port)};
-  o.health_path = "";  // no probes: the one request is all the upstream sees
-  auto backend = RemoteBackend::Create(o, **client, *metrics, util::RealClock(), *log);
-  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  std::unique_ptr<RemoteMetrics> metrics = RemoteMetrics::Register(registry);
+  std::unique_ptr<RemoteBackend> backend;  // destroyed first
+};
+
+TEST(RemoteBackend, ARunLetsGoOfItsSinkOnceEveryChoiceFinished) {
+  OneReplyUpstream upstream;
+  Rig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.Start(upstream));
 
   Request r;
   r.model = "up";
   r.messages = {{"user", "hello"}};
-  auto prepared = (*backend)->Prepare(r);
+  auto prepared = rig.backend->Prepare(r);
   ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
   auto gone = std::make_shared<Gone>();
   auto sink = std::make_shared<WatchedSink>(gone);
   // The caller keeps the run (the gateway's flight does, and it is the sink).
-  auto run = (*backend)->Start(r, *prepared, sink, nullptr);
+  auto run = rig.backend->Start(r, *prepared, sink, nullptr);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   const std::vector<Event> events = sink->WaitForFinish();
   ASSERT_EQ(events.size(), 2u);
@@ -168,24 +184,9 @@ TEST(RemoteBackend, ARunLetsGoOfItsSinkOnceEveryChoiceFinished) {
 }
 
 TEST(RemoteBackend, AClientThatDoesNotStreamIsSentTheUpstreamsWholeAnswer) {
-  std::unique_ptr<util::Logger> log = util::NewNullLogger();
   EitherWayUpstream upstream;
-  net::HttpServerOptions so;
-  so.port = 0;
-  auto server = net::HttpServer::Create(so, upstream, *log, util::RealClock());
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto port = (*server)->Start();
-  ASSERT_TRUE(port.ok()) << port.status().ToString();
-  auto client = net::HttpClient::Create({}, *log);
-  ASSERT_TRUE(client.ok());
-  obs::MetricsRegistry registry;
-  auto metrics = RemoteMetrics::Register(registry);
-  RemoteOptions o;
-  o.name = "up";
-  o.routing.replicas = {"http://127.0.0.1:" + std::to_string(*port)};
-  o.health_path = "";
-  auto backend = RemoteBackend::Create(o, **client, *metrics, util::RealClock(), *log);
-  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  Rig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.Start(upstream));
 
   for (const bool stream : {false, true}) {
     SCOPED_TRACE(stream ? "streaming client" : "whole answer");
@@ -194,11 +195,11 @@ TEST(RemoteBackend, AClientThatDoesNotStreamIsSentTheUpstreamsWholeAnswer) {
     r.stream = stream;
     r.request_id = stream ? "req-stream" : "req-whole";
     r.messages = {{"user", "hello"}};
-    auto prepared = (*backend)->Prepare(r);
+    auto prepared = rig.backend->Prepare(r);
     ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
     EXPECT_EQ((*prepared)->whole, !stream);
     auto sink = std::make_shared<WatchedSink>(std::make_shared<Gone>());
-    auto run = (*backend)->Start(r, *prepared, sink, nullptr);
+    auto run = rig.backend->Start(r, *prepared, sink, nullptr);
     ASSERT_TRUE(run.ok()) << run.status().ToString();
     const std::vector<Event> events = sink->WaitForFinish();
     ASSERT_EQ(events.size(), 2u);

@@ -156,6 +156,17 @@ class BackendTiersTest : public ::testing::Test {
     return r;
   }
 
+  // The text a started generation streams, read to its end.
+  static std::string Text(Generation& gen) {
+    std::string text;
+    while (true) {
+      auto e = gen.Next(std::chrono::steady_clock::now() + seconds(10));
+      if (!e.ok()) break;
+      if (e->kind == Event::Kind::kDelta) text += e->text;
+    }
+    return text;
+  }
+
   Observed Run(const CompletionRequest& r) {
     Observed o;
     auto gen = gw_->Start(r);
@@ -262,15 +273,7 @@ TEST_F(BackendTiersTest, IdenticalRemoteRequestsInFlightShareOneUpstreamCall) {
   EXPECT_TRUE((*leader)->defers_stream_head());
   EXPECT_TRUE((*follower)->defers_stream_head());
   a_.ReleaseHeld();
-  for (auto* gen : {&*leader, &*follower}) {
-    std::string text;
-    while (true) {
-      auto e = (*gen)->Next(std::chrono::steady_clock::now() + seconds(10));
-      if (!e.ok()) break;
-      if (e->kind == Event::Kind::kDelta) text += e->text;
-    }
-    EXPECT_EQ(text, "echo: q");
-  }
+  for (auto* gen : {&*leader, &*follower}) EXPECT_EQ(Text(**gen), "echo: q");
   EXPECT_EQ(a_.starts(), 1);
 }
 
@@ -290,15 +293,7 @@ TEST_F(BackendTiersTest, StreamingAndWholeAnswerRunsAreJoinedOnlyWithTheirOwnKin
   EXPECT_EQ((*s2)->cache_outcome(), CacheOutcome::kCoalesced);
   EXPECT_EQ(a_.starts(), 2);
   a_.ReleaseHeld();
-  for (auto* gen : {&*w1, &*s1, &*w2, &*s2}) {
-    std::string text;
-    while (true) {
-      auto e = (*gen)->Next(std::chrono::steady_clock::now() + seconds(10));
-      if (!e.ok()) break;
-      if (e->kind == Event::Kind::kDelta) text += e->text;
-    }
-    EXPECT_EQ(text, "echo: q");
-  }
+  for (auto* gen : {&*w1, &*s1, &*w2, &*s2}) EXPECT_EQ(Text(**gen), "echo: q");
   // Both kinds store under the request's own key: either kind is a hit now.
   EXPECT_EQ(Run(whole).outcome, CacheOutcome::kL1);
   EXPECT_EQ(Run(Chat("q")).outcome, CacheOutcome::kL1);
