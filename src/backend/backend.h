@@ -137,8 +137,11 @@ struct Event {
   FinishReason finish = FinishReason::kLength;  // kFinish
   std::string stop_sequence;                    // kFinish with kStopString: the string that matched
   util::Status status;                          // kFinish: not OK when the choice failed
-  Usage usage;                                  // kFinish
-  Timing timing;                                // kFinish
+  // kFinish: the choice's usage. kDelta: zero, except that a backend which
+  // learns the prompt's counts before the end (an Anthropic upstream's
+  // message_start) puts them (prompt, cached, cache_write) on the first delta.
+  Usage usage;
+  Timing timing;  // kFinish
   // kFinish: the terms the choice ran on when the Governor set any (" rt_level=1
   // sampling=... max_tokens_cap=..."), and whether it is traced.
   std::string terms;

@@ -71,12 +71,19 @@ std::pair<FinishReason, std::string> FinishOf(const std::optional<std::string>& 
   return {FinishReason::kEndOfTurn, ""};
 }
 
-void PushText(std::string text, std::vector<Event>* out) {
+// `prompt`: the prompt's counts from message_start, on the stream's first
+// delta only (so that a client's own message_start can report them).
+void PushText(std::string text, std::vector<Event>* out, const Usage* prompt = nullptr) {
   if (text.empty()) return;
   Event e;
   e.kind = Event::Kind::kDelta;
   e.index = 0;
   e.text = std::move(text);
+  if (prompt != nullptr) {
+    e.usage.prompt_tokens = prompt->prompt_tokens;
+    e.usage.cached_tokens = prompt->cached_tokens;
+    e.usage.cache_write_tokens = prompt->cache_write_tokens;
+  }
   out->push_back(std::move(e));
 }
 
@@ -130,7 +137,7 @@ class AnthropicDecoder : public DecoderCore {
       STRATA_ASSIGN_OR_RETURN(auto block_type, OptString(*block, "type", "content_block."));
       if (block_type == "text") {
         STRATA_ASSIGN_OR_RETURN(auto text, OptString(*block, "text", "content_block."));
-        PushText(text.value_or(""), out);
+        Push(text.value_or(""), out);
       }
       return Status();
     }
@@ -144,7 +151,7 @@ class AnthropicDecoder : public DecoderCore {
       if (delta_type == "text_delta") {
         STRATA_ASSIGN_OR_RETURN(auto text, OptString(*delta, "text", "delta."));
         if (!text) return ProtocolError("a 'text_delta' has no 'text'");
-        PushText(std::move(*text), out);
+        Push(std::move(*text), out);
       }
       return Status();
     }
@@ -176,7 +183,15 @@ class AnthropicDecoder : public DecoderCore {
   }
 
  private:
+  void Push(std::string text, std::vector<Event>* out) {
+    if (text.empty()) return;
+    const Usage prompt = usage_.ToUsage();
+    PushText(std::move(text), out, first_delta_sent_ ? nullptr : &prompt);
+    first_delta_sent_ = true;
+  }
+
   bool message_started_ = false;
+  bool first_delta_sent_ = false;
   UsageFields usage_;
   std::optional<std::string> stop_reason_, stop_sequence_;
 };

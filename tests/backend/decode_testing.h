@@ -26,6 +26,11 @@ inline std::string Show(const Event& e) {
       for (const auto& [t, l] : lp.top) s += fmt::format(" {}={}", nlohmann::json(t).dump(), l);
       s += ")";
     }
+    if (e.usage.prompt_tokens != 0 || e.usage.cached_tokens != 0 ||
+        e.usage.cache_write_tokens != 0 || e.usage.completion_tokens != 0) {
+      s += fmt::format(" usage={}/{}/{}/{}", e.usage.prompt_tokens, e.usage.cached_tokens,
+                       e.usage.cache_write_tokens, e.usage.completion_tokens);
+    }
     return s;
   }
   return fmt::format("finish[{}] {} stop={} status={} usage={}/{}/{}/{} tokens={}", e.index,

@@ -125,7 +125,7 @@ TEST(DecodeStrata, StrataAnthropicStreamDecodesWithItsUsageAndStopSequence) {
   const Decoded d = Decode(s, body);
   ASSERT_TRUE(d.error.ok()) << d.error.ToString();
   EXPECT_EQ(ShowAll(d.events),
-            "delta[0] \"Bon\"\ndelta[0] \"jour\"\n"
+            "delta[0] \"Bon\" usage=10/4/0/0\ndelta[0] \"jour\"\n"
             "finish[0] stop_string stop=END status=OK usage=10/4/0/2 tokens=2\n");
   ExpectSplitInvariant(s, body);
 }
@@ -204,9 +204,10 @@ TEST(DecodeAnthropic, AMessagesStreamGivesItsTextAndTheWholePromptAsPromptTokens
   const Stream s{.api = Api::kAnthropic};
   const Decoded d = Decode(s, kAnthropic);
   ASSERT_TRUE(d.error.ok()) << d.error.ToString();
-  // input_tokens excludes the cache: 25 + 100 read + 10 written.
+  // input_tokens excludes the cache: 25 + 100 read + 10 written. The first
+  // delta carries the prompt's counts, so a client's message_start can too.
   EXPECT_EQ(ShowAll(d.events),
-            "delta[0] \"Hello\"\ndelta[0] \"! ✓\"\n"
+            "delta[0] \"Hello\" usage=135/100/10/0\ndelta[0] \"! ✓\"\n"
             "finish[0] end_of_turn stop= status=OK usage=135/100/10/15 tokens=15\n");
   ExpectSplitInvariant(s, kAnthropic);
 }
@@ -267,7 +268,7 @@ TEST(DecodeAnthropic, OnlyTextIsTextThinkingToolInputAndUnknownEventsAreSkipped)
   const Decoded d = Decode({.api = Api::kAnthropic}, AnthropicWith(R"("tool_use")", blocks));
   ASSERT_TRUE(d.error.ok()) << d.error.ToString();
   EXPECT_EQ(ShowAll(d.events),
-            "delta[0] \"Hi\"\ndelta[0] \" there\"\n"
+            "delta[0] \"Hi\" usage=3/0/0/0\ndelta[0] \" there\"\n"
             "finish[0] end_of_turn stop= status=OK usage=3/0/0/4 tokens=4\n");
 }
 

@@ -91,6 +91,7 @@ struct Streamed {
   std::string finish;  // finish_reason / stop_reason
   std::string stop_sequence;
   Json usage;
+  Json start_usage;          // Anthropic: message_start's usage
   Json error;                // the error event's body, null when none
   bool done = false;         // OpenAI: "[DONE]"
   bool stopped = false;      // Anthropic: message_stop
@@ -112,6 +113,7 @@ Streamed ReadStream(const std::string& body, bool anthropic) {
     if (anthropic) {
       if (e.event == "error") s.error = j;
       if (e.event == "message_stop") s.stopped = true;
+      if (e.event == "message_start") s.start_usage = j["message"]["usage"];
       if (e.event == "content_block_delta") s.text += j["delta"].value("text", "");
       if (e.event == "message_delta") {
         s.finish = j["delta"].value("stop_reason", "");
@@ -425,6 +427,45 @@ TEST_F(BackendProcessTest, AnOpenAIClientOfAnAnthropicBackendGetsTheUpstreamsTex
   EXPECT_EQ(ss.text, text);
   EXPECT_EQ(ss.finish, "length");
   EXPECT_TRUE(ss.done) << st->body;
+}
+
+// An Anthropic client's stream through an Anthropic backend: message_start
+// already counts the prompt, as the upstream's own message_start does, and
+// both ends of the stream report what the upstream's do.
+TEST_F(BackendProcessTest, AStreamedMessageThroughAnAnthropicBackendCountsItsPromptAtTheStart) {
+  const Proc front = Front("anthropic:" + upstream_->url());
+  ASSERT_GT(front.port, 0);
+  const Json direct = DirectChat(upstream_->port, "count my prompt");
+  const int prompt = direct["usage"].value("prompt_tokens", -1);
+  ASSERT_GT(prompt, 0) << direct.dump();
+
+  // The same request twice, so that the upstream's prefix cache holds it
+  // both times.
+  auto own = Post(upstream_->port, "/v1/messages", Streaming(Chat("demo", "count my prompt")));
+  auto st = Post(front.port, "/v1/messages", Streaming(Chat("front", "count my prompt")));
+  ASSERT_TRUE(own && st);
+  ASSERT_EQ(own->status, 200) << own->body;
+  ASSERT_EQ(st->status, 200) << st->body;
+  const Streamed want = ReadStream(own->body, true);
+  const Streamed got = ReadStream(st->body, true);
+  ASSERT_TRUE(got.stopped) << st->body;
+  const auto whole = [](const Json& u) {
+    return u.value("input_tokens", 0) + u.value("cache_read_input_tokens", 0) +
+           u.value("cache_creation_input_tokens", 0);
+  };
+  EXPECT_EQ(whole(got.start_usage), prompt) << st->body;
+  EXPECT_EQ(whole(got.usage), prompt) << st->body;
+  for (const char* field : {"input_tokens", "cache_read_input_tokens",
+                            "cache_creation_input_tokens", "output_tokens"}) {
+    EXPECT_EQ(got.start_usage.value(field, -1), want.start_usage.value(field, -2))
+        << field << "\n"
+        << st->body << "\nupstream:\n"
+        << own->body;
+    EXPECT_EQ(got.usage.value(field, -1), want.usage.value(field, -2))
+        << field << "\n"
+        << st->body << "\nupstream:\n"
+        << own->body;
+  }
 }
 
 // ---------------------------------------------------------------------------

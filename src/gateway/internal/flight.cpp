@@ -215,9 +215,13 @@ void FlightGeneration::Cancel() {
 util::StatusOr<Event> ReplayGeneration::Next(std::chrono::steady_clock::time_point) {
   if (next_ == stored_->events().size()) return util::OutOfRangeError("every choice has finished");
   Event e = stored_->events()[next_++];
-  if (prompt_tokens_ && e.kind == Event::Kind::kFinish) {
+  // A replayed answer read nothing from a prefix cache; its own prompt's
+  // size replaces the stored one wherever the stored counts stand.
+  const bool counts = e.kind == Event::Kind::kFinish || e.usage.prompt_tokens != 0;
+  if (prompt_tokens_ && counts) {
     e.usage.prompt_tokens = *prompt_tokens_;
     e.usage.cached_tokens = 0;
+    e.usage.cache_write_tokens = 0;
   }
   return e;
 }

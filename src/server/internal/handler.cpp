@@ -450,8 +450,8 @@ void Responder::StartStream(Output& out) {
 }
 
 void Responder::Absorb(const gateway::Event& e) {
-  if (e.kind != gateway::Event::Kind::kFinish) return;
-  // A remote backend learns the prompt's size from the upstream's usage.
+  // A remote backend learns the prompt's size from the upstream's usage: at
+  // the finish, or on the first delta when the upstream said it earlier.
   c_.meta.prompt_tokens = std::max(c_.meta.prompt_tokens, e.usage.prompt_tokens);
   c_.meta.cached_tokens = std::max(c_.meta.cached_tokens, e.usage.cached_tokens);
   c_.meta.cache_write_tokens = std::max(c_.meta.cache_write_tokens, e.usage.cache_write_tokens);
