@@ -173,6 +173,7 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
     head_status_ = 0;
     error_body_.clear();
     whole_body_.clear();
+    answer_bytes_ = 0;
     protocol_error_ = util::OkStatus();
     net::ClientRequest req;
     req.method = "POST";
@@ -216,19 +217,19 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
           bytes.substr(0, kMaxErrorBody - std::min(kMaxErrorBody, error_body_.size())));
       return;
     }
+    if (!protocol_error_.ok()) return;
+    answer_bytes_ += bytes.size();
+    if (answer_bytes_ > s_->options.max_answer_bytes) {
+      protocol_error_ = util::InternalError(fmt::format("the upstream's answer exceeds {} bytes",
+                                                        s_->options.max_answer_bytes))
+                            .WithReason(util::ErrorReason::kUpstreamProtocol);
+      if (call_) call_->Cancel();
+      return;
+    }
     if (whole_) {
-      constexpr size_t kMaxWholeBody = 16u << 20;
-      if (whole_body_.size() + bytes.size() > kMaxWholeBody) {
-        protocol_error_ = util::InternalError(
-                              fmt::format("the upstream's answer exceeds {} bytes", kMaxWholeBody))
-                              .WithReason(util::ErrorReason::kUpstreamProtocol);
-        if (call_) call_->Cancel();
-        return;
-      }
       whole_body_.append(bytes);
       return;
     }
-    if (!protocol_error_.ok()) return;
     std::vector<Event> events;
     util::Status st = decoder_.Feed(bytes, &events);
     DeliverLocked(std::move(events));
@@ -394,6 +395,7 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
   bool whole_ = false;   // the upstream answered JSON, not a stream
   std::string error_body_;
   std::string whole_body_;
+  size_t answer_bytes_ = 0;  // of this attempt's 200 body
   util::Status protocol_error_;
   util::Status finish_error_;  // the first choice that finished with an error
   bool cancelled_ = false;
@@ -457,6 +459,9 @@ util::StatusOr<std::unique_ptr<RemoteBackend>> RemoteBackend::Create(const Remot
   }
   if (options.default_max_tokens < 1) {
     return util::InvalidArgumentError("the default max_tokens must be at least 1");
+  }
+  if (options.max_answer_bytes < (64u << 10) || options.max_answer_bytes > (1u << 30)) {
+    return util::InvalidArgumentError("the answer bound is outside [64 KiB, 1 GiB]");
   }
   if (options.affinity_prefix_bytes < 16 || options.affinity_prefix_bytes > (1u << 20)) {
     return util::InvalidArgumentError("the affinity prefix is outside [16 B, 1 MiB]");

@@ -77,6 +77,11 @@ struct RemoteOptions {
   // total deadline: the upstream sends nothing before it is done.
   std::chrono::milliseconds first_byte_timeout{120'000};
   std::chrono::milliseconds total_timeout{600'000};
+  // The most bytes one upstream answer may send (a stream's body, or a whole
+  // JSON answer): past them the run ends with kUpstreamProtocol. The flight
+  // keeps a run's answer for its joiners and L1 whatever the client's pace,
+  // so this bound, not the client's reading, is what caps its memory.
+  size_t max_answer_bytes = 64u << 20;  // [64 KiB, 1 GiB]
   // The prompt's leading bytes that decide its replica under affinity routing.
   size_t affinity_prefix_bytes = 1024;  // [16, 1 MiB]
   // Probed on each replica (GET): 2xx is healthy, and so are 401 and 403

@@ -109,6 +109,10 @@ void RegisterBackendFlags(CLI::App& cmd, BackendFlags& f) {
   cmd.add_option("--backend-affinity-bytes", f.affinity_bytes,
                  "Leading bytes of the prompt that pick its replica under affinity routing")
       ->capture_default_str();
+  cmd.add_option("--backend-max-answer-bytes", f.max_answer_bytes,
+                 "Bytes one upstream answer may send at most (its stream or JSON body); a "
+                 "longer one ends with a 502 upstream_protocol_error")
+      ->capture_default_str();
   cmd.add_flag("--backend-cache-system", f.cache_system,
                "Anthropic backends: mark the system prompt as a prompt-cache breakpoint when the "
                "client set none");
@@ -172,6 +176,10 @@ util::StatusOr<std::vector<backend::RemoteOptions>> RemoteBackendOptions(const B
     return util::InvalidArgumentError(
         fmt::format("--backend-affinity-bytes {} is outside [16, 1048576]", f.affinity_bytes));
   }
+  if (f.max_answer_bytes < (64 << 10) || f.max_answer_bytes > (1 << 30)) {
+    return util::InvalidArgumentError(fmt::format(
+        "--backend-max-answer-bytes {} is outside [65536, 1073741824]", f.max_answer_bytes));
+  }
   for (size_t i = 0; i < f.specs.size(); ++i) {
     STRATA_ASSIGN_OR_RETURN(auto spec, ParseSpec(f.specs[i]));
     backend::RemoteOptions o;
@@ -204,6 +212,7 @@ util::StatusOr<std::vector<backend::RemoteOptions>> RemoteBackendOptions(const B
     o.health_path = f.health_path;
     o.probe_timeout = std::min(Ms(f.connect_timeout_s + 2), std::chrono::milliseconds(10'000));
     o.affinity_prefix_bytes = static_cast<size_t>(f.affinity_bytes);
+    o.max_answer_bytes = static_cast<size_t>(f.max_answer_bytes);
     o.cache_system_prompt = f.cache_system;
     o.default_max_tokens = max_tokens_cap;
     o.seed = 0x5eed0000ULL + i;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "net/http_client.h"
 #include "net/http_server.h"
 #include "obs/metrics.h"
@@ -86,6 +88,38 @@ class EitherWayUpstream : public net::HttpHandler {
   std::string request_id_;  // guarded by mu_
 };
 
+// Answers with `chunks` text deltas of 1 KiB each (a stream, or one JSON
+// answer when the body does not ask for a stream), then the finish.
+class FloodUpstream : public net::HttpHandler {
+ public:
+  explicit FloodUpstream(int chunks) : chunks_(chunks) {}
+  std::optional<net::Response> OnHead(const net::RequestHead&) override { return std::nullopt; }
+  void OnRequest(std::shared_ptr<net::Exchange> ex, std::string body) override {
+    const std::string text(1024, 'x');
+    if (body.find(R"("stream":true)") == std::string::npos) {
+      std::string all;
+      for (int i = 0; i < chunks_; ++i) all += text;
+      ex->Respond(net::JsonResponse(
+          200,
+          R"({"choices":[{"index":0,"message":{"role":"assistant","content":")" + all +
+              R"("},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}})"));
+      return;
+    }
+    ex->StartStream(200, {{"Content-Type", "text/event-stream"}});
+    for (int i = 0; i < chunks_; ++i) {
+      ex->Write(R"(data: {"choices":[{"index":0,"delta":{"content":")" + text +
+                R"("},"finish_reason":null}]})" + "\n\n");
+    }
+    ex->Write(R"(data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],)"
+              R"("usage":{"prompt_tokens":3,"completion_tokens":1}})"
+              "\n\ndata: [DONE]\n\n");
+    ex->End();
+  }
+
+ private:
+  const int chunks_;
+};
+
 // Records the events; says when it is destroyed.
 struct Gone {
   std::mutex mu;
@@ -127,7 +161,7 @@ class WatchedSink final : public Sink {
 // `upstream` on strata's own HTTP server, and the remote backend "up" in
 // front of it (no health probes: the test's requests are all it sees).
 struct Rig {
-  void Start(net::HttpHandler& upstream) {
+  void Start(net::HttpHandler& upstream, size_t max_answer_bytes = 64u << 20) {
     net::HttpServerOptions so;
     so.port = 0;
     auto s = net::HttpServer::Create(so, upstream, *log, util::RealClock());
@@ -142,6 +176,7 @@ struct Rig {
     o.name = "up";
     o.routing.replicas = {"http://127.0.0.1:" + std::to_string(*port)};
     o.health_path = "";
+    o.max_answer_bytes = max_answer_bytes;
     auto b = RemoteBackend::Create(o, *client, *metrics, util::RealClock(), *log);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     backend = std::move(b).value();
@@ -214,6 +249,51 @@ TEST(RemoteBackend, AClientThatDoesNotStreamIsSentTheUpstreamsWholeAnswer) {
     EXPECT_NE(body.find(stream ? R"("stream":true)" : R"("stream":false)"), std::string::npos)
         << body;
     EXPECT_EQ(body.find("stream_options") != std::string::npos, stream) << body;
+  }
+}
+
+// An answer past max_answer_bytes ends the run with a protocol error, after
+// the text that came before it (a stream) or with none (a whole answer); one
+// within the bound arrives whole.
+TEST(RemoteBackend, AnAnswerPastTheByteBoundEndsWithAProtocolError) {
+  FloodUpstream upstream(100);  // ~100 KiB of text
+  Rig big;
+  ASSERT_NO_FATAL_FAILURE(big.Start(upstream, 1u << 20));
+  Rig small;
+  ASSERT_NO_FATAL_FAILURE(small.Start(upstream, 64u << 10));
+  for (const bool stream : {true, false}) {
+    for (Rig* rig : {&big, &small}) {
+      const bool bounded = rig == &small;
+      SCOPED_TRACE(fmt::format("{} {}", stream ? "stream" : "whole", bounded ? "64 KiB" : "1 MiB"));
+      Request r;
+      r.model = "up";
+      r.stream = stream;
+      r.messages = {{"user", "hello"}};
+      auto prepared = rig->backend->Prepare(r);
+      ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+      auto sink = std::make_shared<WatchedSink>(std::make_shared<Gone>());
+      auto run = rig->backend->Start(r, *prepared, sink, nullptr);
+      ASSERT_TRUE(run.ok()) << run.status().ToString();
+      const std::vector<Event> events = sink->WaitForFinish();
+      ASSERT_FALSE(events.empty());
+      const Event& finish = events.back();
+      ASSERT_EQ(finish.kind, Event::Kind::kFinish);
+      size_t text = 0;
+      for (const Event& e : events) text += e.text.size();
+      if (!bounded) {
+        EXPECT_TRUE(finish.status.ok()) << finish.status.ToString();
+        EXPECT_EQ(text, 100u * 1024);
+        continue;
+      }
+      EXPECT_EQ(finish.status.reason(), util::ErrorReason::kUpstreamProtocol)
+          << finish.status.ToString();
+      EXPECT_NE(finish.status.message().find("exceeds 65536 bytes"), std::string::npos)
+          << finish.status.ToString();
+      EXPECT_LT(text, 64u * 1024);
+      if (!stream) {
+        EXPECT_EQ(text, 0u);
+      }
+    }
   }
 }
 

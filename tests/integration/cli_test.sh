@@ -63,6 +63,19 @@ serve_bad "--rt-calm -3 is outside [1, 1000000] intervals" --rt-calm -3
 serve_bad "--rt-dwell -1 is outside [0, 86400] seconds" --rt-dwell -1
 serve_bad "--rt-kv-pressure 1 is outside [0, 1)" --rt-kv-pressure 1
 
+# The --backend-* flags' bad values, refused before anything starts (port 1
+# on loopback: nothing is ever sent there).
+backend_bad() {
+  expect 2 "$1" -- serve --port 0 --backend openai:http://127.0.0.1:1 --backend-name b "${@:2}"
+}
+backend_bad "--backend 'grpc:http://x' must be KIND:URL" --backend grpc:http://x
+backend_bad "--backend-routing 'random' is not affinity" --backend-routing random
+backend_bad "--backend-retries 10 is outside [0, 9]" --backend-retries 10
+backend_bad "--backend-idle-timeout 0 is outside" --backend-idle-timeout 0
+backend_bad "--backend-affinity-bytes 5 is outside [16, 1048576]" --backend-affinity-bytes 5
+backend_bad "--backend-max-answer-bytes 5 is outside [65536, 1073741824]" --backend-max-answer-bytes 5
+backend_bad "--backend-io-threads 0 is outside [1, 64]" --backend-io-threads 0
+
 shared=../shared/models
 if [ -f "$shared/stories260K.gguf" ]; then
   expect 0 "Once upon a time, there was a little girl named Lily" -- generate -m "$shared/stories260K.gguf" --temp 0 -n 12
