@@ -25,8 +25,10 @@
 #             $SYSTEMS system prompts of $SYSTEM words each, then a $QUESTION-word
 #             question, $GEN tokens, $USERS clients; $WARM requests warm the
 #             replicas, then $REQUESTS are measured. Fresh servers per policy
-#             and round, the policy order alternating. Cached-token ratio from
-#             the front's strata_backend_{cached,prompt}_tokens_total.
+#             and round, the policy order rotating. $POLICIES (default
+#             "affinity round-robin") may add affinity-floorN: affinity with
+#             --backend-affinity-floor N. Cached-token ratio from the front's
+#             strata_backend_{cached,prompt}_tokens_total.
 #   mooncake  The same fleet (--kv-tokens $MC_KV_TOKENS), once per policy,
 #             replaying the first $MC_REQUESTS requests of the Mooncake
 #             conversation trace (arrival times and prefix-block hash ids;
@@ -44,14 +46,14 @@
 # REPLICA_MODEL ($SHARED/models/stories260K.gguf, else a mkmodel model), PARTS,
 # ROUNDS (3), PORT (18600), LAT_S (5), WRK_S (5), REPLICAS (3), KV_TOKENS
 # (4096), AFFINITY_BYTES (256), SYSTEMS (12), SYSTEM (200), QUESTION (8), GEN
-# (8), USERS (4), WARM (48), REQUESTS (90), MC_REQUESTS (500), MC_SCALE
+# (8), USERS (4), WARM (48), REQUESTS (90), POLICIES, MC_REQUESTS (500), MC_SCALE
 # (0.004), MC_PROMPT (80), MC_SPEEDUP (2), MC_AFFINITY_BYTES (24), MC_KV_TOKENS
 # (24576), FAQ_REQUESTS (240), FAQ_CONC (4). Needs wrk, nginx and curl
 # (installed here when missing).
 # Writes OUT_DIR/PART/* and prints each part's summary (also PART/summary.txt).
 set -euo pipefail
 if [ $# -lt 1 ] || [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
-  sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'
   [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ] && exit 0
   exit 2
 fi
@@ -69,7 +71,7 @@ question="${QUESTION:-8}" gen="${GEN:-8}" users="${USERS:-4}" warm="${WARM:-48}"
 requests="${REQUESTS:-90}" mc_requests="${MC_REQUESTS:-500}" mc_scale="${MC_SCALE:-0.004}"
 mc_prompt="${MC_PROMPT:-80}" mc_speedup="${MC_SPEEDUP:-2}"
 mc_affinity_bytes="${MC_AFFINITY_BYTES:-24}" mc_kv="${MC_KV_TOKENS:-24576}" faq_requests="${FAQ_REQUESTS:-240}"
-faq_conc="${FAQ_CONC:-4}"
+faq_conc="${FAQ_CONC:-4}" policies="${POLICIES:-affinity round-robin}"
 for bin in "$strata" "$netbench" "$loadgen"; do
   [ -x "$bin" ] || { echo "error: '$bin' is not built (cmake --build --preset release)" >&2; exit 2; }
 done
@@ -291,9 +293,14 @@ PY
 # --- 2. prefix affinity against round-robin -------------------------------------
 
 # start_fleet BASE POLICY AFFINITY_BYTES KV_TOKENS LOGDIR: $replicas replicas
-# on ports BASE.., the front on BASE + $replicas.
+# on ports BASE.., the front on BASE + $replicas. POLICY affinity-floorN is
+# affinity with --backend-affinity-floor N.
 start_fleet() {
-  local base="$1" policy="$2" bytes="$3" kv_tokens="$4" logs="$5" urls=() i
+  local base="$1" policy="$2" bytes="$3" kv_tokens="$4" logs="$5" urls=() i floor=1
+  if [[ "$policy" =~ ^affinity-floor([0-9]+)$ ]]; then
+    floor="${BASH_REMATCH[1]}"
+    policy=affinity
+  fi
   mkdir -p "$logs"
   for i in $(seq 0 $((replicas - 1))); do
     start "$logs/replica$i.log" "$strata" serve -m "$replica_model" --alias stories \
@@ -304,7 +311,7 @@ start_fleet() {
   for i in $(seq 0 $((replicas - 1))); do wait_ready $((base + i)) "$logs/replica$i.log"; done
   start "$logs/front.log" "$strata" serve --backend "openai:$(IFS=,; echo "${urls[*]}")" \
     --backend-name stories --backend-routing "$policy" --backend-affinity-bytes "$bytes" \
-    --l1-bytes 0 --no-coalesce --port $((base + replicas)) --log-level warn
+    --backend-affinity-floor "$floor" --l1-bytes 0 --no-coalesce --port $((base + replicas)) --log-level warn
   wait_ready $((base + replicas)) "$logs/front.log"
 }
 
@@ -349,10 +356,10 @@ print("medians over rounds:")
 for pol in sorted(runs):
     print(f"  {pol:11s} cached {med(pol, 'cached'):.1%}  TTFT mean {med(pol, 'mean'):.0f} P50 "
           f"{med(pol, 'p50'):.0f} P99 {med(pol, 'p99'):.0f} ms  {med(pol, 'rps'):.2f} req/s")
-if "affinity" in runs and "round-robin" in runs:
-    both = sorted(set(runs["affinity"]) & set(runs["round-robin"]))
-    per = [runs["affinity"][r]["mean"] / runs["round-robin"][r]["mean"] for r in both]
-    print("mean TTFT affinity / round-robin, same round: " + ", ".join(f"{x:.3f}" for x in per) +
+for pol in sorted(p for p in runs if p.startswith("affinity") and "round-robin" in runs):
+    both = sorted(set(runs[pol]) & set(runs["round-robin"]))
+    per = [runs[pol][r]["mean"] / runs["round-robin"][r]["mean"] for r in both]
+    print(f"mean TTFT {pol} / round-robin, same round: " + ", ".join(f"{x:.3f}" for x in per) +
           f"; median {statistics.median(per):.3f}x (target <= 0.5x: "
           f"{'met' if statistics.median(per) <= 0.5 else 'NOT met'})")
 PY
@@ -362,7 +369,8 @@ part_affinity() {
   local d="$out/affinity" r k=0 policy base f
   mkdir -p "$d"
   for r in $(seq "$rounds"); do
-    for policy in $(rotate "$r" affinity round-robin); do
+    # shellcheck disable=SC2086  # the policies are words
+    for policy in $(rotate "$r" $policies); do
       base=$((port + 100 + 10 * k))
       k=$((k + 1))
       start_fleet "$base" "$policy" "$affinity_bytes" "$kv" "$d/logs-$policy-r$r"

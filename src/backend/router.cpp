@@ -94,6 +94,9 @@ util::Status ValidateRouterOptions(const RouterOptions& o) {
   }
   if (!(o.load_bound >= 1 && o.load_bound <= 100))
     return bad(fmt::format("load_bound {} is outside [1, 100]", o.load_bound));
+  if (o.affinity_floor < 1 || o.affinity_floor > kMaxConcurrency)
+    return bad(
+        fmt::format("affinity_floor {} is outside [1, {}]", o.affinity_floor, kMaxConcurrency));
   if (o.vnodes_per_replica < 1 || o.vnodes_per_replica > kMaxVnodes)
     return bad(
         fmt::format("vnodes_per_replica {} is outside [1, {}]", o.vnodes_per_replica, kMaxVnodes));
@@ -237,14 +240,15 @@ int32_t Router::PickAffinityLocked(uint64_t key, const std::vector<char>& candid
     ++count;
   }
   // The bounded-load capacity ceil(c · (m + 1) / n), m counting the
-  // candidates' outstanding requests and this one its own. Some candidate
-  // is always under it (the least loaded holds at most m / n < capacity), so
-  // the walk ends within one turn of the ring.
+  // candidates' outstanding requests and this one its own, or the floor if
+  // that is more. Some candidate is always under it (the least loaded holds
+  // at most m / n < capacity), so the walk ends within one turn of the ring.
   const double exact =
       options_.load_bound * static_cast<double>(total + 1) / static_cast<double>(count);
   // (The epsilon keeps a product that should be an integer, say 1.25 · 8 / 2,
   // from rounding up past it.)
-  const auto capacity = static_cast<int64_t>(std::ceil(exact - 1e-9));
+  const auto capacity =
+      std::max<int64_t>(static_cast<int64_t>(std::ceil(exact - 1e-9)), options_.affinity_floor);
   const uint64_t position = RingPosition(key);
   auto start = std::lower_bound(ring_.begin(), ring_.end(), position,
                                 [](const RingPoint& p, uint64_t v) { return p.position < v; });

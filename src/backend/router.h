@@ -8,13 +8,16 @@
 //    hash ring (vnodes_per_replica points per replica, at Hash64(url, i)) and
 //    walks clockwise to the first replica that is eligible (healthy, under
 //    max_concurrency_per_replica) and under the bounded load
-//        outstanding < ceil(load_bound · (S + 1) / n),
+//        outstanding < max(ceil(load_bound · (S + 1) / n), affinity_floor),
 //    S the outstanding requests of the n eligible replicas (consistent
 //    hashing with bounded loads; Mirrokni, Thorup, Zadimoghaddam, SODA
 //    2018). So a key stays on its replica (whose upstream then holds its KV
 //    prefix warm) until that replica carries more than load_bound times the
 //    average, then spills to the next replica on the ring, and comes back
-//    when the load drops. Removing a replica from the ring (ejection) moves
+//    when the load drops. The floor keeps a light load from spilling: with
+//    few requests in flight the bound alone is a handful (ceil(1.25 · 2 / 3)
+//    = 1), and a second request of a prompt would leave its warm replica to
+//    prefill the whole prompt elsewhere. Removing a replica from the ring (ejection) moves
 //    only the keys that were on it. A request with no key goes to the least
 //    loaded replica, ties broken by rotation.
 //  - kRoundRobin: the next eligible replica in turn.
@@ -110,6 +113,7 @@ struct RouterOptions {
   std::vector<std::string> replicas;  // [1, 1024] URLs, non-empty and distinct
   RoutePolicy policy = RoutePolicy::kAffinity;
   double load_bound = 1.25;                        // [1, 100] kAffinity: max load / average load
+  int32_t affinity_floor = 1;                      // [1, 2^20] kAffinity: no spill below this load
   int32_t vnodes_per_replica = 160;                // [1, 1024] kAffinity: ring points per replica
   int32_t max_concurrency_per_replica = 0;         // [0, 2^20] outstanding requests; 0 = unlimited
   int32_t eject_after_failures = 3;                // [1, 1000] consecutive failures that eject

@@ -109,6 +109,14 @@ void RegisterBackendFlags(CLI::App& cmd, BackendFlags& f) {
   cmd.add_option("--backend-affinity-bytes", f.affinity_bytes,
                  "Leading bytes of the prompt that pick its replica under affinity routing")
       ->capture_default_str();
+  cmd.add_option("--backend-load-bound", f.load_bound,
+                 "Affinity: a replica takes a prompt's requests while it carries less than this "
+                 "times the average load, else the next replica on the ring does [1, 100]")
+      ->capture_default_str();
+  cmd.add_option("--backend-affinity-floor", f.affinity_floor,
+                 "Affinity: requests in flight a replica may carry before its prompts spill "
+                 "elsewhere, whatever the average")
+      ->capture_default_str();
   cmd.add_option("--backend-max-answer-bytes", f.max_answer_bytes,
                  "Bytes one upstream answer may send at most (its stream or JSON body); a "
                  "longer one ends with a 502 upstream_protocol_error")
@@ -176,6 +184,14 @@ util::StatusOr<std::vector<backend::RemoteOptions>> RemoteBackendOptions(const B
     return util::InvalidArgumentError(
         fmt::format("--backend-affinity-bytes {} is outside [16, 1048576]", f.affinity_bytes));
   }
+  if (!(f.load_bound >= 1 && f.load_bound <= 100)) {
+    return util::InvalidArgumentError(
+        fmt::format("--backend-load-bound {} is outside [1, 100]", f.load_bound));
+  }
+  if (f.affinity_floor < 1 || f.affinity_floor > (1 << 20)) {
+    return util::InvalidArgumentError(
+        fmt::format("--backend-affinity-floor {} is outside [1, 1048576]", f.affinity_floor));
+  }
   if (f.max_answer_bytes < (64 << 10) || f.max_answer_bytes > (1 << 30)) {
     return util::InvalidArgumentError(fmt::format(
         "--backend-max-answer-bytes {} is outside [65536, 1073741824]", f.max_answer_bytes));
@@ -202,6 +218,8 @@ util::StatusOr<std::vector<backend::RemoteOptions>> RemoteBackendOptions(const B
     o.routing.replicas = std::move(spec.second);
     o.routing.policy = *policy;
     o.routing.max_concurrency_per_replica = f.max_concurrency;
+    o.routing.load_bound = f.load_bound;
+    o.routing.affinity_floor = f.affinity_floor;
     o.routing.eject_after_failures = f.eject_after;
     o.routing.eject_base = Ms(f.eject_s);
     o.routing.eject_max = std::max(Ms(f.eject_s), Ms(f.eject_s * 30));

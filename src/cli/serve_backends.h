@@ -45,6 +45,8 @@ struct BackendFlags {
   std::string health_path = "/v1/models";
   double health_interval_s = 2;  // 0 = no active checks
   int32_t affinity_bytes = 1024;
+  double load_bound = 1.25;    // affinity: a replica's load over the average at most
+  int32_t affinity_floor = 4;  // affinity: in-flight requests below which nothing spills
   int64_t max_answer_bytes = 64 << 20;
   bool cache_system = false;  // anthropic: a cache breakpoint after the system prompt
   int32_t io_threads = 2;     // of the upstream HTTP client

@@ -169,6 +169,36 @@ TEST(RouterAffinity, HotPrefixSpillsPastTheLoadBoundAndComesBack) {
   EXPECT_EQ(*router->Acquire(hot), home);
 }
 
+// With the floor at F a prompt's replica keeps its requests up to F in
+// flight even on an idle fleet (the bound alone is 1 there: the second
+// request would spill), then the bound spills as before.
+TEST(RouterAffinity, TheFloorKeepsALightLoadHomeAndTheBoundStillSpillsPastIt) {
+  testing::FakeClock clock;
+  const RouteKey hot = Prefix(42);
+  {
+    auto plain = Make(Fleet(3), clock);
+    const int32_t home = *plain->Acquire(hot);
+    EXPECT_NE(*plain->Acquire(hot), home) << "without a floor the second request spills";
+  }
+  RouterOptions o = Fleet(3);
+  o.affinity_floor = 4;
+  auto router = Make(o, clock);
+  const int32_t home = *router->Acquire(hot);
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(*router->Acquire(hot), home) << "request " << i + 1;
+  EXPECT_EQ(Outstanding(*router, home), 4);
+  // Five in flight: the bound is ceil(1.25 · 5 / 3) = 3 < 4, so the floor
+  // decides and home is full.
+  EXPECT_NE(*router->Acquire(hot), home);
+  // Past the floor the bound rules: with 12 more elsewhere, ceil(1.25 · 18 / 3)
+  // = 8 > 4, and home takes requests again.
+  for (int i = 0; i < 12; ++i) {
+    auto got = router->Acquire(Prefix(1000 + i), std::vector<int32_t>{home});
+    ASSERT_TRUE(got.ok());
+    ASSERT_NE(*got, home);
+  }
+  EXPECT_EQ(*router->Acquire(hot), home);
+}
+
 TEST(RouterAffinity, SessionWinsOverPrefix) {
   testing::FakeClock clock;
   auto router = Make(Fleet(4), clock);
@@ -635,6 +665,8 @@ TEST(RouterOptions, CreateRefusesEachOptionOutOfRangeNamingIt) {
       {[](RouterOptions& o) { o.load_bound = 0.99; }, "load_bound 0.99 is outside [1, 100]"},
       {[](RouterOptions& o) { o.load_bound = 101; }, "load_bound"},
       {[](RouterOptions& o) { o.load_bound = std::nan(""); }, "load_bound"},
+      {[](RouterOptions& o) { o.affinity_floor = 0; }, "affinity_floor 0 is outside"},
+      {[](RouterOptions& o) { o.affinity_floor = (1 << 20) + 1; }, "affinity_floor"},
       {[](RouterOptions& o) { o.vnodes_per_replica = 0; }, "vnodes_per_replica 0"},
       {[](RouterOptions& o) { o.vnodes_per_replica = 1025; }, "vnodes_per_replica 1025"},
       {[](RouterOptions& o) { o.max_concurrency_per_replica = -1; },

@@ -778,6 +778,53 @@ TEST_F(BackendProcessTest, AffinityKeepsASharedPrefixOnOneReplicaAndRoundRobinSp
   EXPECT_EQ(std::count(d.begin(), d.end(), 0.0), 0) << d[0] << " " << d[1] << " " << d[2];
 }
 
+// A hot prefix under load: three replicas that hold every stream open (so
+// each request stays in flight), one shared system prompt, eight requests
+// sent one after another. The floor (2) keeps the first two on the
+// prompt's replica; past it the bounded load (1.25x the average) spills
+// the rest, and no replica carries more than ceil(1.25 * 8 / 3) = 4.
+TEST_F(BackendProcessTest, BoundedLoadSpillsAHotPrefixPastTheFloor) {
+  std::vector<std::unique_ptr<FaultUpstream>> ups;
+  std::string spec = "openai:";
+  for (int i = 0; i < 3; ++i) {
+    ups.push_back(std::make_unique<FaultUpstream>());
+    ASSERT_TRUE(ups.back()->Start().ok());
+    ups.back()->Play(std::vector<FaultUpstream::Step>(16, FaultUpstream::Step{.stall = true}));
+    spec += (i == 0 ? "" : ",") + ups.back()->url();
+  }
+  const Proc front = Front(spec, {"--backend-routing", "affinity", "--backend-affinity-bytes",
+                                  "256", "--backend-affinity-floor", "2"});
+  ASSERT_GT(front.port, 0);
+  const auto posts = [&] {
+    std::vector<int> n;
+    for (const auto& u : ups) n.push_back(u->posts());
+    return n;
+  };
+  const auto total = [&] {
+    int t = 0;
+    for (int n : posts()) t += n;
+    return t;
+  };
+  const std::string shared = LongSystem("You are the hot assistant of the spill test.");
+  std::vector<std::unique_ptr<RawClient>> clients;
+  for (int i = 0; i < 8; ++i) {
+    Json body = Streaming(WithSystem(shared, "Question " + std::to_string(i) + ": why?"));
+    clients.push_back(std::make_unique<RawClient>(front.port));
+    ASSERT_TRUE(clients.back()->connected());
+    ASSERT_TRUE(clients.back()->Send(Request("/v1/chat/completions", body.dump())));
+    ASSERT_TRUE(Eventually([&] { return total() == i + 1; })) << "request " << i;
+    if (i == 1) {
+      const std::vector<int> two = posts();
+      EXPECT_EQ(*std::max_element(two.begin(), two.end()), 2)
+          << "under the floor both stay home: " << two[0] << " " << two[1] << " " << two[2];
+    }
+  }
+  const std::vector<int> n = posts();
+  EXPECT_LE(*std::max_element(n.begin(), n.end()), 4) << n[0] << " " << n[1] << " " << n[2];
+  EXPECT_LE(std::count(n.begin(), n.end(), 0), 1) << n[0] << " " << n[1] << " " << n[2];
+  for (auto& u : ups) ASSERT_TRUE(u->Cut().ok());  // the held streams end
+}
+
 // ---------------------------------------------------------------------------
 // 9. Credentials.
 

@@ -75,6 +75,8 @@ backend_bad "--backend-idle-timeout 0 is outside" --backend-idle-timeout 0
 backend_bad "--backend-affinity-bytes 5 is outside [16, 1048576]" --backend-affinity-bytes 5
 backend_bad "--backend-max-answer-bytes 5 is outside [65536, 1073741824]" --backend-max-answer-bytes 5
 backend_bad "--backend-io-threads 0 is outside [1, 64]" --backend-io-threads 0
+backend_bad "--backend-load-bound 0.5 is outside [1, 100]" --backend-load-bound 0.5
+backend_bad "--backend-affinity-floor 0 is outside [1, 1048576]" --backend-affinity-floor 0
 
 shared=../shared/models
 if [ -f "$shared/stories260K.gguf" ]; then
