@@ -6,7 +6,7 @@
 #
 #   bench/backends.sh OUT_DIR
 #
-# Parts ($PARTS, default "overhead affinity mooncake faq"), all on 127.0.0.1:
+# Parts ($PARTS, default "overhead pacing affinity mooncake faq"), all on 127.0.0.1:
 #   overhead  A fast upstream: strata serving a random-weight `strata mkmodel`
 #             model with its L1 on (every request an L1 hit after one warm-up).
 #             Reached three ways, the order rotating over $ROUNDS rounds: direct;
@@ -18,6 +18,13 @@
 #             byte) and a non-streaming one (latency), then wrk at concurrency
 #             64 ($WRK_S s, requests/s). The upstream's request count checks
 #             that every request was forwarded.
+#   pacing    An upstream that generates at a model's pace (strata serve -m
+#             $REPLICA_MODEL -t 1, L1 off), reached directly and through strata
+#             serve --backend, the order rotating over $ROUNDS rounds: loadgen,
+#             one client, $PACE_REQUESTS streamed chats of $PACE_TOKENS tokens
+#             each (ignore_eos, temperature 0, the same prompts both ways). The
+#             front's added TTFT and time per output token (TPOT: the gap
+#             between tokens) are the same-round differences.
 #   affinity  $REPLICAS upstream replicas (strata serve -m $REPLICA_MODEL -t 1
 #             --kv-tokens $KV_TOKENS, L1 off) behind strata serve --backend
 #             openai:R1,R2,... with --backend-routing affinity or round-robin
@@ -48,12 +55,13 @@
 # (4096), AFFINITY_BYTES (256), SYSTEMS (12), SYSTEM (200), QUESTION (8), GEN
 # (8), USERS (4), WARM (48), REQUESTS (90), POLICIES, MC_REQUESTS (500), MC_SCALE
 # (0.004), MC_PROMPT (80), MC_SPEEDUP (2), MC_AFFINITY_BYTES (24), MC_KV_TOKENS
-# (24576), FAQ_REQUESTS (240), FAQ_CONC (4). Needs wrk, nginx and curl
+# (24576), FAQ_REQUESTS (240), FAQ_CONC (4), PACE_REQUESTS (30), PACE_TOKENS
+# (64). Needs wrk, nginx and curl
 # (installed here when missing).
 # Writes OUT_DIR/PART/* and prints each part's summary (also PART/summary.txt).
 set -euo pipefail
 if [ $# -lt 1 ] || [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
-  sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,61p' "$0" | sed 's/^# \{0,1\}//'
   [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ] && exit 0
   exit 2
 fi
@@ -64,7 +72,7 @@ STRATA_PACKAGES=(wrk nginx curl)
 strata_ensure_packages
 strata="${STRATA:-build/release/strata}" netbench="${NETBENCH:-build/release/bench/netbench}"
 loadgen="${LOADGEN:-build/release/bench/loadgen}" shared="${SHARED:-../shared}"
-parts="${PARTS:-overhead affinity mooncake faq}" rounds="${ROUNDS:-3}" port="${PORT:-18600}"
+parts="${PARTS:-overhead pacing affinity mooncake faq}" rounds="${ROUNDS:-3}" port="${PORT:-18600}"
 lat_s="${LAT_S:-5}" wrk_s="${WRK_S:-5}" replicas="${REPLICAS:-3}" kv="${KV_TOKENS:-4096}"
 affinity_bytes="${AFFINITY_BYTES:-256}" systems="${SYSTEMS:-12}" system="${SYSTEM:-200}"
 question="${QUESTION:-8}" gen="${GEN:-8}" users="${USERS:-4}" warm="${WARM:-48}"
@@ -72,6 +80,7 @@ requests="${REQUESTS:-90}" mc_requests="${MC_REQUESTS:-500}" mc_scale="${MC_SCAL
 mc_prompt="${MC_PROMPT:-80}" mc_speedup="${MC_SPEEDUP:-2}"
 mc_affinity_bytes="${MC_AFFINITY_BYTES:-24}" mc_kv="${MC_KV_TOKENS:-24576}" faq_requests="${FAQ_REQUESTS:-240}"
 faq_conc="${FAQ_CONC:-4}" policies="${POLICIES:-affinity round-robin}"
+pace_requests="${PACE_REQUESTS:-30}" pace_tokens="${PACE_TOKENS:-64}"
 for bin in "$strata" "$netbench" "$loadgen"; do
   [ -x "$bin" ] || { echo "error: '$bin' is not built (cmake --build --preset release)" >&2; exit 2; }
 done
@@ -290,7 +299,49 @@ for s in ("nginx", "strata"):
 PY
 }
 
-# --- 2. prefix affinity against round-robin -------------------------------------
+# --- 2. streaming at a model's pace ----------------------------------------------
+
+part_pacing() {
+  local d="$out/pacing" up=$((port + 50)) front=$((port + 51)) r side p
+  mkdir -p "$d"
+  start "$d/upstream.log" "$strata" serve -m "$replica_model" --alias stories --port "$up" -t 1 \
+    --l1-bytes 0 --no-coalesce --log-level warn
+  wait_ready "$up" "$d/upstream.log"
+  start "$d/front.log" "$strata" serve --backend "openai:http://127.0.0.1:$up" \
+    --backend-name stories --l1-bytes 0 --no-coalesce --port "$front" --log-level warn
+  wait_ready "$front" "$d/front.log"
+  for r in $(seq "$rounds"); do
+    for side in $(rotate "$r" direct strata); do
+      p=$up
+      [ "$side" = strata ] && p=$front
+      "$loadgen" --url "http://127.0.0.1:$p" --model stories --endpoint chat --prompt-tokens 16 \
+        --max-tokens "$pace_tokens" --ignore-eos --temperature 0 -c 1 -n "$pace_requests" \
+        --seed 5 -q --json "$d/$side-r$r.json" >/dev/null
+      echo "  round $r: $side done"
+    done
+  done
+  stop_all
+  python3 - "$d" "$rounds" <<'PY' | tee "$d/summary.txt"
+import json, statistics, sys
+d, rounds = sys.argv[1], int(sys.argv[2])
+s = {(side, r): json.load(open(f"{d}/{side}-r{r}.json"))["summary"]
+     for side in ("direct", "strata") for r in range(1, rounds + 1)}
+def get(side, r, k, q):
+    return s[(side, r)][k][q]
+for side in ("direct", "strata"):
+    med = lambda k, q: statistics.median(get(side, r, k, q) for r in range(1, rounds + 1))
+    print(f"  {side:6s} TTFT P50 {med('ttft_ms', 'p50'):.3f} P99 {med('ttft_ms', 'p99'):.3f} ms; "
+          f"TPOT P50 {med('tpot_ms', 'p50'):.4f} P99 {med('tpot_ms', 'p99'):.4f} ms; "
+          f"ok {sum(s[(side, r)]['ok'] for r in range(1, rounds + 1))}")
+add = lambda k, q: statistics.median(get("strata", r, k, q) - get("direct", r, k, q)
+                                     for r in range(1, rounds + 1))
+print(f"strata vs direct (median of same-round differences): TTFT P50 {add('ttft_ms', 'p50'):+.3f} ms, "
+      f"P99 {add('ttft_ms', 'p99'):+.3f} ms; per token (TPOT) P50 {add('tpot_ms', 'p50'):+.4f} ms, "
+      f"P99 {add('tpot_ms', 'p99'):+.4f} ms")
+PY
+}
+
+# --- 3. prefix affinity against round-robin -------------------------------------
 
 # start_fleet BASE POLICY AFFINITY_BYTES KV_TOKENS LOGDIR: $replicas replicas
 # on ports BASE.., the front on BASE + $replicas. POLICY affinity-floorN is
@@ -414,7 +465,7 @@ part_mooncake() {
   fleet_summary "$d" | tee "$d/summary.txt"
 }
 
-# --- 3. L1 and L3 in front of a remote backend --------------------------------
+# --- 4. L1 and L3 in front of a remote backend --------------------------------
 
 part_faq() {
   local d="$out/faq" data="$shared/data/prompts" r
