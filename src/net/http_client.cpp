@@ -26,6 +26,9 @@ using internal::tcp;
 
 std::string_view View(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
+// A pooled connection idle longer than this is checked for a close before reuse.
+constexpr std::chrono::milliseconds kPeekAfterIdle{1000};
+
 struct Url {
   bool tls = false;  // https://
   std::string host;  // without brackets
@@ -373,17 +376,21 @@ void CallImpl::Begin() {
   while (it != cl_.idle.end() && !it->second.empty()) {
     PooledStream p = std::move(it->second.back());
     it->second.pop_back();
-    if (std::chrono::steady_clock::now() - p.idle_since > client_.options_.pool_idle_timeout) {
-      continue;
-    }
+    const auto idle = std::chrono::steady_clock::now() - p.idle_since;
+    if (idle > client_.options_.pool_idle_timeout) continue;
     // Readable while idle means the server closed it (or sent junk; over
-    // TLS, its close_notify).
-    error_code ec;
-    tcp::socket& s = p.stream.socket();
-    s.non_blocking(true, ec);
-    char byte;
-    s.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
-    if (ec != asio::error::would_block && ec != asio::error::try_again) continue;
+    // TLS, its close_notify). Only a connection idle a while is looked at:
+    // under load one is reused microseconds after its last answer, a server
+    // hardly closes it that soon, and the retry on a fresh connection covers
+    // that rare case; the check would cost two system calls per request.
+    if (idle > kPeekAfterIdle) {
+      error_code ec;
+      tcp::socket& s = p.stream.socket();
+      if (!s.non_blocking()) s.non_blocking(true, ec);  // set once: the flag stays with the socket
+      char byte;
+      s.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
+      if (ec != asio::error::would_block && ec != asio::error::try_again) continue;
+    }
     stream_ = std::move(p.stream);
     reused_ = true;
     client_.reused.fetch_add(1);
