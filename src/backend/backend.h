@@ -51,6 +51,7 @@ struct SamplingFieldsSet {
   // Any of strata's own samplers (target_entropy, typical_p, mirostat):
   // the local engine's alone.
   bool strata_sampler = false;
+  bool logit_bias = false;  // SamplingParams::logit_bias (OpenAI's)
 };
 
 // One message of a chat: role ("system", "user", "assistant") and text.

@@ -271,6 +271,16 @@ util::StatusOr<std::vector<int32_t>> LocalBackend::Tokenize(const Request& r) co
 }
 
 util::StatusOr<std::shared_ptr<const Prepared>> LocalBackend::Prepare(const Request& r) const {
+  if (!r.sampling.logit_bias.empty()) {
+    const int32_t id = r.sampling.logit_bias.back().first;  // sorted: the largest
+    const int32_t n_vocab = model_.tokenizer().n_vocab();
+    if (id >= n_vocab) {
+      return util::InvalidFieldError(
+          "logit_bias", fmt::format("'logit_bias' names token {}; the model's vocabulary has "
+                                    "ids 0 to {}",
+                                    id, n_vocab - 1));
+    }
+  }
   auto p = std::make_shared<Prepared>();
   STRATA_ASSIGN_OR_RETURN(p->tokens, Tokenize(r));
   const int32_t n_prompt = static_cast<int32_t>(p->tokens.size());

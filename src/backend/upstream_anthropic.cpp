@@ -213,6 +213,9 @@ StatusOr<Call> RenderAnthropic(const Request& r, const RenderOptions& o) {
     return Unsupported(kApi, "repetition_penalty", "the Anthropic API has no penalties");
   }
   if (set.seed) return Unsupported(kApi, "seed", "the Anthropic API does not take a seed");
+  if (set.logit_bias) {
+    return Unsupported(kApi, "logit_bias", "the Anthropic API has no logit bias");
+  }
   if (set.min_p) return Unsupported(kApi, "min_p", "the Anthropic API has no min-p sampling");
   if (r.top_logprobs >= 0) {
     return Unsupported(kApi, "logprobs", "the Anthropic API does not return logprobs");

@@ -326,6 +326,11 @@ StatusOr<Call> RenderOpenAI(const Request& r, const RenderOptions& o) {
   if (set.frequency_penalty) body["frequency_penalty"] = CleanNumber(p.frequency_penalty);
   // The client's seed was a signed 64-bit integer; send it back as one.
   if (set.seed) body["seed"] = static_cast<int64_t>(p.seed);
+  if (set.logit_bias) {
+    Json bias = Json::object();
+    for (const auto& [id, b] : p.logit_bias) bias[std::to_string(id)] = CleanNumber(b);
+    body["logit_bias"] = std::move(bias);
+  }
   // Not OpenAI's own, but vLLM, SGLang, llama-server and strata take them.
   if (set.top_k) body["top_k"] = p.top_k;
   if (set.min_p) body["min_p"] = CleanNumber(p.min_p);

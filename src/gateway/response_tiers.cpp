@@ -97,6 +97,7 @@ void AppendRemoteRequest(cache::CacheKeyBuilder& b, const CompletionRequest& r) 
   const backend::SamplingFieldsSet& s = r.sampling_set;
   b.Bool(s.temperature).Bool(s.top_p).Bool(s.top_k).Bool(s.min_p).Bool(s.presence_penalty);
   b.Bool(s.frequency_penalty).Bool(s.repetition_penalty).Bool(s.seed).Bool(s.strata_sampler);
+  b.Bool(s.logit_bias);
 }
 
 // The L1 and single-flight key: everything that decides the events.

@@ -53,6 +53,22 @@ util::Status Validate(const SamplingParams& p) {
         fmt::format("mirostat and target_entropy {} are exclusive: both set the temperature",
                     p.target_entropy));
   }
+  if (p.logit_bias.size() > kMaxLogitBias) {
+    return util::InvalidArgumentError(
+        fmt::format("logit_bias has {} entries, at most {}", p.logit_bias.size(), kMaxLogitBias));
+  }
+  for (size_t i = 0; i < p.logit_bias.size(); ++i) {
+    const auto& [id, bias] = p.logit_bias[i];
+    if (id < 0)
+      return util::InvalidArgumentError(fmt::format("logit_bias token {} is negative", id));
+    if (i > 0 && id <= p.logit_bias[i - 1].first) {
+      return util::InvalidArgumentError("logit_bias must be sorted by token id, each id once");
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return util::InvalidArgumentError(
+          fmt::format("logit_bias of token {}: {} is outside [-100, 100]", id, bias));
+    }
+  }
   return util::OkStatus();
 }
 
@@ -66,6 +82,19 @@ util::StatusOr<int32_t> Sampler::Sample(std::span<const float> logits) {
 
 util::StatusOr<StepReport> Sampler::SampleWithReport(std::span<const float> logits) {
   if (logits.empty()) return util::InvalidArgumentError("sampling: empty logits");
+  if (!params_.logit_bias.empty()) {
+    if (params_.logit_bias.back().first >= static_cast<int32_t>(logits.size())) {
+      return util::InvalidArgumentError(
+          fmt::format("sampling: logit_bias names token {}, the logits have {}",
+                      params_.logit_bias.back().first, logits.size()));
+    }
+    biased_.assign(logits.begin(), logits.end());
+    for (const auto& [id, bias] : params_.logit_bias) {
+      float& l = biased_[static_cast<size_t>(id)];
+      l = bias <= -100.0f ? -std::numeric_limits<float>::infinity() : l + bias;
+    }
+    logits = biased_;
+  }
   const internal::LogitScan scan = internal::ScanLogits(logits);
   if (scan.invalid) {
     for (size_t i = 0; i < logits.size(); ++i) {

@@ -3,8 +3,12 @@
 // Promise: a Sampler turns one step's logits into a token id by the fixed
 // pipeline of processors.h, in this order:
 //
-//   penalties -> top-k -> top-p -> min-p -> typical-p -> temperature
-//     -> entropy target -> mirostat v2 -> draw
+//   logit bias -> penalties -> top-k -> top-p -> min-p -> typical-p
+//     -> temperature -> entropy target -> mirostat v2 -> draw
+//
+// The logit bias (OpenAI's logit_bias) adds a number in [-100, 100] to the
+// logits of named tokens; -100 bans the token outright (its logit becomes
+// -inf), +100 all but forces it.
 //
 // A stage whose parameter is "off" is skipped. temperature = 0 means greedy:
 // argmax after the penalties, every later stage skipped. With target_entropy
@@ -33,6 +37,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "sampling/entropy.h"
@@ -59,7 +64,13 @@ struct SamplingParams {
   bool mirostat = false;           // Mirostat v2; exclusive with target_entropy
   float mirostat_tau_bits = 5.0f;  // bits, (0, 40]; target surprise (llama.cpp's mirostat_tau)
   float mirostat_eta = 0.1f;       // (0, 1]; learning rate of mu
+  // (token id, bias in [-100, 100]) sorted by id, each id once, at most
+  // kMaxLogitBias; -100 bans the token. Ids beyond the logits are refused by
+  // Sample (the caller checks them against its vocabulary first).
+  std::vector<std::pair<int32_t, float>> logit_bias = {};
 };
+
+inline constexpr size_t kMaxLogitBias = 1024;
 
 // InvalidArgument naming the field when a parameter is out of range.
 util::Status Validate(const SamplingParams& params);
@@ -96,6 +107,7 @@ class Sampler {
   float mu_bits_;                   // Mirostat v2 state
   std::vector<TokenCount> counts_;  // generated tokens by id, for the penalties
   Candidates scratch_;              // candidate buffer reused across steps
+  std::vector<float> biased_;       // the step's logits with the logit bias added
 };
 
 }  // namespace strata::sampling

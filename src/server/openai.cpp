@@ -160,6 +160,7 @@ StatusOr<ParsedRequest> ParseRequest(ApiKind kind, const Json& j) {
   if (max_completion) max_tokens = max_completion;
   if (max_tokens) r.max_tokens = static_cast<int32_t>(*max_tokens);
   STRATA_RETURN_IF_ERROR(ParseSampling(f, 2.0, r));
+  STRATA_RETURN_IF_ERROR(ParseLogitBias(f, r));
   STRATA_ASSIGN_OR_RETURN(r.stop, f.Strings("stop"));
   STRATA_ASSIGN_OR_RETURN(auto n, f.Integer("n", 1, 128));
   if (n) r.n = static_cast<int32_t>(*n);

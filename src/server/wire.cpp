@@ -236,6 +236,51 @@ Status ParseSampling(const Fields& f, double temp_max, gateway::CompletionReques
   return util::OkStatus();
 }
 
+// OpenAI's "logit_bias": {"<token id>": bias in [-100, 100], ...}, at most
+// sampling::kMaxLogitBias entries; null or {} is none.
+Status ParseLogitBias(const Fields& f, gateway::CompletionRequest& r) {
+  if (!f.Has("logit_bias")) return util::OkStatus();
+  const Json& v = f.Get("logit_bias");
+  if (v.is_null()) return util::OkStatus();
+  if (!v.is_object()) {
+    return f.Error("logit_bias", "must be an object of token ids to numbers in [-100, 100]");
+  }
+  if (v.size() > sampling::kMaxLogitBias) {
+    return f.Error("logit_bias", fmt::format("has {} entries, at most {} are allowed", v.size(),
+                                             sampling::kMaxLogitBias));
+  }
+  std::vector<std::pair<int32_t, float>> bias;
+  bias.reserve(v.size());
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const std::string& key = it.key();
+    int64_t id = 0;
+    const bool digits =
+        !key.empty() && key.size() <= 10 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) id = std::stoll(key);
+    if (!digits || id > std::numeric_limits<int32_t>::max()) {
+      return f.Error(
+          "logit_bias",
+          fmt::format("has the key '{}', which is not a token id (a non-negative integer)",
+                      key.substr(0, 32)));
+    }
+    if (!it.value().is_number() || !(it.value().get<double>() >= -100) ||
+        !(it.value().get<double>() <= 100)) {
+      return f.Error("logit_bias", fmt::format("of token {} must be a number in [-100, 100]", id));
+    }
+    bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(it.value().get<double>()));
+  }
+  std::sort(bias.begin(), bias.end());
+  for (size_t i = 1; i < bias.size(); ++i) {
+    if (bias[i].first == bias[i - 1].first) {  // "7" and "07"
+      return f.Error("logit_bias", fmt::format("names token {} twice", bias[i].first));
+    }
+  }
+  r.sampling.logit_bias = std::move(bias);
+  r.sampling_set.logit_bias = !r.sampling.logit_bias.empty();
+  return util::OkStatus();
+}
+
 // strata's cache controls: "no_cache": true turns every tier off for the
 // request; "cache": {"prefix": false} the KV prefix cache (L2) only,
 // "cache": {"l1": false} the response cache (L1) and single flight only;
@@ -253,6 +298,12 @@ Status ParseCacheControls(const Fields& f, gateway::CompletionRequest& r) {
     const Json& c = f.Get("cache");
     if (!c.is_object()) return f.Error("cache", "must be an object");
     Fields cf(c, "cache.");
+    for (auto it = c.begin(); it != c.end(); ++it) {
+      if (it.key() != "prefix" && it.key() != "l1" && it.key() != "l3") {
+        return FieldError("cache." + it.key().substr(0, 64),
+                          "is not a cache control: 'cache' takes prefix, l1 and l3");
+      }
+    }
     STRATA_ASSIGN_OR_RETURN(auto prefix, cf.Bool("prefix"));
     if (prefix) r.prefix_cache = *prefix && r.prefix_cache;
     STRATA_ASSIGN_OR_RETURN(auto l1, cf.Bool("l1"));

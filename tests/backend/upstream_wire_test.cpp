@@ -192,8 +192,13 @@ TEST(RenderOpenAI, StrataParsesTheChatBodyIntoTheSameFields) {
   r.sampling.min_p = 0.1f;
   r.sampling.repetition_penalty = 1.2f;
   r.sampling.seed = 1234;
-  r.sampling_set = {
-      .temperature = true, .top_k = true, .min_p = true, .repetition_penalty = true, .seed = true};
+  r.sampling.logit_bias = {{7, -100.0f}, {300, 2.5f}};
+  r.sampling_set = {.temperature = true,
+                    .top_k = true,
+                    .min_p = true,
+                    .repetition_penalty = true,
+                    .seed = true,
+                    .logit_bias = true};
   r.n = 2;
   r.stop = {"END"};
   r.top_logprobs = 4;
@@ -216,6 +221,8 @@ TEST(RenderOpenAI, StrataParsesTheChatBodyIntoTheSameFields) {
   EXPECT_EQ(got.sampling.repetition_penalty, 1.2f);
   EXPECT_EQ(got.sampling.seed, 1234u);
   EXPECT_TRUE(got.fixed_seed);
+  EXPECT_EQ(got.sampling.logit_bias, r.sampling.logit_bias);
+  EXPECT_TRUE(got.sampling_set.logit_bias);
   EXPECT_EQ(got.n, 2);
   EXPECT_EQ(got.stop, std::vector<std::string>{"END"});
   EXPECT_EQ(got.top_logprobs, 4);
@@ -307,6 +314,11 @@ TEST(RenderAnthropic, EveryFieldItsApiCannotCarryIsRefusedByName) {
                     with([](Request& r) { r.sampling_set.repetition_penalty = true; }),
                     "repetition_penalty");
   ExpectUnsupported(Api::kAnthropic, with([](Request& r) { r.sampling_set.seed = true; }), "seed");
+  ExpectUnsupported(Api::kAnthropic, with([](Request& r) {
+                      r.sampling.logit_bias = {{5, -100.0f}};
+                      r.sampling_set.logit_bias = true;
+                    }),
+                    "logit_bias");
   ExpectUnsupported(Api::kAnthropic, with([](Request& r) { r.sampling_set.min_p = true; }),
                     "min_p");
   ExpectUnsupported(Api::kAnthropic, with([](Request& r) { r.top_logprobs = 0; }), "logprobs");

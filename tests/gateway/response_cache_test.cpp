@@ -246,6 +246,8 @@ TEST_F(ResponseCacheGatewayTest, EveryParameterThatChangesTheAnswerIsInTheKey) {
   add("top_k", [](CompletionRequest& r) { r.sampling.top_k = 3; });
   add("repetition_penalty", [](CompletionRequest& r) { r.sampling.repetition_penalty = 1.2f; });
   add("seed", [](CompletionRequest& r) { r.sampling.seed = 1; });
+  add("logit_bias", [](CompletionRequest& r) { r.sampling.logit_bias = {{5, -100.0f}}; });
+  add("logit_bias value", [](CompletionRequest& r) { r.sampling.logit_bias = {{5, -99.0f}}; });
   add("prompt", [](CompletionRequest& r) { r.prompt = "the cat sat down"; });
   add("chat instead of prompt", [](CompletionRequest& r) {
     r.prompt.reset();

@@ -385,6 +385,65 @@ TEST(Sampler, PenaltiesLowerRepeatedTokens) {
   EXPECT_EQ(*s.Sample(logits), 1);  // token 0 now carries the presence penalty
 }
 
+TEST(Sampler, LogitBiasBansForcesAndShiftsTokens) {
+  const std::vector<float> logits = {2.0f, 1.0f, 0.5f, 0.0f};
+  {
+    SamplingParams p{.temperature = 0.0f, .seed = 1};
+    p.logit_bias = {{0, -100.0f}};  // banned: the next best wins
+    Sampler s(p);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(*s.Sample(logits), 1);
+  }
+  {
+    SamplingParams p = Plain(1.0f, 3);
+    p.logit_bias = {{0, -100.0f}, {3, 100.0f}};  // 3 all but forced, 0 never
+    Sampler s(p);
+    const auto counts = SampleMany(s, logits, 2000);
+    EXPECT_EQ(counts.count(0), 0u);
+    EXPECT_EQ(counts.at(3), 2000);
+  }
+  {
+    // A finite bias shifts the logit: softmax of {2, 1, 0.5 + 1.5, 0}.
+    SamplingParams p = Plain(1.0f, 5);
+    p.logit_bias = {{2, 1.5f}};
+    Sampler s(p);
+    const int64_t n = 30000;
+    const auto want = SoftmaxOver({2.0f, 1.0f, 2.0f, 0.0f}, {0, 1, 2, 3}, 1.0);
+    const auto r = ChiSquare(SampleMany(s, logits, n), want, n);
+    EXPECT_TRUE(r.Passes()) << r.statistic;
+  }
+  {
+    // Banning every token leaves nothing to sample.
+    SamplingParams p = Plain(1.0f, 1);
+    p.logit_bias = {{0, -100.0f}, {1, -100.0f}, {2, -100.0f}, {3, -100.0f}};
+    EXPECT_FALSE(Sampler(p).Sample(logits).ok());
+  }
+  {
+    // A token beyond the logits is an error, not a write past them.
+    SamplingParams p = Plain(1.0f, 1);
+    p.logit_bias = {{4, 1.0f}};
+    const auto r = Sampler(p).Sample(logits);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("token 4"), std::string::npos);
+  }
+}
+
+TEST(Sampler, InvalidLogitBiasIsRefused) {
+  SamplingParams p;
+  p.logit_bias = {{3, 101.0f}};
+  EXPECT_NE(Validate(p).message().find("[-100, 100]"), std::string::npos);
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_NE(Validate(p).message().find("negative"), std::string::npos);
+  p.logit_bias = {{5, 1.0f}, {2, 1.0f}};
+  EXPECT_NE(Validate(p).message().find("sorted"), std::string::npos);
+  p.logit_bias = {{2, std::nanf("")}};
+  EXPECT_FALSE(Validate(p).ok());
+  p.logit_bias.clear();
+  for (int32_t i = 0; i <= static_cast<int32_t>(kMaxLogitBias); ++i) p.logit_bias.push_back({i, 1});
+  EXPECT_NE(Validate(p).message().find("at most"), std::string::npos);
+  p.logit_bias.pop_back();
+  EXPECT_TRUE(Validate(p).ok());
+}
+
 TEST(Sampler, DrawsFollowTheSoftmax) {
   // Three tokens with probabilities 0.5, 0.3, 0.2: a chi-square goodness of fit.
   const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};

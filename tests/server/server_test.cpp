@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <vector>
@@ -501,6 +502,85 @@ TEST_F(ServerTest, SessionIdIsEchoedLoggedAndChecked) {
   ASSERT_TRUE(bad_anthropic);
   EXPECT_EQ(bad_anthropic->status, 400);
   EXPECT_EQ(json::parse(bad_anthropic->body)["type"], "error");
+}
+
+// logit_bias on the local engine: +100 forces a token even when sampling,
+// -100 bans the greedy choice; malformed maps, ids beyond the vocabulary and
+// unknown keys inside strata's "cache" object are 400s naming the field.
+TEST_F(ServerTest, LogitBiasForcesAndBansTokensAndBadMapsAre400s) {
+  Start();
+  srv_->SetGateway(gw_.get());
+  const text::Tokenizer& tok = tiny_.model->tokenizer();
+  const auto complete = [&](const json& extra) {
+    json body = {{"model", "tiny"},
+                 {"prompt", "the cat"},
+                 {"max_tokens", 3},
+                 {"ignore_eos", true},
+                 {"no_cache", true}};
+    body.update(extra);
+    auto r = Post("/v1/completions", body.dump());
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    return r ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : "";
+  };
+  // A word token ("▁" and letters): three of them read as the word three times.
+  int32_t k = -1;
+  for (int32_t id = tok.n_vocab() / 2; id < tok.n_vocab() && k < 0; ++id) {
+    std::string_view piece = tok.Piece(id);
+    const std::string_view space = "\xe2\x96\x81";  // the SentencePiece space
+    if (piece.substr(0, space.size()) == space) piece.remove_prefix(space.size());
+    if (!piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
+    const bool letters = piece.size() >= 2 && std::all_of(piece.begin(), piece.end(), [](char c) {
+                           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+                         });
+    if (letters && !tok.IsEog(id)) k = id;
+  }
+  ASSERT_GE(k, 0) << "no word token in the tiny vocabulary";
+  const std::vector<int32_t> three = {k, k, k};
+  const std::string forced =
+      complete({{"temperature", 1.0}, {"seed", 3}, {"logit_bias", {{std::to_string(k), 100}}}});
+  EXPECT_TRUE(forced == tok.Decode(three, {.strip_leading_space = false}) ||
+              forced == tok.Decode(three))
+      << "'" << forced << "' is not token " << k << " three times";
+
+  // Ban every token that reads as the greedy answer's first token.
+  const std::string first = complete({{"temperature", 0}, {"max_tokens", 1}});
+  ASSERT_FALSE(first.empty());
+  json ban = json::object();
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+    const std::vector<int32_t> one = {id};
+    if (tok.Decode(one, {.strip_leading_space = false}) == first) ban[std::to_string(id)] = -100;
+  }
+  ASSERT_FALSE(ban.empty()) << "no token reads '" << first << "'";
+  const std::string banned = complete({{"temperature", 0}, {"max_tokens", 1}, {"logit_bias", ban}});
+  EXPECT_NE(banned, first);
+
+  const auto error = [&](const std::string& extra, const std::string& param,
+                         const std::string& needle) {
+    const std::string body =
+        R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"max_tokens":2)" + extra +
+        "}";
+    auto r = Post("/v1/chat/completions", body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << body << " -> " << r->body;
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["error"]["param"], param) << r->body;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos) << r->body;
+  };
+  error(R"(,"logit_bias":{"abc":-100})", "logit_bias", "'abc', which is not a token id");
+  error(R"(,"logit_bias":{"-5":1})", "logit_bias", "not a token id");
+  error(R"(,"logit_bias":{"5":101})", "logit_bias", "[-100, 100]");
+  error(R"(,"logit_bias":{"5":"x"})", "logit_bias", "[-100, 100]");
+  error(R"(,"logit_bias":[1,2])", "logit_bias", "must be an object");
+  error(R"(,"logit_bias":{"7":1,"07":2})", "logit_bias", "token 7 twice");
+  error(R"(,"logit_bias":{"99999999":1})", "logit_bias", "vocabulary");
+  error(R"(,"cache":{"l2":false})", "cache.l2", "is not a cache control");
+  // null and {} are no bias.
+  for (const char* none : {R"(,"logit_bias":null)", R"(,"logit_bias":{})"}) {
+    const std::string body =
+        R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"max_tokens":2)" +
+        std::string(none) + "}";
+    EXPECT_EQ(Post("/v1/chat/completions", body)->status, 200) << body;
+  }
 }
 
 }  // namespace

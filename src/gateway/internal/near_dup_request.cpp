@@ -11,12 +11,14 @@ void AppendSamplingParams(cache::CacheKeyBuilder& b, const sampling::SamplingPar
   // requests that differ only in it share an answer. This assertion fails
   // when the struct changes size, so whoever adds a field sees this list (a
   // field hiding in padding would slip past it).
-  static_assert(sizeof(sampling::SamplingParams) == 64,
+  static_assert(sizeof(sampling::SamplingParams) == 88,
                 "SamplingParams changed: add the new field to the cache keys below");
   b.F32(p.temperature).I32(p.top_k).F32(p.top_p).F32(p.min_p);
   b.F32(p.presence_penalty).F32(p.frequency_penalty).F32(p.repetition_penalty);
   b.U64(p.seed).F32(p.typical_p).F32(p.target_entropy).F32(p.entropy_tail_nats);
   b.Bool(p.mirostat).F32(p.mirostat_tau_bits).F32(p.mirostat_eta);
+  b.I64(static_cast<int64_t>(p.logit_bias.size()));
+  for (const auto& [id, bias] : p.logit_bias) b.I32(id).F32(bias);
 }
 
 std::optional<NearDupRequest> MakeNearDupRequest(const CompletionRequest& r, uint64_t fingerprint,
@@ -47,7 +49,8 @@ std::optional<NearDupRequest> MakeNearDupRequest(const CompletionRequest& r, uin
     const backend::SamplingFieldsSet& set = r.sampling_set;
     b.Str("remote").Bool(set.temperature).Bool(set.top_p).Bool(set.top_k).Bool(set.min_p);
     b.Bool(set.presence_penalty).Bool(set.frequency_penalty).Bool(set.repetition_penalty);
-    b.Bool(set.seed).Bool(set.strata_sampler).I64(static_cast<int64_t>(r.cache_breakpoints.size()));
+    b.Bool(set.seed).Bool(set.strata_sampler).Bool(set.logit_bias);
+    b.I64(static_cast<int64_t>(r.cache_breakpoints.size()));
     for (int32_t i : r.cache_breakpoints) b.I32(i);
   }
   const cache::CacheKey scope_key = b.Build();

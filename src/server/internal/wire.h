@@ -74,7 +74,11 @@ util::StatusOr<std::string> ContentText(const Json& content, const std::string& 
 // The sampling fields both APIs accept, with the APIs' defaults (plain
 // sampling); `temp_max` is 2 for OpenAI, 1 for Anthropic.
 util::Status ParseSampling(const Fields& f, double temp_max, gateway::CompletionRequest& r);
-// strata's "no_cache" and "cache": {"prefix", "l1", "l3"} (docs/api.md).
+// OpenAI's "logit_bias" (token id strings to [-100, 100]); sorted into
+// r.sampling.logit_bias.
+util::Status ParseLogitBias(const Fields& f, gateway::CompletionRequest& r);
+// strata's "no_cache" and "cache": {"prefix", "l1", "l3"} (docs/api.md);
+// any other key inside "cache" is refused.
 util::Status ParseCacheControls(const Fields& f, gateway::CompletionRequest& r);
 // strata's "session_id": 1-128 characters of [A-Za-z0-9._:@-].
 util::Status ParseSessionId(const Fields& f, gateway::CompletionRequest& r);
