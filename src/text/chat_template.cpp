@@ -20,6 +20,8 @@ std::string Trim(std::string_view s) {
 // Builds the segment list, merging adjacent pieces of the same kind.
 class Builder {
  public:
+  Builder() = default;
+  explicit Builder(std::vector<PromptSegment> start) : out_(std::move(start)) {}
   Builder& Special(std::string_view s) { return Add(s, true); }
   Builder& Text(std::string_view s) { return Add(s, false); }
   std::vector<PromptSegment> Take() { return std::move(out_); }
@@ -145,9 +147,58 @@ ChatStyle DetectChatStyle(std::string_view t, std::string_view eos_text) {
   return s;
 }
 
+namespace {
+
+// What opens an assistant turn the model is to continue: the generation
+// prompt, or the text before an assistant message's content.
+std::string_view AssistantOpening(const ChatStyle& style) {
+  switch (style.format) {
+    case ChatFormat::kPlain:
+      return "Assistant: ";
+    case ChatFormat::kChatML:
+      return "<|im_start|>assistant\n";
+    case ChatFormat::kLlama3:
+      return "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    case ChatFormat::kLlama2:
+      return " ";
+    case ChatFormat::kMistral:
+      return "";
+    case ChatFormat::kZephyr:
+    case ChatFormat::kPhi3:
+      return "<|assistant|>\n";
+    case ChatFormat::kGemma:
+      return "<start_of_turn>model\n";
+    case ChatFormat::kDeepSeekR1:
+      return "<｜Assistant｜>";
+  }
+  return "";
+}
+
+util::StatusOr<std::vector<PromptSegment>> RenderClosed(const ChatStyle& style,
+                                                        std::span<const ChatMessage> m,
+                                                        bool add_generation_prompt);
+
+}  // namespace
+
 util::StatusOr<std::vector<PromptSegment>> RenderChat(const ChatStyle& style,
                                                       std::span<const ChatMessage> m,
                                                       bool add_generation_prompt) {
+  if (add_generation_prompt && m.size() >= 2 && m.back().role == "assistant") {
+    // A prefill: the conversation up to the last turn, then that assistant
+    // turn opened and left open, its text the start of the answer.
+    STRATA_ASSIGN_OR_RETURN(auto head, RenderClosed(style, m.first(m.size() - 1), false));
+    Builder b(std::move(head));
+    b.Special(AssistantOpening(style)).Text(m.back().content);
+    return b.Take();
+  }
+  return RenderClosed(style, m, add_generation_prompt);
+}
+
+namespace {
+
+util::StatusOr<std::vector<PromptSegment>> RenderClosed(const ChatStyle& style,
+                                                        std::span<const ChatMessage> m,
+                                                        bool add_generation_prompt) {
   if (m.empty()) return util::InvalidArgumentError("messages is empty");
   Builder b;
   switch (style.format) {
@@ -295,6 +346,8 @@ util::StatusOr<std::vector<PromptSegment>> RenderChat(const ChatStyle& style,
   }
   return b.Take();
 }
+
+}  // namespace
 
 std::vector<std::string> TurnEndStrings(const ChatStyle& style) {
   switch (style.format) {

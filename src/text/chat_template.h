@@ -65,6 +65,11 @@ ChatStyle DetectChatStyle(std::string_view jinja_template, std::string_view eos_
 
 // InvalidArgument naming the message for an unknown role, a misplaced system
 // message, or roles that do not alternate where the format requires it.
+// With add_generation_prompt and a conversation that ends with an assistant
+// message after at least one other, that last message is a prefill: its
+// turn is opened as the template opens the answer's and left open, so the
+// model continues its text (Anthropic's assistant prefill; vLLM's
+// continue_final_message).
 util::StatusOr<std::vector<PromptSegment>> RenderChat(const ChatStyle& style,
                                                       std::span<const ChatMessage> messages,
                                                       bool add_generation_prompt = true);

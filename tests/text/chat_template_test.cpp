@@ -132,6 +132,38 @@ TEST(ChatTemplate, MessageContentIsNeverSpecial) {
   }
 }
 
+// A conversation that ends with an assistant message is a prefill: the
+// rendering is the closed conversation's, cut right after that message's
+// text, so the model continues it. A lone assistant message is rendered as
+// before (closed, then the generation prompt).
+TEST(ChatTemplate, ATrailingAssistantMessageIsContinuedNotClosed) {
+  std::vector<ChatMessage> story = kChat;
+  story.push_back({"assistant", "Once upon a"});
+  for (ChatFormat f : {ChatFormat::kPlain, ChatFormat::kChatML, ChatFormat::kLlama3,
+                       ChatFormat::kLlama2, ChatFormat::kMistral, ChatFormat::kZephyr,
+                       ChatFormat::kPhi3, ChatFormat::kGemma, ChatFormat::kDeepSeekR1}) {
+    SCOPED_TRACE(std::string(ChatFormatName(f)));
+    const ChatStyle s = Style(f);
+    const auto prefill = RenderChat(s, story);
+    const auto closed = RenderChat(s, story, /*add_generation_prompt=*/false);
+    ASSERT_TRUE(prefill.ok()) << prefill.status().ToString();
+    ASSERT_TRUE(closed.ok()) << closed.status().ToString();
+    const std::string p = Join(*prefill);
+    const std::string suffix = "Once upon a";
+    ASSERT_GE(p.size(), suffix.size());
+    EXPECT_EQ(p.substr(p.size() - suffix.size()), suffix) << p;
+    EXPECT_EQ(Join(*closed).rfind(p, 0), 0u) << "closed: " << Join(*closed) << "\nprefill: " << p;
+    EXPECT_FALSE(prefill->back().special) << "the prefill's text is content, not template";
+  }
+  EXPECT_EQ(Join(*RenderChat(Style(ChatFormat::kChatML), story)),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+            "<|im_start|>assistant\nOnce upon a");
+  const std::vector<ChatMessage> lone = {{"assistant", "Hi"}};
+  EXPECT_EQ(Join(*RenderChat(Style(ChatFormat::kChatML), lone)),
+            "<|im_start|>assistant\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
 TEST(ChatTemplate, BadRolesAreNamed) {
   const std::vector<ChatMessage> bad_role = {{"user", "a"}, {"robot", "b"}};
   auto r = RenderChat(Style(ChatFormat::kChatML), bad_role);

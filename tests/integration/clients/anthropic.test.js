@@ -131,6 +131,21 @@ test('stop_sequences end the reply before the match and name it', async (t) => {
   assert.equal(textOf(final), before);
 });
 
+// A conversation ending with an assistant message is a prefill: the reply
+// continues that text (stories260K finishes "Once upon a" with " time").
+test('a trailing assistant message is continued, not answered', async () => {
+  const m = await anthropic.messages.create({
+    model: MODEL,
+    max_tokens: 6,
+    temperature: 0,
+    messages: [
+      { role: 'user', content: 'Tell me a story' },
+      { role: 'assistant', content: 'Once upon a' },
+    ],
+  });
+  assert.match(textOf(m), /^ time\b/);
+});
+
 test('a system prompt is accepted and changes the prompt', async () => {
   const ref = await greedyMessage();
   const m = await anthropic.messages.create(params({ system: 'You tell short stories.' }));

@@ -67,6 +67,21 @@ test('chat.completions.create returns the OpenAI shape with consistent usage', a
   if (c.finish_reason === 'length') assert.equal(u.completion_tokens, MAX_TOKENS);
 });
 
+// As with Anthropic's prefill, a chat that ends with an assistant message is
+// continued (vLLM's continue_final_message, llama-server's prefill).
+test('a chat ending with an assistant message is continued', async () => {
+  const c = await openai.chat.completions.create({
+    model: MODEL,
+    max_tokens: 6,
+    temperature: 0,
+    messages: [
+      { role: 'user', content: 'Tell me a story' },
+      { role: 'assistant', content: 'Once upon a' },
+    ],
+  });
+  assert.match(c.choices[0].message.content, /^ time\b/);
+});
+
 test('greedy decoding is deterministic', async () => {
   const a = await greedyChat();
   const b = await openai.chat.completions.create(chatParams());
