@@ -75,6 +75,11 @@ struct Request {
   bool stream = true;
   std::vector<ChatMessage> messages;  // chat
   std::optional<std::string> prompt;  // completion: raw text (used when set)
+  // Completion: the prompt as token ids, used as they are (no BOS added);
+  // set instead of `prompt`. Their meaning is the backend's vocabulary's.
+  std::vector<int32_t> prompt_ids;
+  // A completion (a raw prompt, as text or as token ids), not a chat.
+  bool completion() const { return prompt.has_value() || !prompt_ids.empty(); }
   // Indices into `messages` after which an Anthropic client put a
   // cache_control breakpoint (passed through to an anthropic backend).
   std::vector<int32_t> cache_breakpoints;

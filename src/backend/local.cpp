@@ -259,6 +259,17 @@ uint64_t LocalBackend::CacheNamespace(const std::string& tenant) const {
 
 util::StatusOr<std::vector<int32_t>> LocalBackend::Tokenize(const Request& r) const {
   const text::Tokenizer& tok = model_.tokenizer();
+  if (!r.prompt_ids.empty()) {
+    for (size_t i = 0; i < r.prompt_ids.size(); ++i) {
+      if (!tok.IsValid(r.prompt_ids[i])) {
+        return util::InvalidFieldError(
+            "prompt", fmt::format("'prompt' token {} at index {} is outside the vocabulary "
+                                  "(ids 0 to {})",
+                                  r.prompt_ids[i], i, tok.n_vocab() - 1));
+      }
+    }
+    return r.prompt_ids;
+  }
   if (r.prompt) {
     return tok.Encode(*r.prompt,
                       {.add_special = true, .parse_special = options_.prompt_special_tokens});
@@ -304,7 +315,7 @@ util::StatusOr<std::shared_ptr<const Prepared>> LocalBackend::Prepare(const Requ
   }
   p->prompt_tokens = n_prompt;
   p->stops = r.stop;
-  if (!r.prompt) {
+  if (!r.completion()) {
     for (auto& s : text::TurnEndStrings(style_)) p->stops.push_back(std::move(s));
   }
   return std::shared_ptr<const Prepared>(std::move(p));

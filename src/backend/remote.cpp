@@ -537,7 +537,7 @@ std::vector<ReplicaStats> RemoteBackend::replica_stats() const { return state_->
 util::StatusOr<std::shared_ptr<const Prepared>> RemoteBackend::Prepare(const Request& r) const {
   const RemoteOptions& o = state_->options;
   auto p = std::make_shared<RemotePrepared>();
-  p->chat = !r.prompt.has_value();
+  p->chat = !r.completion();
   p->stops = r.stop;
   p->whole = !r.stream;
   if (r.max_tokens) {
@@ -561,7 +561,13 @@ util::StatusOr<std::shared_ptr<const Prepared>> RemoteBackend::Prepare(const Req
     p->route.session = h.Digest() | 1;
   }
   std::string lead;
-  if (r.prompt) {
+  if (!r.prompt_ids.empty()) {
+    for (int32_t id : r.prompt_ids) {
+      if (lead.size() >= o.affinity_prefix_bytes) break;
+      lead += std::to_string(id);
+      lead += ' ';
+    }
+  } else if (r.prompt) {
     lead = r.prompt->substr(0, o.affinity_prefix_bytes);
   } else {
     for (const auto& m : r.messages) {

@@ -201,7 +201,8 @@ class AnthropicDecoder : public DecoderCore {
 StatusOr<Call> RenderAnthropic(const Request& r, const RenderOptions& o) {
   const SamplingFieldsSet& set = r.sampling_set;
   const sampling::SamplingParams& p = r.sampling;
-  if (r.prompt) return Unsupported(kApi, "prompt", "the Anthropic API has no completions endpoint");
+  if (r.completion())
+    return Unsupported(kApi, "prompt", "the Anthropic API has no completions endpoint");
   if (r.n > 1) return Unsupported(kApi, "n", "the Anthropic API gives one choice per request");
   if (set.presence_penalty) {
     return Unsupported(kApi, "presence_penalty", "the Anthropic API has no penalties");

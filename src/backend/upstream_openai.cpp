@@ -308,12 +308,14 @@ StatusOr<Call> RenderOpenAI(const Request& r, const RenderOptions& o) {
     return Unsupported(api, StrataSamplerField(p),
                        "strata's own samplers run only on the local engine");
   }
-  const bool chat = !r.prompt.has_value();
+  const bool chat = !r.completion();
   Json body = Json::object();
   if (!o.model.empty()) body["model"] = o.model;
   if (chat) {
     if (r.messages.empty()) return util::InvalidFieldError("messages", "'messages' is empty");
     body["messages"] = Messages(r.messages);
+  } else if (!r.prompt_ids.empty()) {
+    body["prompt"] = r.prompt_ids;  // OpenAI's token-id prompt
   } else {
     body["prompt"] = *r.prompt;
   }

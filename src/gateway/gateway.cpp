@@ -282,7 +282,7 @@ bool Gateway::FlushShared(std::chrono::milliseconds timeout) {
 bool Gateway::StartIsCpuBound() const { return !tiers_->has_shared(); }
 
 util::Status Gateway::Validate(const CompletionRequest& r) const {
-  if (!r.prompt && r.messages.empty()) {
+  if (!r.completion() && r.messages.empty()) {
     return util::InvalidFieldError("messages", "messages must not be empty");
   }
   if (r.n < 1 || r.n > options_.max_choices) {

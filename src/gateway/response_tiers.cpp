@@ -86,7 +86,9 @@ namespace {
 // conversation or prompt, and which sampling fields the client set (only
 // those are sent, so the upstream's defaults decide the rest).
 void AppendRemoteRequest(cache::CacheKeyBuilder& b, const CompletionRequest& r) {
-  if (r.prompt) {
+  if (!r.prompt_ids.empty()) {
+    b.Str("completion ids").I32s(r.prompt_ids);
+  } else if (r.prompt) {
     b.Str("completion").Str(*r.prompt);
   } else {
     b.Str("chat").I64(static_cast<int64_t>(r.messages.size()));

@@ -29,13 +29,28 @@ namespace strata::server {
 
 enum class ApiKind { kOpenAIChat, kOpenAICompletion, kAnthropicMessages };
 
+// One prompt of /v1/completions: text, or token ids.
+struct PromptInput {
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;
+};
+
 struct ParsedRequest {
   gateway::CompletionRequest request;
   std::string model;  // as the client sent it
   bool stream = false;
   bool include_usage = false;  // OpenAI stream_options.include_usage
   bool logprobs = false;       // OpenAI: logprobs requested
+  // /v1/completions with an array of prompts: the second and later ones
+  // (`request` carries the first). Each gets request.n choices, numbered
+  // on from the previous prompt's.
+  std::vector<PromptInput> more_prompts;
 };
+
+// At most this many prompts in one /v1/completions request, and this many
+// choices in all (prompts × n).
+inline constexpr size_t kMaxPrompts = 64;
+inline constexpr int32_t kMaxChoicesPerRequest = 128;
 
 // Parses a request body.
 util::StatusOr<ParsedRequest> ParseRequest(ApiKind kind, std::string_view body);

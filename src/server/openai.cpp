@@ -1,5 +1,8 @@
 // The OpenAI wire format: chat completions, (legacy) completions and
 // embeddings, request parsing and response rendering (internal/wire.h).
+#include <iterator>
+#include <limits>
+
 #include <fmt/format.h>
 
 #include "server/api.h"
@@ -102,6 +105,57 @@ StatusOr<std::vector<int32_t>> TokenArray(const Json& a, const std::string& wher
   return ids;
 }
 
+// A non-empty array of token ids (non-negative 32-bit integers); `where`
+// names it.
+StatusOr<std::vector<int32_t>> TokenIds(const Json& a, const std::string& where) {
+  if (a.empty()) return FieldError(where, "must not be an empty array of token ids");
+  std::vector<int32_t> ids;
+  ids.reserve(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const Json& t = a[i];
+    const bool id = t.is_number_unsigned() || (t.is_number_integer() && t.get<int64_t>() >= 0);
+    if (!id || t.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+      return FieldError(fmt::format("{}[{}]", where, i), "must be a token id (an integer >= 0)");
+    }
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return ids;
+}
+
+// OpenAI's completions prompt: a string, an array of strings, an array of
+// token ids, or an array of such arrays; at most kMaxPrompts prompts.
+StatusOr<std::vector<PromptInput>> ParsePrompts(const Json& p) {
+  constexpr const char* kShape =
+      "must be a string, an array of strings, an array of token ids or an array of such arrays";
+  std::vector<PromptInput> out;
+  if (p.is_string()) {
+    out.push_back({.text = p.get<std::string>(), .ids = {}});
+    return out;
+  }
+  if (!p.is_array() || p.empty()) return FieldError("prompt", kShape);
+  if (p[0].is_number()) {  // one prompt of token ids
+    STRATA_ASSIGN_OR_RETURN(auto ids, TokenIds(p, "prompt"));
+    out.push_back({.text = std::nullopt, .ids = std::move(ids)});
+    return out;
+  }
+  if (p.size() > kMaxPrompts) {
+    return FieldError("prompt",
+                      fmt::format("has {} prompts; at most {} are allowed", p.size(), kMaxPrompts));
+  }
+  for (size_t i = 0; i < p.size(); ++i) {
+    const std::string at = fmt::format("prompt[{}]", i);
+    if (p[i].is_string()) {
+      out.push_back({.text = p[i].get<std::string>(), .ids = {}});
+    } else if (p[i].is_array()) {
+      STRATA_ASSIGN_OR_RETURN(auto ids, TokenIds(p[i], at));
+      out.push_back({.text = std::nullopt, .ids = std::move(ids)});
+    } else {
+      return FieldError(at, "must be a string or an array of token ids");
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace openai {
@@ -146,14 +200,11 @@ StatusOr<ParsedRequest> ParseRequest(ApiKind kind, const Json& j) {
     }
   } else {
     if (!f.Has("prompt")) return f.Error("prompt", "is required");
-    const Json& p = f.Get("prompt");
-    if (p.is_string()) {
-      r.prompt = p.get<std::string>();
-    } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
-      r.prompt = p[0].get<std::string>();
-    } else {
-      return f.Error("prompt", "must be a string (or an array of one string)");
-    }
+    STRATA_ASSIGN_OR_RETURN(std::vector<PromptInput> prompts, ParsePrompts(f.Get("prompt")));
+    r.prompt = std::move(prompts[0].text);
+    r.prompt_ids = std::move(prompts[0].ids);
+    out.more_prompts.assign(std::make_move_iterator(prompts.begin() + 1),
+                            std::make_move_iterator(prompts.end()));
   }
   STRATA_ASSIGN_OR_RETURN(auto max_tokens, f.Integer("max_tokens", 1, 1 << 24));
   STRATA_ASSIGN_OR_RETURN(auto max_completion, f.Integer("max_completion_tokens", 1, 1 << 24));
@@ -164,6 +215,12 @@ StatusOr<ParsedRequest> ParseRequest(ApiKind kind, const Json& j) {
   STRATA_ASSIGN_OR_RETURN(r.stop, f.Strings("stop"));
   STRATA_ASSIGN_OR_RETURN(auto n, f.Integer("n", 1, 128));
   if (n) r.n = static_cast<int32_t>(*n);
+  if (const size_t prompts = out.more_prompts.size() + 1;
+      prompts > 1 && static_cast<int64_t>(prompts) * r.n > kMaxChoicesPerRequest) {
+    return f.Error(
+        "n", fmt::format("times the {} prompts is {} choices; at most {} are allowed", prompts,
+                         static_cast<int64_t>(prompts) * r.n, kMaxChoicesPerRequest));
+  }
   STRATA_ASSIGN_OR_RETURN(auto stream, f.Bool("stream"));
   out.stream = stream.value_or(false);
   out.request.stream = out.stream;

@@ -146,6 +146,23 @@ TEST(RenderOpenAI, APromptGoesToTheCompletionsEndpoint) {
   EXPECT_EQ(body["stream_options"]["include_usage"], true);
 }
 
+// A token-id prompt goes out as OpenAI's array of ids, and a strata
+// upstream reads it back as the same ids; the Anthropic API has no such
+// thing.
+TEST(RenderOpenAI, ATokenIdPromptIsSentAsIds) {
+  Request r;
+  r.prompt_ids = {1, 450, 7};
+  auto call = RenderRequest(Api::kOpenAI, r, {.model = "m", .max_tokens = 4});
+  ASSERT_TRUE(call.ok()) << call.status().ToString();
+  EXPECT_EQ(call->path, "/v1/completions");
+  EXPECT_EQ(Body(*call)["prompt"], Json::array({1, 450, 7}));
+  auto parsed = server::ParseRequest(server::ApiKind::kOpenAICompletion, call->body);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->request.prompt_ids, r.prompt_ids);
+  EXPECT_FALSE(parsed->request.prompt.has_value());
+  ExpectUnsupported(Api::kAnthropic, r, "prompt");
+}
+
 TEST(RenderOpenAI, TopLogprobsZeroAsksForTheChosenTokenOnly) {
   Request r = Chat();
   r.top_logprobs = 0;

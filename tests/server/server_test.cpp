@@ -583,5 +583,93 @@ TEST_F(ServerTest, LogitBiasForcesAndBansTokensAndBadMapsAre400s) {
   }
 }
 
+// /v1/completions takes an array of prompts (each with its n choices,
+// numbered on from the previous prompt's, as OpenAI numbers them), token-id
+// prompts, and arrays of those; each prompt's choices are what it gets alone.
+TEST_F(ServerTest, CompletionsTakeArraysOfPromptsAndTokenIds) {
+  Start();
+  srv_->SetGateway(gw_.get());
+  const auto post = [&](const json& prompt, const json& extra = json::object()) {
+    json body = {{"model", "tiny"},
+                 {"prompt", prompt},
+                 {"max_tokens", 4},
+                 {"temperature", 0},
+                 {"ignore_eos", true}};
+    body.update(extra);
+    auto r = Post("/v1/completions", body.dump());
+    EXPECT_TRUE(r) << body.dump();
+    return r ? std::make_pair(r->status, r->body) : std::make_pair(0, std::string());
+  };
+  const auto alone = [&](const json& prompt) {
+    const auto [status, body] = post(prompt);
+    EXPECT_EQ(status, 200) << body;
+    const json j = json::parse(body);
+    return std::make_pair(j["choices"][0]["text"].get<std::string>(),
+                          j["usage"]["prompt_tokens"].get<int>());
+  };
+  const auto [cat, cat_tokens] = alone("the cat");
+  const auto [dog, dog_tokens] = alone("a big dog ran");
+
+  const auto [status, body] = post(json::array({"the cat", "a big dog ran"}), {{"n", 2}});
+  ASSERT_EQ(status, 200) << body;
+  const json j = json::parse(body);
+  ASSERT_EQ(j["choices"].size(), 4u) << body;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["text"], i < 2 ? cat : dog) << "choice " << i;
+  }
+  EXPECT_EQ(j["usage"]["prompt_tokens"], cat_tokens + dog_tokens);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 16);
+
+  // Streamed: the same texts, choice by choice, and the same usage.
+  const auto [sstatus, sbody] =
+      post(json::array({"the cat", "a big dog ran"}),
+           {{"n", 2}, {"stream", true}, {"stream_options", {{"include_usage", true}}}});
+  ASSERT_EQ(sstatus, 200) << sbody;
+  std::vector<std::string> texts(4);
+  json usage;
+  size_t at = 0;
+  while ((at = sbody.find("data: ", at)) != std::string::npos) {
+    const size_t end = sbody.find("\n\n", at);
+    const std::string data = sbody.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") break;
+    const json c = json::parse(data);
+    if (c.contains("usage") && c["usage"].is_object()) usage = c["usage"];
+    for (const json& choice : c["choices"]) {
+      texts.at(choice["index"].get<size_t>()) += choice["text"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(texts, (std::vector<std::string>{cat, cat, dog, dog}));
+  EXPECT_EQ(usage["prompt_tokens"], cat_tokens + dog_tokens);
+
+  // Token ids: the ids "the cat" encodes to (BOS included) give its answer.
+  const std::vector<int32_t> ids = tiny_.model->tokenizer().Encode("the cat");
+  EXPECT_EQ(alone(ids), std::make_pair(cat, cat_tokens));
+  const auto [mstatus, mbody] = post(json::array({json(ids), "a big dog ran"}));
+  ASSERT_EQ(mstatus, 200) << mbody;
+  EXPECT_EQ(json::parse(mbody)["choices"][0]["text"], cat);
+  EXPECT_EQ(json::parse(mbody)["choices"][1]["text"], dog);
+
+  // What cannot be a prompt is a 400 naming where.
+  for (const auto& [prompt, param] : std::vector<std::pair<json, std::string>>{
+           {json::array(), "prompt"},
+           {json::array({1.5}), "prompt[0]"},
+           {json::array({-1}), "prompt[0]"},
+           {json::array({json::array({1}), json::array()}), "prompt[1]"},
+           {json::array({"a", 3}), "prompt[1]"},
+           {json::array({99999}), "prompt"},
+           {json(7), "prompt"}}) {
+    const auto [bad_status, bad_body] = post(prompt);
+    EXPECT_EQ(bad_status, 400) << prompt.dump() << " -> " << bad_body;
+    EXPECT_EQ(json::parse(bad_body)["error"]["param"], param)
+        << prompt.dump() << " -> " << bad_body;
+  }
+  json many = json::array();
+  for (int i = 0; i < 65; ++i) many.push_back("p");
+  EXPECT_EQ(post(many).first, 400);
+  EXPECT_EQ(post(json::array({"a", "b"}), {{"n", 100}}).first, 400);
+}
+
 }  // namespace
 }  // namespace strata::server

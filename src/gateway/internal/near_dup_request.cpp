@@ -29,6 +29,7 @@ std::optional<NearDupRequest> MakeNearDupRequest(const CompletionRequest& r, uin
   cache::CacheKeyBuilder b(r.tenant);
   b.U64(kScopeVersion).U64(fingerprint);
   std::string_view text;
+  if (!r.prompt_ids.empty()) return std::nullopt;  // token ids: no text to compare
   if (r.prompt) {
     b.Str("completion");
     text = *r.prompt;

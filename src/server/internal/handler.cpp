@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "server/internal/multi_prompt.h"
 #include "server/internal/wire.h"
 
 namespace strata::server {
@@ -237,6 +238,23 @@ util::StatusOr<std::unique_ptr<gateway::Generation>> ApiHandler::Start(gateway::
                                                                        const ParsedRequest& parsed,
                                                                        ApiReply& reply) const {
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<gateway::Generation> gen, g.Start(parsed.request));
+  if (!parsed.more_prompts.empty()) {
+    // An array of prompts: one generation each, read as one response.
+    std::vector<std::unique_ptr<gateway::Generation>> parts;
+    parts.push_back(std::move(gen));
+    for (const PromptInput& p : parsed.more_prompts) {
+      gateway::CompletionRequest r = parsed.request;
+      r.prompt = p.text;
+      r.prompt_ids = p.ids;
+      auto part = g.Start(r);
+      if (!part.ok()) {
+        for (auto& started : parts) started->Cancel();
+        return part.status();
+      }
+      parts.push_back(std::move(part).value());
+    }
+    gen = CombinePromptGenerations(std::move(parts), parsed.request.n);
+  }
   // How this response is served: miss, l1, l3 or coalesced (docs/api.md);
   // a near-duplicate's answer also says how similar the request was.
   reply.headers.emplace_back("x-strata-cache",
