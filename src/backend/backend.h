@@ -54,6 +54,9 @@ struct SamplingFieldsSet {
   bool logit_bias = false;  // SamplingParams::logit_bias (OpenAI's)
 };
 
+// The shape every choice's text must have.
+enum class ResponseFormat { kText, kJsonObject };
+
 // One message of a chat: role ("system", "user", "assistant") and text.
 using ChatMessage = text::ChatMessage;
 
@@ -87,6 +90,10 @@ struct Request {
   sampling::SamplingParams sampling;
   SamplingFieldsSet sampling_set;
   std::vector<std::string> stop;
+  // kJsonObject: every choice is one JSON object (OpenAI's response_format
+  // {"type": "json_object"}); the local engine constrains its decoding so,
+  // an OpenAI upstream is asked for it.
+  ResponseFormat response_format = ResponseFormat::kText;
   int32_t n = 1;
   int32_t top_logprobs = -1;  // -1: no logprobs; 0..20: chosen token (+ top N)
   bool prefix_cache = true;   // reuse cached KV blocks of this tenant's prompts

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -44,11 +45,13 @@ class LocalRun final : public Run {
 // Runs on the scheduler thread.
 class ChoiceSink final : public engine::RequestSink {
  public:
+  // `json`: when set, the choice is one JSON object, decoded under that mask.
   ChoiceSink(int32_t index, const sampling::SamplingParams& params, const text::Tokenizer& tok,
              std::vector<std::string> stops, size_t n_user_stops, int32_t top_logprobs,
              int32_t max_tokens, std::shared_ptr<Sink> sink, Governor* governor,
-             const util::Clock& clock)
-      : index_(index),
+             const util::Clock& clock, const grammar::JsonTokenMask* json)
+      : json_(json),
+        index_(index),
         params_(params),
         sampler_(params),
         tok_(tok),
@@ -79,6 +82,20 @@ class ChoiceSink final : public engine::RequestSink {
   }
 
   util::StatusOr<int32_t> Choose(std::span<const float> logits) override {
+    if (json_ != nullptr) {
+      // Only what keeps the text a prefix of a JSON object may be chosen.
+      const std::vector<int32_t> allowed = json_->Allowed(machine_);
+      if (allowed.empty()) {
+        return util::InternalError("the JSON constraint allows no next token");
+      }
+      masked_.assign(logits.size(), -std::numeric_limits<float>::infinity());
+      for (const int32_t id : allowed) {
+        if (static_cast<size_t>(id) < logits.size()) {
+          masked_[static_cast<size_t>(id)] = logits[static_cast<size_t>(id)];
+        }
+      }
+      logits = masked_;
+    }
     STRATA_ASSIGN_OR_RETURN(int32_t token, sampler_.Sample(logits));
     if (top_logprobs_ >= 0) pending_lp_ = Logprobs(logits, token);
     return token;
@@ -99,6 +116,11 @@ class ChoiceSink final : public engine::RequestSink {
     }
     pending_lp_.reset();
     if (!e.text.empty() || !e.logprobs.empty()) sink_->Push(std::move(e));
+    if (json_ != nullptr) {
+      // The token was allowed, so its bytes are accepted; the object's
+      // last byte ends the choice (an end of turn).
+      if (!machine_.FeedAll(tok_.Piece(token)) || machine_.complete()) return false;
+    }
     return !stop_.stopped();
   }
 
@@ -179,6 +201,9 @@ class ChoiceSink final : public engine::RequestSink {
     return lp;
   }
 
+  const grammar::JsonTokenMask* const json_;  // null: unconstrained
+  grammar::JsonMachine machine_;              // json_: the text so far
+  std::vector<float> masked_;                 // json_: the step's logits, disallowed at -inf
   const int32_t index_;
   const sampling::SamplingParams params_;  // as the request asked
   sampling::Sampler sampler_;              // params_, or their Governor tier from OnAdmit
@@ -333,6 +358,13 @@ util::StatusOr<std::shared_ptr<Run>> LocalBackend::Start(const Request& r,
         *options_.unseeded_seed_base + unseeded_count_.fetch_add(1, std::memory_order_relaxed);
     base = util::Rng::SplitMix64(x);
   }
+  const grammar::JsonTokenMask* json = nullptr;
+  if (r.response_format == ResponseFormat::kJsonObject) {
+    std::call_once(json_once_, [this] {
+      json_mask_ = std::make_unique<const grammar::JsonTokenMask>(model_.tokenizer());
+    });
+    json = json_mask_.get();
+  }
   auto run = std::make_shared<LocalRun>(scheduler_);
   for (int32_t i = 0; i < r.n; ++i) {
     sampling::SamplingParams p = r.sampling;
@@ -341,9 +373,9 @@ util::StatusOr<std::shared_ptr<Run>> LocalBackend::Start(const Request& r,
     sr.prompt = prepared->tokens;
     sr.max_tokens = prepared->max_tokens;
     sr.stop_at_eog = !r.ignore_eos;
-    sr.sink =
-        std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), prepared->stops, r.stop.size(),
-                                     r.top_logprobs, prepared->max_tokens, sink, governor, clock_);
+    sr.sink = std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), prepared->stops, r.stop.size(),
+                                           r.top_logprobs, prepared->max_tokens, sink, governor,
+                                           clock_, json);
     if (options_.prefix_cache && r.prefix_cache) sr.cache_namespace = CacheNamespace(r.tenant);
     auto id = scheduler_.Submit(std::move(sr));
     if (!id.ok()) {

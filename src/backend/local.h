@@ -28,12 +28,14 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "engine/scheduler.h"
+#include "grammar/token_mask.h"
 #include "model/transformer.h"
 #include "obs/metrics.h"
 #include "text/chat_template.h"
@@ -95,6 +97,10 @@ class LocalBackend final : public Backend {
   const int32_t n_ctx_;
   text::ChatStyle style_;
   std::atomic<uint64_t> unseeded_count_{0};  // requests given a seed from unseeded_seed_base
+  // The vocabulary's trie for JSON-constrained choices, built by the first
+  // request that needs it (once: json_once_), read-only after.
+  mutable std::once_flag json_once_;
+  mutable std::unique_ptr<const grammar::JsonTokenMask> json_mask_;
 };
 
 }  // namespace strata::backend

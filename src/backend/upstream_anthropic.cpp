@@ -214,6 +214,9 @@ StatusOr<Call> RenderAnthropic(const Request& r, const RenderOptions& o) {
     return Unsupported(kApi, "repetition_penalty", "the Anthropic API has no penalties");
   }
   if (set.seed) return Unsupported(kApi, "seed", "the Anthropic API does not take a seed");
+  if (r.response_format != ResponseFormat::kText) {
+    return Unsupported(kApi, "response_format", "the Anthropic API has no JSON mode");
+  }
   if (set.logit_bias) {
     return Unsupported(kApi, "logit_bias", "the Anthropic API has no logit bias");
   }

@@ -328,6 +328,9 @@ StatusOr<Call> RenderOpenAI(const Request& r, const RenderOptions& o) {
   if (set.frequency_penalty) body["frequency_penalty"] = CleanNumber(p.frequency_penalty);
   // The client's seed was a signed 64-bit integer; send it back as one.
   if (set.seed) body["seed"] = static_cast<int64_t>(p.seed);
+  if (r.response_format == ResponseFormat::kJsonObject) {
+    body["response_format"] = {{"type", "json_object"}};
+  }
   if (set.logit_bias) {
     Json bias = Json::object();
     for (const auto& [id, b] : p.logit_bias) bias[std::to_string(id)] = CleanNumber(b);

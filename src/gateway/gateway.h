@@ -148,6 +148,7 @@ struct GatewayOptions {
 using CompletionRequest = backend::Request;
 using FinishReason = backend::FinishReason;
 using Usage = backend::Usage;
+using ResponseFormat = backend::ResponseFormat;
 using TokenLogprob = backend::TokenLogprob;
 using Event = backend::Event;
 using EmbeddingRequest = backend::EmbeddingRequest;

@@ -115,6 +115,7 @@ cache::CacheKey ResponseKey(const CompletionRequest& r, const backend::Backend& 
     AppendRemoteRequest(b, r);
   }
   b.I32(p.max_tokens).I32(r.n).I32(r.top_logprobs).Bool(r.ignore_eos);
+  b.I32(static_cast<int32_t>(r.response_format));
   // The stop strings: the request's own, then the template's turn ends.
   b.I64(static_cast<int64_t>(p.stops.size())).I64(static_cast<int64_t>(r.stop.size()));
   for (const std::string& s : p.stops) b.Str(s);

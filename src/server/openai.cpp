@@ -171,10 +171,21 @@ StatusOr<ParsedRequest> ParseRequest(ApiKind kind, const Json& j) {
   STRATA_RETURN_IF_ERROR(f.Reject("functions", "this server does not call functions"));
   STRATA_RETURN_IF_ERROR(f.Reject("echo", "echoing the prompt"));
   STRATA_RETURN_IF_ERROR(f.Reject("suffix", "insertion with a suffix"));
-  if (f.Has("response_format")) {
+  if (f.Has("response_format") && !f.Get("response_format").is_null()) {
     const Json& rf = f.Get("response_format");
-    if (!rf.is_object() || !rf.contains("type") || rf["type"] != "text") {
-      return f.Error("response_format", "is not supported: only {\"type\": \"text\"}");
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string()) {
+      return f.Error("response_format", "must be an object with a 'type'");
+    }
+    const std::string type = rf["type"].get<std::string>();
+    if (type == "json_object") {
+      r.response_format = gateway::ResponseFormat::kJsonObject;
+    } else if (type == "json_schema") {
+      return FieldError("response_format.type",
+                        "is 'json_schema', which is not supported yet: use 'json_object'");
+    } else if (type != "text") {
+      return FieldError(
+          "response_format.type",
+          fmt::format("is '{}': it must be 'text' or 'json_object'", type.substr(0, 40)));
     }
   }
   if (kind == ApiKind::kOpenAIChat) {

@@ -163,6 +163,22 @@ TEST(RenderOpenAI, ATokenIdPromptIsSentAsIds) {
   ExpectUnsupported(Api::kAnthropic, r, "prompt");
 }
 
+// JSON mode: OpenAI's response_format goes up as it came; the Anthropic API
+// has none.
+TEST(RenderOpenAI, JsonModeIsSentAsResponseFormat) {
+  Request r = Chat();
+  r.response_format = ResponseFormat::kJsonObject;
+  auto call = RenderRequest(Api::kOpenAI, r, {.model = "m", .max_tokens = 4});
+  ASSERT_TRUE(call.ok()) << call.status().ToString();
+  EXPECT_EQ(Body(*call)["response_format"], Json({{"type", "json_object"}}));
+  auto parsed = server::ParseRequest(server::ApiKind::kOpenAIChat, call->body);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->request.response_format, ResponseFormat::kJsonObject);
+  EXPECT_FALSE(
+      Body(*RenderRequest(Api::kOpenAI, Chat(), {.model = "m"})).contains("response_format"));
+  ExpectUnsupported(Api::kAnthropic, r, "response_format");
+}
+
 TEST(RenderOpenAI, TopLogprobsZeroAsksForTheChosenTokenOnly) {
   Request r = Chat();
   r.top_logprobs = 0;

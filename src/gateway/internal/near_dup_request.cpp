@@ -43,6 +43,7 @@ std::optional<NearDupRequest> MakeNearDupRequest(const CompletionRequest& r, uin
     text = r.messages.back().content;
   }
   b.I32(r.max_tokens.value_or(-1)).I32(r.n).I32(r.top_logprobs).Bool(r.ignore_eos);
+  b.I32(static_cast<int32_t>(r.response_format));
   b.I64(static_cast<int64_t>(stops.size())).I64(static_cast<int64_t>(r.stop.size()));
   for (const std::string& s : stops) b.Str(s);
   AppendSamplingParams(b, r.sampling);

@@ -1,0 +1,92 @@
+// grammar/json_machine.h — a byte-at-a-time recognizer of one JSON value
+// (RFC 8259), the state a JSON-constrained decoder keeps per choice.
+//
+// Promise: Feed accepts a byte exactly when the bytes fed so far, followed
+// by it, are a prefix of some document the machine accepts: one JSON value
+// (with Root::kObject, one object) with insignificant whitespace between
+// tokens, strings of valid UTF-8 without raw control characters, escapes as
+// the RFC lists them, numbers in its grammar. A refused byte leaves the
+// machine as it was. complete() says a whole value was read; nothing but
+// the end may follow it (no trailing whitespace, so a decoder ends there).
+// Two bounds keep a generated document finite in shape: nesting at most
+// kMaxDepth containers, and at most kMaxWhitespaceRun whitespace bytes in a
+// row; past either the byte is refused (the document stays valid JSON).
+//
+// The state is a small value type (no allocation): copying it to try a
+// token's bytes is cheap.
+//
+// Threading: a value type; no shared state.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace strata::grammar {
+
+class JsonMachine {
+ public:
+  enum class Root { kAnyValue, kObject };
+  static constexpr int kMaxDepth = 32;
+  static constexpr int kMaxWhitespaceRun = 16;
+
+  explicit JsonMachine(Root root = Root::kObject);
+
+  // Accepts `byte` or refuses it (the state unchanged).
+  bool Feed(uint8_t byte);
+  // Every byte, or none: on a refusal the state is as before the call.
+  bool FeedAll(std::string_view bytes);
+  // A whole value was read.
+  bool complete() const;
+
+ private:
+  // What the parser expects next, outside any token.
+  enum class Want : uint8_t {
+    kValue,         // a value (the root, after ':' or ',' in an array)
+    kValueOrClose,  // after '[': a value or ']'
+    kKeyOrClose,    // after '{': a key or '}'
+    kKey,           // after ',' in an object
+    kColon,         // after a key
+    kCommaOrClose,  // after a value inside a container
+    kDone,          // the root value is complete
+  };
+  // The token being read.
+  enum class Lex : uint8_t {
+    kNone,
+    kString,        // inside quotes
+    kEscape,        // after a backslash
+    kUnicode,       // \u and hex_left_ hex digits to go
+    kUtf8,          // inside a multi-byte character: utf8_left_ bytes to go
+    kNumSign,       // after '-'
+    kNumZero,       // a leading 0
+    kNumInt,        // integer digits
+    kNumDot,        // after '.'
+    kNumFrac,       // fraction digits
+    kNumExp,        // after 'e' / 'E'
+    kNumExpSign,    // after the exponent's sign
+    kNumExpDigits,  // exponent digits
+    kLiteral,       // true, false, null: literal_ at literal_at_
+  };
+
+  bool Step(uint8_t c);
+  bool StartValue(uint8_t c);
+  bool AfterValue();  // a value ended: what the container (or root) expects now
+  bool Punctuation(uint8_t c);
+  bool EndNumber(uint8_t c);  // c ends the number being read, then is read itself
+  bool Push(bool object);
+  bool top_is_object() const { return (kinds_ >> (depth_ - 1)) & 1u; }
+
+  Root root_;
+  Want want_ = Want::kValue;
+  Lex lex_ = Lex::kNone;
+  bool string_is_key_ = false;
+  uint8_t depth_ = 0;
+  uint8_t whitespace_run_ = 0;
+  uint8_t hex_left_ = 0;
+  uint8_t utf8_left_ = 0;
+  uint8_t utf8_lo_ = 0x80, utf8_hi_ = 0xBF;  // the next continuation byte's range
+  uint8_t literal_at_ = 0;
+  const char* literal_ = nullptr;  // "true", "false" or "null" (static storage)
+  uint32_t kinds_ = 0;             // bit d: the container at depth d + 1 is an object
+};
+
+}  // namespace strata::grammar

@@ -1,0 +1,67 @@
+#include "grammar/token_mask.h"
+
+#include <algorithm>
+#include <string_view>
+
+namespace strata::grammar {
+
+// Nodes in one array; a node's children are a sorted run of (byte, node).
+struct JsonTokenMask::Trie {
+  struct Node {
+    std::vector<std::pair<uint8_t, int32_t>> children;  // sorted by byte
+    std::vector<int32_t> tokens;                        // tokens whose bytes end here
+  };
+  std::vector<Node> nodes{Node{}};  // nodes[0]: the root
+
+  void Insert(std::string_view bytes, int32_t id) {
+    int32_t at = 0;
+    for (const char ch : bytes) {
+      const auto b = static_cast<uint8_t>(ch);
+      auto& kids = nodes[static_cast<size_t>(at)].children;
+      auto it = std::lower_bound(kids.begin(), kids.end(), b,
+                                 [](const auto& kid, uint8_t v) { return kid.first < v; });
+      if (it != kids.end() && it->first == b) {
+        at = it->second;
+        continue;
+      }
+      const auto next = static_cast<int32_t>(nodes.size());
+      kids.insert(it, {b, next});  // `kids` stays valid: nodes grows after
+      nodes.emplace_back();
+      at = next;
+    }
+    nodes[static_cast<size_t>(at)].tokens.push_back(id);
+  }
+
+  void Walk(int32_t at, const JsonMachine& m, std::vector<int32_t>& out) const {
+    for (const auto& [b, child] : nodes[static_cast<size_t>(at)].children) {
+      JsonMachine next = m;
+      if (!next.Feed(b)) continue;
+      const Node& c = nodes[static_cast<size_t>(child)];
+      out.insert(out.end(), c.tokens.begin(), c.tokens.end());
+      Walk(child, next, out);
+    }
+  }
+};
+
+JsonTokenMask::JsonTokenMask(const text::Tokenizer& tokenizer)
+    : trie_(std::make_unique<Trie>()), n_vocab_(tokenizer.n_vocab()) {
+  for (int32_t id = 0; id < n_vocab_; ++id) {
+    if (tokenizer.IsEog(id)) continue;
+    const std::string_view piece = tokenizer.Piece(id);  // empty for control tokens
+    if (piece.empty()) continue;
+    trie_->Insert(piece, id);
+  }
+}
+
+JsonTokenMask::~JsonTokenMask() = default;
+
+std::vector<int32_t> JsonTokenMask::Allowed(const JsonMachine& machine) const {
+  std::vector<int32_t> out;
+  trie_->Walk(0, machine, out);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+size_t JsonTokenMask::trie_nodes() const { return trie_->nodes.size(); }
+
+}  // namespace strata::grammar
