@@ -62,9 +62,18 @@ struct ServerOptions {
   // max_body_bytes is the body after decompression.
   net::HttpLimits limits;
   std::chrono::seconds request_timeout{
-      600};                                // a request still running after this is cancelled (504)
-  std::vector<std::string> model_aliases;  // "model" values accepted besides the served name
-  uint64_t request_id_seed = 0;            // seeds generated request ids
+      600};  // a request still running after this is cancelled (504)
+  // "model" values that name the default model besides its own id; each is
+  // listed by /v1/models after it. Responses name the served id.
+  std::vector<std::string> model_aliases;
+  // With exactly one model served, a request naming any other model is
+  // served by it (responses name the served id); with several, it has no
+  // effect (`strata serve` refuses the combination).
+  bool accept_any_model = false;
+  // Origins whose browser requests may read the answers (CORS); "*" = any.
+  // Empty = CORS off: no CORS headers, and OPTIONS is a 405.
+  std::vector<std::string> cors_origins;
+  uint64_t request_id_seed = 0;  // seeds generated request ids
 };
 
 class HttpServer {
