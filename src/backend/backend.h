@@ -24,7 +24,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -261,6 +263,34 @@ class Backend {
   // backend: its upstream may refuse or be down); the server then holds a
   // stream's head until the first event.
   virtual bool defers_stream_head() const { return false; }
+
+  // The model's vocabulary, for the token endpoints (POST /tokenize,
+  // /detokenize, /v1/messages/count_tokens); the local engine has one, a
+  // remote backend answers each with InvalidArgument, kUnsupportedByBackend.
+  // EncodeText: the tokens of `text`; control-token text becomes those
+  // tokens only with `parse_special`. DecodeTokens: the text of `ids`
+  // (control tokens rendered), InvalidField "tokens" naming the first index
+  // outside the vocabulary. TokenBytes: the bytes one token stands for
+  // (possibly part of a UTF-8 character). PromptTokens: how many tokens the
+  // prompt of `r` is, exactly as Prepare counts it, without the context check.
+  virtual util::StatusOr<std::vector<int32_t>> EncodeText(std::string_view text, bool add_special,
+                                                          bool parse_special) const;
+  virtual util::StatusOr<std::string> DecodeTokens(std::span<const int32_t> ids) const;
+  virtual util::StatusOr<std::string> TokenBytes(int32_t id) const;
+  virtual util::StatusOr<int32_t> PromptTokens(const Request& r) const;
+
+  // What an upstream answered to a request relayed to it as it is.
+  struct Relayed {
+    int status = 200;
+    std::string body;
+  };
+  // Anthropic's POST /v1/messages/count_tokens sent to an Anthropic
+  // upstream: `body` is the client's JSON, sent with its "model" replaced by
+  // the upstream's and the backend's credential and version headers; waits
+  // until `deadline`. Transport failures as for a generation (kUpstream*);
+  // every other backend: InvalidArgument, kUnsupportedByBackend.
+  virtual util::StatusOr<Relayed> CountTokensUpstream(
+      std::string_view body, std::chrono::steady_clock::time_point deadline) const;
 };
 
 }  // namespace strata::backend

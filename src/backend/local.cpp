@@ -306,6 +306,38 @@ util::StatusOr<std::vector<int32_t>> LocalBackend::Tokenize(const Request& r) co
   return tok.EncodeSegments(parts, /*add_special=*/true);
 }
 
+util::StatusOr<std::vector<int32_t>> LocalBackend::EncodeText(std::string_view text,
+                                                              bool add_special,
+                                                              bool parse_special) const {
+  return model_.tokenizer().Encode(text,
+                                   {.add_special = add_special, .parse_special = parse_special});
+}
+
+util::StatusOr<std::string> LocalBackend::DecodeTokens(std::span<const int32_t> ids) const {
+  const text::Tokenizer& tok = model_.tokenizer();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!tok.IsValid(ids[i])) {
+      return util::InvalidFieldError(
+          "tokens", fmt::format("'tokens[{}]' is {}: outside the vocabulary [0, {})", i, ids[i],
+                                tok.n_vocab()));
+    }
+  }
+  return tok.Decode(ids, {.render_special = true});
+}
+
+util::StatusOr<std::string> LocalBackend::TokenBytes(int32_t id) const {
+  const text::Tokenizer& tok = model_.tokenizer();
+  if (!tok.IsValid(id)) {
+    return util::InvalidArgumentError(fmt::format("token {} is outside the vocabulary", id));
+  }
+  return std::string(tok.Piece(id, /*render_special=*/true));
+}
+
+util::StatusOr<int32_t> LocalBackend::PromptTokens(const Request& r) const {
+  STRATA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, Tokenize(r));
+  return static_cast<int32_t>(tokens.size());
+}
+
 util::StatusOr<std::shared_ptr<const Prepared>> LocalBackend::Prepare(const Request& r) const {
   if (!r.sampling.logit_bias.empty()) {
     const int32_t id = r.sampling.logit_bias.back().first;  // sorted: the largest
@@ -321,19 +353,24 @@ util::StatusOr<std::shared_ptr<const Prepared>> LocalBackend::Prepare(const Requ
   STRATA_ASSIGN_OR_RETURN(p->tokens, Tokenize(r));
   const int32_t n_prompt = static_cast<int32_t>(p->tokens.size());
   if (n_prompt == 0) return util::InvalidArgumentError("the prompt is empty");
+  // Both quantities a client can act on: the context this server gives a
+  // request (--ctx) and the model's own, which a larger --ctx could reach.
+  const int32_t n_train = model_.config().n_ctx_train;
   if (n_prompt >= n_ctx_) {
-    return util::OutOfRangeError(fmt::format("context length exceeded: the prompt has {} tokens "
-                                             "and the model's context is {}",
-                                             n_prompt, n_ctx_))
+    return util::OutOfRangeError(
+               fmt::format("context length exceeded: the prompt ({} tokens) leaves no room to "
+                           "generate in the context of {} tokens (the model's: {})",
+                           n_prompt, n_ctx_, n_train))
         .WithReason(util::ErrorReason::kContextLengthExceeded);
   }
   const int32_t room = n_ctx_ - n_prompt;
   p->max_tokens = std::min(room, options_.max_tokens_cap);
   if (r.max_tokens) {
     if (*r.max_tokens > room) {
-      return util::OutOfRangeError(fmt::format("context length exceeded: {} prompt tokens + "
-                                               "max_tokens {} > the context of {}",
-                                               n_prompt, *r.max_tokens, n_ctx_))
+      return util::OutOfRangeError(
+                 fmt::format("context length exceeded: the prompt ({} tokens) plus max_tokens ({}) "
+                             "exceeds the context of {} tokens (the model's: {})",
+                             n_prompt, *r.max_tokens, n_ctx_, n_train))
           .WithReason(util::ErrorReason::kContextLengthExceeded);
     }
     p->max_tokens = *r.max_tokens;

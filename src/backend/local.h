@@ -78,6 +78,11 @@ class LocalBackend final : public Backend {
   util::StatusOr<EmbeddingResult> Embed(const EmbeddingRequest& r,
                                         std::chrono::steady_clock::time_point deadline) override;
 
+  util::StatusOr<std::vector<int32_t>> EncodeText(std::string_view text, bool add_special,
+                                                  bool parse_special) const override;
+  util::StatusOr<std::string> DecodeTokens(std::span<const int32_t> ids) const override;
+  util::StatusOr<std::string> TokenBytes(int32_t id) const override;
+  util::StatusOr<int32_t> PromptTokens(const Request& r) const override;
   // The prompt's tokens as Prepare computes them (tests, usage reporting).
   util::StatusOr<std::vector<int32_t>> Tokenize(const Request& r) const;
   const text::ChatStyle& chat_style() const { return style_; }

@@ -686,4 +686,55 @@ util::StatusOr<EmbeddingResult> RemoteBackend::Embed(
   return out;
 }
 
+util::StatusOr<Backend::Relayed> RemoteBackend::CountTokensUpstream(
+    std::string_view body, std::chrono::steady_clock::time_point deadline) const {
+  const RemoteOptions& o = state_->options;
+  if (o.api != upstream::Api::kAnthropic) {
+    return util::InvalidArgumentError(
+               fmt::format("backend '{}' ({}) cannot count tokens: its API has no token "
+                           "counting endpoint",
+                           o.name, upstream::ApiName(o.api)))
+        .WithReason(util::ErrorReason::kUnsupportedByBackend);
+  }
+  const nlohmann::json in = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!in.is_object()) {
+    return util::InvalidArgumentError("the request body must be a JSON object")
+        .WithReason(util::ErrorReason::kMalformedJson);
+  }
+  nlohmann::json out = nlohmann::json::object();
+  for (const char* field :
+       {"messages", "system", "tools", "tool_choice", "thinking", "mcp_servers"}) {
+    if (in.contains(field)) out[field] = in[field];
+  }
+  out["model"] = o.upstream_model;
+  auto replica = state_->router->Acquire({}, {});
+  if (!replica.ok()) return replica.status();
+  net::ClientRequest req;
+  req.method = "POST";
+  req.url = state_->bases[static_cast<size_t>(*replica)] + "/v1/messages/count_tokens";
+  req.headers = state_->Headers(true, false);
+  req.body = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  req.total_timeout = std::max(left, std::chrono::milliseconds(1));
+  req.first_byte_timeout = std::min(*req.total_timeout, o.first_byte_timeout);
+  auto resp = state_->client.Fetch(std::move(req));
+  if (!resp.ok()) {
+    state_->router->Release(*replica, OutcomeOf(resp.status()));
+    return resp.status();
+  }
+  if (resp->status != 200) {
+    state_->router->Release(*replica, OutcomeOfHttp(resp->status));
+    return upstream::UpstreamError(o.api, resp->status, resp->body);
+  }
+  state_->router->Release(*replica, Outcome::kSuccess);
+  const nlohmann::json answer =
+      nlohmann::json::parse(resp->body, nullptr, /*allow_exceptions=*/false);
+  if (!answer.is_object() || !answer.contains("input_tokens") ||
+      !answer["input_tokens"].is_number_integer()) {
+    return util::InternalError("the upstream's count_tokens answer has no input_tokens")
+        .WithReason(util::ErrorReason::kUpstreamProtocol);
+  }
+  return Relayed{.status = 200, .body = std::move(resp->body)};
+}
+
 }  // namespace strata::backend

@@ -127,6 +127,13 @@ class RemoteBackend final : public Backend {
   util::StatusOr<EmbeddingResult> Embed(const EmbeddingRequest& r,
                                         std::chrono::steady_clock::time_point deadline) override;
   bool defers_stream_head() const override { return true; }
+  // An Anthropic upstream only: the body's counting fields (model — replaced
+  // by the upstream's —, messages, system, tools, tool_choice, thinking,
+  // mcp_servers) to its /v1/messages/count_tokens, on the replica the
+  // router picks; a 200 comes back as it is, any other answer as the Status
+  // UpstreamError maps it to. Not retried.
+  util::StatusOr<Relayed> CountTokensUpstream(
+      std::string_view body, std::chrono::steady_clock::time_point deadline) const override;
 
   // Each replica's breaker state and counters.
   std::vector<ReplicaStats> replica_stats() const;

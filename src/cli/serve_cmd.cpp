@@ -63,7 +63,8 @@ struct ServeFlags {
   bool prompt_special_tokens = false;
   HttpFlags http;         // listening, threads and the request reader's limits (cli/serve_http.h)
   BackendFlags backends;  // remote model servers (cli/serve_backends.h)
-  std::string alias;
+  std::vector<std::string> aliases;  // --alias, repeatable: the first names the local model
+  bool accept_any_model = false;
   std::string chat_format;
   std::string log_level = "info";
   uint64_t l1_bytes = 64ull << 20;
@@ -191,6 +192,14 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   if (f.l1_bytes > (1ull << 40)) {
     return util::InvalidArgumentError(fmt::format("--l1-bytes {} is above 2^40", f.l1_bytes));
   }
+  const size_t n_models =
+      (!f.model.empty() || f.backends.specs.empty() ? 1 : 0) + f.backends.specs.size();
+  if (f.accept_any_model && n_models > 1) {
+    return util::InvalidArgumentError(fmt::format(
+        "--accept-any-model needs exactly one served model, and {} are served: with several, "
+        "a request must name one (drop the flag, or use --alias for the names clients send)",
+        n_models));
+  }
   if (f.rt_switcher != "on" && f.rt_switcher != "off") {
     return util::InvalidArgumentError(
         fmt::format("--rt-switcher '{}' is not on or off", f.rt_switcher));
@@ -267,7 +276,8 @@ util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys ke
   RaiseFileLimit(f.http, log);
   so.request_timeout = std::chrono::seconds(f.timeout_s);
   so.request_id_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
-  if (!f.alias.empty()) so.model_aliases.push_back(f.alias);
+  so.model_aliases = f.aliases;
+  so.accept_any_model = f.accept_any_model;
   Listening l;
   STRATA_ASSIGN_OR_RETURN(l.server,
                           server::HttpServer::Create(so, std::move(keys), metrics, clock, log));
@@ -472,7 +482,8 @@ util::StatusOr<std::unique_ptr<LocalServing>> StartLocal(
   STRATA_ASSIGN_OR_RETURN(l->sched, StartScheduler(f, *l->eng.engine, rt, *l->guard, log));
   const int32_t n_ctx = l->eng.options.n_ctx;
   backend::LocalOptions lo;
-  lo.name = f.alias.empty() ? std::filesystem::path(l->opened.path).stem().string() : f.alias;
+  lo.name =
+      f.aliases.empty() ? std::filesystem::path(l->opened.path).stem().string() : f.aliases.front();
   lo.max_tokens_cap = std::min(f.max_tokens_cap, n_ctx);
   lo.max_embedding_inputs = f.max_embedding_inputs;
   lo.prompt_special_tokens = f.prompt_special_tokens;
@@ -637,8 +648,12 @@ Command RegisterServe(CLI::App& app) {
   cmd->add_flag("--prompt-special-tokens", f->prompt_special_tokens,
                 "A /v1/completions prompt's control-token text (<s>, <|im_start|>) becomes "
                 "those tokens (default: it stays text)");
-  cmd->add_option("--alias", f->alias,
-                  "Model id clients use (default: the file name without .gguf)");
+  cmd->add_option("--alias", f->aliases,
+                  "Model id clients use (default: the file name without .gguf); repeatable: "
+                  "each is a name of the local model, the first is the one responses report");
+  cmd->add_flag("--accept-any-model", f->accept_any_model,
+                "When one model is served, a request naming any unknown model gets it (for "
+                "tools that hard-code a model id); refused with several models");
   cmd->add_option("--chat-format", f->chat_format, "Override the chat template family");
   cmd->add_option("--log-level", f->log_level, "debug, info, warn, error or off")
       ->capture_default_str();

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -27,6 +28,9 @@ util::StatusOr<std::chrono::milliseconds> Seconds(const char* flag, double s) {
 }  // namespace
 
 void RegisterHttpFlags(CLI::App& cmd, HttpFlags& f) {
+  cmd.add_option("--cors-origin", f.cors_origins,
+                 "Let browser pages of this origin (scheme://host[:port]; '*' = any) call the API "
+                 "(CORS); repeatable. Default: off, no CORS headers and OPTIONS is a 405");
   cmd.add_flag("--reuse-port", f.reuse_port,
                "Let other processes listen on the same port (SO_REUSEPORT); without it a port in "
                "use is an error");
@@ -120,6 +124,17 @@ util::Status ApplyHttpFlags(const HttpFlags& f, server::ServerOptions& so) {
   so.io_threads = f.io_threads;
   so.http_threads = f.http_threads;
   so.max_queued_requests = static_cast<size_t>(f.max_queued_requests);
+  for (const std::string& origin : f.cors_origins) {
+    // An origin is one header value: no spaces, commas or control bytes.
+    const bool sane = !origin.empty() && origin.size() <= 512 &&
+                      std::all_of(origin.begin(), origin.end(),
+                                  [](char c) { return c > ' ' && c < 0x7f && c != ','; });
+    if (!sane) {
+      return util::InvalidArgumentError(
+          fmt::format("--cors-origin '{}' is not an origin (scheme://host[:port]) or '*'", origin));
+    }
+  }
+  so.cors_origins = f.cors_origins;
   return util::OkStatus();
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "server/server.h"
 #include "util/log.h"
@@ -31,6 +32,7 @@ struct HttpFlags {
   uint64_t max_buffered_output = 1u << 20;
   int32_t max_connections = 10000;
   int32_t max_connections_per_client = 256;
+  std::vector<std::string> cors_origins;  // --cors-origin, repeatable; "*" = any; none = off
 };
 
 void RegisterHttpFlags(CLI::App& cmd, HttpFlags& flags);

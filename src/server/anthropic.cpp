@@ -165,3 +165,21 @@ std::string RenderStreamFinish(const ResponseMeta& m, const gateway::Event& e) {
 
 }  // namespace anthropic
 }  // namespace strata::server::wire
+
+namespace strata::server {
+
+util::StatusOr<ParsedRequest> ParseCountTokensRequest(std::string_view body) {
+  STRATA_ASSIGN_OR_RETURN(wire::Json j, wire::ParseJson(body));
+  // The same parser as /v1/messages, so both render the same prompt; a
+  // count needs no budget, so a missing max_tokens is one token.
+  if (!j.contains("max_tokens") || j["max_tokens"].is_null()) j["max_tokens"] = 1;
+  j.erase("stream");
+  try {
+    return wire::anthropic::ParseRequest(j);
+  } catch (const std::exception& e) {
+    return util::InvalidArgumentError(fmt::format("invalid request: {}", e.what()))
+        .WithReason(util::ErrorReason::kInvalidField);
+  }
+}
+
+}  // namespace strata::server

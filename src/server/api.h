@@ -55,6 +55,12 @@ inline constexpr int32_t kMaxChoicesPerRequest = 128;
 // Parses a request body.
 util::StatusOr<ParsedRequest> ParseRequest(ApiKind kind, std::string_view body);
 
+// POST /v1/messages/count_tokens (Anthropic): the fields of /v1/messages,
+// parsed exactly as ParseRequest parses them (so the prompt renders the
+// same), except that max_tokens is not required and the generation fields
+// (stream) do not matter.
+util::StatusOr<ParsedRequest> ParseCountTokensRequest(std::string_view body);
+
 struct ParsedEmbeddingRequest {
   gateway::EmbeddingRequest request;
   std::string model;

@@ -13,45 +13,106 @@ namespace strata::server {
 namespace {
 
 constexpr const char* kJson = "application/json";
-constexpr const char* kEmbeddings = "/v1/embeddings";
 
 // What a path serves. Generation endpoints carry their API kind.
-enum class Route { kNone, kHealth, kMetrics, kModels, kComplete, kEmbed };
+enum class Route {
+  kNone,
+  kHealth,
+  kMetrics,
+  kModels,
+  kComplete,
+  kEmbed,
+  kCountTokens,
+  kTokenize,
+  kDetokenize,
+};
+
+// One endpoint: its paths (the OpenAI ones also without /v1, as the SDKs
+// reach them given a base URL without it), its method and the canonical
+// path that labels it in metrics.
+struct Endpoint {
+  const char* path;
+  const char* alias;  // nullptr: none
+  bool get;           // GET and HEAD; else POST
+  Route route;
+  ApiKind kind;
+};
+
+constexpr Endpoint kEndpoints[] = {
+    {"/health", nullptr, true, Route::kHealth, ApiKind::kOpenAIChat},
+    {"/metrics", nullptr, true, Route::kMetrics, ApiKind::kOpenAIChat},
+    {"/v1/models", "/models", true, Route::kModels, ApiKind::kOpenAIChat},
+    {"/v1/chat/completions", "/chat/completions", false, Route::kComplete, ApiKind::kOpenAIChat},
+    {"/v1/completions", "/completions", false, Route::kComplete, ApiKind::kOpenAICompletion},
+    {"/v1/messages", nullptr, false, Route::kComplete, ApiKind::kAnthropicMessages},
+    {"/v1/messages/count_tokens", nullptr, false, Route::kCountTokens, ApiKind::kAnthropicMessages},
+    {"/v1/embeddings", "/embeddings", false, Route::kEmbed, ApiKind::kOpenAIChat},
+    {"/tokenize", nullptr, false, Route::kTokenize, ApiKind::kOpenAIChat},
+    {"/detokenize", nullptr, false, Route::kDetokenize, ApiKind::kOpenAIChat},
+};
+
 struct Routed {
   Route route = Route::kNone;
   ApiKind kind = ApiKind::kOpenAIChat;  // the shape of every answer on this path
-  const char* endpoint = "";
+  const char* endpoint = "";            // the canonical path; "" when none matched
+  const char* allow = nullptr;          // the path is an endpoint for these methods only
 };
 
-Routed RouteFor(std::string_view method, std::string_view path) {
-  const bool get = method == "GET" || method == "HEAD";
-  const bool post = method == "POST";
-  const ApiKind shape =
-      path.rfind("/v1/messages", 0) == 0 ? ApiKind::kAnthropicMessages : ApiKind::kOpenAIChat;
-  if (get && path == "/health") return {Route::kHealth, shape, "/health"};
-  if (get && path == "/metrics") return {Route::kMetrics, shape, "/metrics"};
-  if (get && path == "/v1/models") return {Route::kModels, shape, "/v1/models"};
-  if (post && path == "/v1/chat/completions") {
-    return {Route::kComplete, ApiKind::kOpenAIChat, "/v1/chat/completions"};
+const Endpoint* EndpointAt(std::string_view path) {
+  for (const Endpoint& e : kEndpoints) {
+    if (path == e.path || (e.alias != nullptr && path == e.alias)) return &e;
   }
-  if (post && path == "/v1/completions") {
-    return {Route::kComplete, ApiKind::kOpenAICompletion, "/v1/completions"};
-  }
-  if (post && path == "/v1/messages") {
-    return {Route::kComplete, ApiKind::kAnthropicMessages, "/v1/messages"};
-  }
-  if (post && path == kEmbeddings) return {Route::kEmbed, ApiKind::kOpenAIChat, kEmbeddings};
-  return {Route::kNone, shape, ""};
+  return nullptr;
 }
 
-net::Response ToResponse(ApiReply reply) {
-  net::Response r;
-  r.status = reply.status;
-  for (auto& [name, value] : reply.headers) r.headers.Add(std::move(name), std::move(value));
-  r.headers.Set("Content-Type", kJson);
-  r.body = std::move(reply.body);
-  return r;
+const char* AllowOf(const Endpoint& e) { return e.get ? "GET, HEAD" : "POST"; }
+
+Routed RouteFor(std::string_view method, std::string_view path) {
+  const ApiKind shape =
+      path.rfind("/v1/messages", 0) == 0 ? ApiKind::kAnthropicMessages : ApiKind::kOpenAIChat;
+  const Endpoint* e = EndpointAt(path);
+  if (e == nullptr) return {Route::kNone, shape, "", nullptr};
+  const bool allowed = e->get ? (method == "GET" || method == "HEAD") : method == "POST";
+  if (!allowed) return {Route::kNone, shape, e->path, AllowOf(*e)};
+  return {e->route, e->kind, e->path, nullptr};
 }
+
+// Whether `name` is an HTTP field name (an RFC 9110 token).
+bool IsToken(std::string_view name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (!alnum && std::string_view("!#$%&'*+-.^_`|~").find(c) == std::string_view::npos) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The request headers a preflight may announce: the ones strata reads, and
+// whatever well-formed names the browser asked for (the SDKs send their own
+// x-stainless-* headers), echoed.
+std::string AllowedHeaders(std::string_view requested) {
+  std::string out = "authorization, content-type, x-api-key, anthropic-version, x-request-id";
+  while (!requested.empty()) {
+    const size_t comma = requested.find(',');
+    std::string_view name = requested.substr(0, comma);
+    requested = comma == std::string_view::npos ? std::string_view() : requested.substr(comma + 1);
+    while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) name.remove_prefix(1);
+    while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.remove_suffix(1);
+    if (IsToken(name)) {
+      out += ", ";
+      out += name;
+    }
+  }
+  return out;
+}
+
+// Browsers may read these response headers of strata's.
+constexpr const char* kExposed =
+    "x-request-id, request-id, x-strata-cache, x-strata-cache-similarity, x-strata-session-id, "
+    "retry-after";
+constexpr const char* kPreflightMaxAge = "600";  // seconds a browser may reuse a preflight
 
 // One API response being fed from its generation. Owned by the exchange's
 // callbacks (and a worker's posted continuation); everything runs on the
@@ -129,27 +190,26 @@ class HttpServer::Impl final : public net::HttpHandler {
     const Routed r = RouteFor(head.method, head.path());
     switch (r.route) {
       case Route::kHealth:
-        return ToResponse(handler_.Health());
+        return ToResponse(handler_.Health(), &head);
       case Route::kMetrics: {
         net::Response res;
         res.headers.Set("Content-Type", "text/plain; version=0.0.4");
         res.body = metrics_.Render();
+        AddCors(res.headers, &head);
         return res;
       }
-      case Route::kNone: {
-        const ApiCall call = Call(head, {});
-        ApiReply reply =
-            ApiHandler::ErrorReply(r.kind, handler_.TransportError(404, head.method, head.path()));
-        reply.headers.emplace_back("X-Request-ID", call.request_id);
-        return ToResponse(std::move(reply));
-      }
+      case Route::kNone:
+        return NoRoute(head, r);
       case Route::kModels:
-        return ToResponse(handler_.ListModels(Call(head, {})));
+        return ToResponse(handler_.ListModels(Call(head, {})), &head);
       case Route::kComplete:
-      case Route::kEmbed: {
+      case Route::kEmbed:
+      case Route::kCountTokens:
+      case Route::kTokenize:
+      case Route::kDetokenize: {
         // The key, draining and loading are decided before a body byte is read.
         if (auto refused = handler_.Screen(r.kind, r.endpoint, Call(head, {}), true)) {
-          return ToResponse(std::move(*refused));
+          return ToResponse(std::move(*refused), &head);
         }
         return std::nullopt;
       }
@@ -170,8 +230,24 @@ class HttpServer::Impl final : public net::HttpHandler {
     auto task = [this, exchange, gone, r, body = std::move(body)]() {
       if (gone->load()) return;  // the client left while the request waited for a worker
       const ApiCall call = Call(exchange->head(), body);
-      ApiReply reply =
-          r.route == Route::kEmbed ? handler_.Embed(call) : handler_.Complete(r.kind, call);
+      ApiReply reply;
+      switch (r.route) {
+        case Route::kEmbed:
+          reply = handler_.Embed(call);
+          break;
+        case Route::kCountTokens:
+          reply = handler_.CountTokens(call);
+          break;
+        case Route::kTokenize:
+          reply = handler_.Tokenize(call);
+          break;
+        case Route::kDetokenize:
+          reply = handler_.Detokenize(call);
+          break;
+        default:
+          reply = handler_.Complete(r.kind, call);
+          break;
+      }
       exchange->Post([this, exchange, reply = std::move(reply)]() mutable {
         Deliver(exchange, std::move(reply));
       });
@@ -187,7 +263,7 @@ class HttpServer::Impl final : public net::HttpHandler {
     reply.headers.emplace_back("X-Request-ID", call.request_id);
     log_.Warn("req={} {} {} 429 ({}: {})", call.request_id, call.method, call.path,
               util::ErrorReasonName(busy.reason()), busy.message());
-    exchange->Respond(ToResponse(std::move(reply)));
+    exchange->Respond(ToResponse(std::move(reply), &exchange->head()));
   }
 
   net::Response LimitResponse(const net::RequestHead* head, int status,
@@ -197,10 +273,74 @@ class HttpServer::Impl final : public net::HttpHandler {
         handler_.TransportError(status, head ? head->method : "", head ? head->path() : "", why);
     ApiReply reply = ApiHandler::ErrorReply(kind, st);
     reply.status = status;  // the reader's status stands (a 400 for bad framing, say)
-    return ToResponse(std::move(reply));
+    return ToResponse(std::move(reply), head);
   }
 
  private:
+  // The origin the request's Origin header names when CORS allows it, else
+  // nullopt; with "*" allowed the answer is "*".
+  std::optional<std::string> AllowedOrigin(const net::RequestHead* head) const {
+    if (head == nullptr || options_.cors_origins.empty()) return std::nullopt;
+    const std::string_view origin = head->headers.GetOr("Origin");
+    if (origin.empty()) return std::nullopt;
+    for (const std::string& o : options_.cors_origins) {
+      if (o == "*") return std::string("*");
+      if (o == origin) return std::string(origin);
+    }
+    return std::nullopt;
+  }
+
+  // The CORS headers of every response to an allowed origin (none otherwise).
+  void AddCors(net::Headers& headers, const net::RequestHead* head) const {
+    const auto origin = AllowedOrigin(head);
+    if (!origin) return;
+    headers.Set("Access-Control-Allow-Origin", *origin);
+    headers.Set("Vary", "Origin");
+    headers.Set("Access-Control-Expose-Headers", kExposed);
+  }
+
+  net::Response ToResponse(ApiReply reply, const net::RequestHead* head) const {
+    net::Response r;
+    r.status = reply.status;
+    for (auto& [name, value] : reply.headers) r.headers.Add(std::move(name), std::move(value));
+    r.headers.Set("Content-Type", kJson);
+    r.body = std::move(reply.body);
+    AddCors(r.headers, head);
+    return r;
+  }
+
+  // A path that is no endpoint (404), an endpoint asked with another method
+  // (405 with Allow), or a CORS preflight of an allowed origin (204). A
+  // preflight needs no API key: browsers never send one with it.
+  net::Response NoRoute(const net::RequestHead& head, const Routed& r) {
+    const ApiCall call = Call(head, {});
+    if (r.allow != nullptr && head.method == "OPTIONS" && AllowedOrigin(&head)) {
+      net::Response res;
+      res.status = 204;
+      AddCors(res.headers, &head);
+      res.headers.Set("Access-Control-Allow-Methods", std::string(r.allow) + ", OPTIONS");
+      res.headers.Set("Access-Control-Allow-Headers",
+                      AllowedHeaders(head.headers.GetOr("Access-Control-Request-Headers")));
+      res.headers.Set("Access-Control-Max-Age", kPreflightMaxAge);
+      res.headers.Set("X-Request-ID", call.request_id);
+      return res;
+    }
+    util::Status why = handler_.TransportError(404, head.method, head.path());
+    if (r.allow != nullptr) {
+      why = util::InvalidArgumentError(fmt::format("{} is not allowed on {}; it takes {}",
+                                                   head.method, head.path(), r.allow))
+                .WithReason(util::ErrorReason::kMethodNotAllowed);
+    }
+    ApiReply reply = ApiHandler::ErrorReply(r.kind, why);
+    reply.headers.emplace_back("X-Request-ID", call.request_id);
+    if (r.allow != nullptr) {
+      reply.headers.emplace_back("Allow", options_.cors_origins.empty()
+                                              ? std::string(r.allow)
+                                              : std::string(r.allow) + ", OPTIONS");
+    }
+    return ToResponse(std::move(reply), &head);
+  }
+
   // Reads whatever the metrics need from the net server while it exists.
   struct Live {
     std::mutex mu;
@@ -224,7 +364,7 @@ class HttpServer::Impl final : public net::HttpHandler {
   // from its generation.
   void Deliver(const std::shared_ptr<net::Exchange>& exchange, ApiReply reply) {
     if (reply.responder == nullptr) {
-      exchange->Respond(ToResponse(std::move(reply)));
+      exchange->Respond(ToResponse(std::move(reply), &exchange->head()));
       return;
     }
     auto feed = std::make_shared<Feed>();
@@ -251,6 +391,7 @@ class HttpServer::Impl final : public net::HttpHandler {
     net::Headers headers;
     for (const auto& [name, value] : feed->responder->head().headers) headers.Add(name, value);
     headers.Set("Content-Type", "text/event-stream");
+    AddCors(headers, &feed->exchange->head());
     feed->exchange->StartStream(feed->responder->head().status, std::move(headers));
     feed->exchange->OnWritable([this, feed] { Pump(feed); });
   }
@@ -284,7 +425,7 @@ class HttpServer::Impl final : public net::HttpHandler {
     net::Exchange& ex = *feed->exchange;
     if (ex.cancelled()) return;
     if (!feed->responder->streaming() || out.whole) {
-      if (out.done) ex.Respond(ToResponse(std::move(out.reply)));
+      if (out.done) ex.Respond(ToResponse(std::move(out.reply), &ex.head()));
       return;
     }
     if (!feed->head_sent) {

@@ -1,9 +1,11 @@
 // server — strata's HTTP front end: the OpenAI and Anthropic APIs over the
-// gateway, plus /health and /metrics.
+// gateway (the OpenAI paths also without /v1), Anthropic's token counting,
+// llama.cpp's /tokenize and /detokenize, plus /health and /metrics.
 //
 // Promise: every request gets an answer in its API's own shape: success, or
 // an HTTP status with a JSON error body that says what was wrong (400 naming
-// the field, 401 bad key, 404 unknown model, 413 body too large, 429 with
+// the field, 401 bad key, 404 unknown model or route, 405 with Allow for a
+// known path's wrong method, 413 body too large, 429 with
 // Retry-After when the queue is full, 503 while loading or draining). Nothing
 // a client sends can crash the server. Every response carries X-Request-ID
 // (the client's, if it sent a sane one), and every log line of a request
@@ -12,19 +14,21 @@
 // anything is parsed (net/http_server.h): 414/431 for the request line and
 // headers, 413 for a body past the limit after decompression, 408 for a slow
 // client; the API key, draining and loading are checked from the headers,
-// before a body byte is read. /health and /metrics are answered on the I/O
-// thread from the head alone, so no backlog of API work delays them. A
-// request cut at the end of the shutdown grace period ends with an error
-// (a 503 body, or an error event in a stream), never as a normal stop.
+// before a body byte is read. With CORS origins set, a preflight from one of
+// them is answered 204 without a key, and every answer to one carries the
+// CORS headers; other origins get none. /health and /metrics are answered
+// on the I/O thread from the head alone, so no backlog of API work delays
+// them. A request cut at the end of the shutdown grace period ends with an
+// error (a 503 body, or an error event in a stream), never as a normal stop.
 //
 // Threading: a few I/O threads (net::HttpServer) serve every connection and
 // never block; a pool of worker threads parses, tokenizes and starts each
-// API request (and waits out embeddings) — a small generation request
-// without a network-bound tier is started on the I/O thread itself, being
-// well under a millisecond of CPU; a streaming or whole response is
-// then fed from its generation on the connection's I/O thread as events
-// become readable, so a request waiting on the model holds no thread. The
-// gateway is thread-safe.
+// API request (and waits out embeddings and relayed token counts) — a
+// small generation request without a network-bound tier is started on the
+// I/O thread itself, being well under a millisecond of CPU; a streaming or
+// whole response is then fed from its generation on the connection's I/O
+// thread as events become readable, so a request waiting on the model holds
+// no thread. The gateway is thread-safe.
 //
 // Usage:
 //   STRATA_ASSIGN_OR_RETURN(auto srv, HttpServer::Create(opts, std::move(keys), metrics, clock,
@@ -62,9 +66,18 @@ struct ServerOptions {
   // max_body_bytes is the body after decompression.
   net::HttpLimits limits;
   std::chrono::seconds request_timeout{
-      600};                                // a request still running after this is cancelled (504)
-  std::vector<std::string> model_aliases;  // "model" values accepted besides the served name
-  uint64_t request_id_seed = 0;            // seeds generated request ids
+      600};  // a request still running after this is cancelled (504)
+  // "model" values that name the default model besides its own id; each is
+  // listed by /v1/models after it. Responses name the served id.
+  std::vector<std::string> model_aliases;
+  // With exactly one model served, a request naming any other model is
+  // served by it (responses name the served id); with several, it has no
+  // effect (`strata serve` refuses the combination).
+  bool accept_any_model = false;
+  // Origins whose browser requests may read the answers (CORS); "*" = any.
+  // Empty = CORS off: no CORS headers, and OPTIONS is a 405.
+  std::vector<std::string> cors_origins;
+  uint64_t request_id_seed = 0;  // seeds generated request ids
 };
 
 class HttpServer {

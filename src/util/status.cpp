@@ -114,6 +114,8 @@ std::string_view ErrorReasonName(ErrorReason reason) {
       return "upstream_error";
     case ErrorReason::kUpstreamProtocol:
       return "upstream_protocol_error";
+    case ErrorReason::kMethodNotAllowed:
+      return "method_not_allowed";
   }
   return "none";
 }

@@ -102,6 +102,7 @@ enum class ErrorReason : uint8_t {
   kUpstreamTimeout,      // connect, first byte, the gap between chunks or the total ran out
   kUpstreamError,        // the upstream failed (5xx, or refused strata's credential)
   kUpstreamProtocol,     // the upstream's answer is not what its API defines, or broke mid-stream
+  kMethodNotAllowed,     // the path is an endpoint, but not for this method
 };
 
 // The reason's stable name, for logs and API bodies: "context_length_exceeded",

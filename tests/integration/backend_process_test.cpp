@@ -882,5 +882,69 @@ TEST_F(BackendProcessTest, TheBackendKeyReachesTheUpstreamAndNoLog) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// Token counting and the token endpoints behind a remote backend.
+
+TEST_F(BackendProcessTest, CountTokensIsRelayedToAnAnthropicUpstreamWithItsKey) {
+  const std::string key = "sk-backend-count-4d2e8f1a";
+  const std::string keys = (*dir_ / "count_keys.txt").string();
+  const std::string key_file = (*dir_ / "count.key").string();
+  std::ofstream(keys) << key << " team-a\n";
+  std::ofstream(key_file) << key << "\n";
+  const Proc up = Upstream({"--api-keys", keys});
+  ASSERT_GT(up.port, 0);
+  const Proc anthropic = Front("anthropic:" + up.url(), {"--backend-key-file", key_file});
+  const Proc openai = Front("openai:" + up.url(), {"--backend-key-file", key_file});
+  ASSERT_GT(anthropic.port, 0);
+  ASSERT_GT(openai.port, 0);
+  const Json count = {{"model", "front"},
+                      {"system", "Be brief."},
+                      {"messages", {{{"role", "user"}, {"content", "count these words please"}}}}};
+
+  // The upstream's own count, asked with its key.
+  Json direct_body = count;
+  direct_body["model"] = "demo";
+  RawClient c(up.port);
+  ASSERT_TRUE(c.Send(
+      Request("/v1/messages/count_tokens", direct_body.dump(), "x-api-key: " + key + "\r\n")));
+  auto direct = c.ReadResponse();
+  ASSERT_TRUE(direct);
+  ASSERT_EQ(direct->status, 200) << direct->body;
+  const int want = Parse(direct->body).value("input_tokens", -1);
+  EXPECT_GT(want, 0);
+
+  // Through the Anthropic front (its key, its version header): the same answer.
+  auto relayed = Post(anthropic.port, "/v1/messages/count_tokens", count);
+  ASSERT_TRUE(relayed);
+  ASSERT_EQ(relayed->status, 200) << relayed->body;
+  EXPECT_EQ(Parse(relayed->body).value("input_tokens", -2), want) << relayed->body;
+  EXPECT_FALSE(relayed->Header("request-id").empty());
+
+  // An OpenAI backend has no such endpoint: a 400 in Anthropic's shape.
+  auto refused = Post(openai.port, "/v1/messages/count_tokens", count);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400) << refused->body;
+  const Json err = Parse(refused->body);
+  EXPECT_EQ(err["type"], "error") << refused->body;
+  EXPECT_EQ(err["error"]["type"], "invalid_request_error") << refused->body;
+  EXPECT_NE(refused->body.find("count"), std::string::npos) << refused->body;
+
+  // Nor does a remote model tokenize: 400 unsupported_by_backend, OpenAI's shape.
+  auto tok = Post(openai.port, "/tokenize", {{"content", "hello"}, {"model", "front"}});
+  ASSERT_TRUE(tok);
+  EXPECT_EQ(tok->status, 400) << tok->body;
+  EXPECT_EQ(Parse(tok->body)["error"]["code"], "unsupported_by_backend") << tok->body;
+  auto detok = Post(anthropic.port, "/detokenize", {{"tokens", {1, 2}}});
+  ASSERT_TRUE(detok);
+  EXPECT_EQ(detok->status, 400) << detok->body;
+  EXPECT_EQ(Parse(detok->body)["error"]["code"], "unsupported_by_backend") << detok->body;
+
+  // Counted under its own endpoint.
+  EXPECT_EQ(Metric(anthropic.port, "strata_http_requests_total",
+                   R"(endpoint="/v1/messages/count_tokens",status="200")"),
+            1);
+  EXPECT_EQ(ReadAll(anthropic.log).find(key), std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata

@@ -212,7 +212,7 @@ TEST_F(ErrorBodyTest, AnUnknownModelIs404ModelNotFound) {
   auto route = client_->Get("/v2/whatever");
   ASSERT_TRUE(route);
   EXPECT_EQ(route->status, 404);
-  EXPECT_EQ(json::parse(route->body)["error"]["code"], nullptr) << route->body;
+  EXPECT_EQ(json::parse(route->body)["error"]["code"], "not_found") << route->body;
 }
 
 TEST_F(ErrorBodyTest, APromptBeyondTheContextIsContextLengthExceeded) {
@@ -324,7 +324,7 @@ TEST(ErrorMapping, EveryReasonHasItsDocumentedAnswer) {
       {util::UnauthenticatedError("m").WithReason(ErrorReason::kInvalidApiKey), 401,
        "authentication_error", "invalid_api_key", "authentication_error", false},
       {util::NotFoundError("m").WithReason(ErrorReason::kNoRoute), 404, "invalid_request_error",
-       nullptr, "not_found_error", false},
+       "not_found", "not_found_error", false},
       {util::NotFoundError("m").WithReason(ErrorReason::kModelNotFound), 404,
        "invalid_request_error", "model_not_found", "not_found_error", false},
       {util::InvalidArgumentError("m").WithReason(ErrorReason::kBodyTooLarge), 413,

@@ -45,30 +45,16 @@ std::string Describe(const util::Status& st) {
   return fmt::format("{}: {}", util::ErrorReasonName(st.reason()), st.message());
 }
 
-// A reply that names the request: X-Request-ID always; the Anthropic SDKs
-// read the id from 'request-id' (what api.anthropic.com sends), the OpenAI
-// SDKs from 'x-request-id'.
-ApiReply NewReply(ApiKind kind, const std::string& request_id) {
+}  // namespace
+
+// The Anthropic SDKs read the id from 'request-id' (what api.anthropic.com
+// sends), the OpenAI SDKs from 'x-request-id'.
+ApiReply ApiHandler::NewReply(ApiKind kind, const std::string& request_id) {
   ApiReply reply;
   reply.headers.emplace_back("X-Request-ID", request_id);
   if (kind == ApiKind::kAnthropicMessages) reply.headers.emplace_back("request-id", request_id);
   return reply;
 }
-
-}  // namespace
-
-// One request's access-log context.
-struct ApiHandler::Scope {
-  Scope(ApiKind k, const char* e, const ApiCall& c, std::chrono::steady_clock::time_point start,
-        util::Logger& base)
-      : kind(k), endpoint(e), call(c), t0(start), log(base, "req=" + c.request_id) {}
-  ApiKind kind;
-  const char* endpoint;
-  const ApiCall& call;
-  std::chrono::steady_clock::time_point t0;
-  mutable util::PrefixLogger log;  // logging does not change what the scope says
-  std::string session_note;        // " session=ID" once the body named one
-};
 
 ApiHandler::ApiHandler(const ServerOptions& options, ApiKeys keys, obs::MetricsRegistry& metrics,
                        const util::Clock& clock, util::Logger& log)
@@ -213,6 +199,9 @@ util::StatusOr<std::string> ApiHandler::ResolveModel(const gateway::Gateway& g,
     return g.model_name();
   }
   const std::vector<std::string> names = g.model_names();
+  // Local tools that hard-code a model id ("gpt-3.5-turbo") reach the one
+  // model there is.
+  if (options_.accept_any_model && names.size() == 1) return names.front();
   std::string served;
   for (const std::string& n : names) served += (served.empty() ? "'" : ", '") + n + "'";
   return util::NotFoundError(
@@ -272,7 +261,7 @@ ResponseMeta ApiHandler::Meta(ApiKind kind, const Scope& scope, const ParsedRequ
              : kind == ApiKind::kOpenAIChat      ? "chatcmpl-"
                                                  : "cmpl-") +
             scope.call.request_id;
-  meta.model = parsed.model;
+  meta.model = parsed.request.model;  // the served id, whichever alias the client used
   meta.created = UnixSeconds(clock_);
   meta.prompt_tokens = gen.prompt_tokens();
   meta.fingerprint = "strata";
@@ -519,7 +508,7 @@ ApiReply ApiHandler::Embed(const ApiCall& call) {
   parsed->request.tenant = admitted->tenant;
   auto result = admitted->gateway->Embed(parsed->request, scope.t0 + options_.request_timeout);
   if (!result.ok()) return Fail(scope, std::move(reply), result.status());
-  reply.body = RenderEmbeddings(parsed->model, *result, parsed->base64);
+  reply.body = RenderEmbeddings(parsed->request.model, *result, parsed->base64);
   Count(kEmbeddingsEndpoint, 200);
   scope.log.Info("POST {} 200 tenant={} inputs={} tokens={} {:.1f} ms", kEmbeddingsEndpoint,
                  admitted->tenant, result->embeddings.size(), result->prompt_tokens,
@@ -537,7 +526,14 @@ ApiReply ApiHandler::ListModels(const ApiCall& call) {
     return reply;
   }
   std::string data;
-  for (const std::string& name : admitted->gateway->model_names()) {
+  // The default model, its aliases, then every other served model.
+  std::vector<std::string> names = admitted->gateway->model_names();
+  size_t at = 1;
+  for (const std::string& alias : options_.model_aliases) {
+    if (std::find(names.begin(), names.end(), alias) != names.end()) continue;
+    names.insert(names.begin() + static_cast<std::ptrdiff_t>(at++), alias);
+  }
+  for (const std::string& name : names) {
     if (!data.empty()) data += ",";
     data += wire::Dump({{"id", name},
                         {"object", "model"},

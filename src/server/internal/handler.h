@@ -173,6 +173,15 @@ class ApiHandler {
   ApiReply Embed(const ApiCall& call);
   // GET /v1/models.
   ApiReply ListModels(const ApiCall& call);
+  // POST /v1/messages/count_tokens (Anthropic): {"input_tokens": N}, the
+  // prompt exactly as /v1/messages renders and tokenizes it on the local
+  // engine; relayed to an Anthropic upstream; 400 kUnsupportedByBackend on
+  // an OpenAI one. Waits on the upstream: call it on a worker thread.
+  ApiReply CountTokens(const ApiCall& call);
+  // POST /tokenize and /detokenize (llama.cpp's server shapes) on the local
+  // model's vocabulary; 400 kUnsupportedByBackend for a remote model.
+  ApiReply Tokenize(const ApiCall& call);
+  ApiReply Detokenize(const ApiCall& call);
   // GET /health: 200 ok, or 503 loading / draining.
   ApiReply Health() const;
 
@@ -180,6 +189,9 @@ class ApiHandler {
   // `kind`'s shape: MapError's HTTP status and Retry-After, RenderError's
   // body. Not logged or counted.
   static ApiReply ErrorReply(ApiKind kind, const util::Status& status, ApiReply reply = {});
+  // An empty reply that names the request: X-Request-ID, and for the
+  // Anthropic API also request-id (what its SDKs read).
+  static ApiReply NewReply(ApiKind kind, const std::string& request_id);
   // What the transport answers on its own, with its reason: no route (404),
   // or a request the reader refused — 408, 413, 414, 415, 431, 501, 505, 503
   // at the connection cap, 400 for anything else malformed. `why` is what the
@@ -197,7 +209,8 @@ class ApiHandler {
   util::StatusOr<Admitted> Admit(bool check_draining, std::string_view api_key) const;
   util::StatusOr<std::string> Authenticate(std::string_view api_key) const;
   // The served model id `model` names (itself, or an alias of the default
-  // backend); NotFound with kModelNotFound otherwise.
+  // backend, or with accept_any_model and one model served, anything);
+  // NotFound with kModelNotFound otherwise.
   util::StatusOr<std::string> ResolveModel(const gateway::Gateway& g,
                                            const std::string& model) const;
   util::StatusOr<ParsedRequest> Parse(ApiKind kind, const ApiCall& call,
@@ -210,6 +223,12 @@ class ApiHandler {
   ApiReply Respond(Scope& scope, ApiReply reply, std::unique_ptr<gateway::Generation> gen,
                    ResponseMeta meta, const ParsedRequest& parsed, const std::string& tenant);
   ApiReply Fail(const Scope& scope, ApiReply reply, const util::Status& status);
+  // The backend serving the token endpoints' optional "model" (absent: the
+  // default), with the id it is served as.
+  util::StatusOr<std::pair<backend::Backend*, std::string>> TokenBackend(
+      const gateway::Gateway& g, const std::optional<std::string>& model) const;
+  // The most tokens /tokenize answers or /detokenize reads for `b`.
+  static size_t TokenCap(const backend::Backend& b);
   void Count(const char* endpoint, int http_status);
   friend class Responder;  // counts and renders the outcome of what it answers
 
@@ -225,6 +244,19 @@ class ApiHandler {
   util::Status broken_why_;  // guarded by broken_mu_
   std::mutex id_mu_;
   util::Rng id_rng_;  // guarded by id_mu_
+};
+
+// One request's access-log context.
+struct ApiHandler::Scope {
+  Scope(ApiKind k, const char* e, const ApiCall& c, std::chrono::steady_clock::time_point start,
+        util::Logger& base)
+      : kind(k), endpoint(e), call(c), t0(start), log(base, "req=" + c.request_id) {}
+  ApiKind kind;
+  const char* endpoint;
+  const ApiCall& call;
+  std::chrono::steady_clock::time_point t0;
+  mutable util::PrefixLogger log;  // logging does not change what the scope says
+  std::string session_note;        // " session=ID" once the body named one
 };
 
 }  // namespace strata::server

@@ -1,13 +1,14 @@
 // The official `@anthropic-ai/sdk` package against `strata serve`: messages,
-// streaming, stop sequences, system prompts, error shapes, request ids and a
-// client that aborts its stream.
+// streaming, stop sequences, system prompts, error shapes, request ids, a
+// client that aborts its stream, and token counting.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import Anthropic from '@anthropic-ai/sdk';
 
 import {
-  anthropic, longRun, metric, MODEL, pickStop, pollUntil, PROMPT, serverLogLines, skipUnlessCarried,
+  anthropic, CHAIN, longRun, metric, MODEL, pickStop, pollUntil, PROMPT, serverLogLines,
+  skipUnlessCarried,
 } from './common.js';
 
 const MAX_TOKENS = 24;
@@ -228,4 +229,33 @@ test('aborting a message stream cancels it on the server', async () => {
   assert.ok(idle, 'strata_running_sequences did not return to 0');
   const m = await anthropic.messages.create(params({ max_tokens: 3 }));
   assert.equal(m.usage.output_tokens, 3);
+});
+
+test('messages.countTokens counts the prompt messages.create reads', async (t) => {
+  const body = {
+    model: MODEL,
+    system: 'You answer in one word.',
+    messages: [
+      { role: 'user', content: `${PROMPT} (counted)` },
+      { role: 'assistant', content: 'Yes.' },
+      { role: 'user', content: [{ type: 'text', text: 'And once more?' }] },
+    ],
+  };
+  if (CHAIN === 'openai') {
+    // An OpenAI upstream has no token counting: a clear 400, Anthropic's shape.
+    await assert.rejects(anthropic.messages.countTokens(body), (e) => {
+      assert.ok(e instanceof Anthropic.BadRequestError, `${e?.constructor?.name}: ${e}`);
+      assert.equal(e.error?.error?.type, 'invalid_request_error');
+      assert.match(e.message, /count/);
+      return true;
+    });
+    t.diagnostic('an openai backend answers countTokens with 400 unsupported_by_backend');
+    return;
+  }
+  const counted = await anthropic.messages.countTokens(body);
+  assert.ok(Number.isInteger(counted.input_tokens) && counted.input_tokens > 0,
+    JSON.stringify(counted));
+  const m = await anthropic.messages.create({ ...body, max_tokens: 2, temperature: 0 });
+  const read = promptTokens(m.usage) + (m.usage.cache_creation_input_tokens ?? 0);
+  assert.equal(counted.input_tokens, read, JSON.stringify(m.usage));
 });

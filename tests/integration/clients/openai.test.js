@@ -7,7 +7,8 @@ import { test } from 'node:test';
 import OpenAI from 'openai';
 
 import {
-  longRun, metric, MODEL, openai, pickStop, pollUntil, PROMPT, serverLogLines, skipUnlessCarried,
+  BASE_URL, longRun, metric, MODEL, openai, pickStop, pollUntil, PROMPT, serverLogLines,
+  skipUnlessCarried,
 } from './common.js';
 
 const MAX_TOKENS = 32;
@@ -241,6 +242,17 @@ test('completions.create (legacy) continues a prompt, streaming or not', async (
   }
   assert.equal(text, r.choices[0].text);
   assert.equal(finish, r.choices[0].finish_reason);
+});
+
+test('a client whose baseURL has no /v1 reaches the same endpoints', async () => {
+  const bare = new OpenAI({ baseURL: BASE_URL, apiKey: 'unused', maxRetries: 0, timeout: 120_000 });
+  const want = await openai.chat.completions.create(chatParams({ max_tokens: 4 }));
+  const got = await bare.chat.completions.create(chatParams({ max_tokens: 4 }));
+  assert.equal(got.object, 'chat.completion');
+  assert.equal(got.choices[0].message.content, want.choices[0].message.content);
+  const ids = [];
+  for await (const m of bare.models.list()) ids.push(m.id);
+  assert.ok(ids.includes(MODEL), `models: ${ids}`);
 });
 
 test('models.list contains the served alias', async () => {
