@@ -84,7 +84,9 @@ class ChoiceSink final : public engine::RequestSink {
   util::StatusOr<int32_t> Choose(std::span<const float> logits) override {
     if (json_ != nullptr) {
       // Only what keeps the text a prefix of a JSON object may be chosen.
-      const std::vector<int32_t> allowed = json_->Allowed(machine_);
+      const std::shared_ptr<const std::vector<int32_t>> allowed_ptr =
+          json_->AllowedCached(machine_);
+      const std::vector<int32_t>& allowed = *allowed_ptr;
       if (allowed.empty()) {
         return util::InternalError("the JSON constraint allows no next token");
       }

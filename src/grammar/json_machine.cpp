@@ -29,6 +29,28 @@ bool JsonMachine::FeedAll(std::string_view bytes) {
   return true;
 }
 
+JsonMachine::Key JsonMachine::key() const {
+  const uint8_t literal = literal_ == nullptr ? 0 : static_cast<uint8_t>(literal_[0]);
+  // Only the open containers' kinds count (bits past the depth are stale).
+  const uint32_t kinds = depth_ >= 32 ? kinds_ : kinds_ & ((1u << depth_) - 1u);
+  return {static_cast<uint8_t>(root_),
+          static_cast<uint8_t>(want_),
+          static_cast<uint8_t>(lex_),
+          static_cast<uint8_t>(string_is_key_),
+          depth_,
+          whitespace_run_,
+          hex_left_,
+          utf8_left_,
+          utf8_lo_,
+          utf8_hi_,
+          literal_at_,
+          literal,
+          static_cast<uint8_t>(kinds),
+          static_cast<uint8_t>(kinds >> 8),
+          static_cast<uint8_t>(kinds >> 16),
+          static_cast<uint8_t>(kinds >> 24)};
+}
+
 bool JsonMachine::complete() const {
   if (want_ == Want::kDone && lex_ == Lex::kNone) return true;
   // A number at the root ends only with the document.

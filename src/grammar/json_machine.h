@@ -18,6 +18,7 @@
 // Threading: a value type; no shared state.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string_view>
 
@@ -33,10 +34,16 @@ class JsonMachine {
 
   // Accepts `byte` or refuses it (the state unchanged).
   bool Feed(uint8_t byte);
+  // Feed without the undo: on a refusal the state is unspecified (for a
+  // caller that drops the machine then, as a trie walk does its copies).
+  bool FeedOrSpoil(uint8_t byte) { return Step(byte); }
   // Every byte, or none: on a refusal the state is as before the call.
   bool FeedAll(std::string_view bytes);
   // A whole value was read.
   bool complete() const;
+  // The whole state as bytes: equal keys accept the same continuations.
+  using Key = std::array<uint8_t, 16>;
+  Key key() const;
 
  private:
   // What the parser expects next, outside any token.

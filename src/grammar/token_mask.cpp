@@ -35,7 +35,7 @@ struct JsonTokenMask::Trie {
   void Walk(int32_t at, const JsonMachine& m, std::vector<int32_t>& out) const {
     for (const auto& [b, child] : nodes[static_cast<size_t>(at)].children) {
       JsonMachine next = m;
-      if (!next.Feed(b)) continue;
+      if (!next.FeedOrSpoil(b)) continue;
       const Node& c = nodes[static_cast<size_t>(child)];
       out.insert(out.end(), c.tokens.begin(), c.tokens.end());
       Walk(child, next, out);
@@ -60,6 +60,22 @@ std::vector<int32_t> JsonTokenMask::Allowed(const JsonMachine& machine) const {
   trie_->Walk(0, machine, out);
   std::sort(out.begin(), out.end());
   return out;
+}
+
+std::shared_ptr<const std::vector<int32_t>> JsonTokenMask::AllowedCached(
+    const JsonMachine& machine) const {
+  const JsonMachine::Key key = machine.key();
+  {
+    std::lock_guard<std::mutex> lock(memo_mu_);
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+  }
+  // Computed outside the lock: two threads may both compute one state, and
+  // get equal answers.
+  auto allowed = std::make_shared<const std::vector<int32_t>>(Allowed(machine));
+  std::lock_guard<std::mutex> lock(memo_mu_);
+  if (memo_.size() >= kMemoEntries) memo_.clear();
+  memo_.emplace(key, allowed);
+  return allowed;
 }
 
 size_t JsonTokenMask::trie_nodes() const { return trie_->nodes.size(); }

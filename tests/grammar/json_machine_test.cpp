@@ -149,6 +149,8 @@ TEST(JsonTokenMask, AllowsExactlyTheTokensTheMachineAccepts) {
       if (copy.FeedAll(tok.Piece(id))) want.push_back(id);
     }
     EXPECT_EQ(mask.Allowed(m), want) << "after '" << prefix << "'";
+    EXPECT_EQ(*mask.AllowedCached(m), want) << "after '" << prefix << "'";
+    EXPECT_EQ(*mask.AllowedCached(m), want) << "memo, after '" << prefix << "'";
     EXPECT_FALSE(want.empty()) << prefix;
   }
 }

@@ -36,12 +36,16 @@ class RedisServer {
       "installs it): the shared-tier tests need a real Redis";
 
   // nullptr when no redis-server binary is found or it does not start.
+  // A free port can be taken by another test between its probe and the
+  // server's bind (ctest runs tests in parallel): then a fresh one is tried.
   static std::unique_ptr<RedisServer> Start() {
     const std::optional<std::string> bin = FindBinary();
     if (!bin) return nullptr;
-    auto s = std::unique_ptr<RedisServer>(new RedisServer(*bin, FreePort()));
-    if (s->port_ <= 0 || !s->Launch()) return nullptr;
-    return s;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      auto s = std::unique_ptr<RedisServer>(new RedisServer(*bin, FreePort()));
+      if (s->port_ > 0 && s->Launch()) return s;
+    }
+    return nullptr;
   }
   ~RedisServer() { Kill(); }
 
