@@ -73,8 +73,11 @@ std::shared_ptr<const std::vector<int32_t>> JsonTokenMask::AllowedCached(
   // get equal answers.
   auto allowed = std::make_shared<const std::vector<int32_t>>(Allowed(machine));
   std::lock_guard<std::mutex> lock(memo_mu_);
-  if (memo_.size() >= kMemoEntries) memo_.clear();
-  memo_.emplace(key, allowed);
+  if (memo_.size() >= kMemoEntries || memo_ids_ + allowed->size() > kMemoIds) {
+    memo_.clear();
+    memo_ids_ = 0;
+  }
+  if (memo_.emplace(key, allowed).second) memo_ids_ += allowed->size();
   return allowed;
 }
 

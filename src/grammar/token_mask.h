@@ -8,7 +8,8 @@
 // bytes the machine accepts in full from its state, by one walk of the trie
 // that stops at the first refused byte of a branch, so every prefix shared
 // by several tokens is tried once. Ids ascend. AllowedCached answers the
-// same from a bounded memo keyed by the machine's whole state: inside a
+// same from a memo keyed by the machine's whole state (at most 1,024
+// states and 4 Mi ids, 16 MiB, then it starts over): inside a
 // long string, or at any state a document returns to, the walk is done
 // once (on a 152k vocabulary it costs tens of milliseconds inside a
 // string, where nearly every token is allowed).
@@ -45,8 +46,11 @@ class JsonTokenMask {
   struct Trie;
   std::unique_ptr<Trie> trie_;
   int32_t n_vocab_ = 0;
-  static constexpr size_t kMemoEntries = 1024;  // then the memo starts over
+  // The memo starts over past either bound (ids in all: 16 MiB of them).
+  static constexpr size_t kMemoEntries = 1024;
+  static constexpr size_t kMemoIds = size_t{4} << 20;
   mutable std::mutex memo_mu_;
+  mutable size_t memo_ids_ = 0;  // guarded by memo_mu_: the ids the memo holds
   mutable std::map<JsonMachine::Key, std::shared_ptr<const std::vector<int32_t>>>
       memo_;  // guarded by memo_mu_
 };
