@@ -48,7 +48,11 @@ JsonMachine::Key JsonMachine::key() const {
           static_cast<uint8_t>(kinds),
           static_cast<uint8_t>(kinds >> 8),
           static_cast<uint8_t>(kinds >> 16),
-          static_cast<uint8_t>(kinds >> 24)};
+          static_cast<uint8_t>(kinds >> 24),
+          digits_,
+          static_cast<uint8_t>(escape_d_),
+          static_cast<uint8_t>(escape_high_),
+          static_cast<uint8_t>(need_low_)};
 }
 
 bool JsonMachine::complete() const {
@@ -91,9 +95,11 @@ bool JsonMachine::StartValue(uint8_t c) {
       return true;
     case '-':
       lex_ = Lex::kNumSign;
+      digits_ = 0;
       return true;
     case '0':
       lex_ = Lex::kNumZero;
+      digits_ = 1;
       return true;
     case 't':
       literal_ = "true";
@@ -107,6 +113,7 @@ bool JsonMachine::StartValue(uint8_t c) {
     default:
       if (c >= '1' && c <= '9') {
         lex_ = Lex::kNumInt;
+        digits_ = 1;
         return true;
       }
       return false;
@@ -219,6 +226,7 @@ bool JsonMachine::Step(uint8_t c) {
       if (c == 'u') {
         lex_ = Lex::kUnicode;
         hex_left_ = 4;
+        escape_d_ = escape_high_ = need_low_ = false;
         return true;
       }
       if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
@@ -227,40 +235,75 @@ bool JsonMachine::Step(uint8_t c) {
         return true;
       }
       return false;
-    case Lex::kUnicode:
+    case Lex::kUnicode: {
       if (!IsHex(c)) return false;
-      if (--hex_left_ == 0) lex_ = Lex::kString;
+      const int at = 4 - hex_left_;  // which of the four digits this is
+      const bool d = c == 'd' || c == 'D';
+      if (at == 0) {
+        if (need_low_ && !d) return false;
+        escape_d_ = d;
+      } else if (at == 1 && escape_d_) {
+        // U+D800-DBFF is a high half, U+DC00-DFFF a low one.
+        const bool low = (c >= 'c' && c <= 'f') || (c >= 'C' && c <= 'F');
+        if (low != need_low_) return false;  // a lone low half, or no low where one must be
+        escape_high_ = (c >= '8' && c <= '9') || (c >= 'a' && c <= 'b') || (c >= 'A' && c <= 'B');
+      } else if (at == 1 && need_low_) {
+        return false;
+      }
+      if (--hex_left_ == 0) {
+        lex_ = escape_high_ ? Lex::kLowBackslash : Lex::kString;
+        need_low_ = false;
+        escape_d_ = false;
+      }
+      return true;
+    }
+    case Lex::kLowBackslash:
+      if (c != '\\') return false;
+      lex_ = Lex::kLowU;
+      return true;
+    case Lex::kLowU:
+      if (c != 'u') return false;
+      lex_ = Lex::kUnicode;
+      hex_left_ = 4;
+      escape_d_ = escape_high_ = false;
+      need_low_ = true;
       return true;
     case Lex::kNumSign:
       if (c == '0') {
         lex_ = Lex::kNumZero;
+        digits_ = 1;
         return true;
       }
       if (c >= '1' && c <= '9') {
         lex_ = Lex::kNumInt;
+        digits_ = 1;
         return true;
       }
       return false;
     case Lex::kNumZero:
     case Lex::kNumInt:
-      if (IsDigit(c) && lex_ == Lex::kNumInt) return true;
+      if (IsDigit(c) && lex_ == Lex::kNumInt) return ++digits_ <= kMaxIntDigits;
       if (c == '.') {
         lex_ = Lex::kNumDot;
+        digits_ = 0;
         return true;
       }
       if (c == 'e' || c == 'E') {
         lex_ = Lex::kNumExp;
+        digits_ = 0;
         return true;
       }
       return EndNumber(c);
     case Lex::kNumDot:
       if (!IsDigit(c)) return false;
       lex_ = Lex::kNumFrac;
+      digits_ = 1;
       return true;
     case Lex::kNumFrac:
-      if (IsDigit(c)) return true;
+      if (IsDigit(c)) return ++digits_ <= kMaxFracDigits;
       if (c == 'e' || c == 'E') {
         lex_ = Lex::kNumExp;
+        digits_ = 0;
         return true;
       }
       return EndNumber(c);
@@ -271,13 +314,15 @@ bool JsonMachine::Step(uint8_t c) {
       }
       if (!IsDigit(c)) return false;
       lex_ = Lex::kNumExpDigits;
+      digits_ = 1;
       return true;
     case Lex::kNumExpSign:
       if (!IsDigit(c)) return false;
       lex_ = Lex::kNumExpDigits;
+      digits_ = 1;
       return true;
     case Lex::kNumExpDigits:
-      if (IsDigit(c)) return true;
+      if (IsDigit(c)) return ++digits_ <= kMaxExpDigits;
       return EndNumber(c);
     case Lex::kLiteral:
       if (static_cast<char>(c) != literal_[literal_at_]) return false;

@@ -8,9 +8,14 @@
 // the RFC lists them, numbers in its grammar. A refused byte leaves the
 // machine as it was. complete() says a whole value was read; nothing but
 // the end may follow it (no trailing whitespace, so a decoder ends there).
-// Two bounds keep a generated document finite in shape: nesting at most
-// kMaxDepth containers, and at most kMaxWhitespaceRun whitespace bytes in a
-// row; past either the byte is refused (the document stays valid JSON).
+// Bounds keep a generated document finite in shape and its numbers within
+// what every parser reads as a double (RFC 8259 §6 lets implementations
+// limit range; an exponent of 3100 fails many): nesting at most kMaxDepth
+// containers, at most kMaxWhitespaceRun whitespace bytes in a row, and per
+// number at most kMaxIntDigits integer digits, kMaxFracDigits fraction
+// digits and kMaxExpDigits exponent digits (so |x| < 1e120); past any of
+// them the byte is refused (the document stays valid JSON). \u escapes of
+// UTF-16 surrogates must come in high-low pairs, as in raw UTF-8 none may.
 //
 // The state is a small value type (no allocation): copying it to try a
 // token's bytes is cheap.
@@ -29,6 +34,9 @@ class JsonMachine {
   enum class Root { kAnyValue, kObject };
   static constexpr int kMaxDepth = 32;
   static constexpr int kMaxWhitespaceRun = 16;
+  static constexpr int kMaxIntDigits = 20;
+  static constexpr int kMaxFracDigits = 20;
+  static constexpr int kMaxExpDigits = 2;
 
   explicit JsonMachine(Root root = Root::kObject);
 
@@ -42,7 +50,7 @@ class JsonMachine {
   // A whole value was read.
   bool complete() const;
   // The whole state as bytes: equal keys accept the same continuations.
-  using Key = std::array<uint8_t, 16>;
+  using Key = std::array<uint8_t, 20>;
   Key key() const;
 
  private:
@@ -62,6 +70,8 @@ class JsonMachine {
     kString,        // inside quotes
     kEscape,        // after a backslash
     kUnicode,       // \u and hex_left_ hex digits to go
+    kLowBackslash,  // after a high surrogate's \uD8xx-\uDBxx: its low half's '\'
+    kLowU,          // ... and its 'u'
     kUtf8,          // inside a multi-byte character: utf8_left_ bytes to go
     kNumSign,       // after '-'
     kNumZero,       // a leading 0
@@ -89,9 +99,16 @@ class JsonMachine {
   uint8_t depth_ = 0;
   uint8_t whitespace_run_ = 0;
   uint8_t hex_left_ = 0;
+  // Surrogate escapes pair up (a lone half fails strict parsers): the
+  // escape being read started with 'd' (0: no), is a high half (1), or must
+  // be a low half (the one after a high).
+  bool escape_d_ = false;
+  bool escape_high_ = false;
+  bool need_low_ = false;
   uint8_t utf8_left_ = 0;
   uint8_t utf8_lo_ = 0x80, utf8_hi_ = 0xBF;  // the next continuation byte's range
   uint8_t literal_at_ = 0;
+  uint8_t digits_ = 0;             // digits so far in the number's current part
   const char* literal_ = nullptr;  // "true", "false" or "null" (static storage)
   uint32_t kinds_ = 0;             // bit d: the container at depth d + 1 is an object
 };

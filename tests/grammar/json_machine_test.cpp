@@ -27,7 +27,7 @@ TEST(JsonMachine, AcceptsObjectsOfEveryKindOfValue) {
            R"({})",
            R"({"a":1})",
            R"( { "a" : [1, -2.5e+3, 0, 0.25, 1E9, true, false, null, "x"] , "b" : {} })",
-           R"({"esc":"\"\\\/\b\f\n\r\t\u00e9\uD83D"})",
+           R"({"esc":"\"\\\/\b\f\n\r\t\u00e9\uD83D\uDE00"})",
            "{\"utf8\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"}",
            R"({"nested":{"a":{"b":[[[{}]]]}}})",
        }) {
@@ -73,6 +73,21 @@ TEST(JsonMachine, BoundsNestingAndWhitespaceRuns) {
   for (int i = 0; i < JsonMachine::kMaxDepth; ++i) ASSERT_TRUE(m.Feed('['));
   EXPECT_FALSE(m.Feed('['));
   EXPECT_TRUE(m.Feed('1'));
+  // Numbers stay within a double's range: 20 integer and 20 fraction
+  // digits, a two-digit exponent (an exponent of 3100 fails common parsers).
+  EXPECT_TRUE(Accepts(R"({"a":-12345678901234567890.12345678901234567890e-99})"));
+  EXPECT_FALSE(Accepts(R"({"a":123456789012345678901})"));
+  EXPECT_FALSE(Accepts(R"({"a":0.123456789012345678901})"));
+  EXPECT_FALSE(Accepts(R"({"a":1e100})"));
+  EXPECT_FALSE(Accepts(R"({"a":-2.5e3100})"));
+  // \u escapes of surrogates pair up, high then low.
+  EXPECT_TRUE(Accepts(R"({"e":"\ud83d\ude00 \uD83D\uDE00 \u00e9"})"));
+  EXPECT_FALSE(Accepts(R"({"e":"\udc00"})"));
+  EXPECT_FALSE(Accepts(R"({"e":"\ud83dx"})"));
+  EXPECT_FALSE(Accepts(R"({"e":"\ud83d\u0041"})"));
+  EXPECT_FALSE(Accepts(R"({"e":"\ud83d\ud83d"})"));
+  EXPECT_TRUE(Accepts(R"({"e":"\ud00e"})"));  // U+D00E is a letter, not a surrogate
+  EXPECT_FALSE(Accepts(R"({"e":"\ud00e\udddd"})"));
   JsonMachine w;
   for (int i = 0; i < JsonMachine::kMaxWhitespaceRun; ++i) ASSERT_TRUE(w.Feed(' '));
   EXPECT_FALSE(w.Feed(' '));
