@@ -49,6 +49,10 @@ class JsonMachine {
   bool FeedAll(std::string_view bytes);
   // A whole value was read.
   bool complete() const;
+  // Between two characters of a string: what may follow a quote, a
+  // backslash or a control byte depends on the rest of the state, every
+  // other byte sequence is taken or refused the same way in any such state.
+  bool in_string_body() const { return lex_ == Lex::kString; }
   // The whole state as bytes: equal keys accept the same continuations.
   using Key = std::array<uint8_t, 20>;
   Key key() const;

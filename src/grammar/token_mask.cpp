@@ -1,6 +1,7 @@
 #include "grammar/token_mask.h"
 
 #include <algorithm>
+#include <iterator>
 #include <string_view>
 
 namespace strata::grammar {
@@ -44,12 +45,24 @@ struct JsonTokenMask::Trie {
 };
 
 JsonTokenMask::JsonTokenMask(const text::Tokenizer& tokenizer)
-    : trie_(std::make_unique<Trie>()), n_vocab_(tokenizer.n_vocab()) {
+    : trie_(std::make_unique<Trie>()),
+      string_trie_(std::make_unique<Trie>()),
+      n_vocab_(tokenizer.n_vocab()) {
+  // A string body (inside a key: any string body takes the same bytes).
+  JsonMachine in_string;
+  in_string.FeedAll("{\"");
   for (int32_t id = 0; id < n_vocab_; ++id) {
     if (tokenizer.IsEog(id)) continue;
     const std::string_view piece = tokenizer.Piece(id);  // empty for control tokens
     if (piece.empty()) continue;
     trie_->Insert(piece, id);
+    JsonMachine m = in_string;
+    const bool safe = piece.find_first_of("\"\\") == std::string_view::npos && m.FeedAll(piece);
+    if (safe) {
+      string_safe_.push_back(id);
+    } else {
+      string_trie_->Insert(piece, id);
+    }
   }
 }
 
@@ -57,8 +70,17 @@ JsonTokenMask::~JsonTokenMask() = default;
 
 std::vector<int32_t> JsonTokenMask::Allowed(const JsonMachine& machine) const {
   std::vector<int32_t> out;
-  trie_->Walk(0, machine, out);
-  std::sort(out.begin(), out.end());
+  if (!machine.in_string_body()) {
+    trie_->Walk(0, machine, out);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  std::vector<int32_t> rest;
+  string_trie_->Walk(0, machine, rest);
+  std::sort(rest.begin(), rest.end());
+  out.reserve(string_safe_.size() + rest.size());
+  std::merge(string_safe_.begin(), string_safe_.end(), rest.begin(), rest.end(),
+             std::back_inserter(out));
   return out;
 }
 

@@ -7,7 +7,10 @@
 // document is complete). Allowed(machine) lists exactly the tokens whose
 // bytes the machine accepts in full from its state, by one walk of the trie
 // that stops at the first refused byte of a branch, so every prefix shared
-// by several tokens is tried once. Ids ascend. AllowedCached answers the
+// by several tokens is tried once; inside a string the tokens that cannot
+// leave it (no quote, backslash or control byte: decided once, at
+// construction) are allowed without a walk, and only the others are
+// walked. Ids ascend. AllowedCached answers the
 // same from a memo keyed by the machine's whole state (at most 1,024
 // states and 4 Mi ids, 16 MiB, then it starts over): inside a
 // long string, or at any state a document returns to, the walk is done
@@ -44,7 +47,9 @@ class JsonTokenMask {
 
  private:
   struct Trie;
-  std::unique_ptr<Trie> trie_;
+  std::unique_ptr<Trie> trie_;         // every token
+  std::unique_ptr<Trie> string_trie_;  // the tokens not in string_safe_
+  std::vector<int32_t> string_safe_;   // taken whole inside any string body, sorted
   int32_t n_vocab_ = 0;
   // The memo starts over past either bound (ids in all: 16 MiB of them).
   static constexpr size_t kMemoEntries = 1024;

@@ -154,7 +154,8 @@ TEST(JsonTokenMask, AllowsExactlyTheTokensTheMachineAccepts) {
   const testing::TinyModel tiny = testing::MakeTinyModel();
   const text::Tokenizer& tok = tiny.model->tokenizer();
   const JsonTokenMask mask(tok);
-  for (const char* prefix : {"", "{", "{\"a", "{\"a\":", "{\"a\":1", "{\"a\":[tr", "{\"a\":\"\\"}) {
+  for (const char* prefix : {"", "{", "{\"a", "{\"a\":", "{\"a\":1", "{\"a\":[tr", "{\"a\":\"\\",
+                             "{\"a\":\"x y", "{\"a\":\"\xc3", "{\"a\":\"\\ud83d"}) {
     JsonMachine m;
     ASSERT_TRUE(m.FeedAll(prefix)) << prefix;
     std::vector<int32_t> want;
