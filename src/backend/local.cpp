@@ -379,7 +379,10 @@ util::StatusOr<std::shared_ptr<const Prepared>> LocalBackend::Prepare(const Requ
   }
   p->prompt_tokens = n_prompt;
   p->stops = r.stop;
-  if (!r.completion()) {
+  // A JSON answer ends at its closing brace, and the end-of-turn tokens are
+  // masked until then: a turn end's text ("<|im_end|>") inside one of its
+  // strings is content, and must not cut the object short.
+  if (!r.completion() && r.response_format == ResponseFormat::kText) {
     for (auto& s : text::TurnEndStrings(style_)) p->stops.push_back(std::move(s));
   }
   return std::shared_ptr<const Prepared>(std::move(p));
