@@ -114,16 +114,39 @@ void Connection::ArmPhaseTimer() {
     default:
       break;
   }
-  const uint64_t gen = ++phase_timer_gen_;
   if (timeout.count() <= 0) {
-    phase_timer_.cancel();
+    ClearPhaseDeadline();
     return;
   }
-  phase_timer_.expires_after(timeout);
+  const TimePoint deadline = std::chrono::steady_clock::now() + timeout;
+  phase_deadline_ = deadline;
+  if (phase_armed_ <= deadline) return;  // it fires first and waits for the rest
+  phase_armed_ = deadline;
+  phase_timer_.expires_at(deadline);  // aborts a later wait
+  WaitPhaseTimer(++phase_timer_gen_);
+}
+
+void Connection::WaitPhaseTimer(uint64_t gen) {
   phase_timer_.async_wait([self = shared_from_this(), gen](const error_code& ec) {
     if (ec || gen != self->phase_timer_gen_) return;
+    self->phase_armed_ = TimePoint::max();
+    if (self->phase_deadline_ == TimePoint::max()) return;
+    if (std::chrono::steady_clock::now() < self->phase_deadline_) {
+      self->phase_armed_ = self->phase_deadline_;
+      self->phase_timer_.expires_at(self->phase_deadline_);
+      self->WaitPhaseTimer(gen);
+      return;
+    }
+    self->ClearPhaseDeadline();
     self->OnPhaseTimer();
   });
+}
+
+void Connection::CancelPhaseTimer() {
+  ++phase_timer_gen_;
+  phase_timer_.cancel();
+  phase_armed_ = TimePoint::max();
+  ClearPhaseDeadline();
 }
 
 void Connection::OnPhaseTimer() {
@@ -246,8 +269,7 @@ bool Connection::ProcessHead() {
   if (answer) {
     // The body, if any, is not read: the connection cannot be reused.
     keep_alive_ = head.keep_alive && parser_->is_done();
-    phase_timer_.cancel();
-    ++phase_timer_gen_;
+    ClearPhaseDeadline();
     phase_ = Phase::kHandling;
     ExchangeRespond(std::move(*answer));
     return phase_ != Phase::kHandling;
@@ -282,8 +304,7 @@ bool Connection::ProcessBody() {
 }
 
 void Connection::BeginExchange() {
-  phase_timer_.cancel();
-  ++phase_timer_gen_;
+  ClearPhaseDeadline();
   phase_ = Phase::kHandling;
   keep_alive_ = parser_->head().keep_alive;
   exchange_ =
@@ -333,8 +354,7 @@ void Connection::CloseAfterWrite() {
   if (phase_ == Phase::kClosed) return;
   close_after_write_ = true;
   phase_ = Phase::kClosing;
-  ++phase_timer_gen_;
-  phase_timer_.cancel();
+  CancelPhaseTimer();  // Linger uses it next
   if (!writing_ && out_.empty()) Linger();
 }
 
@@ -369,8 +389,7 @@ void Connection::Reject(int status, const util::Status& why) {
   r.status = status;
   keep_alive_ = false;
   head_request_ = head != nullptr && EqualsIgnoreCase(head->method, "HEAD");
-  phase_timer_.cancel();
-  ++phase_timer_gen_;
+  ClearPhaseDeadline();
   phase_ = Phase::kHandling;
   if (exchange_) {
     exchange_->Cancel(CancelReason::kClientGone);
@@ -419,9 +438,8 @@ void Connection::Probe() {
 void Connection::Close(CancelReason why) {
   if (phase_ == Phase::kClosed) return;
   phase_ = Phase::kClosed;
-  ++phase_timer_gen_;
   error_code ec;
-  phase_timer_.cancel();
+  CancelPhaseTimer();
   stall_timer_.cancel();
   probe_timer_.cancel();
   exchange_timer_.cancel();

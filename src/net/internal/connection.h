@@ -126,6 +126,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t Pending() const { return in_.size() - in_off_; }
   void SetPhase(Phase p);
   void ArmPhaseTimer();
+  // The phase deadline is kept lazily: the timer stays armed at the earliest
+  // deadline set since it last fired, and a later deadline only moves
+  // phase_deadline_ (the timer, when it fires early, waits again for the
+  // rest). A request then costs no timer system call as its phases pass.
+  void WaitPhaseTimer(uint64_t gen);
+  // No phase deadline now; the armed timer, if any, fires and finds none.
+  void ClearPhaseDeadline() { phase_deadline_ = TimePoint::max(); }
+  // Stops the timer for good (closing, or another use of it follows).
+  void CancelPhaseTimer();
   void OnPhaseTimer();
   void ReadMore();
   void OnRead(const error_code& ec, size_t n);
@@ -160,11 +169,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   Phase phase_ = Phase::kIdle;
   std::chrono::steady_clock::time_point phase_start_;
-  asio::steady_timer phase_timer_;     // idle, header and body deadlines
-  uint64_t phase_timer_gen_ = 0;       // ignores a timer that fired for an older phase
-  asio::steady_timer stall_timer_;     // output waiting without progress
-  asio::steady_timer probe_timer_;     // after end of input: watches for a reset
-  asio::steady_timer exchange_timer_;  // the handler's timeout (ExchangeSetTimeout)
+  using TimePoint = std::chrono::steady_clock::time_point;
+  asio::steady_timer phase_timer_;               // idle, header and body deadlines
+  uint64_t phase_timer_gen_ = 0;                 // ignores a timer that fired for an older phase
+  TimePoint phase_deadline_ = TimePoint::max();  // the phase's own; max: none
+  TimePoint phase_armed_ = TimePoint::max();     // when phase_timer_ fires; max: not armed
+  asio::steady_timer stall_timer_;               // output waiting without progress
+  asio::steady_timer probe_timer_;               // after end of input: watches for a reset
+  asio::steady_timer exchange_timer_;            // the handler's timeout (ExchangeSetTimeout)
   std::function<void()> exchange_timeout_fn_;
 
   // Input: bytes read and not yet consumed are in_[in_off_, in_.size()).
