@@ -113,6 +113,35 @@ Outcome OutcomeOf(const util::Status& st) {
   }
 }
 
+// One JSON POST to `path` on a replica the router picks (no affinity, no
+// retry), within `deadline`: the 200 answer's body, else the transport's
+// failure or the upstream's error in its API's terms. Blocks its caller
+// (HttpClient::Fetch). The replica is released with the outcome.
+util::StatusOr<std::string> PostJson(RemoteBackend::State& s, std::string_view path,
+                                     const nlohmann::json& body, Clock::time_point deadline) {
+  auto replica = s.router->Acquire({}, {});
+  if (!replica.ok()) return replica.status();
+  net::ClientRequest req;
+  req.method = "POST";
+  req.url = s.bases[static_cast<size_t>(*replica)] + std::string(path);
+  req.headers = s.Headers(/*json_body=*/true, /*stream=*/false);
+  req.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  req.total_timeout = std::max(left, std::chrono::milliseconds(1));
+  req.first_byte_timeout = std::min(*req.total_timeout, s.options.first_byte_timeout);
+  auto resp = s.client.Fetch(std::move(req));
+  if (!resp.ok()) {
+    s.router->Release(*replica, OutcomeOf(resp.status()));
+    return resp.status();
+  }
+  if (resp->status != 200) {
+    s.router->Release(*replica, OutcomeOfHttp(resp->status));
+    return upstream::UpstreamError(s.options.api, resp->status, resp->body);
+  }
+  s.router->Release(*replica, Outcome::kSuccess);
+  return std::move(resp->body);
+}
+
 // One request on its way through the replicas. Owned by the flight (as its
 // Run) and by the HTTP client's callbacks; every method takes mu_.
 class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRun> {
@@ -630,32 +659,13 @@ util::StatusOr<EmbeddingResult> RemoteBackend::Embed(
   for (const auto& ids : r.token_ids) input.push_back(ids);
   if (input.empty()) return util::InvalidFieldError("input", "'input' must not be empty");
   const nlohmann::json body = {{"model", o.upstream_model}, {"input", input}};
-  auto replica = state_->router->Acquire({}, {});
-  if (!replica.ok()) return replica.status();
-  net::ClientRequest req;
-  req.method = "POST";
-  req.url = state_->bases[static_cast<size_t>(*replica)] + "/v1/embeddings";
-  req.headers = state_->Headers(true, false);
-  req.headers.Set("Accept", "application/json");
-  req.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  req.total_timeout = std::max(left, std::chrono::milliseconds(1));
-  req.first_byte_timeout = std::min(*req.total_timeout, o.first_byte_timeout);
-  auto resp = state_->client.Fetch(std::move(req));
-  if (!resp.ok()) {
-    state_->router->Release(*replica, OutcomeOf(resp.status()));
-    return resp.status();
-  }
-  if (resp->status != 200) {
-    state_->router->Release(*replica, OutcomeOfHttp(resp->status));
-    return upstream::UpstreamError(o.api, resp->status, resp->body);
-  }
-  state_->router->Release(*replica, Outcome::kSuccess);
+  STRATA_ASSIGN_OR_RETURN(const std::string answer,
+                          PostJson(*state_, "/v1/embeddings", body, deadline));
   const auto bad = [](std::string_view why) {
     return util::InternalError(fmt::format("the upstream's embeddings answer {}", why))
         .WithReason(util::ErrorReason::kUpstreamProtocol);
   };
-  nlohmann::json j = nlohmann::json::parse(resp->body, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j = nlohmann::json::parse(answer, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("data") || !j["data"].is_array()) return bad("has no data");
   EmbeddingResult out;
   out.embeddings.resize(input.size());
@@ -707,34 +717,15 @@ util::StatusOr<Backend::Relayed> RemoteBackend::CountTokensUpstream(
     if (in.contains(field)) out[field] = in[field];
   }
   out["model"] = o.upstream_model;
-  auto replica = state_->router->Acquire({}, {});
-  if (!replica.ok()) return replica.status();
-  net::ClientRequest req;
-  req.method = "POST";
-  req.url = state_->bases[static_cast<size_t>(*replica)] + "/v1/messages/count_tokens";
-  req.headers = state_->Headers(true, false);
-  req.body = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  req.total_timeout = std::max(left, std::chrono::milliseconds(1));
-  req.first_byte_timeout = std::min(*req.total_timeout, o.first_byte_timeout);
-  auto resp = state_->client.Fetch(std::move(req));
-  if (!resp.ok()) {
-    state_->router->Release(*replica, OutcomeOf(resp.status()));
-    return resp.status();
-  }
-  if (resp->status != 200) {
-    state_->router->Release(*replica, OutcomeOfHttp(resp->status));
-    return upstream::UpstreamError(o.api, resp->status, resp->body);
-  }
-  state_->router->Release(*replica, Outcome::kSuccess);
-  const nlohmann::json answer =
-      nlohmann::json::parse(resp->body, nullptr, /*allow_exceptions=*/false);
-  if (!answer.is_object() || !answer.contains("input_tokens") ||
-      !answer["input_tokens"].is_number_integer()) {
+  STRATA_ASSIGN_OR_RETURN(std::string answer,
+                          PostJson(*state_, "/v1/messages/count_tokens", out, deadline));
+  const nlohmann::json parsed = nlohmann::json::parse(answer, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_object() || !parsed.contains("input_tokens") ||
+      !parsed["input_tokens"].is_number_integer()) {
     return util::InternalError("the upstream's count_tokens answer has no input_tokens")
         .WithReason(util::ErrorReason::kUpstreamProtocol);
   }
-  return Relayed{.status = 200, .body = std::move(resp->body)};
+  return Relayed{.status = 200, .body = std::move(answer)};
 }
 
 }  // namespace strata::backend
