@@ -86,6 +86,16 @@ class HttpClientTest : public ::testing::Test {
     ASSERT_TRUE(port.ok());
     base_ = "http://127.0.0.1:" + std::to_string(*port);
   }
+  // The upstream restarts on its port: every pooled connection to it is dead.
+  void RestartServer() {
+    server_->Stop();
+    HttpServerOptions o;
+    o.port = std::stoi(base_.substr(base_.rfind(':') + 1));
+    auto s = HttpServer::Create(o, upstream_, *log_, util::RealClock());
+    ASSERT_TRUE(s.ok());
+    server_ = std::move(s).value();
+    ASSERT_TRUE(server_->Start().ok());
+  }
   std::unique_ptr<HttpClient> MakeClient(HttpClientOptions o = {}) {
     auto c = HttpClient::Create(o, *log_);
     EXPECT_TRUE(c.ok());
@@ -264,14 +274,7 @@ TEST_F(HttpClientTest, RetriesOnceWhenAPooledConnectionWasClosed) {
   r.url = base_ + "/echo";
   r.body = "one";
   ASSERT_TRUE(client->Fetch(r).ok());
-  // The upstream restarts: the pooled connection is dead.
-  server_->Stop();
-  HttpServerOptions o;
-  o.port = std::stoi(base_.substr(base_.rfind(':') + 1));
-  auto s = HttpServer::Create(o, upstream_, *log_, util::RealClock());
-  ASSERT_TRUE(s.ok());
-  server_ = std::move(s).value();
-  ASSERT_TRUE(server_->Start().ok());
+  ASSERT_NO_FATAL_FAILURE(RestartServer());
   r.body = "two";
   auto resp = client->Fetch(r);
   ASSERT_TRUE(resp.ok()) << resp.status().ToString();
@@ -289,13 +292,7 @@ TEST_F(HttpClientTest, AClosedConnectionIdleAWhileIsDroppedBeforeReuse) {
   r.url = base_ + "/echo";
   r.body = "one";
   ASSERT_TRUE(client->Fetch(r).ok());
-  server_->Stop();
-  HttpServerOptions o;
-  o.port = std::stoi(base_.substr(base_.rfind(':') + 1));
-  auto s = HttpServer::Create(o, upstream_, *log_, util::RealClock());
-  ASSERT_TRUE(s.ok());
-  server_ = std::move(s).value();
-  ASSERT_TRUE(server_->Start().ok());
+  ASSERT_NO_FATAL_FAILURE(RestartServer());
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   r.body = "two";
   auto resp = client->Fetch(r);
