@@ -175,14 +175,12 @@ class BackendProcessTest : public ::testing::Test {
     dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
                                      ("strata_backend_process_" + std::to_string(::getpid())));
     std::filesystem::create_directories(*dir_);
-    model_ = new std::string((*dir_ / "demo.gguf").string());
     // Untied output weights: greedy text that does not repeat one token, so
     // that a stop sequence can cut it mid-way.
-    const pid_t pid = testing::Spawn(
-        {"mkmodel", "--dims", "n_embd=128,n_layers=4,n_heads=4,n_ff=256,n_ctx=2048,tied=0",
-         "--seed", "1", "-o", *model_, "--log-level", "error"},
-        (*dir_ / "mkmodel.log").string());
-    ASSERT_EQ(testing::WaitExit(pid, 120s), 0) << ReadAll((*dir_ / "mkmodel.log").string());
+    model_ = new std::string(testing::MakeDemoModel(
+        dir_->string(), "n_embd=128,n_layers=4,n_heads=4,n_ff=256,n_ctx=2048,tied=0",
+        {"--seed", "1"}));
+    ASSERT_FALSE(model_->empty()) << ReadAll((*dir_ / "mkmodel.log").string());
     upstream_ = new Proc(StartServe(UpstreamArgs(), "upstream"));
     ASSERT_GT(upstream_->port, 0) << ReadAll(upstream_->log);
     fault_ = new FaultUpstream();

@@ -67,13 +67,9 @@ class ServeProcessTest : public ::testing::Test {
     dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
                                      ("strata_serve_process_" + std::to_string(::getpid())));
     std::filesystem::create_directories(*dir_);
-    model_ = new std::string((*dir_ / "demo.gguf").string());
-    const pid_t pid =
-        Spawn({"mkmodel", "--dims", "n_embd=128,n_layers=4,n_heads=4,n_ff=256,n_ctx=4096", "-o",
-               *model_, "--log-level", "error"},
-              (*dir_ / "mkmodel.log").string());
-    ASSERT_EQ(WaitExit(pid, std::chrono::seconds(120)), 0)
-        << ReadAll((*dir_ / "mkmodel.log").string());
+    model_ = new std::string(testing::MakeDemoModel(
+        dir_->string(), "n_embd=128,n_layers=4,n_heads=4,n_ff=256,n_ctx=4096"));
+    ASSERT_FALSE(model_->empty()) << ReadAll((*dir_ / "mkmodel.log").string());
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*dir_);

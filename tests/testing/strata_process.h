@@ -75,6 +75,19 @@ inline int WaitExit(pid_t pid, std::chrono::milliseconds timeout) {
   }
 }
 
+// Writes a random-weight model with `strata mkmodel --dims DIMS EXTRA` to
+// DIR/demo.gguf (its log in DIR/mkmodel.log), waiting up to two minutes:
+// the model's path, or "" when mkmodel failed (the log says why).
+inline std::string MakeDemoModel(const std::string& dir, const std::string& dims,
+                                 const std::vector<std::string>& extra = {}) {
+  const std::string model = dir + "/demo.gguf";
+  std::vector<std::string> args = {"mkmodel", "--dims", dims};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"-o", model, "--log-level", "error"});
+  const pid_t pid = Spawn(args, dir + "/mkmodel.log");
+  return WaitExit(pid, std::chrono::seconds(120)) == 0 ? model : "";
+}
+
 // SIGKILL and reap; a no-op for pid <= 0.
 inline void Kill(pid_t pid) {
   if (pid <= 0) return;
