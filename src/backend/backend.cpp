@@ -40,8 +40,24 @@ std::string_view FinishReasonLabel(FinishReason r) {
       return "length";
     case FinishReason::kCancelled:
       return "cancelled";
+    case FinishReason::kToolCalls:
+      return "tool_calls";
   }
   return "cancelled";
+}
+
+FinishReason FromEngine(engine::FinishReason r) {
+  switch (r) {
+    case engine::FinishReason::kEndOfTurn:
+      return FinishReason::kEndOfTurn;
+    case engine::FinishReason::kStopString:
+      return FinishReason::kStopString;
+    case engine::FinishReason::kLength:
+      return FinishReason::kLength;
+    case engine::FinishReason::kCancelled:
+      return FinishReason::kCancelled;
+  }
+  return FinishReason::kCancelled;
 }
 
 }  // namespace strata::backend

@@ -59,8 +59,34 @@ struct SamplingFieldsSet {
 // The shape every choice's text must have.
 enum class ResponseFormat { kText, kJsonObject };
 
-// One message of a chat: role ("system", "user", "assistant") and text.
+// One message of a chat: role ("system", "user", "assistant", "tool"), text,
+// and an assistant's tool calls or a tool result's call id.
 using ChatMessage = text::ChatMessage;
+// A function the model may call, and a call it made (text/chat_template.h).
+using ToolDefinition = text::ToolDefinition;
+using ToolCall = text::ToolCall;
+
+// Whether and how the model calls tools (OpenAI's tool_choice, Anthropic's
+// tool_choice.type): kAuto it decides (OpenAI "auto", Anthropic "auto");
+// kNone it answers in text ("none"); kRequired it calls at least one
+// ("required", Anthropic "any"); kNamed it calls `name` (a named function,
+// Anthropic "tool").
+struct ToolChoice {
+  enum class Mode { kAuto, kNone, kRequired, kNamed };
+  Mode mode = Mode::kAuto;
+  std::string name;  // kNamed
+};
+
+// A piece of a tool call as it is generated: the first piece of call
+// `index` (the call's place among the choice's calls, from 0) carries its
+// id and name, every piece a fragment of its arguments' JSON text; the
+// fragments, joined, are the arguments.
+struct ToolCallDelta {
+  int32_t index = 0;
+  std::string id;    // first piece only
+  std::string name;  // first piece only
+  std::string arguments;
+};
 
 // The normalised request the gateway hands a backend.
 struct Request {
@@ -96,6 +122,11 @@ struct Request {
   // {"type": "json_object"}); the local engine constrains its decoding so,
   // an OpenAI upstream is asked for it.
   ResponseFormat response_format = ResponseFormat::kText;
+  // The functions the model may call (empty: none), whether and which it
+  // must call, and whether one turn may hold several calls.
+  std::vector<ToolDefinition> tools;
+  ToolChoice tool_choice;
+  bool parallel_tool_calls = true;
   int32_t n = 1;
   int32_t top_logprobs = -1;  // -1: no logprobs; 0..20: chosen token (+ top N)
   bool prefix_cache = true;   // reuse cached KV blocks of this tenant's prompts
@@ -111,11 +142,15 @@ struct Request {
   std::optional<bool> l3;
 };
 
-// How a choice ended: the engine's reasons (engine/request.h). kStopString
-// comes with Event::stop_sequence; kCancelled with Event::status when the
-// choice failed.
-using FinishReason = engine::FinishReason;
-// "end_of_turn", "stop_string", "length", "cancelled" (metric labels, logs).
+// How a choice ended: the engine's reasons (engine/request.h), and
+// kToolCalls, an end of turn after the choice called tools (its deltas
+// carried ToolCallDeltas). kStopString comes with Event::stop_sequence;
+// kCancelled with Event::status when the choice failed.
+enum class FinishReason { kEndOfTurn, kStopString, kLength, kCancelled, kToolCalls };
+// The engine's reason as a backend's.
+FinishReason FromEngine(engine::FinishReason reason);
+// "end_of_turn", "stop_string", "length", "cancelled", "tool_calls" (metric
+// labels, logs).
 std::string_view FinishReasonLabel(FinishReason reason);
 
 struct Usage {
@@ -149,6 +184,7 @@ struct Event {
   int32_t index = 0;                            // choice index
   std::string text;                             // kDelta: new text
   std::vector<TokenLogprob> logprobs;           // kDelta: one per token that produced this text
+  std::vector<ToolCallDelta> tool_calls;        // kDelta: pieces of tool calls, after `text`
   FinishReason finish = FinishReason::kLength;  // kFinish
   std::string stop_sequence;                    // kFinish with kStopString: the string that matched
   util::Status status;                          // kFinish: not OK when the choice failed

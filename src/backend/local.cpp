@@ -9,6 +9,7 @@
 
 #include "backend/internal/embedding_sink.h"
 #include "backend/stop_matcher.h"
+#include "backend/tool_calls.h"
 #include "util/hash.h"
 #include "util/random.h"
 #include "util/utf8.h"
@@ -17,6 +18,12 @@ namespace strata::backend {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The request offers the model tools it may call (a chat whose tool_choice
+// is not "none").
+bool OffersTools(const Request& r) {
+  return !r.tools.empty() && r.tool_choice.mode != ToolChoice::Mode::kNone && !r.completion();
+}
 
 // The scheduler requests of one run.
 class LocalRun final : public Run {
@@ -46,11 +53,15 @@ class LocalRun final : public Run {
 class ChoiceSink final : public engine::RequestSink {
  public:
   // `json`: when set, the choice is one JSON object, decoded under that mask.
+  // `tools`: when set, the text is read for tool calls in that syntax.
   ChoiceSink(int32_t index, const sampling::SamplingParams& params, const text::Tokenizer& tok,
              std::vector<std::string> stops, size_t n_user_stops, int32_t top_logprobs,
              int32_t max_tokens, std::shared_ptr<Sink> sink, Governor* governor,
-             const util::Clock& clock, const grammar::JsonTokenMask* json)
+             const util::Clock& clock, const grammar::JsonTokenMask* json,
+             std::optional<ToolCallParser::Options> tools)
       : json_(json),
+        tools_(tools ? std::optional<ToolCallParser>(std::in_place, std::move(*tools))
+                     : std::nullopt),
         index_(index),
         params_(params),
         sampler_(params),
@@ -113,11 +124,21 @@ class ChoiceSink final : public engine::RequestSink {
     Event e;
     e.index = index_;
     e.text = stop_.Push(detok_.Push(token));
+    if (tools_) {
+      // The text as the client sees it: tool markup becomes the calls.
+      std::string seen;
+      tools_->Push(e.text, &seen, &e.tool_calls);
+      e.text = std::move(seen);
+    }
     if (top_logprobs_ >= 0 && !tok_.IsEog(token) && pending_lp_) {
       e.logprobs.push_back(std::move(*pending_lp_));
     }
     pending_lp_.reset();
-    if (!e.text.empty() || !e.logprobs.empty()) sink_->Push(std::move(e));
+    if (!e.text.empty() || !e.logprobs.empty() || !e.tool_calls.empty()) {
+      sink_->Push(std::move(e));
+    }
+    // Parallel calls refused: the first call is the whole answer.
+    if (tools_ && tools_->done()) return false;
     if (json_ != nullptr) {
       // The token was allowed, so its bytes are accepted; the object's
       // last byte ends the choice (an end of turn).
@@ -132,7 +153,13 @@ class ChoiceSink final : public engine::RequestSink {
     tail.index = index_;
     tail.text = stop_.Push(detok_.Finish());
     tail.text += stop_.Finish();
-    if (!tail.text.empty()) sink_->Push(std::move(tail));
+    if (tools_) {
+      std::string seen;
+      tools_->Push(tail.text, &seen, &tail.tool_calls);
+      tools_->Finish(&seen, &tail.tool_calls);
+      tail.text = std::move(seen);
+    }
+    if (!tail.text.empty() || !tail.tool_calls.empty()) sink_->Push(std::move(tail));
     const auto now = clock_.Now();
     if (n_tokens_ > 1 && governor_ != nullptr) {
       governor_->ObserveTpot((now - first_) / (n_tokens_ - 1));
@@ -155,14 +182,16 @@ class ChoiceSink final : public engine::RequestSink {
     e.traced = terms_.traced;
     // The engine ends the turn or stops on our matcher; which string matched
     // is ours to say (FinishReason).
-    if (!status.ok() || reason == FinishReason::kCancelled) {
+    if (!status.ok() || reason == engine::FinishReason::kCancelled) {
       e.finish = FinishReason::kCancelled;
-    } else if (reason == FinishReason::kLength) {
+    } else if (reason == engine::FinishReason::kLength) {
       e.finish = FinishReason::kLength;
     } else if (stop_.stopped() && std::find(user_stops_.begin(), user_stops_.end(),
                                             stop_.matched()) != user_stops_.end()) {
       e.finish = FinishReason::kStopString;
       e.stop_sequence = stop_.matched();
+    } else if (tools_ && tools_->calls() > 0) {
+      e.finish = FinishReason::kToolCalls;  // the turn ended in (or after) its calls
     } else {
       e.finish = FinishReason::kEndOfTurn;
     }
@@ -204,6 +233,7 @@ class ChoiceSink final : public engine::RequestSink {
   }
 
   const grammar::JsonTokenMask* const json_;  // null: unconstrained
+  std::optional<ToolCallParser> tools_;       // set: the request offered tools
   grammar::JsonMachine machine_;              // json_: the text so far
   std::vector<float> masked_;                 // json_: the step's logits, disallowed at -inf
   const int32_t index_;
@@ -301,7 +331,10 @@ util::StatusOr<std::vector<int32_t>> LocalBackend::Tokenize(const Request& r) co
     return tok.Encode(*r.prompt,
                       {.add_special = true, .parse_special = options_.prompt_special_tokens});
   }
-  STRATA_ASSIGN_OR_RETURN(auto segments, text::RenderChat(style_, r.messages, true));
+  // Tools the model may not call are not offered (tool_choice "none").
+  const std::span<const ToolDefinition> tools =
+      OffersTools(r) ? std::span<const ToolDefinition>(r.tools) : std::span<const ToolDefinition>();
+  STRATA_ASSIGN_OR_RETURN(auto segments, text::RenderChat(style_, r.messages, true, tools));
   std::vector<text::TextSegment> parts;
   parts.reserve(segments.size());
   for (const auto& s : segments) parts.push_back({s.text, s.special});
@@ -350,6 +383,12 @@ util::StatusOr<std::shared_ptr<const Prepared>> LocalBackend::Prepare(const Requ
                                     "ids 0 to {}",
                                     id, n_vocab - 1));
     }
+  }
+  if (OffersTools(r) && r.response_format != ResponseFormat::kText) {
+    return util::InvalidFieldError(
+        "response_format",
+        "'response_format' other than text cannot be combined with tools on the local engine "
+        "(a tool's parameters already constrain its arguments)");
   }
   auto p = std::make_shared<Prepared>();
   STRATA_ASSIGN_OR_RETURN(p->tokens, Tokenize(r));
@@ -415,9 +454,15 @@ util::StatusOr<std::shared_ptr<Run>> LocalBackend::Start(const Request& r,
     sr.prompt = prepared->tokens;
     sr.max_tokens = prepared->max_tokens;
     sr.stop_at_eog = !r.ignore_eos;
+    std::optional<ToolCallParser::Options> tools;
+    if (OffersTools(r)) {
+      tools = ToolCallParser::Options{.syntax = style_.tools,
+                                      .parallel = r.parallel_tool_calls,
+                                      .id_seed = fmt::format("{}", p.seed)};
+    }
     sr.sink = std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), prepared->stops, r.stop.size(),
                                            r.top_logprobs, prepared->max_tokens, sink, governor,
-                                           clock_, json);
+                                           clock_, json, std::move(tools));
     if (options_.prefix_cache && r.prefix_cache) sr.cache_namespace = CacheNamespace(r.tenant);
     auto id = scheduler_.Submit(std::move(sr));
     if (!id.ok()) {

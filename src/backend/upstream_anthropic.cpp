@@ -24,6 +24,14 @@ Json TextBlock(const std::string& text) { return {{"type", "text"}, {"text", tex
 
 void MarkCache(Json& block) { block["cache_control"] = {{"type", "ephemeral"}}; }
 
+// Compact JSON text of an object (tool arguments, a schema) as the object;
+// {} when it is not one.
+Json ObjectOf(const std::string& text) {
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Json::object();
+  return j;
+}
+
 // Anthropic's usage: input_tokens EXCLUDES the cache reads and writes, which
 // come as their own fields; every field is optional, and a later event's
 // field (message_delta) overrides an earlier one's (message_start).
@@ -59,7 +67,7 @@ struct UsageFields {
 
 // end_turn → kEndOfTurn, max_tokens (and model_context_window_exceeded) →
 // kLength, stop_sequence → kStopString with the sequence; anything else
-// (tool_use, pause_turn, refusal) → kEndOfTurn.
+// (pause_turn, refusal) → kEndOfTurn; tool_use → kToolCalls.
 std::pair<FinishReason, std::string> FinishOf(const std::optional<std::string>& stop_reason,
                                               const std::optional<std::string>& stop_sequence) {
   if (stop_reason == "max_tokens" || stop_reason == "model_context_window_exceeded") {
@@ -68,17 +76,20 @@ std::pair<FinishReason, std::string> FinishOf(const std::optional<std::string>& 
   if (stop_reason == "stop_sequence" && stop_sequence && !stop_sequence->empty()) {
     return {FinishReason::kStopString, *stop_sequence};
   }
+  if (stop_reason == "tool_use") return {FinishReason::kToolCalls, ""};
   return {FinishReason::kEndOfTurn, ""};
 }
 
 // `prompt`: the prompt's counts from message_start, on the stream's first
 // delta only (so that a client's own message_start can report them).
-void PushText(std::string text, std::vector<Event>* out, const Usage* prompt = nullptr) {
-  if (text.empty()) return;
+void PushText(std::string text, std::vector<Event>* out, const Usage* prompt = nullptr,
+              std::vector<ToolCallDelta> calls = {}) {
+  if (text.empty() && calls.empty()) return;
   Event e;
   e.kind = Event::Kind::kDelta;
   e.index = 0;
   e.text = std::move(text);
+  e.tool_calls = std::move(calls);
   if (prompt != nullptr) {
     e.usage.prompt_tokens = prompt->prompt_tokens;
     e.usage.cached_tokens = prompt->cached_tokens;
@@ -135,9 +146,27 @@ class AnthropicDecoder : public DecoderCore {
         return ProtocolError("'content_block_start' has no 'content_block' object");
       }
       STRATA_ASSIGN_OR_RETURN(auto block_type, OptString(*block, "type", "content_block."));
+      in_tool_use_ = block_type == "tool_use";
       if (block_type == "text") {
         STRATA_ASSIGN_OR_RETURN(auto text, OptString(*block, "text", "content_block."));
         Push(text.value_or(""), out);
+      } else if (in_tool_use_) {
+        // A call: its id and name now, its input as input_json_delta pieces.
+        STRATA_ASSIGN_OR_RETURN(auto id, OptString(*block, "id", "content_block."));
+        STRATA_ASSIGN_OR_RETURN(auto name, OptString(*block, "name", "content_block."));
+        if (!id || id->empty() || !name || name->empty()) {
+          return ProtocolError("a 'tool_use' block lacks its id or name");
+        }
+        ToolCallDelta d;
+        d.index = calls_++;
+        d.id = std::move(*id);
+        d.name = std::move(*name);
+        // Some servers send the whole input here rather than as pieces.
+        if (const Json* input = Member(*block, "input");
+            input != nullptr && input->is_object() && !input->empty()) {
+          d.arguments = input->dump(-1, ' ', false, Json::error_handler_t::replace);
+        }
+        Push("", out, {std::move(d)});
       }
       return Status();
     }
@@ -152,6 +181,15 @@ class AnthropicDecoder : public DecoderCore {
         STRATA_ASSIGN_OR_RETURN(auto text, OptString(*delta, "text", "delta."));
         if (!text) return ProtocolError("a 'text_delta' has no 'text'");
         Push(std::move(*text), out);
+      } else if (delta_type == "input_json_delta") {
+        if (!in_tool_use_) return ProtocolError("an 'input_json_delta' outside a tool_use block");
+        STRATA_ASSIGN_OR_RETURN(auto piece, OptString(*delta, "partial_json", "delta."));
+        if (piece && !piece->empty()) {
+          ToolCallDelta d;
+          d.index = calls_ - 1;
+          d.arguments = std::move(*piece);
+          Push("", out, {std::move(d)});
+        }
       }
       return Status();
     }
@@ -183,14 +221,16 @@ class AnthropicDecoder : public DecoderCore {
   }
 
  private:
-  void Push(std::string text, std::vector<Event>* out) {
-    if (text.empty()) return;
+  void Push(std::string text, std::vector<Event>* out, std::vector<ToolCallDelta> calls = {}) {
+    if (text.empty() && calls.empty()) return;
     const Usage prompt = usage_.ToUsage();
-    PushText(std::move(text), out, first_delta_sent_ ? nullptr : &prompt);
+    PushText(std::move(text), out, first_delta_sent_ ? nullptr : &prompt, std::move(calls));
     first_delta_sent_ = true;
   }
 
   bool message_started_ = false;
+  bool in_tool_use_ = false;  // the open content block is a tool_use
+  int32_t calls_ = 0;         // tool_use blocks so far
   bool first_delta_sent_ = false;
   UsageFields usage_;
   std::optional<std::string> stop_reason_, stop_sequence_;
@@ -250,6 +290,7 @@ StatusOr<Call> RenderAnthropic(const Request& r, const RenderOptions& o) {
   struct Place {
     bool system = false;
     int position = -1;
+    int block = 0;  // the message's last block
   };
   std::vector<Place> places(r.messages.size());
   bool conversation_began = false;
@@ -269,13 +310,39 @@ StatusOr<Call> RenderAnthropic(const Request& r, const RenderOptions& o) {
       }
       continue;
     }
+    conversation_began = true;
+    // A result is a tool_result block of a user turn; results in a row, and
+    // the user's text after them, share one turn (the API wants them right
+    // after the calls they answer).
+    const bool joins = i > 0 && r.messages[i - 1].role == "tool" && !messages.empty() &&
+                       (m.role == "tool" || m.role == "user");
+    if (m.role == "tool") {
+      Json result = {{"type", "tool_result"}, {"tool_use_id", m.tool_call_id}};
+      if (!m.content.empty()) result["content"] = m.content;
+      if (m.is_error) result["is_error"] = true;
+      if (!joins) messages.push_back({{"role", "user"}, {"content", Json::array()}});
+      messages.back()["content"].push_back(std::move(result));
+      places[i] = {false, static_cast<int>(messages.size()) - 1,
+                   static_cast<int>(messages.back()["content"].size()) - 1};
+      continue;
+    }
     if (m.role != "user" && m.role != "assistant") {
       return Unsupported(kApi, fmt::format("messages[{}].role", i),
                          fmt::format("the Anthropic API has no role '{}'", Quote(m.role, 32)));
     }
-    conversation_began = true;
-    places[i] = {false, static_cast<int>(messages.size())};
-    messages.push_back({{"role", m.role}, {"content", Json::array({TextBlock(m.content)})}});
+    Json blocks = Json::array();
+    if (!m.content.empty() || m.tool_calls.empty()) blocks.push_back(TextBlock(m.content));
+    for (const ToolCall& c : m.tool_calls) {
+      blocks.push_back(
+          {{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", ObjectOf(c.arguments)}});
+    }
+    if (joins) {
+      for (Json& b : blocks) messages.back()["content"].push_back(std::move(b));
+    } else {
+      messages.push_back({{"role", m.role}, {"content", std::move(blocks)}});
+    }
+    places[i] = {false, static_cast<int>(messages.size()) - 1,
+                 static_cast<int>(messages.back()["content"].size()) - 1};
   }
   if (messages.empty()) {
     return Unsupported(kApi, "messages",
@@ -290,7 +357,7 @@ StatusOr<Call> RenderAnthropic(const Request& r, const RenderOptions& o) {
     }
     const Place& at = places[b];
     if (at.position < 0) continue;
-    Json& block = at.system ? system[at.position] : messages[at.position]["content"][0];
+    Json& block = at.system ? system[at.position] : messages[at.position]["content"][at.block];
     if (!block.contains("cache_control")) ++marks;
     MarkCache(block);
   }
@@ -310,6 +377,38 @@ StatusOr<Call> RenderAnthropic(const Request& r, const RenderOptions& o) {
   if (set.temperature) body["temperature"] = CleanNumber(p.temperature);
   if (set.top_p) body["top_p"] = CleanNumber(p.top_p);
   if (set.top_k) body["top_k"] = p.top_k;
+  if (!r.tools.empty()) {
+    Json tools = Json::array();
+    for (const ToolDefinition& t : r.tools) {
+      Json tool = {{"name", t.name}};
+      if (!t.description.empty()) tool["description"] = t.description;
+      // The API requires a schema: a tool without parameters takes an empty object.
+      tool["input_schema"] = t.parameters.empty()
+                                 ? Json{{"type", "object"}, {"properties", Json::object()}}
+                                 : ObjectOf(t.parameters);
+      tools.push_back(std::move(tool));
+    }
+    body["tools"] = std::move(tools);
+    Json choice;
+    switch (r.tool_choice.mode) {
+      case ToolChoice::Mode::kAuto:
+        choice = {{"type", "auto"}};
+        break;
+      case ToolChoice::Mode::kNone:
+        choice = {{"type", "none"}};
+        break;
+      case ToolChoice::Mode::kRequired:
+        choice = {{"type", "any"}};
+        break;
+      case ToolChoice::Mode::kNamed:
+        choice = {{"type", "tool"}, {"name", r.tool_choice.name}};
+        break;
+    }
+    if (!r.parallel_tool_calls && r.tool_choice.mode != ToolChoice::Mode::kNone) {
+      choice["disable_parallel_tool_use"] = true;
+    }
+    body["tool_choice"] = std::move(choice);
+  }
   body["stream"] = o.stream;
   return Call{"/v1/messages", body.dump(-1, ' ', false, Json::error_handler_t::replace)};
 }
@@ -329,11 +428,32 @@ Status DecodeAnthropicWhole(const Json& body, std::vector<Event>* out) {
     return ProtocolError("the response has no 'content' array");
   }
   std::string text;
+  std::vector<ToolCallDelta> calls;
   for (size_t k = 0; k < content->size(); ++k) {
     const Json& block = (*content)[k];
     const std::string at = fmt::format("content[{}].", k);
     if (!block.is_object()) return ProtocolError(fmt::format("'content[{}]' is not an object", k));
     STRATA_ASSIGN_OR_RETURN(auto block_type, OptString(block, "type", at));
+    if (block_type == "tool_use") {
+      STRATA_ASSIGN_OR_RETURN(auto id, OptString(block, "id", at));
+      STRATA_ASSIGN_OR_RETURN(auto name, OptString(block, "name", at));
+      const Json* input = Member(block, "input");
+      if (!id || id->empty() || !name || name->empty() ||
+          (input != nullptr && !input->is_object())) {
+        return ProtocolError(
+            fmt::format("'content[{}]' is a tool_use without id, name or an "
+                        "input object",
+                        k));
+      }
+      ToolCallDelta d;
+      d.index = static_cast<int32_t>(calls.size());
+      d.id = std::move(*id);
+      d.name = std::move(*name);
+      d.arguments =
+          input != nullptr ? input->dump(-1, ' ', false, Json::error_handler_t::replace) : "{}";
+      calls.push_back(std::move(d));
+      continue;
+    }
     if (block_type != "text") continue;
     STRATA_ASSIGN_OR_RETURN(auto block_text, OptString(block, "text", at));
     text += block_text.value_or("");
@@ -346,7 +466,7 @@ Status DecodeAnthropicWhole(const Json& body, std::vector<Event>* out) {
   }
   Finishes finishes(1);
   finishes.usage() = usage.ToUsage();
-  PushText(std::move(text), out);
+  PushText(std::move(text), out, nullptr, std::move(calls));
   auto [finish, stop] = FinishOf(reason, sequence);
   finishes.Finish(0, finish, std::move(stop));
   finishes.Flush(out);

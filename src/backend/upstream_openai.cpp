@@ -18,7 +18,41 @@ using util::StatusOr;
 
 Json Messages(const std::vector<ChatMessage>& messages) {
   Json out = Json::array();
-  for (const ChatMessage& m : messages) out.push_back({{"role", m.role}, {"content", m.content}});
+  for (const ChatMessage& m : messages) {
+    if (m.role == "tool") {
+      // OpenAI has no error flag on a result: the text says so.
+      out.push_back({{"role", "tool"},
+                     {"tool_call_id", m.tool_call_id},
+                     {"content", m.is_error ? "Error: " + m.content : m.content}});
+      continue;
+    }
+    Json msg = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls.empty()) {
+      if (m.content.empty()) msg["content"] = nullptr;
+      Json calls = Json::array();
+      for (const ToolCall& c : m.tool_calls) {
+        calls.push_back({{"id", c.id},
+                         {"type", "function"},
+                         {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      }
+      msg["tool_calls"] = std::move(calls);
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+Json Tools(const std::vector<ToolDefinition>& tools) {
+  Json out = Json::array();
+  for (const ToolDefinition& t : tools) {
+    Json fn = {{"name", t.name}};
+    if (!t.description.empty()) fn["description"] = t.description;
+    if (!t.parameters.empty()) {
+      Json schema = Json::parse(t.parameters, nullptr, /*allow_exceptions=*/false);
+      if (!schema.is_discarded()) fn["parameters"] = std::move(schema);
+    }
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
   return out;
 }
 
@@ -156,10 +190,43 @@ Status ReadUsage(const Json& u, Usage* usage) {
 struct ChoicePart {
   int32_t index = 0;
   std::string text;
+  std::vector<ToolCallDelta> tool_calls;
   std::vector<TokenLogprob> logprobs;
   std::optional<std::string> finish_reason;
   std::optional<std::string> stop_reason;  // vLLM: the matched stop string (a string only)
 };
+
+// A message's or a delta's tool_calls: [{"index", "id", "type", "function":
+// {"name", "arguments"}}]. A whole message's calls have no index (their
+// place is it); a stream's pieces carry theirs.
+Status ReadToolCalls(const Json& calls, const std::string& where, std::vector<ToolCallDelta>* out) {
+  if (!calls.is_array()) return ProtocolError(fmt::format("'{}' is not an array", where));
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const Json& c = calls[k];
+    const std::string at = fmt::format("{}[{}].", where, k);
+    if (!c.is_object()) return ProtocolError(fmt::format("'{}' is not an object", at));
+    ToolCallDelta d;
+    d.index = static_cast<int32_t>(k);
+    if (const Json* index = Member(c, "index"); index != nullptr) {
+      if (!index->is_number_integer() || index->get<int64_t>() < 0 ||
+          index->get<int64_t>() >= 1024) {
+        return ProtocolError(fmt::format("'{}index' is not a call index", at));
+      }
+      d.index = static_cast<int32_t>(index->get<int64_t>());
+    }
+    STRATA_ASSIGN_OR_RETURN(auto id, OptString(c, "id", at));
+    d.id = id.value_or("");
+    if (const Json* fn = Member(c, "function"); fn != nullptr) {
+      if (!fn->is_object()) return ProtocolError(fmt::format("'{}function' is not an object", at));
+      STRATA_ASSIGN_OR_RETURN(auto name, OptString(*fn, "name", at + "function."));
+      STRATA_ASSIGN_OR_RETURN(auto args, OptString(*fn, "arguments", at + "function."));
+      d.name = name.value_or("");
+      d.arguments = args.value_or("");
+    }
+    out->push_back(std::move(d));
+  }
+  return Status();
+}
 
 // `text_holder`: "delta" (chat stream), "message" (chat response), or ""
 // (completions: the choice's own "text").
@@ -189,6 +256,10 @@ StatusOr<ChoicePart> ReadChoice(const Json& c, size_t k, int32_t n, bool chat,
     STRATA_ASSIGN_OR_RETURN(auto text,
                             OptString(*holder, *text_holder ? "content" : "text", holder_at));
     p.text = text.value_or("");
+    if (const Json* calls = *text_holder ? Member(*holder, "tool_calls") : nullptr;
+        calls != nullptr) {
+      STRATA_RETURN_IF_ERROR(ReadToolCalls(*calls, holder_at + "tool_calls", &p.tool_calls));
+    }
   }
   if (const Json* lp = Member(c, "logprobs"); lp != nullptr) {
     const std::string lp_at = at + ".logprobs";
@@ -204,10 +275,14 @@ StatusOr<ChoicePart> ReadChoice(const Json& c, size_t k, int32_t n, bool chat,
 
 // "length" → kLength; "stop" → kStopString when vLLM's stop_reason names one
 // of the request's stop strings, else kEndOfTurn; anything else
-// ("content_filter", "tool_calls", "function_call") → kEndOfTurn.
+// ("content_filter") → kEndOfTurn; "tool_calls" (and the older
+// "function_call") → kToolCalls.
 std::pair<FinishReason, std::string> FinishOf(const ChoicePart& p,
                                               const std::vector<std::string>& stops) {
   if (*p.finish_reason == "length") return {FinishReason::kLength, ""};
+  if (*p.finish_reason == "tool_calls" || *p.finish_reason == "function_call") {
+    return {FinishReason::kToolCalls, ""};
+  }
   if (*p.finish_reason == "stop" && p.stop_reason &&
       std::find(stops.begin(), stops.end(), *p.stop_reason) != stops.end()) {
     return {FinishReason::kStopString, *p.stop_reason};
@@ -216,13 +291,37 @@ std::pair<FinishReason, std::string> FinishOf(const ChoicePart& p,
 }
 
 void PushDelta(ChoicePart& p, std::vector<Event>* out) {
-  if (p.text.empty() && p.logprobs.empty()) return;
+  if (p.text.empty() && p.logprobs.empty() && p.tool_calls.empty()) return;
   Event e;
   e.kind = Event::Kind::kDelta;
   e.index = p.index;
   e.text = std::move(p.text);
   e.logprobs = std::move(p.logprobs);
+  e.tool_calls = std::move(p.tool_calls);
   out->push_back(std::move(e));
+}
+
+// Tool call pieces as Event promises them: the first piece of each call has
+// its id and name (an upstream that gives no id gets one: "call_" and the
+// choice and call numbers), later pieces neither. `started[c]`: call c of
+// this choice has had its first piece.
+Status NormalizeCalls(std::vector<ToolCallDelta>& calls, std::vector<bool>& started,
+                      int32_t choice) {
+  for (ToolCallDelta& d : calls) {
+    if (static_cast<size_t>(d.index) >= started.size()) started.resize(d.index + 1, false);
+    if (started[d.index]) {
+      d.id.clear();
+      d.name.clear();
+      continue;
+    }
+    if (d.name.empty()) {
+      return ProtocolError(
+          fmt::format("tool call {} of choice {} has no function name", d.index, choice));
+    }
+    if (d.id.empty()) d.id = fmt::format("call_{}_{}", choice, d.index);
+    started[d.index] = true;
+  }
+  return Status();
 }
 
 class OpenAIDecoder : public DecoderCore {
@@ -267,6 +366,10 @@ class OpenAIDecoder : public DecoderCore {
           continue;
         }
         const int32_t index = p.index;
+        if (calls_started_.size() < static_cast<size_t>(finishes_.n())) {
+          calls_started_.resize(static_cast<size_t>(finishes_.n()));
+        }
+        STRATA_RETURN_IF_ERROR(NormalizeCalls(p.tool_calls, calls_started_[index], index));
         std::optional<std::pair<FinishReason, std::string>> finish;
         if (p.finish_reason) finish = FinishOf(p, stops_);
         PushDelta(p, out);  // a chunk may carry the last text and the finish together
@@ -296,6 +399,7 @@ class OpenAIDecoder : public DecoderCore {
   const bool chat_;
   const std::vector<std::string> stops_;
   bool usage_final_ = false;
+  std::vector<std::vector<bool>> calls_started_;  // per choice: its calls begun
 };
 
 }  // namespace
@@ -330,6 +434,23 @@ StatusOr<Call> RenderOpenAI(const Request& r, const RenderOptions& o) {
   if (set.seed) body["seed"] = static_cast<int64_t>(p.seed);
   if (r.response_format == ResponseFormat::kJsonObject) {
     body["response_format"] = {{"type", "json_object"}};
+  }
+  if (!r.tools.empty()) {
+    body["tools"] = Tools(r.tools);
+    switch (r.tool_choice.mode) {
+      case ToolChoice::Mode::kAuto:
+        break;  // the API's default
+      case ToolChoice::Mode::kNone:
+        body["tool_choice"] = "none";
+        break;
+      case ToolChoice::Mode::kRequired:
+        body["tool_choice"] = "required";
+        break;
+      case ToolChoice::Mode::kNamed:
+        body["tool_choice"] = {{"type", "function"}, {"function", {{"name", r.tool_choice.name}}}};
+        break;
+    }
+    if (!r.parallel_tool_calls) body["parallel_tool_calls"] = false;
   }
   if (set.logit_bias) {
     Json bias = Json::object();
@@ -379,6 +500,8 @@ Status DecodeOpenAIWhole(bool chat, int32_t n_choices, const std::vector<std::st
     }
     // A whole response is finished even where an upstream left the reason null.
     if (!p.finish_reason) p.finish_reason = "stop";
+    std::vector<bool> started;
+    STRATA_RETURN_IF_ERROR(NormalizeCalls(p.tool_calls, started, p.index));
     auto [reason, stop] = FinishOf(p, stops);
     PushDelta(p, out);
     finishes.Finish(p.index, reason, std::move(stop));

@@ -151,6 +151,11 @@ using Usage = backend::Usage;
 using ResponseFormat = backend::ResponseFormat;
 using TokenLogprob = backend::TokenLogprob;
 using Event = backend::Event;
+using ToolCallDelta = backend::ToolCallDelta;
+using ToolCall = backend::ToolCall;
+using ToolDefinition = backend::ToolDefinition;
+using ToolChoice = backend::ToolChoice;
+using ChatMessage = backend::ChatMessage;
 using EmbeddingRequest = backend::EmbeddingRequest;
 using EmbeddingResult = backend::EmbeddingResult;
 

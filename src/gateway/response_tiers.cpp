@@ -92,7 +92,13 @@ void AppendRemoteRequest(cache::CacheKeyBuilder& b, const CompletionRequest& r) 
     b.Str("completion").Str(*r.prompt);
   } else {
     b.Str("chat").I64(static_cast<int64_t>(r.messages.size()));
-    for (const auto& m : r.messages) b.Str(m.role).Str(m.content);
+    for (const auto& m : r.messages) {
+      b.Str(m.role).Str(m.content).Str(m.tool_call_id).Bool(m.is_error);
+      b.I64(static_cast<int64_t>(m.tool_calls.size()));
+      for (const auto& c : m.tool_calls) b.Str(c.id).Str(c.name).Str(c.arguments);
+    }
+    b.I64(static_cast<int64_t>(r.tools.size()));
+    for (const auto& t : r.tools) b.Str(t.name).Str(t.description).Str(t.parameters);
   }
   b.I64(static_cast<int64_t>(r.cache_breakpoints.size()));
   for (int32_t i : r.cache_breakpoints) b.I32(i);
@@ -105,7 +111,7 @@ void AppendRemoteRequest(cache::CacheKeyBuilder& b, const CompletionRequest& r) 
 // The L1 and single-flight key: everything that decides the events.
 cache::CacheKey ResponseKey(const CompletionRequest& r, const backend::Backend& backend,
                             const backend::Prepared& p) {
-  constexpr uint64_t kKeyVersion = 1;  // bump when the meaning of any field changes
+  constexpr uint64_t kKeyVersion = 2;  // bump when the meaning of any field changes
   cache::CacheKeyBuilder b(r.tenant);
   b.U64(kKeyVersion).U64(backend.fingerprint());
   if (!p.tokens.empty()) {
@@ -116,6 +122,10 @@ cache::CacheKey ResponseKey(const CompletionRequest& r, const backend::Backend& 
   }
   b.I32(p.max_tokens).I32(r.n).I32(r.top_logprobs).Bool(r.ignore_eos);
   b.I32(static_cast<int32_t>(r.response_format));
+  // Whether and which tool the model must call (the tools themselves are
+  // in the prompt's tokens, or in the remote request above).
+  b.I32(static_cast<int32_t>(r.tool_choice.mode)).Str(r.tool_choice.name);
+  b.Bool(r.parallel_tool_calls).Bool(!r.tools.empty());
   // The stop strings: the request's own, then the template's turn ends.
   b.I64(static_cast<int64_t>(p.stops.size())).I64(static_cast<int64_t>(r.stop.size()));
   for (const std::string& s : p.stops) b.Str(s);

@@ -19,9 +19,39 @@ const char* AnthropicStop(gateway::FinishReason r) {
       return "max_tokens";
     case gateway::FinishReason::kStopString:
       return "stop_sequence";
+    case gateway::FinishReason::kToolCalls:
+      return "tool_use";
     default:
       return "end_turn";
   }
+}
+
+// A tool call's arguments as a tool_use block's input: the object they are
+// ({} when they are not one: a call cut short by max_tokens).
+Json InputOf(const std::string& arguments) {
+  Json j = Json::parse(arguments, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Json::object();
+  return j;
+}
+
+// A stream's next text block opens / its open block closes.
+std::string OpenText(StreamState& state) {
+  std::string out =
+      SseEvent("content_block_start", {{"type", "content_block_start"},
+                                       {"index", state.blocks},
+                                       {"content_block", {{"type", "text"}, {"text", ""}}}});
+  ++state.blocks;
+  state.open = true;
+  state.open_text = true;
+  state.open_call = -1;
+  return out;
+}
+
+std::string CloseBlock(StreamState& state) {
+  if (!state.open) return "";
+  state.open = false;
+  return SseEvent("content_block_stop",
+                  {{"type", "content_block_stop"}, {"index", state.blocks - 1}});
 }
 
 // Anthropic's input_tokens leaves out what was read from or written to the
@@ -53,6 +83,122 @@ StatusOr<bool> CacheBreakpoint(const Json& content, const std::string& where) {
   return found;
 }
 
+// tools: [{"name", "description", "input_schema"}] (custom tools; the
+// server tools Anthropic runs itself are not strata's to run), and
+// tool_choice {"type": auto | any | tool | none, "name",
+// "disable_parallel_tool_use"}.
+Status ParseTools(const Fields& f, gateway::CompletionRequest& r) {
+  if (f.Has("tools")) {
+    const Json& tools = f.Get("tools");
+    if (!tools.is_array()) return f.Error("tools", "must be an array of tools");
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const std::string at = fmt::format("tools[{}]", i);
+      if (!tools[i].is_object()) return FieldError(at, "must be an object");
+      Fields t(tools[i], at + ".");
+      STRATA_ASSIGN_OR_RETURN(auto type, t.String("type"));
+      if (type && *type != "custom") {
+        return t.Error("type", fmt::format("is '{}': only custom tools (with an input_schema) "
+                                           "are supported",
+                                           type->substr(0, 40)));
+      }
+      if (!t.Has("name")) return t.Error("name", "is required");
+      STRATA_RETURN_IF_ERROR(CheckToolName(t.Get("name"), t.Name("name")));
+      gateway::ToolDefinition def;
+      def.name = t.Get("name").get<std::string>();
+      STRATA_ASSIGN_OR_RETURN(auto description, t.String("description"));
+      def.description = description.value_or("");
+      if (!t.Has("input_schema")) return t.Error("input_schema", "is required");
+      STRATA_ASSIGN_OR_RETURN(def.parameters, ToolSchema(t, "input_schema"));
+      r.tools.push_back(std::move(def));
+    }
+  }
+  if (f.Has("tool_choice")) {
+    using Mode = gateway::ToolChoice::Mode;
+    const Json& c = f.Get("tool_choice");
+    if (!c.is_object()) return f.Error("tool_choice", "must be an object with a 'type'");
+    Fields cf(c, "tool_choice.");
+    STRATA_ASSIGN_OR_RETURN(auto type, cf.String("type"));
+    if (type == "auto") {
+      r.tool_choice.mode = Mode::kAuto;
+    } else if (type == "any") {
+      r.tool_choice.mode = Mode::kRequired;
+    } else if (type == "none") {
+      r.tool_choice.mode = Mode::kNone;
+    } else if (type == "tool") {
+      if (!cf.Has("name")) return cf.Error("name", "is required when the type is 'tool'");
+      STRATA_RETURN_IF_ERROR(CheckToolName(cf.Get("name"), cf.Name("name")));
+      r.tool_choice = {Mode::kNamed, cf.Get("name").get<std::string>()};
+    } else {
+      return cf.Error("type", "must be 'auto', 'any', 'tool' or 'none'");
+    }
+    STRATA_ASSIGN_OR_RETURN(auto no_parallel, cf.Bool("disable_parallel_tool_use"));
+    if (no_parallel) r.parallel_tool_calls = !*no_parallel;
+  }
+  return CheckTools(r, "tools", "tool_choice");
+}
+
+// One message's content: a string, or blocks of text, tool_use (assistant)
+// and tool_result (user). The results become "tool" messages, ahead of the
+// user's text (Anthropic puts them first); the calls ride on the assistant
+// message.
+Status ParseContent(const std::string& role, const Json& content, const std::string& at,
+                    std::vector<gateway::ChatMessage>& out) {
+  gateway::ChatMessage msg;
+  msg.role = role;
+  if (!content.is_array()) {
+    STRATA_ASSIGN_OR_RETURN(msg.content, ContentText(content, at));
+    out.push_back(std::move(msg));
+    return Status();
+  }
+  Json text_blocks = Json::array();
+  for (size_t i = 0; i < content.size(); ++i) {
+    const Json& b = content[i];
+    const std::string bat = fmt::format("{}[{}]", at, i);
+    const bool typed = b.is_object() && b.contains("type") && b["type"].is_string();
+    const std::string type = typed ? b["type"].get<std::string>() : "";
+    if (type == "tool_use") {
+      if (role != "assistant") return FieldError(bat + ".type", "'tool_use' is an assistant's");
+      Fields bf(b, bat + ".");
+      STRATA_ASSIGN_OR_RETURN(auto id, bf.String("id"));
+      if (!id || id->empty()) return bf.Error("id", "must be a non-empty string");
+      if (!bf.Has("name")) return bf.Error("name", "is required");
+      STRATA_RETURN_IF_ERROR(CheckToolName(bf.Get("name"), bf.Name("name")));
+      gateway::ToolCall call;
+      call.id = std::move(*id);
+      call.name = bf.Get("name").get<std::string>();
+      STRATA_ASSIGN_OR_RETURN(
+          call.arguments,
+          CompactArguments(bf.Has("input") ? bf.Get("input") : Json::object(), bf.Name("input")));
+      msg.tool_calls.push_back(std::move(call));
+    } else if (type == "tool_result") {
+      if (role != "user") return FieldError(bat + ".type", "'tool_result' is a user's");
+      Fields bf(b, bat + ".");
+      STRATA_ASSIGN_OR_RETURN(auto id, bf.String("tool_use_id"));
+      if (!id || id->empty()) return bf.Error("tool_use_id", "must be a non-empty string");
+      gateway::ChatMessage result;
+      result.role = "tool";
+      result.tool_call_id = std::move(*id);
+      if (bf.Has("content")) {
+        STRATA_ASSIGN_OR_RETURN(result.content, ContentText(bf.Get("content"), bf.Name("content")));
+      }
+      STRATA_ASSIGN_OR_RETURN(auto is_error, bf.Bool("is_error"));
+      result.is_error = is_error.value_or(false);
+      out.push_back(std::move(result));
+    } else {
+      if (!msg.tool_calls.empty() && type == "text") {
+        return FieldError(bat, "text after a tool_use block is not supported");
+      }
+      text_blocks.push_back(b);
+    }
+  }
+  STRATA_ASSIGN_OR_RETURN(msg.content, ContentText(text_blocks, at));
+  // A user turn of results alone adds no user message.
+  if (role == "assistant" || !text_blocks.empty() || out.empty() || out.back().role != "tool") {
+    out.push_back(std::move(msg));
+  }
+  return Status();
+}
+
 }  // namespace
 
 namespace anthropic {
@@ -67,7 +213,6 @@ StatusOr<ParsedRequest> ParseRequest(const Json& j) {
   STRATA_ASSIGN_OR_RETURN(auto max_tokens, f.Integer("max_tokens", 1, 1 << 24));
   if (!max_tokens) return f.Error("max_tokens", "is required");
   r.max_tokens = static_cast<int32_t>(*max_tokens);
-  STRATA_RETURN_IF_ERROR(f.Reject("tools", "this server does not call tools"));
   if (f.Has("system")) {
     STRATA_ASSIGN_OR_RETURN(std::string system, ContentText(f.Get("system"), "system"));
     STRATA_ASSIGN_OR_RETURN(bool breakpoint, CacheBreakpoint(f.Get("system"), "system"));
@@ -91,11 +236,11 @@ StatusOr<ParsedRequest> ParseRequest(const Json& j) {
       return FieldError(at + ".role", fmt::format("is '{}': must be 'user' or 'assistant'", role));
     }
     if (!m.contains("content")) return FieldError(at + ".content", "is required");
-    STRATA_ASSIGN_OR_RETURN(std::string content, ContentText(m["content"], at + ".content"));
+    STRATA_RETURN_IF_ERROR(ParseContent(role, m["content"], at + ".content", r.messages));
     STRATA_ASSIGN_OR_RETURN(bool breakpoint, CacheBreakpoint(m["content"], at + ".content"));
-    if (breakpoint) r.cache_breakpoints.push_back(static_cast<int32_t>(r.messages.size()));
-    r.messages.push_back({role, std::move(content)});
+    if (breakpoint) r.cache_breakpoints.push_back(static_cast<int32_t>(r.messages.size()) - 1);
   }
+  STRATA_RETURN_IF_ERROR(ParseTools(f, r));
   STRATA_RETURN_IF_ERROR(ParseSampling(f, 1.0, r));
   STRATA_ASSIGN_OR_RETURN(r.stop, f.Strings("stop_sequences"));
   STRATA_ASSIGN_OR_RETURN(auto stream, f.Bool("stream"));
@@ -110,19 +255,26 @@ StatusOr<ParsedRequest> ParseRequest(const Json& j) {
 }
 
 std::string RenderResponse(const ResponseMeta& m, const ChoiceResult& c, int32_t output_tokens) {
+  Json content = Json::array();
+  if (!c.text.empty() || c.tool_calls.empty())
+    content.push_back({{"type", "text"}, {"text", c.text}});
+  for (const auto& t : c.tool_calls) {
+    content.push_back(
+        {{"type", "tool_use"}, {"id", t.id}, {"name", t.name}, {"input", InputOf(t.arguments)}});
+  }
   const Json j = {
       {"id", m.id},
       {"type", "message"},
       {"role", "assistant"},
       {"model", m.model},
-      {"content", Json::array({{{"type", "text"}, {"text", c.text}}})},
+      {"content", std::move(content)},
       {"stop_reason", AnthropicStop(c.finish)},
       {"stop_sequence", c.stop_sequence.empty() ? Json(nullptr) : Json(c.stop_sequence)},
       {"usage", AnthropicUsage(m, output_tokens)}};
   return Dump(j);
 }
 
-std::string RenderStreamStart(const ResponseMeta& m) {
+std::string RenderStreamStart(const ResponseMeta& m, StreamState& state) {
   const Json msg = {{"id", m.id},
                     {"type", "message"},
                     {"role", "assistant"},
@@ -131,22 +283,44 @@ std::string RenderStreamStart(const ResponseMeta& m) {
                     {"stop_reason", nullptr},
                     {"stop_sequence", nullptr},
                     {"usage", AnthropicUsage(m, 0)}};
-  return SseEvent("message_start", {{"type", "message_start"}, {"message", msg}}) +
-         SseEvent("content_block_start", {{"type", "content_block_start"},
-                                          {"index", 0},
-                                          {"content_block", {{"type", "text"}, {"text", ""}}}}) +
-         SseEvent("ping", {{"type", "ping"}});
+  std::string out = SseEvent("message_start", {{"type", "message_start"}, {"message", msg}});
+  if (!state.lazy_text) out += OpenText(state);
+  return out + SseEvent("ping", {{"type", "ping"}});
 }
 
-std::string RenderStreamDelta(const gateway::Event& e) {
-  if (e.text.empty()) return "";
-  return SseEvent("content_block_delta", {{"type", "content_block_delta"},
-                                          {"index", 0},
-                                          {"delta", {{"type", "text_delta"}, {"text", e.text}}}});
+std::string RenderStreamDelta(const gateway::Event& e, StreamState& state) {
+  std::string out;
+  if (!e.text.empty()) {
+    if (!(state.open && state.open_text)) out += CloseBlock(state) + OpenText(state);
+    out += SseEvent("content_block_delta", {{"type", "content_block_delta"},
+                                            {"index", state.blocks - 1},
+                                            {"delta", {{"type", "text_delta"}, {"text", e.text}}}});
+  }
+  for (const auto& t : e.tool_calls) {
+    if (!t.id.empty()) {  // a new call: its own tool_use block
+      out += CloseBlock(state);
+      out += SseEvent(
+          "content_block_start",
+          {{"type", "content_block_start"},
+           {"index", state.blocks},
+           {"content_block",
+            {{"type", "tool_use"}, {"id", t.id}, {"name", t.name}, {"input", Json::object()}}}});
+      ++state.blocks;
+      state.open = true;
+      state.open_text = false;
+      state.open_call = t.index;
+    }
+    if (t.arguments.empty() || !state.open || state.open_call != t.index) continue;
+    out += SseEvent("content_block_delta",
+                    {{"type", "content_block_delta"},
+                     {"index", state.blocks - 1},
+                     {"delta", {{"type", "input_json_delta"}, {"partial_json", t.arguments}}}});
+  }
+  return out;
 }
 
-std::string RenderStreamFinish(const ResponseMeta& m, const gateway::Event& e) {
-  return SseEvent("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}) +
+std::string RenderStreamFinish(const ResponseMeta& m, const gateway::Event& e, StreamState& state) {
+  return CloseBlock(state) +
          SseEvent("message_delta",
                   {{"type", "message_delta"},
                    {"delta",

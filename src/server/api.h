@@ -76,6 +76,7 @@ std::string RenderEmbeddings(const std::string& model, const gateway::EmbeddingR
 // The finished result of one choice, for non-streaming responses.
 struct ChoiceResult {
   std::string text;
+  std::vector<gateway::ToolCall> tool_calls;
   std::vector<gateway::TokenLogprob> logprobs;
   gateway::FinishReason finish = gateway::FinishReason::kLength;
   std::string stop_sequence;
@@ -96,12 +97,26 @@ struct ResponseMeta {
 std::string RenderResponse(ApiKind kind, const ResponseMeta& meta,
                            const std::vector<ChoiceResult>& choices, bool logprobs);
 
+// What a stream's frames remember of the ones before (Anthropic's content
+// blocks: which one is open). One per response; without one, each call
+// sees a stream whose text block 0 opened at the start.
+struct StreamState {
+  // The text block opens at the first text rather than at the start (a
+  // request with tools, whose answer may be tool_use blocks only).
+  bool lazy_text = false;
+  int32_t blocks = 0;      // content blocks started
+  bool open = false;       // the last block started is still open
+  bool open_text = false;  // ... and is a text block
+  int32_t open_call = -1;  // ... or the tool_use block of this call
+};
+
 // Streaming: the SSE frames ("data: ...\n\n" or "event: ...\ndata: ...\n\n").
-std::string RenderStreamStart(ApiKind kind, const ResponseMeta& meta, int32_t n_choices);
+std::string RenderStreamStart(ApiKind kind, const ResponseMeta& meta, int32_t n_choices,
+                              StreamState* state = nullptr);
 std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& meta, const gateway::Event& delta,
-                              bool logprobs);
-std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& meta,
-                               const gateway::Event& finish);
+                              bool logprobs, StreamState* state = nullptr);
+std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& meta, const gateway::Event& finish,
+                               StreamState* state = nullptr);
 // After every choice finished: usage chunk (if asked) and the terminator.
 std::string RenderStreamEnd(ApiKind kind, const ResponseMeta& meta, int32_t completion_tokens,
                             bool include_usage);

@@ -15,7 +15,129 @@ using util::Status;
 using util::StatusOr;
 
 const char* OpenAIFinish(gateway::FinishReason r) {
-  return r == gateway::FinishReason::kLength ? "length" : "stop";
+  switch (r) {
+    case gateway::FinishReason::kLength:
+      return "length";
+    case gateway::FinishReason::kToolCalls:
+      return "tool_calls";
+    default:
+      return "stop";
+  }
+}
+
+// tools: [{"type": "function", "function": {"name", "description",
+// "parameters", "strict"}}].
+Status ParseTools(const Fields& f, gateway::CompletionRequest& r) {
+  const Json& tools = f.Has("tools") ? f.Get("tools") : Json::array();
+  if (!tools.is_array()) return f.Error("tools", "must be an array of function tools");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = fmt::format("tools[{}]", i);
+    const Json& t = tools[i];
+    if (!t.is_object()) return FieldError(at, "must be an object");
+    if (!t.contains("type") || t["type"] != "function") {
+      return FieldError(at + ".type", "must be 'function' (the only kind of tool)");
+    }
+    if (!t.contains("function") || !t["function"].is_object()) {
+      return FieldError(at + ".function", "must be an object");
+    }
+    Fields fn(t["function"], at + ".function.");
+    if (!fn.Has("name")) return fn.Error("name", "is required");
+    STRATA_RETURN_IF_ERROR(CheckToolName(fn.Get("name"), fn.Name("name")));
+    gateway::ToolDefinition def;
+    def.name = fn.Get("name").get<std::string>();
+    STRATA_ASSIGN_OR_RETURN(auto description, fn.String("description"));
+    def.description = description.value_or("");
+    STRATA_ASSIGN_OR_RETURN(def.parameters, ToolSchema(fn, "parameters"));
+    STRATA_ASSIGN_OR_RETURN(auto strict, fn.Bool("strict"));
+    (void)strict;  // strata's constrained calls always follow the schema
+    r.tools.push_back(std::move(def));
+  }
+  if (f.Has("tool_choice")) {
+    using Mode = gateway::ToolChoice::Mode;
+    const Json& c = f.Get("tool_choice");
+    if (c.is_string()) {
+      const std::string v = c.get<std::string>();
+      if (v == "none") {
+        r.tool_choice.mode = Mode::kNone;
+      } else if (v == "auto") {
+        r.tool_choice.mode = Mode::kAuto;
+      } else if (v == "required") {
+        r.tool_choice.mode = Mode::kRequired;
+      } else {
+        return f.Error("tool_choice", "must be 'none', 'auto', 'required' or a named function");
+      }
+    } else if (c.is_object() && c.contains("type") && c["type"] == "function" &&
+               c.contains("function") && c["function"].is_object() &&
+               c["function"].contains("name")) {
+      STRATA_RETURN_IF_ERROR(CheckToolName(c["function"]["name"], "tool_choice.function.name"));
+      r.tool_choice = {Mode::kNamed, c["function"]["name"].get<std::string>()};
+    } else {
+      return f.Error("tool_choice",
+                     "must be 'none', 'auto', 'required' or {\"type\": \"function\", "
+                     "\"function\": {\"name\": ...}}");
+    }
+  }
+  STRATA_ASSIGN_OR_RETURN(auto parallel, f.Bool("parallel_tool_calls"));
+  if (parallel) r.parallel_tool_calls = *parallel;
+  return CheckTools(r, "tools", "tool_choice");
+}
+
+// One chat message: system/developer, user, assistant (text and/or
+// tool_calls), or tool (a result, with tool_call_id).
+StatusOr<gateway::ChatMessage> ParseMessage(const Json& m, const std::string& at) {
+  if (!m.is_object()) return FieldError(at, "must be an object");
+  if (!m.contains("role") || !m["role"].is_string()) {
+    return FieldError(at + ".role", "must be a string");
+  }
+  gateway::ChatMessage out;
+  out.role = m["role"].get<std::string>();
+  if (out.role == "developer") out.role = "system";  // OpenAI's newer name for system
+  if (out.role == "function") {
+    return FieldError(at + ".role", "is 'function', which is deprecated: use 'tool'");
+  }
+  const bool calls = out.role == "assistant" && m.contains("tool_calls") &&
+                     !m["tool_calls"].is_null() &&
+                     !(m["tool_calls"].is_array() && m["tool_calls"].empty());
+  if (!m.contains("content") && !calls) return FieldError(at + ".content", "is required");
+  if (m.contains("content")) {
+    STRATA_ASSIGN_OR_RETURN(out.content, ContentText(m["content"], at + ".content"));
+  }
+  if (calls) {
+    const Json& tc = m["tool_calls"];
+    if (!tc.is_array()) return FieldError(at + ".tool_calls", "must be an array");
+    for (size_t k = 0; k < tc.size(); ++k) {
+      const std::string cat = fmt::format("{}.tool_calls[{}]", at, k);
+      const Json& c = tc[k];
+      if (!c.is_object()) return FieldError(cat, "must be an object");
+      if (!c.contains("id") || !c["id"].is_string() || c["id"].get<std::string>().empty()) {
+        return FieldError(cat + ".id", "must be a non-empty string");
+      }
+      if (c.contains("type") && c["type"] != "function") {
+        return FieldError(cat + ".type", "must be 'function'");
+      }
+      if (!c.contains("function") || !c["function"].is_object()) {
+        return FieldError(cat + ".function", "must be an object");
+      }
+      const Json& fn = c["function"];
+      if (!fn.contains("name")) return FieldError(cat + ".function.name", "is required");
+      STRATA_RETURN_IF_ERROR(CheckToolName(fn["name"], cat + ".function.name"));
+      gateway::ToolCall call;
+      call.id = c["id"].get<std::string>();
+      call.name = fn["name"].get<std::string>();
+      STRATA_ASSIGN_OR_RETURN(
+          call.arguments, CompactArguments(fn.contains("arguments") ? fn["arguments"] : Json("{}"),
+                                           cat + ".function.arguments"));
+      out.tool_calls.push_back(std::move(call));
+    }
+  }
+  if (out.role == "tool") {
+    if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string() ||
+        m["tool_call_id"].get<std::string>().empty()) {
+      return FieldError(at + ".tool_call_id", "must be the id of the call this result answers");
+    }
+    out.tool_call_id = m["tool_call_id"].get<std::string>();
+  }
+  return out;
 }
 
 Json Bytes(const std::vector<uint8_t>& b) {
@@ -167,8 +289,8 @@ StatusOr<ParsedRequest> ParseRequest(ApiKind kind, const Json& j) {
   STRATA_ASSIGN_OR_RETURN(auto model, f.String("model"));
   if (!model) return f.Error("model", "is required");
   out.model = *model;
-  STRATA_RETURN_IF_ERROR(f.Reject("tools", "this server does not call tools"));
-  STRATA_RETURN_IF_ERROR(f.Reject("functions", "this server does not call functions"));
+  STRATA_RETURN_IF_ERROR(f.Reject("functions", "it is deprecated: use 'tools'"));
+  STRATA_RETURN_IF_ERROR(f.Reject("function_call", "it is deprecated: use 'tool_choice'"));
   STRATA_RETURN_IF_ERROR(f.Reject("echo", "echoing the prompt"));
   STRATA_RETURN_IF_ERROR(f.Reject("suffix", "insertion with a suffix"));
   if (f.Has("response_format") && !f.Get("response_format").is_null()) {
@@ -195,21 +317,13 @@ StatusOr<ParsedRequest> ParseRequest(ApiKind kind, const Json& j) {
       return f.Error("messages", "must be a non-empty array");
     }
     for (size_t i = 0; i < msgs.size(); ++i) {
-      const Json& m = msgs[i];
-      const std::string at = fmt::format("messages[{}]", i);
-      if (!m.is_object()) return FieldError(at, "must be an object");
-      if (!m.contains("role") || !m["role"].is_string()) {
-        return FieldError(at + ".role", "must be a string");
-      }
-      std::string role = m["role"].get<std::string>();
-      if (role == "developer") role = "system";  // OpenAI's newer name for system
-      if (!m.contains("content")) {
-        return FieldError(at + ".content", "is required");
-      }
-      STRATA_ASSIGN_OR_RETURN(std::string content, ContentText(m["content"], at + ".content"));
-      r.messages.push_back({std::move(role), std::move(content)});
+      STRATA_ASSIGN_OR_RETURN(gateway::ChatMessage m,
+                              ParseMessage(msgs[i], fmt::format("messages[{}]", i)));
+      r.messages.push_back(std::move(m));
     }
+    STRATA_RETURN_IF_ERROR(ParseTools(f, r));
   } else {
+    STRATA_RETURN_IF_ERROR(f.Reject("tools", "tools need a chat: use /v1/chat/completions"));
     if (!f.Has("prompt")) return f.Error("prompt", "is required");
     STRATA_ASSIGN_OR_RETURN(std::vector<PromptInput> prompts, ParsePrompts(f.Get("prompt")));
     r.prompt = std::move(prompts[0].text);
@@ -274,7 +388,19 @@ std::string RenderResponse(ApiKind kind, const ResponseMeta& m,
     // strata's front end reads it to say stop_sequence to Anthropic clients).
     if (c.finish == gateway::FinishReason::kStopString) choice["stop_reason"] = c.stop_sequence;
     if (kind == ApiKind::kOpenAIChat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+      choice["message"] = {
+          {"role", "assistant"},
+          {"content", c.text.empty() && !c.tool_calls.empty() ? Json(nullptr) : Json(c.text)},
+          {"refusal", nullptr}};
+      if (!c.tool_calls.empty()) {
+        Json calls = Json::array();
+        for (const auto& t : c.tool_calls) {
+          calls.push_back({{"id", t.id},
+                           {"type", "function"},
+                           {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        }
+        choice["message"]["tool_calls"] = std::move(calls);
+      }
       choice["logprobs"] = logprobs ? ChatLogprobs(c.logprobs) : Json(nullptr);
     } else {
       choice["text"] = c.text;
@@ -311,7 +437,23 @@ std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& m, const gateway
   Json c = ChunkBase(kind, m);
   Json choice = {{"index", e.index}, {"finish_reason", nullptr}};
   if (kind == ApiKind::kOpenAIChat) {
-    choice["delta"] = {{"content", e.text}};
+    choice["delta"] = Json::object();
+    if (!e.text.empty() || e.tool_calls.empty()) choice["delta"]["content"] = e.text;
+    if (!e.tool_calls.empty()) {
+      Json calls = Json::array();
+      for (const auto& t : e.tool_calls) {
+        Json call = {{"index", t.index}};
+        Json fn = {{"arguments", t.arguments}};
+        if (!t.id.empty()) {  // a call's first piece names it
+          call["id"] = t.id;
+          call["type"] = "function";
+          fn["name"] = t.name;
+        }
+        call["function"] = std::move(fn);
+        calls.push_back(std::move(call));
+      }
+      choice["delta"]["tool_calls"] = std::move(calls);
+    }
     choice["logprobs"] = logprobs ? ChatLogprobs(e.logprobs) : Json(nullptr);
   } else {
     choice["text"] = e.text;

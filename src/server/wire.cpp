@@ -330,6 +330,71 @@ Status ParseSessionId(const Fields& f, gateway::CompletionRequest& r) {
   return util::OkStatus();
 }
 
+Status CheckToolName(const Json& name, const std::string& where) {
+  const bool ok = name.is_string() && !name.get_ref<const std::string&>().empty() &&
+                  name.get_ref<const std::string&>().size() <= 64 &&
+                  std::all_of(name.get_ref<const std::string&>().begin(),
+                              name.get_ref<const std::string&>().end(), [](char c) {
+                                return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                                       (c >= '0' && c <= '9') || c == '_' || c == '-';
+                              });
+  if (!ok) return FieldError(where, "must be 1-64 characters of letters, digits, _ and -");
+  return util::OkStatus();
+}
+
+StatusOr<std::string> ToolSchema(const Fields& f, const char* name) {
+  if (!f.Has(name)) return std::string();
+  const Json& v = f.Get(name);
+  if (!v.is_object()) return f.Error(name, "must be a JSON schema (an object)");
+  return Dump(v);
+}
+
+Status CheckTools(const gateway::CompletionRequest& r, const char* tools_field,
+                  const char* choice_field) {
+  using Mode = gateway::ToolChoice::Mode;
+  if (r.tools.size() > kMaxTools) {
+    return FieldError(tools_field, fmt::format("has {} tools; at most {} are allowed",
+                                               r.tools.size(), kMaxTools));
+  }
+  size_t bytes = 0;
+  for (size_t i = 0; i < r.tools.size(); ++i) {
+    const auto& t = r.tools[i];
+    bytes += t.name.size() + t.description.size() + t.parameters.size();
+    for (size_t k = 0; k < i; ++k) {
+      if (r.tools[k].name == t.name) {
+        return FieldError(fmt::format("{}[{}]", tools_field, i),
+                          fmt::format("repeats the name '{}' of {}[{}]", t.name, tools_field, k));
+      }
+    }
+  }
+  if (bytes > kMaxToolBytes) {
+    return FieldError(tools_field, fmt::format("holds {} bytes of definitions; at most {} are "
+                                               "allowed",
+                                               bytes, kMaxToolBytes));
+  }
+  const Mode mode = r.tool_choice.mode;
+  if (r.tools.empty() && (mode == Mode::kRequired || mode == Mode::kNamed)) {
+    return FieldError(choice_field, "asks for a tool call, but the request offers no tools");
+  }
+  if (mode == Mode::kNamed && std::none_of(r.tools.begin(), r.tools.end(), [&](const auto& t) {
+        return t.name == r.tool_choice.name;
+      })) {
+    return FieldError(choice_field, fmt::format("names '{}', which is not one of the tools",
+                                                r.tool_choice.name.substr(0, 64)));
+  }
+  return util::OkStatus();
+}
+
+StatusOr<std::string> CompactArguments(const Json& v, const std::string& where) {
+  if (v.is_object()) return Dump(v);
+  if (!v.is_string()) return FieldError(where, "must be a JSON object");
+  const Json parsed = Json::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    return FieldError(where, "must be the JSON text of an object");
+  }
+  return Dump(parsed);
+}
+
 }  // namespace wire
 
 // --- server/api.h: one entry point per step, dispatched by API -------------
@@ -378,20 +443,37 @@ std::string RenderResponse(ApiKind kind, const ResponseMeta& meta,
   return wire::anthropic::RenderResponse(meta, choices.at(0), completion);
 }
 
-std::string RenderStreamStart(ApiKind kind, const ResponseMeta& meta, int32_t n_choices) {
-  if (kind == ApiKind::kAnthropicMessages) return wire::anthropic::RenderStreamStart(meta);
+namespace {
+
+// Without a state of its own, a call sees text block 0 open since the start.
+StreamState OpenedText() { return StreamState{.blocks = 1, .open = true, .open_text = true}; }
+
+}  // namespace
+
+std::string RenderStreamStart(ApiKind kind, const ResponseMeta& meta, int32_t n_choices,
+                              StreamState* state) {
+  if (kind == ApiKind::kAnthropicMessages) {
+    StreamState local;
+    return wire::anthropic::RenderStreamStart(meta, state != nullptr ? *state : local);
+  }
   return wire::openai::RenderStreamStart(kind, meta, n_choices);
 }
 
 std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& meta, const gateway::Event& delta,
-                              bool logprobs) {
-  if (kind == ApiKind::kAnthropicMessages) return wire::anthropic::RenderStreamDelta(delta);
+                              bool logprobs, StreamState* state) {
+  if (kind == ApiKind::kAnthropicMessages) {
+    StreamState local = OpenedText();
+    return wire::anthropic::RenderStreamDelta(delta, state != nullptr ? *state : local);
+  }
   return wire::openai::RenderStreamDelta(kind, meta, delta, logprobs);
 }
 
-std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& meta,
-                               const gateway::Event& finish) {
-  if (kind == ApiKind::kAnthropicMessages) return wire::anthropic::RenderStreamFinish(meta, finish);
+std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& meta, const gateway::Event& finish,
+                               StreamState* state) {
+  if (kind == ApiKind::kAnthropicMessages) {
+    StreamState local = OpenedText();
+    return wire::anthropic::RenderStreamFinish(meta, finish, state != nullptr ? *state : local);
+  }
   return wire::openai::RenderStreamFinish(kind, meta, finish);
 }
 

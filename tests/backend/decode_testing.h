@@ -26,6 +26,11 @@ inline std::string Show(const Event& e) {
       for (const auto& [t, l] : lp.top) s += fmt::format(" {}={}", nlohmann::json(t).dump(), l);
       s += ")";
     }
+    for (const ToolCallDelta& t : e.tool_calls) {
+      s += fmt::format(" call[{}", t.index);
+      if (!t.id.empty() || !t.name.empty()) s += fmt::format(" {} {}", t.id, t.name);
+      s += fmt::format(" {}]", nlohmann::json(t.arguments).dump());
+    }
     if (e.usage.prompt_tokens != 0 || e.usage.cached_tokens != 0 ||
         e.usage.cache_write_tokens != 0 || e.usage.completion_tokens != 0) {
       s += fmt::format(" usage={}/{}/{}/{}", e.usage.prompt_tokens, e.usage.cached_tokens,

@@ -233,7 +233,7 @@ TEST(DecodeAnthropic, StopReasonsMapToFinishReasons) {
       {R"("end_turn")", "end_of_turn stop="},
       {R"("max_tokens")", "length stop="},
       {R"("stop_sequence","stop_sequence":"\n\nHuman:")", "stop_string stop=\n\nHuman:"},
-      {R"("tool_use")", "end_of_turn stop="},
+      {R"("tool_use")", "tool_calls stop="},
       {R"("refusal")", "end_of_turn stop="},
       {R"("pause_turn")", "end_of_turn stop="},
       {R"("model_context_window_exceeded")", "length stop="},
@@ -247,7 +247,7 @@ TEST(DecodeAnthropic, StopReasonsMapToFinishReasons) {
   }
 }
 
-TEST(DecodeAnthropic, OnlyTextIsTextThinkingToolInputAndUnknownEventsAreSkipped) {
+TEST(DecodeAnthropic, TextAndToolUseAreReadThinkingAndUnknownEventsAreSkipped) {
   const std::string blocks =
       Sse("content_block_start",
           R"({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}})") +
@@ -269,7 +269,9 @@ TEST(DecodeAnthropic, OnlyTextIsTextThinkingToolInputAndUnknownEventsAreSkipped)
   ASSERT_TRUE(d.error.ok()) << d.error.ToString();
   EXPECT_EQ(ShowAll(d.events),
             "delta[0] \"Hi\" usage=3/0/0/0\ndelta[0] \" there\"\n"
-            "finish[0] end_of_turn stop= status=OK usage=3/0/0/4 tokens=4\n");
+            "delta[0] \"\" call[0 t f \"\"]\n"
+            "delta[0] \"\" call[0 \"{\\\"a\\\":\"]\n"
+            "finish[0] tool_calls stop= status=OK usage=3/0/0/4 tokens=4\n");
 }
 
 TEST(DecodeAnthropic, MessageDeltaUsageOverridesMessageStart) {

@@ -105,7 +105,7 @@ TEST(DecodeOpenAI, KeepAliveCommentsEmptyChoicesAndRoleOnlyDeltasAreSkipped) {
 }
 
 TEST(DecodeOpenAI, OtherFinishReasonsAreEndsOfTurn) {
-  for (const char* reason : {"content_filter", "tool_calls", "function_call", "abort"}) {
+  for (const char* reason : {"content_filter", "abort"}) {
     const std::string body =
         Sse(fmt::format(R"({{"choices":[{{"index":0,"delta":{{}},"finish_reason":"{}"}}]}})",
                         reason)) +

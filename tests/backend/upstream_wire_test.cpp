@@ -371,7 +371,7 @@ TEST(RenderAnthropic, EveryFieldItsApiCannotCarryIsRefusedByName) {
                     }),
                     "messages[2]");
   ExpectUnsupported(Api::kAnthropic, with([](Request& r) {
-                      r.messages.push_back({"tool", "x"});
+                      r.messages.push_back({"critic", "x"});
                     }),
                     "messages[2].role");
   ExpectUnsupported(Api::kAnthropic, with([](Request& r) { r.messages.pop_back(); }), "messages");

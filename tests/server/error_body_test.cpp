@@ -270,7 +270,11 @@ TEST_F(ErrorBodyTest, AnInvalidFieldNamesItAsParam) {
                400, "invalid_request_error", nullptr, "messages[0].role");
   ExpectOpenAI(Chat(R"(,"stop":["a",3])"), 400, "invalid_request_error", nullptr, "stop[1]");
   ExpectOpenAI(Chat(R"(,"tools":[{"type":"function"}])"), 400, "invalid_request_error", nullptr,
-               "tools");
+               "tools[0].function");
+  ExpectOpenAI(Chat(R"(,"tools":[{"type":"function","function":{"name":"a b"}}])"), 400,
+               "invalid_request_error", nullptr, "tools[0].function.name");
+  ExpectOpenAI(Chat(R"(,"tool_choice":"required")"), 400, "invalid_request_error", nullptr,
+               "tool_choice");
   // Checked past parsing, against the server's limits: the field still comes back.
   ExpectOpenAI(Chat(R"(,"max_tokens":500)"), 400, "invalid_request_error", nullptr, "max_tokens");
   ExpectOpenAI(Post("/v1/embeddings", R"({"model":"tiny","input":[]})"), 400,

@@ -207,7 +207,7 @@ TEST_F(ServerTest, BadRequestsGetPreciseErrors) {
         "only text content");
   check(
       R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
-      400, "'tools' is not supported");
+      400, "'tools[0].function' must be an object");
   check(R"({"model":"nope","messages":[{"role":"user","content":"x"}]})", 404, "model 'nope'");
   check(R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"max_tokens":500})", 400,
         "max_tokens 500");

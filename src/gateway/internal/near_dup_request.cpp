@@ -30,6 +30,11 @@ std::optional<NearDupRequest> MakeNearDupRequest(const CompletionRequest& r, uin
   b.U64(kScopeVersion).U64(fingerprint);
   std::string_view text;
   if (!r.prompt_ids.empty()) return std::nullopt;  // token ids: no text to compare
+  // Tool flows are exact or nothing: a near-duplicate tool call is a wrong one.
+  if (!r.tools.empty()) return std::nullopt;
+  for (const auto& m : r.messages) {
+    if (m.role == "tool" || !m.tool_calls.empty()) return std::nullopt;
+  }
   if (r.prompt) {
     b.Str("completion");
     text = *r.prompt;

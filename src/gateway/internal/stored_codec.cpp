@@ -10,7 +10,7 @@
 namespace strata::gateway {
 namespace {
 
-constexpr char kMagic[4] = {'S', 'R', '1', '\x01'};
+constexpr char kMagic[4] = {'S', 'R', '1', '\x02'};
 constexpr int32_t kMaxChoices = 128;
 
 class Writer {
@@ -105,6 +105,13 @@ std::string StoredResponseCodec::Encode(const cache::CachedValue& value) const {
         w.F32(l);
       }
     }
+    w.U32(static_cast<uint32_t>(e.tool_calls.size()));
+    for (const ToolCallDelta& t : e.tool_calls) {
+      w.I32(t.index);
+      w.Str(t.id);
+      w.Str(t.name);
+      w.Str(t.arguments);
+    }
     w.U8(static_cast<uint8_t>(e.finish));
     w.Str(e.stop_sequence);
     w.I32(e.usage.prompt_tokens);
@@ -127,7 +134,7 @@ util::StatusOr<std::shared_ptr<const cache::CachedValue>> StoredResponseCodec::D
     return DataLossError(
         fmt::format("stored response: {} choices, {} prompt tokens", n_choices, prompt_tokens));
   }
-  STRATA_ASSIGN_OR_RETURN(uint32_t n_events, r.Count(30));
+  STRATA_ASSIGN_OR_RETURN(uint32_t n_events, r.Count(34));
   std::vector<Event> events;
   events.reserve(n_events);
   std::vector<bool> finished(static_cast<size_t>(n_choices), false);
@@ -159,8 +166,21 @@ util::StatusOr<std::shared_ptr<const cache::CachedValue>> StoredResponseCodec::D
       }
       e.logprobs.push_back(std::move(lp));
     }
+    STRATA_ASSIGN_OR_RETURN(uint32_t n_calls, r.Count(16));
+    e.tool_calls.reserve(n_calls);
+    for (uint32_t k = 0; k < n_calls; ++k) {
+      ToolCallDelta t;
+      STRATA_ASSIGN_OR_RETURN(t.index, r.I32());
+      if (t.index < 0) {
+        return DataLossError(fmt::format("stored response: tool call index {}", t.index));
+      }
+      STRATA_ASSIGN_OR_RETURN(t.id, r.Str());
+      STRATA_ASSIGN_OR_RETURN(t.name, r.Str());
+      STRATA_ASSIGN_OR_RETURN(t.arguments, r.Str());
+      e.tool_calls.push_back(std::move(t));
+    }
     STRATA_ASSIGN_OR_RETURN(uint8_t finish, r.U8());
-    if (finish > static_cast<uint8_t>(FinishReason::kCancelled)) {
+    if (finish > static_cast<uint8_t>(FinishReason::kToolCalls)) {
       return DataLossError(fmt::format("stored response: finish reason {} is unknown", finish));
     }
     e.finish = static_cast<FinishReason>(finish);

@@ -305,7 +305,8 @@ ApiReply ApiHandler::Respond(Scope& scope, ApiReply reply, std::unique_ptr<gatew
                        .t0 = scope.t0,
                        .deadline = scope.t0 + options_.request_timeout,
                        .timeout = options_.request_timeout,
-                       .defer_head = gen->defers_stream_head()};
+                       .defer_head = gen->defers_stream_head(),
+                       .tools = !parsed.request.tools.empty()};
   if (parsed.stream) {
     // Everything from here on travels inside the 200 response.
     reply.headers.emplace_back("Cache-Control", "no-cache");
@@ -419,11 +420,18 @@ Responder::Output Responder::Pump(size_t max_bytes) {
     }
     if (e->kind == gateway::Event::Kind::kDelta) {
       if (c_.stream) {
-        out.frames += RenderStreamDelta(c_.kind, c_.meta, *e, c_.logprobs);
+        out.frames += RenderStreamDelta(c_.kind, c_.meta, *e, c_.logprobs, &stream_);
       } else {
         ChoiceResult& c = results_[static_cast<size_t>(e->index)];
         c.text += e->text;
         for (auto& lp : e->logprobs) c.logprobs.push_back(std::move(lp));
+        for (auto& t : e->tool_calls) {
+          // A call's first piece opens it; the rest extend its arguments.
+          if (!t.id.empty() || static_cast<size_t>(t.index) >= c.tool_calls.size()) {
+            c.tool_calls.push_back({std::move(t.id), std::move(t.name), ""});
+          }
+          c.tool_calls.back().arguments += t.arguments;
+        }
       }
       continue;
     }
@@ -440,7 +448,7 @@ Responder::Output Responder::Pump(size_t max_bytes) {
     completion_ += e->usage.completion_tokens;
     Absorb(*e);
     if (c_.stream) {
-      out.frames += RenderStreamFinish(c_.kind, c_.meta, *e);
+      out.frames += RenderStreamFinish(c_.kind, c_.meta, *e, &stream_);
     } else {
       ChoiceResult& c = results_[static_cast<size_t>(e->index)];
       c.finish = e->finish;
@@ -452,7 +460,8 @@ Responder::Output Responder::Pump(size_t max_bytes) {
 
 void Responder::StartStream(Output& out) {
   started_ = true;
-  out.frames = RenderStreamStart(c_.kind, c_.meta, gen_->n_choices()) + out.frames;
+  stream_.lazy_text = c_.tools;
+  out.frames = RenderStreamStart(c_.kind, c_.meta, gen_->n_choices(), &stream_) + out.frames;
   if (c_.defer_head) handler_.Count(c_.endpoint, 200);
 }
 

@@ -87,6 +87,7 @@ class Responder {
     // A stream's head waits for the first event: a run that fails before
     // it (a remote backend down) answers as a whole error response.
     bool defer_head = false;
+    bool tools = false;  // the request offered tools
   };
   // What to send now.
   struct Output {
@@ -134,6 +135,7 @@ class Responder {
   const util::Clock& clock_;
   util::Logger& log_;
   std::vector<ChoiceResult> results_;  // a whole response's choices so far
+  StreamState stream_;                 // a stream's frames so far
   int32_t completion_ = 0;             // a stream's completion tokens so far
   bool started_ = false;               // a stream's first frame went out
   bool ended_ = false;                 // done: every later call is a no-op

@@ -83,6 +83,25 @@ util::Status ParseCacheControls(const Fields& f, gateway::CompletionRequest& r);
 // strata's "session_id": 1-128 characters of [A-Za-z0-9._:@-].
 util::Status ParseSessionId(const Fields& f, gateway::CompletionRequest& r);
 
+// At most this many tools in one request, and this many bytes of their
+// definitions (names, descriptions and schemas) in all.
+inline constexpr size_t kMaxTools = 128;
+inline constexpr size_t kMaxToolBytes = 1u << 20;
+
+// A tool's name as both APIs allow it: 1-64 of [A-Za-z0-9_-]; `where` names
+// the field.
+util::Status CheckToolName(const Json& name, const std::string& where);
+// A function's parameters / a tool's input_schema: a JSON object (a schema),
+// compact; absent or null is "" (none).
+util::StatusOr<std::string> ToolSchema(const Fields& f, const char* name);
+// Checks what both APIs require of the tools together (distinct names, the
+// limits) and that a named tool_choice names one of them.
+util::Status CheckTools(const gateway::CompletionRequest& r, const char* tools_field,
+                        const char* choice_field);
+// A tool call's arguments as the client sent them (OpenAI: a string of
+// JSON text; Anthropic: the input object) as compact JSON text.
+util::StatusOr<std::string> CompactArguments(const Json& v, const std::string& where);
+
 // OpenAI chat, (legacy) completions and embeddings: openai.cpp.
 namespace openai {
 util::StatusOr<ParsedRequest> ParseRequest(ApiKind kind, const Json& j);
@@ -105,9 +124,10 @@ namespace anthropic {
 util::StatusOr<ParsedRequest> ParseRequest(const Json& j);
 std::string RenderResponse(const ResponseMeta& meta, const ChoiceResult& choice,
                            int32_t output_tokens);
-std::string RenderStreamStart(const ResponseMeta& meta);
-std::string RenderStreamDelta(const gateway::Event& delta);
-std::string RenderStreamFinish(const ResponseMeta& meta, const gateway::Event& finish);
+std::string RenderStreamStart(const ResponseMeta& meta, StreamState& state);
+std::string RenderStreamDelta(const gateway::Event& delta, StreamState& state);
+std::string RenderStreamFinish(const ResponseMeta& meta, const gateway::Event& finish,
+                               StreamState& state);
 }  // namespace anthropic
 
 }  // namespace strata::server::wire
