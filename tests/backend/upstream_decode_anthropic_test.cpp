@@ -432,5 +432,26 @@ TEST(DecodeWhole, ErrorBodiesAreTheirStatusAndMalformedOnesProtocolErrors) {
   EXPECT_TRUE(events.empty());
 }
 
+TEST(DecodeWhole, ToolCallsOfEitherApiBecomeCallPieces) {
+  std::vector<Event> events;
+  const std::string openai =
+      R"({"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[
+          {"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},
+          "finish_reason":"tool_calls"}],"usage":{"prompt_tokens":5,"completion_tokens":3}})";
+  ASSERT_TRUE(DecodeWholeResponse(Api::kOpenAI, true, 1, {}, openai, &events).ok());
+  EXPECT_EQ(ShowAll(events),
+            "delta[0] \"\" call[0 call_1 f \"{\\\"a\\\":1}\"]\n"
+            "finish[0] tool_calls stop= status=OK usage=5/0/0/3 tokens=3\n");
+  events.clear();
+  const std::string anthropic =
+      R"({"type":"message","content":[{"type":"text","text":"Sure."},
+          {"type":"tool_use","id":"toolu_1","name":"f","input":{"a":1}}],
+          "stop_reason":"tool_use","usage":{"input_tokens":5,"output_tokens":3}})";
+  ASSERT_TRUE(DecodeWholeResponse(Api::kAnthropic, true, 1, {}, anthropic, &events).ok());
+  EXPECT_EQ(ShowAll(events),
+            "delta[0] \"Sure.\" call[0 toolu_1 f \"{\\\"a\\\":1}\"]\n"
+            "finish[0] tool_calls stop= status=OK usage=5/0/0/3 tokens=3\n");
+}
+
 }  // namespace
 }  // namespace strata::backend::upstream

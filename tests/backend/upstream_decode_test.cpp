@@ -455,5 +455,33 @@ TEST(DecodeOpenAI, CompletionLogprobsBecomeTheDeltasLogprobsMostLikelyFirst) {
       ErrorReason::kUpstreamProtocol);
 }
 
+// --- tool calls ----------------------------------------------------------------
+
+TEST(DecodeOpenAI, StreamedToolCallsBecomeCallPiecesAndFinishAsToolCalls) {
+  const std::string body =
+      Sse(R"({"choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"f","arguments":""}}]},"finish_reason":null}]})") +
+      Sse(R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"x\":"}}]},"finish_reason":null}]})") +
+      Sse(R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]},"finish_reason":null}]})") +
+      Sse(R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"type":"function","function":{"name":"g","arguments":"{}"}}]},"finish_reason":null}]})") +
+      Sse(R"({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]})") + Sse("[DONE]");
+  const Decoded d = Decode({}, body);
+  ASSERT_TRUE(d.error.ok()) << d.error.ToString();
+  // The second call came without an id: it gets one.
+  EXPECT_EQ(ShowAll(d.events),
+            "delta[0] \"\" call[0 call_a f \"\"]\n"
+            "delta[0] \"\" call[0 \"{\\\"x\\\":\"]\n"
+            "delta[0] \"\" call[0 \"1}\"]\n"
+            "delta[0] \"\" call[1 call_0_1 g \"{}\"]\n"
+            "finish[0] tool_calls stop= status=OK usage=0/0/0/0 tokens=0\n");
+  ExpectSplitInvariant({}, body);
+}
+
+TEST(DecodeOpenAI, AToolCallWithoutANameIsAProtocolError) {
+  const std::string body = Sse(
+      R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]},"finish_reason":null}]})");
+  const Decoded d = Decode({}, body);
+  EXPECT_EQ(d.error.reason(), util::ErrorReason::kUpstreamProtocol) << d.error.ToString();
+}
+
 }  // namespace
 }  // namespace strata::backend::upstream

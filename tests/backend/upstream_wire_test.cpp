@@ -605,5 +605,103 @@ TEST(UpstreamError, ArbitraryBytesNeverFail) {
   }
 }
 
+// --- tools ---------------------------------------------------------------------
+
+Request ToolChat() {
+  Request r = Chat();
+  r.tools = {{"get_weather", "The weather",
+              R"({"type":"object","properties":{"city":{"type":"string"}}})"},
+             {"now", "", ""}};
+  r.tool_choice = {ToolChoice::Mode::kNamed, "get_weather"};
+  r.parallel_tool_calls = false;
+  ChatMessage call{"assistant", ""};
+  call.tool_calls = {{"call_1", "get_weather", R"({"city":"Oslo"})"}, {"call_2", "now", "{}"}};
+  r.messages.push_back(call);
+  ChatMessage a{"tool", "3 C"}, b{"tool", "boom"};
+  a.tool_call_id = "call_1";
+  b.tool_call_id = "call_2";
+  b.is_error = true;
+  r.messages.push_back(a);
+  r.messages.push_back(b);
+  r.messages.push_back({"user", "And tomorrow?"});
+  return r;
+}
+
+TEST(RenderOpenAI, ToolsCallsAndResultsAreSent) {
+  const Json body = Render(Api::kOpenAI, ToolChat());
+  EXPECT_EQ(body["tools"][0],
+            Json::parse(R"({"type":"function","function":{"name":"get_weather","description":
+                "The weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}})"));
+  EXPECT_EQ(body["tools"][1], Json::parse(R"({"type":"function","function":{"name":"now"}})"));
+  EXPECT_EQ(body["tool_choice"],
+            Json::parse(R"({"type":"function","function":{"name":"get_weather"}})"));
+  EXPECT_EQ(body["parallel_tool_calls"], false);
+  const Json& m = body["messages"];
+  ASSERT_EQ(m.size(), 6u);
+  EXPECT_TRUE(m[2]["content"].is_null());
+  EXPECT_EQ(m[2]["tool_calls"][0],
+            Json::parse(R"({"id":"call_1","type":"function","function":{"name":"get_weather",
+                "arguments":"{\"city\":\"Oslo\"}"}})"));
+  EXPECT_EQ(m[3], Json::parse(R"({"role":"tool","tool_call_id":"call_1","content":"3 C"})"));
+  EXPECT_EQ(m[4]["content"], "Error: boom");
+}
+
+TEST(RenderAnthropic, ToolsBecomeToolUseAndToolResultBlocks) {
+  const Json body = Render(Api::kAnthropic, ToolChat());
+  EXPECT_EQ(body["tools"][0], Json::parse(R"({"name":"get_weather","description":"The weather",
+      "input_schema":{"type":"object","properties":{"city":{"type":"string"}}}})"));
+  // A tool without parameters still has the schema the API requires.
+  EXPECT_EQ(body["tools"][1],
+            Json::parse(R"({"name":"now","input_schema":{"type":"object","properties":{}}})"));
+  EXPECT_EQ(
+      body["tool_choice"],
+      Json::parse(R"({"type":"tool","name":"get_weather","disable_parallel_tool_use":true})"));
+  const Json& m = body["messages"];
+  ASSERT_EQ(m.size(), 3u) << m.dump();
+  EXPECT_EQ(m[1], Json::parse(R"({"role":"assistant","content":[
+      {"type":"tool_use","id":"call_1","name":"get_weather","input":{"city":"Oslo"}},
+      {"type":"tool_use","id":"call_2","name":"now","input":{}}]})"));
+  // Both results and the user's next words share one user turn, results first.
+  EXPECT_EQ(m[2], Json::parse(R"({"role":"user","content":[
+      {"type":"tool_result","tool_use_id":"call_1","content":"3 C"},
+      {"type":"tool_result","tool_use_id":"call_2","content":"boom","is_error":true},
+      {"type":"text","text":"And tomorrow?"}]})"));
+}
+
+// What strata's own parsers read back from either body is the request sent
+// (a front strata in front of another strata, over either API).
+TEST(RenderTools, StrataParsesEitherBodyIntoTheSameTools) {
+  const Request r = ToolChat();
+  for (Api api : {Api::kOpenAI, Api::kAnthropic}) {
+    auto call = RenderRequest(api, r, {.model = "m", .max_tokens = 9});
+    ASSERT_TRUE(call.ok());
+    auto parsed = server::ParseRequest(
+        api == Api::kOpenAI ? server::ApiKind::kOpenAIChat : server::ApiKind::kAnthropicMessages,
+        call->body);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    const Request& got = parsed->request;
+    ASSERT_EQ(got.tools.size(), 2u);
+    EXPECT_EQ(got.tools[0].name, "get_weather");
+    EXPECT_EQ(got.tools[0].parameters, r.tools[0].parameters);
+    EXPECT_EQ(got.tool_choice.mode, ToolChoice::Mode::kNamed);
+    EXPECT_EQ(got.tool_choice.name, "get_weather");
+    EXPECT_FALSE(got.parallel_tool_calls);
+    ASSERT_EQ(got.messages.size(), 6u) << ApiName(api);
+    ASSERT_EQ(got.messages[2].tool_calls.size(), 2u);
+    EXPECT_EQ(got.messages[2].tool_calls[0].id, "call_1");
+    EXPECT_EQ(got.messages[2].tool_calls[0].arguments, R"({"city":"Oslo"})");
+    EXPECT_EQ(got.messages[3].role, "tool");
+    EXPECT_EQ(got.messages[3].tool_call_id, "call_1");
+    EXPECT_EQ(got.messages[4].tool_call_id, "call_2");
+    if (api == Api::kAnthropic) {
+      EXPECT_TRUE(got.messages[4].is_error);
+      EXPECT_EQ(got.messages[4].content, "boom");
+    } else {
+      EXPECT_EQ(got.messages[4].content, "Error: boom");
+    }
+    EXPECT_EQ(got.messages[5].content, "And tomorrow?");
+  }
+}
+
 }  // namespace
 }  // namespace strata::backend::upstream

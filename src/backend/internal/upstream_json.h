@@ -23,7 +23,9 @@
 
 namespace strata::backend::upstream::internal {
 
-using Json = nlohmann::json;
+// Objects keep their keys in the order the client (or upstream) wrote them:
+// a schema's properties, a tool's arguments, are meant in that order.
+using Json = nlohmann::ordered_json;
 
 // InternalError with reason kUpstreamProtocol: "upstream protocol error: ...".
 util::Status ProtocolError(std::string_view message);

@@ -24,7 +24,9 @@
 
 namespace strata::server::wire {
 
-using Json = nlohmann::json;
+// Objects keep their keys in the order the client (or upstream) wrote them:
+// a schema's properties, a tool's arguments, are meant in that order.
+using Json = nlohmann::ordered_json;
 
 // Compact JSON text; invalid UTF-8 is replaced, never thrown on.
 std::string Dump(const Json& j);
