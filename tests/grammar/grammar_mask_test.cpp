@@ -6,7 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "format/gguf.h"
+#include "grammar/json_schema.h"
+#include "testing/shared_data.h"
 #include "testing/tiny_model.h"
+#include "util/file_system.h"
 #include "util/random.h"
 
 namespace strata::grammar {
@@ -56,6 +60,37 @@ TEST(GrammarTokenMask, AllowsExactlyTheTokensTheMatcherAccepts) {
     auto g = Grammar::Parse(text);
     ASSERT_TRUE(g.ok()) << g.status().message();
     CheckRandomWalks(tiny.model->tokenizer(), *g, 6, 30);
+  }
+}
+
+TEST(GrammarTokenMask, AgreesWithBruteForceOnASchemaGrammar) {
+  const testing::TinyModel tiny = testing::MakeTinyModel();
+  auto text = CompileJsonSchema(R"({"type": "object", "properties": {
+      "name": {"type": "string"}, "tags": {"type": "array", "items": {"enum": ["a", "b c"]}},
+      "n": {"type": "integer"}, "ok": {"type": ["boolean", "null"]}}, "required": ["name"]})");
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  auto g = Grammar::Parse(*text);
+  ASSERT_TRUE(g.ok()) << g.status().message() << "\n" << *text;
+  CheckRandomWalks(tiny.model->tokenizer(), *g, 4, 40);
+}
+
+// The same on real vocabularies (multi-byte pieces, pieces that cross a
+// string's end), when ../shared has them.
+TEST(GrammarTokenMask, AgreesWithBruteForceOnRealVocabularies) {
+  STRATA_REQUIRE_SHARED("models/vocab/ggml-vocab-qwen2.gguf");
+  auto fs = util::NewPosixFileSystem();
+  for (const char* name : {"ggml-vocab-llama-spm.gguf", "ggml-vocab-qwen2.gguf"}) {
+    auto gguf = format::GgufFile::Open(*fs, testing::SharedPath("models/vocab/") + name);
+    ASSERT_TRUE(gguf.ok());
+    auto tok = text::Tokenizer::FromGguf(**gguf);
+    ASSERT_TRUE(tok.ok());
+    auto text = CompileJsonSchema(R"({"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 8}, "bio": {"type": "string"},
+        "age": {"type": "integer"}}, "required": ["name", "bio"]})");
+    ASSERT_TRUE(text.ok());
+    auto g = Grammar::Parse(*text);
+    ASSERT_TRUE(g.ok());
+    CheckRandomWalks(**tok, *g, 2, 12);
   }
 }
 
