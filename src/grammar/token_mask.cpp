@@ -4,35 +4,12 @@
 #include <iterator>
 #include <string_view>
 
+#include "grammar/internal/vocab_trie.h"
+
 namespace strata::grammar {
 
-// Nodes in one array; a node's children are a sorted run of (byte, node).
-struct JsonTokenMask::Trie {
-  struct Node {
-    std::vector<std::pair<uint8_t, int32_t>> children;  // sorted by byte
-    std::vector<int32_t> tokens;                        // tokens whose bytes end here
-  };
-  std::vector<Node> nodes{Node{}};  // nodes[0]: the root
-
-  void Insert(std::string_view bytes, int32_t id) {
-    int32_t at = 0;
-    for (const char ch : bytes) {
-      const auto b = static_cast<uint8_t>(ch);
-      auto& kids = nodes[static_cast<size_t>(at)].children;
-      auto it = std::lower_bound(kids.begin(), kids.end(), b,
-                                 [](const auto& kid, uint8_t v) { return kid.first < v; });
-      if (it != kids.end() && it->first == b) {
-        at = it->second;
-        continue;
-      }
-      const auto next = static_cast<int32_t>(nodes.size());
-      kids.insert(it, {b, next});  // `kids` stays valid: nodes grows after
-      nodes.emplace_back();
-      at = next;
-    }
-    nodes[static_cast<size_t>(at)].tokens.push_back(id);
-  }
-
+// The vocabulary's trie, walked with a JSON machine.
+struct JsonTokenMask::Trie : internal::VocabTrie {
   void Walk(int32_t at, const JsonMachine& m, std::vector<int32_t>& out) const {
     for (const auto& [b, child] : nodes[static_cast<size_t>(at)].children) {
       JsonMachine next = m;
