@@ -19,6 +19,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// What Prepare learns beyond the common fields: the grammar every choice's
+// text must follow, when one constrains it.
+struct LocalPrepared final : Prepared {
+  std::shared_ptr<const grammar::GrammarTokenMask> constraint;
+};
+
 // The request offers the model tools it may call (a chat whose tool_choice
 // is not "none").
 bool OffersTools(const Request& r) {
@@ -54,12 +60,17 @@ class ChoiceSink final : public engine::RequestSink {
  public:
   // `json`: when set, the choice is one JSON object, decoded under that mask.
   // `tools`: when set, the text is read for tool calls in that syntax.
+  // `constraint`: when set, the text is a sentence of its grammar.
   ChoiceSink(int32_t index, const sampling::SamplingParams& params, const text::Tokenizer& tok,
              std::vector<std::string> stops, size_t n_user_stops, int32_t top_logprobs,
              int32_t max_tokens, std::shared_ptr<Sink> sink, Governor* governor,
              const util::Clock& clock, const grammar::JsonTokenMask* json,
-             std::optional<ToolCallParser::Options> tools)
+             std::optional<ToolCallParser::Options> tools,
+             std::shared_ptr<const grammar::GrammarTokenMask> constraint)
       : json_(json),
+        constraint_(std::move(constraint)),
+        matcher_(constraint_ ? std::optional<grammar::GrammarMatcher>(constraint_->grammar())
+                             : std::nullopt),
         tools_(tools ? std::optional<ToolCallParser>(std::in_place, std::move(*tools))
                      : std::nullopt),
         index_(index),
@@ -109,6 +120,30 @@ class ChoiceSink final : public engine::RequestSink {
       }
       logits = masked_;
     }
+    if (constraint_ != nullptr) {
+      // Only what keeps the text a prefix of a sentence of the grammar;
+      // the end of generation once the text is a whole one.
+      const std::shared_ptr<const std::vector<int32_t>> allowed =
+          constraint_->AllowedCached(*matcher_);
+      const bool end_ok = matcher_->accepting();
+      if (allowed->empty() && !end_ok) {
+        return util::InternalError(matcher_->bound_exceeded()
+                                       ? "the grammar's parse went past its bounds"
+                                       : "the grammar allows no next token");
+      }
+      masked_.assign(logits.size(), -std::numeric_limits<float>::infinity());
+      for (const int32_t id : *allowed) {
+        if (static_cast<size_t>(id) < logits.size()) {
+          masked_[static_cast<size_t>(id)] = logits[static_cast<size_t>(id)];
+        }
+      }
+      if (end_ok) {
+        for (size_t id = 0; id < logits.size(); ++id) {
+          if (tok_.IsEog(static_cast<int32_t>(id))) masked_[id] = logits[id];
+        }
+      }
+      logits = masked_;
+    }
     STRATA_ASSIGN_OR_RETURN(int32_t token, sampler_.Sample(logits));
     if (top_logprobs_ >= 0) pending_lp_ = Logprobs(logits, token);
     return token;
@@ -139,6 +174,12 @@ class ChoiceSink final : public engine::RequestSink {
     }
     // Parallel calls refused: the first call is the whole answer.
     if (tools_ && tools_->done()) return false;
+    if (constraint_ != nullptr && !tok_.IsEog(token)) {
+      // The token was allowed, so its bytes are taken; a sentence that
+      // cannot go on ends the choice.
+      if (!matcher_->FeedAll(tok_.Piece(token))) return false;
+      if (matcher_->accepting() && !matcher_->can_continue()) return false;
+    }
     if (json_ != nullptr) {
       // The token was allowed, so its bytes are accepted; the object's
       // last byte ends the choice (an end of turn).
@@ -232,10 +273,12 @@ class ChoiceSink final : public engine::RequestSink {
     return lp;
   }
 
-  const grammar::JsonTokenMask* const json_;  // null: unconstrained
-  std::optional<ToolCallParser> tools_;       // set: the request offered tools
-  grammar::JsonMachine machine_;              // json_: the text so far
-  std::vector<float> masked_;                 // json_: the step's logits, disallowed at -inf
+  const grammar::JsonTokenMask* const json_;                           // null: unconstrained
+  const std::shared_ptr<const grammar::GrammarTokenMask> constraint_;  // null: none
+  std::optional<grammar::GrammarMatcher> matcher_;  // constraint_: the text so far
+  std::optional<ToolCallParser> tools_;             // set: the request offered tools
+  grammar::JsonMachine machine_;                    // json_: the text so far
+  std::vector<float> masked_;                       // json_: the step's logits, disallowed at -inf
   const int32_t index_;
   const sampling::SamplingParams params_;  // as the request asked
   sampling::Sampler sampler_;              // params_, or their Governor tier from OnAdmit
@@ -390,7 +433,14 @@ util::StatusOr<std::shared_ptr<const Prepared>> LocalBackend::Prepare(const Requ
         "'response_format' other than text cannot be combined with tools on the local engine "
         "(a tool's parameters already constrain its arguments)");
   }
-  auto p = std::make_shared<Prepared>();
+  auto p = std::make_shared<LocalPrepared>();
+  if (OffersTools(r) && (r.tool_choice.mode == ToolChoice::Mode::kRequired ||
+                         r.tool_choice.mode == ToolChoice::Mode::kNamed)) {
+    // The model must call: its answer is held to calls of the tools, in
+    // its template's syntax, with arguments that follow their schemas.
+    STRATA_ASSIGN_OR_RETURN(const std::string gbnf, ToolCallGrammar(style_.tools, r));
+    STRATA_ASSIGN_OR_RETURN(p->constraint, GrammarMask(gbnf));
+  }
   STRATA_ASSIGN_OR_RETURN(p->tokens, Tokenize(r));
   const int32_t n_prompt = static_cast<int32_t>(p->tokens.size());
   if (n_prompt == 0) return util::InvalidArgumentError("the prompt is empty");
@@ -421,7 +471,7 @@ util::StatusOr<std::shared_ptr<const Prepared>> LocalBackend::Prepare(const Requ
   // A JSON answer ends at its closing brace, and the end-of-turn tokens are
   // masked until then: a turn end's text ("<|im_end|>") inside one of its
   // strings is content, and must not cut the object short.
-  if (!r.completion() && r.response_format == ResponseFormat::kText) {
+  if (!r.completion() && r.response_format == ResponseFormat::kText && p->constraint == nullptr) {
     for (auto& s : text::TurnEndStrings(style_)) p->stops.push_back(std::move(s));
   }
   return std::shared_ptr<const Prepared>(std::move(p));
@@ -456,13 +506,16 @@ util::StatusOr<std::shared_ptr<Run>> LocalBackend::Start(const Request& r,
     sr.stop_at_eog = !r.ignore_eos;
     std::optional<ToolCallParser::Options> tools;
     if (OffersTools(r)) {
-      tools = ToolCallParser::Options{.syntax = style_.tools,
-                                      .parallel = r.parallel_tool_calls,
-                                      .id_seed = fmt::format("{}", p.seed)};
+      tools = ToolCallParser::Options{
+          .syntax = style_.tools,
+          .parallel = r.parallel_tool_calls,
+          .id_seed = fmt::format("{}", p.seed),
+          .calls_only = static_cast<const LocalPrepared&>(*prepared).constraint != nullptr};
     }
     sr.sink = std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), prepared->stops, r.stop.size(),
                                            r.top_logprobs, prepared->max_tokens, sink, governor,
-                                           clock_, json, std::move(tools));
+                                           clock_, json, std::move(tools),
+                                           static_cast<const LocalPrepared&>(*prepared).constraint);
     if (options_.prefix_cache && r.prefix_cache) sr.cache_namespace = CacheNamespace(r.tenant);
     auto id = scheduler_.Submit(std::move(sr));
     if (!id.ok()) {
@@ -552,6 +605,30 @@ util::StatusOr<EmbeddingResult> LocalBackend::Embed(
   log_.Debug("[{}] tenant={} embedded {} inputs, {} tokens", r.request_id, r.tenant,
              out.embeddings.size(), out.prompt_tokens);
   return out;
+}
+
+util::StatusOr<std::shared_ptr<const grammar::GrammarTokenMask>> LocalBackend::GrammarMask(
+    const std::string& gbnf) const {
+  {
+    std::lock_guard<std::mutex> lock(grammar_mu_);
+    for (auto it = grammar_masks_.begin(); it != grammar_masks_.end(); ++it) {
+      if (it->first == gbnf) {
+        grammar_masks_.splice(grammar_masks_.begin(), grammar_masks_, it);
+        return it->second;
+      }
+    }
+  }
+  STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Grammar> g, grammar::Grammar::Parse(gbnf));
+  std::call_once(vocab_once_, [this] {
+    vocab_ = std::make_shared<const grammar::VocabIndex>(model_.tokenizer());
+  });
+  // Built outside the lock (it walks the vocabulary); two requests that race
+  // on a new grammar may both build it, and one copy stays.
+  auto mask = std::make_shared<const grammar::GrammarTokenMask>(std::move(g), vocab_);
+  std::lock_guard<std::mutex> lock(grammar_mu_);
+  grammar_masks_.emplace_front(gbnf, mask);
+  if (grammar_masks_.size() > kGrammarMasks) grammar_masks_.pop_back();
+  return std::shared_ptr<const grammar::GrammarTokenMask>(std::move(mask));
 }
 
 }  // namespace strata::backend

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <atomic>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,6 +36,7 @@
 
 #include "backend/backend.h"
 #include "engine/scheduler.h"
+#include "grammar/grammar_mask.h"
 #include "grammar/token_mask.h"
 #include "model/transformer.h"
 #include "obs/metrics.h"
@@ -106,6 +108,22 @@ class LocalBackend final : public Backend {
   // request that needs it (once: json_once_), read-only after.
   mutable std::once_flag json_once_;
   mutable std::unique_ptr<const grammar::JsonTokenMask> json_mask_;
+
+ public:
+  // The token mask of a grammar (GBNF text), compiled on first use and kept
+  // (at most kGrammarMasks, least recently used dropped): a client that
+  // sends one schema or tool set again pays nothing. Thread-safe.
+  util::StatusOr<std::shared_ptr<const grammar::GrammarTokenMask>> GrammarMask(
+      const std::string& gbnf) const;
+  static constexpr size_t kGrammarMasks = 32;
+
+ private:
+  mutable std::once_flag vocab_once_;
+  mutable std::shared_ptr<const grammar::VocabIndex> vocab_;  // set once (vocab_once_)
+  mutable std::mutex grammar_mu_;
+  // guarded by grammar_mu_: compiled masks by GBNF text, and their use order
+  mutable std::list<std::pair<std::string, std::shared_ptr<const grammar::GrammarTokenMask>>>
+      grammar_masks_;
 };
 
 }  // namespace strata::backend

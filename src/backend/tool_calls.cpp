@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "grammar/json_schema.h"
 #include "util/hash.h"
 
 namespace strata::backend {
@@ -31,7 +32,73 @@ std::optional<std::string> DecodeString(std::string_view body) {
   return j.get<std::string>();
 }
 
+// A GBNF string literal of `s`.
+std::string Literal(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace
+
+util::StatusOr<std::string> ToolCallGrammar(text::ToolSyntax syntax, const Request& r) {
+  const bool named = r.tool_choice.mode == ToolChoice::Mode::kNamed;
+  const char* const args_key = syntax == text::ToolSyntax::kLlama3 ? "parameters" : "arguments";
+  std::string rules;
+  std::string alternatives;
+  for (size_t i = 0; i < r.tools.size(); ++i) {
+    const ToolDefinition& t = r.tools[i];
+    if (named && t.name != r.tool_choice.name) continue;
+    const std::string schema =
+        t.parameters.empty() ? R"({"type":"object","properties":{},"additionalProperties":false})"
+                             : t.parameters;
+    auto args = grammar::JsonSchemaRules(schema, fmt::format("t{}-", i), rules);
+    if (!args.ok()) {
+      return util::InvalidFieldError(fmt::format("tools[{}].function.parameters", i),
+                                     fmt::format("'tools[{}]' ({}) cannot be enforced: {}", i,
+                                                 t.name, args.status().message()));
+    }
+    if (!alternatives.empty()) alternatives += " | ";
+    alternatives += Literal(fmt::format("{}\", \"{}\": ", t.name, args_key)) + " " + *args;
+  }
+  if (alternatives.empty()) return util::InvalidArgumentError("no tool to call");
+  const std::string call =
+      "call ::= " + Literal("{\"name\": \"") + " (" + alternatives + ") " + Literal("}") + "\n";
+  // More calls after the first, each after its separator.
+  auto more = [&](std::string_view separator, std::string_view item) {
+    if (!r.parallel_tool_calls) return std::string();
+    return fmt::format(" ({} {}){{0,{}}}", Literal(separator), item, kMaxConstrainedCalls - 1);
+  };
+  std::string root;
+  switch (syntax) {
+    case text::ToolSyntax::kTags:
+      root = fmt::format("root ::= tagged{}\ntagged ::= {} call {}\n", more("\n", "tagged"),
+                         Literal("<tool_call>\n"), Literal("\n</tool_call>"));
+      break;
+    case text::ToolSyntax::kLlama3:
+      root = fmt::format("root ::= call{}\n", more("; ", "call"));
+      break;
+    case text::ToolSyntax::kMistral:
+      root = fmt::format("root ::= {} call{} {}\n", Literal("[TOOL_CALLS]["), more(", ", "call"),
+                         Literal("]"));
+      break;
+  }
+  return root + call + rules;
+}
 
 ToolCallParser::ToolCallParser(Options options)
     : o_(std::move(options)),
@@ -383,8 +450,12 @@ void ToolCallParser::Finish(std::string* text, std::vector<ToolCallDelta>* calls
   calls_out_ = calls;
   switch (state_) {
     case State::kText:
-      // Whitespace after the calls is not an answer.
-      if (calls_ > 0 && LeadingWhitespace(held_) == held_.size()) held_.clear();
+      // Whitespace after the calls is not an answer, nor is the start of
+      // another call's markup that the end cut short.
+      if ((calls_ > 0 || o_.calls_only) &&
+          open_.starts_with(std::string_view(held_).substr(LeadingWhitespace(held_)))) {
+        held_.clear();
+      }
       FlushHeld();
       break;
     case State::kPlain:
@@ -392,12 +463,13 @@ void ToolCallParser::Finish(std::string* text, std::vector<ToolCallDelta>* calls
       break;
     case State::kCall:
       // Cut short (max_tokens): a call that went out stays as far as it
-      // got; one that did not is text.
-      if (!header_out_) Out(prefix_ + raw_);
+      // got; one that did not is text when it is all the answer has (and
+      // the answer may be text), else markup cut short.
+      if (!header_out_ && !o_.calls_only && calls_ == 0) Out(prefix_ + raw_);
       break;
     case State::kOpenList:
     case State::kListNext:
-      if (calls_ == 0) Out(prefix_);
+      if (calls_ == 0 && !o_.calls_only) Out(prefix_);
       break;
     case State::kListAfter:
     case State::kClose:

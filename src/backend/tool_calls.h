@@ -36,6 +36,16 @@
 
 namespace strata::backend {
 
+// The grammar (GBNF, grammar/grammar.h) of an answer that is nothing but
+// tool calls in `syntax`: for tool_choice kNamed, calls of that tool; for
+// kRequired, of any of r.tools; one call, or with r.parallel_tool_calls
+// up to kMaxConstrainedCalls. Each call's arguments follow its tool's
+// parameters schema (grammar/json_schema.h; no parameters: {}). A schema
+// the compiler cannot express is InvalidArgument naming the tool's field
+// ("tools[1].function.parameters: ...").
+inline constexpr int32_t kMaxConstrainedCalls = 8;
+util::StatusOr<std::string> ToolCallGrammar(text::ToolSyntax syntax, const Request& r);
+
 class ToolCallParser {
  public:
   struct Options {
@@ -43,6 +53,9 @@ class ToolCallParser {
     // false: the first complete call is the last (done() turns true).
     bool parallel = true;
     std::string id_seed;
+    // The text is calls and nothing else (a grammar holds it so): a call
+    // the end cuts short before its name went out is dropped, not text.
+    bool calls_only = false;
   };
   explicit ToolCallParser(Options options);
 

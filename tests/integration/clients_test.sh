@@ -191,7 +191,7 @@ run_config() {
   up_pid=$server_pid
   up_port=$server_port
   local base="http://127.0.0.1:$up_port" log="$up_log"
-  local files=(openai.test.js anthropic.test.js)
+  local files=(openai.test.js anthropic.test.js tools.test.js)
   if [ "$chain" != direct ]; then
     if start_server "[$chain] the front" "$front_log" --backend "$chain:$base" \
       --backend-name test-model --backend-model test-model; then
