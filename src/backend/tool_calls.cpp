@@ -33,7 +33,7 @@ std::optional<std::string> DecodeString(std::string_view body) {
 }
 
 // A GBNF string literal of `s`.
-std::string Literal(std::string_view s) {
+std::string GbnfLiteral(std::string_view s) {
   std::string out = "\"";
   for (const char c : s) {
     switch (c) {
@@ -73,28 +73,28 @@ util::StatusOr<std::string> ToolCallGrammar(text::ToolSyntax syntax, const Reque
                                                  t.name, args.status().message()));
     }
     if (!alternatives.empty()) alternatives += " | ";
-    alternatives += Literal(fmt::format("{}\", \"{}\": ", t.name, args_key)) + " " + *args;
+    alternatives += GbnfLiteral(fmt::format("{}\", \"{}\": ", t.name, args_key)) + " " + *args;
   }
   if (alternatives.empty()) return util::InvalidArgumentError("no tool to call");
-  const std::string call =
-      "call ::= " + Literal("{\"name\": \"") + " (" + alternatives + ") " + Literal("}") + "\n";
+  const std::string call = "call ::= " + GbnfLiteral("{\"name\": \"") + " (" + alternatives + ") " +
+                           GbnfLiteral("}") + "\n";
   // More calls after the first, each after its separator.
   auto more = [&](std::string_view separator, std::string_view item) {
     if (!r.parallel_tool_calls) return std::string();
-    return fmt::format(" ({} {}){{0,{}}}", Literal(separator), item, kMaxConstrainedCalls - 1);
+    return fmt::format(" ({} {}){{0,{}}}", GbnfLiteral(separator), item, kMaxConstrainedCalls - 1);
   };
   std::string root;
   switch (syntax) {
     case text::ToolSyntax::kTags:
       root = fmt::format("root ::= tagged{}\ntagged ::= {} call {}\n", more("\n", "tagged"),
-                         Literal("<tool_call>\n"), Literal("\n</tool_call>"));
+                         GbnfLiteral("<tool_call>\n"), GbnfLiteral("\n</tool_call>"));
       break;
     case text::ToolSyntax::kLlama3:
       root = fmt::format("root ::= call{}\n", more("; ", "call"));
       break;
     case text::ToolSyntax::kMistral:
-      root = fmt::format("root ::= {} call{} {}\n", Literal("[TOOL_CALLS]["), more(", ", "call"),
-                         Literal("]"));
+      root = fmt::format("root ::= {} call{} {}\n", GbnfLiteral("[TOOL_CALLS]["),
+                         more(", ", "call"), GbnfLiteral("]"));
       break;
   }
   return root + call + rules;
@@ -412,6 +412,9 @@ void ToolCallParser::EndCall() {
 
 void ToolCallParser::FailCall() {
   state_ = o_.syntax == text::ToolSyntax::kLlama3 ? State::kPlain : State::kText;
+  // A call that went out ends where its JSON broke (and counts as the one
+  // call when parallel calls are refused).
+  if (header_out_ && !o_.parallel) done_ = true;
   std::string bytes;
   if (!header_out_) bytes = prefix_ + raw_;  // nothing of it went out: the model's words
   prefix_.clear();

@@ -42,7 +42,7 @@ Json Messages(const std::vector<ChatMessage>& messages) {
   return out;
 }
 
-Json Tools(const std::vector<ToolDefinition>& tools) {
+Json OpenAITools(const std::vector<ToolDefinition>& tools) {
   Json out = Json::array();
   for (const ToolDefinition& t : tools) {
     Json fn = {{"name", t.name}};
@@ -436,7 +436,7 @@ StatusOr<Call> RenderOpenAI(const Request& r, const RenderOptions& o) {
     body["response_format"] = {{"type", "json_object"}};
   }
   if (!r.tools.empty()) {
-    body["tools"] = Tools(r.tools);
+    body["tools"] = OpenAITools(r.tools);
     switch (r.tool_choice.mode) {
       case ToolChoice::Mode::kAuto:
         break;  // the API's default

@@ -87,7 +87,7 @@ StatusOr<bool> CacheBreakpoint(const Json& content, const std::string& where) {
 // server tools Anthropic runs itself are not strata's to run), and
 // tool_choice {"type": auto | any | tool | none, "name",
 // "disable_parallel_tool_use"}.
-Status ParseTools(const Fields& f, gateway::CompletionRequest& r) {
+Status AnthropicTools(const Fields& f, gateway::CompletionRequest& r) {
   if (f.Has("tools")) {
     const Json& tools = f.Get("tools");
     if (!tools.is_array()) return f.Error("tools", "must be an array of tools");
@@ -141,8 +141,8 @@ Status ParseTools(const Fields& f, gateway::CompletionRequest& r) {
 // and tool_result (user). The results become "tool" messages, ahead of the
 // user's text (Anthropic puts them first); the calls ride on the assistant
 // message.
-Status ParseContent(const std::string& role, const Json& content, const std::string& at,
-                    std::vector<gateway::ChatMessage>& out) {
+Status AnthropicContent(const std::string& role, const Json& content, const std::string& at,
+                        std::vector<gateway::ChatMessage>& out) {
   gateway::ChatMessage msg;
   msg.role = role;
   if (!content.is_array()) {
@@ -236,11 +236,11 @@ StatusOr<ParsedRequest> ParseRequest(const Json& j) {
       return FieldError(at + ".role", fmt::format("is '{}': must be 'user' or 'assistant'", role));
     }
     if (!m.contains("content")) return FieldError(at + ".content", "is required");
-    STRATA_RETURN_IF_ERROR(ParseContent(role, m["content"], at + ".content", r.messages));
+    STRATA_RETURN_IF_ERROR(AnthropicContent(role, m["content"], at + ".content", r.messages));
     STRATA_ASSIGN_OR_RETURN(bool breakpoint, CacheBreakpoint(m["content"], at + ".content"));
     if (breakpoint) r.cache_breakpoints.push_back(static_cast<int32_t>(r.messages.size()) - 1);
   }
-  STRATA_RETURN_IF_ERROR(ParseTools(f, r));
+  STRATA_RETURN_IF_ERROR(AnthropicTools(f, r));
   STRATA_RETURN_IF_ERROR(ParseSampling(f, 1.0, r));
   STRATA_ASSIGN_OR_RETURN(r.stop, f.Strings("stop_sequences"));
   STRATA_ASSIGN_OR_RETURN(auto stream, f.Bool("stream"));

@@ -27,7 +27,7 @@ const char* OpenAIFinish(gateway::FinishReason r) {
 
 // tools: [{"type": "function", "function": {"name", "description",
 // "parameters", "strict"}}].
-Status ParseTools(const Fields& f, gateway::CompletionRequest& r) {
+Status OpenAITools(const Fields& f, gateway::CompletionRequest& r) {
   const Json& tools = f.Has("tools") ? f.Get("tools") : Json::array();
   if (!tools.is_array()) return f.Error("tools", "must be an array of function tools");
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -84,7 +84,7 @@ Status ParseTools(const Fields& f, gateway::CompletionRequest& r) {
 
 // One chat message: system/developer, user, assistant (text and/or
 // tool_calls), or tool (a result, with tool_call_id).
-StatusOr<gateway::ChatMessage> ParseMessage(const Json& m, const std::string& at) {
+StatusOr<gateway::ChatMessage> OpenAIMessage(const Json& m, const std::string& at) {
   if (!m.is_object()) return FieldError(at, "must be an object");
   if (!m.contains("role") || !m["role"].is_string()) {
     return FieldError(at + ".role", "must be a string");
@@ -318,10 +318,10 @@ StatusOr<ParsedRequest> ParseRequest(ApiKind kind, const Json& j) {
     }
     for (size_t i = 0; i < msgs.size(); ++i) {
       STRATA_ASSIGN_OR_RETURN(gateway::ChatMessage m,
-                              ParseMessage(msgs[i], fmt::format("messages[{}]", i)));
+                              OpenAIMessage(msgs[i], fmt::format("messages[{}]", i)));
       r.messages.push_back(std::move(m));
     }
-    STRATA_RETURN_IF_ERROR(ParseTools(f, r));
+    STRATA_RETURN_IF_ERROR(OpenAITools(f, r));
   } else {
     STRATA_RETURN_IF_ERROR(f.Reject("tools", "tools need a chat: use /v1/chat/completions"));
     if (!f.Has("prompt")) return f.Error("prompt", "is required");

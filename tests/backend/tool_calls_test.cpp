@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "grammar/grammar.h"
 #include "util/random.h"
 
 namespace strata::backend {
@@ -191,6 +194,82 @@ TEST(ToolCallParser, RandomBytesAreSafeAndPlainTextIsUnchanged) {
     EXPECT_EQ(Parse(ToolSyntax::kTags, {plain}).text, plain);
     EXPECT_EQ(Parse(ToolSyntax::kMistral, {plain}).text, plain);
   }
+}
+
+// What the grammar of forced calls lets a decoder write, the parser reads
+// back as calls and nothing else: random walks through the grammar (a
+// random accepted byte at each step) in each syntax, parsed.
+TEST(ToolCallGrammar, EverySentenceParsesBackIntoValidCalls) {
+  Request r;
+  r.tools = {{"get_weather", "", R"({"type":"object","properties":{"city":{"type":"string",
+              "maxLength":6},"unit":{"enum":["c","f"]}},"required":["city","unit"]})"},
+             {"now", "", ""}};
+  util::Rng rng(11);
+  for (ToolSyntax syntax : {ToolSyntax::kTags, ToolSyntax::kLlama3, ToolSyntax::kMistral}) {
+    for (const bool parallel : {true, false}) {
+      r.parallel_tool_calls = parallel;
+      r.tool_choice = {ToolChoice::Mode::kRequired, ""};
+      auto gbnf = ToolCallGrammar(syntax, r);
+      ASSERT_TRUE(gbnf.ok()) << gbnf.status().ToString();
+      auto g = grammar::Grammar::Parse(*gbnf);
+      ASSERT_TRUE(g.ok()) << g.status().ToString() << "\n" << *gbnf;
+      for (int walk = 0; walk < 40; ++walk) {
+        grammar::GrammarMatcher m(**g);
+        std::string text;
+        while (text.size() < 4000) {
+          if (m.accepting() && (!m.can_continue() || rng.Below(4) == 0)) break;
+          std::vector<uint8_t> ok;
+          for (int b = 0; b < 256; ++b) {
+            grammar::GrammarMatcher probe = m;
+            if (probe.Feed(static_cast<uint8_t>(b))) ok.push_back(static_cast<uint8_t>(b));
+          }
+          ASSERT_FALSE(ok.empty()) << "a dead state after " << text;
+          // Mostly printable ASCII, so strings end in reasonable time.
+          std::vector<uint8_t> ascii;
+          for (uint8_t b : ok) {
+            if (b >= 0x20 && b < 0x7f) ascii.push_back(b);
+          }
+          const std::vector<uint8_t>& pick = ascii.empty() || rng.Below(10) == 0 ? ok : ascii;
+          const uint8_t b = pick[rng.Below(pick.size())];
+          ASSERT_TRUE(m.Feed(b));
+          text += static_cast<char>(b);
+        }
+        ASSERT_TRUE(m.accepting()) << text;
+        const Parsed p = Parse(syntax, Bytes(text), parallel);
+        EXPECT_EQ(p.text, "") << text;
+        ASSERT_GE(p.calls.size(), 1u) << text;
+        if (!parallel) {
+          EXPECT_EQ(p.calls.size(), 1u) << text;
+        }
+        for (const ToolCall& c : p.calls) {
+          const auto args = nlohmann::json::parse(c.arguments, nullptr, false);
+          ASSERT_TRUE(args.is_object()) << c.arguments;
+          if (c.name == "get_weather") {
+            ASSERT_TRUE(args["city"].is_string()) << c.arguments;
+            size_t chars = 0;  // maxLength counts characters, not bytes
+            for (unsigned char ch : args["city"].get<std::string>()) chars += (ch & 0xC0) != 0x80;
+            EXPECT_LE(chars, 6u) << c.arguments;
+            EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f") << c.arguments;
+          } else {
+            EXPECT_EQ(c.name, "now");
+            EXPECT_EQ(args, nlohmann::json::object());
+          }
+        }
+      }
+    }
+  }
+  // Named: only that tool. An unknown keyword in its schema is an error
+  // naming the tool's field.
+  r.tool_choice = {ToolChoice::Mode::kNamed, "now"};
+  auto named = ToolCallGrammar(ToolSyntax::kTags, r);
+  ASSERT_TRUE(named.ok());
+  EXPECT_EQ(named->find("get_weather"), std::string::npos);
+  r.tools[1].parameters =
+      R"({"type":"object","properties":{"n":{"type":"number","multipleOf":2}}})";
+  auto bad = ToolCallGrammar(ToolSyntax::kTags, r);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().field(), "tools[1].function.parameters");
+  EXPECT_NE(bad.status().message().find("multipleOf"), std::string::npos) << bad.status().message();
 }
 
 }  // namespace
