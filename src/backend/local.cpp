@@ -9,6 +9,7 @@
 
 #include "backend/internal/embedding_sink.h"
 #include "backend/stop_matcher.h"
+#include "grammar/json_schema.h"
 #include "util/hash.h"
 #include "util/random.h"
 #include "util/utf8.h"
@@ -46,11 +47,17 @@ class LocalRun final : public Run {
 class ChoiceSink final : public engine::RequestSink {
  public:
   // `json`: when set, the choice is one JSON object, decoded under that mask.
+  // `grammar`: when set, the choice is a sentence of its grammar; `eog` are
+  // the tokens that may end it once the text is one.
   ChoiceSink(int32_t index, const sampling::SamplingParams& params, const text::Tokenizer& tok,
              std::vector<std::string> stops, size_t n_user_stops, int32_t top_logprobs,
              int32_t max_tokens, std::shared_ptr<Sink> sink, Governor* governor,
-             const util::Clock& clock, const grammar::JsonTokenMask* json)
+             const util::Clock& clock, const grammar::JsonTokenMask* json,
+             std::shared_ptr<const grammar::GrammarTokenMask> grammar,
+             const std::vector<int32_t>& eog)
       : json_(json),
+        grammar_(std::move(grammar)),
+        eog_(eog),
         index_(index),
         params_(params),
         sampler_(params),
@@ -97,6 +104,9 @@ class ChoiceSink final : public engine::RequestSink {
         }
       }
       logits = masked_;
+    } else if (grammar_ != nullptr) {
+      STRATA_RETURN_IF_ERROR(MaskByGrammar(logits));
+      logits = masked_;
     }
     STRATA_ASSIGN_OR_RETURN(int32_t token, sampler_.Sample(logits));
     if (top_logprobs_ >= 0) pending_lp_ = Logprobs(logits, token);
@@ -122,6 +132,16 @@ class ChoiceSink final : public engine::RequestSink {
       // The token was allowed, so its bytes are accepted; the object's
       // last byte ends the choice (an end of turn).
       if (!machine_.FeedAll(tok_.Piece(token)) || machine_.complete()) return false;
+    }
+    if (grammar_ != nullptr && !tok_.IsEog(token)) {
+      // Allowed, so taken, unless a bound of the matcher's state refuses it:
+      // then the next Choose fails the choice.
+      if (!matcher_->FeedAll(tok_.Piece(token))) {
+        grammar_failed_ = true;
+        return true;
+      }
+      // A whole sentence that nothing can extend ends the choice.
+      if (matcher_->accepting() && !matcher_->can_continue()) return false;
     }
     return !stop_.stopped();
   }
@@ -170,6 +190,37 @@ class ChoiceSink final : public engine::RequestSink {
   }
 
  private:
+  // masked_ = `logits` with only what the grammar allows next; the
+  // end-of-generation tokens too when the text is a whole sentence.
+  util::Status MaskByGrammar(std::span<const float> logits) {
+    if (grammar_failed_) {
+      return util::InternalError(
+          "the grammar's parse state passed a bound (too many parse stacks or too deep)");
+    }
+    const auto allowed = grammar_->AllowedCached(*matcher_);
+    const bool accepting = matcher_->accepting();
+    if (allowed->empty() && !accepting) {
+      return util::InternalError(
+          matcher_->bound_exceeded()
+              ? "the grammar allows no next token: its parse state passed a bound"
+              : "the grammar allows no next token (no token of the vocabulary continues it)");
+    }
+    masked_.assign(logits.size(), -std::numeric_limits<float>::infinity());
+    for (const int32_t id : *allowed) {
+      if (static_cast<size_t>(id) < logits.size()) {
+        masked_[static_cast<size_t>(id)] = logits[static_cast<size_t>(id)];
+      }
+    }
+    if (accepting) {
+      for (const int32_t id : eog_) {
+        if (static_cast<size_t>(id) < logits.size()) {
+          masked_[static_cast<size_t>(id)] = logits[static_cast<size_t>(id)];
+        }
+      }
+    }
+    return util::OkStatus();
+  }
+
   TokenLogprob Logprobs(std::span<const float> logits, int32_t token) const {
     double mx = -INFINITY;
     for (float l : logits) mx = std::max(mx, static_cast<double>(l));
@@ -205,7 +256,14 @@ class ChoiceSink final : public engine::RequestSink {
 
   const grammar::JsonTokenMask* const json_;  // null: unconstrained
   grammar::JsonMachine machine_;              // json_: the text so far
-  std::vector<float> masked_;                 // json_: the step's logits, disallowed at -inf
+  // null: no grammar; else the text so far in matcher_ (which borrows the
+  // mask's grammar, kept alive by grammar_).
+  const std::shared_ptr<const grammar::GrammarTokenMask> grammar_;
+  const std::vector<int32_t>& eog_;  // the backend's, which outlives its choices
+  std::optional<grammar::GrammarMatcher> matcher_ =
+      grammar_ ? std::optional<grammar::GrammarMatcher>(grammar_->grammar()) : std::nullopt;
+  bool grammar_failed_ = false;
+  std::vector<float> masked_;  // json_: the step's logits, disallowed at -inf
   const int32_t index_;
   const sampling::SamplingParams params_;  // as the request asked
   sampling::Sampler sampler_;              // params_, or their Governor tier from OnAdmit
@@ -262,6 +320,9 @@ util::StatusOr<std::unique_ptr<LocalBackend>> LocalBackend::Create(
                           [s] { return static_cast<double>(s->Stats().preemptions); });
   metrics.CounterCallback("strata_engine_steps_total", "Forward passes run by the scheduler.",
                           [s] { return static_cast<double>(s->Stats().steps); });
+  for (int32_t id = 0; id < model.tokenizer().n_vocab(); ++id) {
+    if (model.tokenizer().IsEog(id)) b->eog_ids_.push_back(id);
+  }
   const auto tpl = model.gguf().GetStringOr("tokenizer.chat_template", "");
   const int32_t eos = model.tokenizer().eos();
   const std::string eos_text = eos >= 0 ? std::string(model.tokenizer().TokenText(eos)) : "</s>";
@@ -382,7 +443,10 @@ util::StatusOr<std::shared_ptr<const Prepared>> LocalBackend::Prepare(const Requ
   // A JSON answer ends at its closing brace, and the end-of-turn tokens are
   // masked until then: a turn end's text ("<|im_end|>") inside one of its
   // strings is content, and must not cut the object short.
-  if (!r.completion() && r.response_format == ResponseFormat::kText) {
+  // A schema or a grammar that does not compile is the client's error, here,
+  // before anything runs (and compiled once: Start finds it in the cache).
+  STRATA_RETURN_IF_ERROR(GrammarFor(r).status());
+  if (!r.completion() && r.response_format == ResponseFormat::kText && r.grammar.empty()) {
     for (auto& s : text::TurnEndStrings(style_)) p->stops.push_back(std::move(s));
   }
   return std::shared_ptr<const Prepared>(std::move(p));
@@ -407,6 +471,8 @@ util::StatusOr<std::shared_ptr<Run>> LocalBackend::Start(const Request& r,
     });
     json = json_mask_.get();
   }
+  STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const grammar::GrammarTokenMask> constrained,
+                          GrammarFor(r));
   auto run = std::make_shared<LocalRun>(scheduler_);
   for (int32_t i = 0; i < r.n; ++i) {
     sampling::SamplingParams p = r.sampling;
@@ -417,7 +483,7 @@ util::StatusOr<std::shared_ptr<Run>> LocalBackend::Start(const Request& r,
     sr.stop_at_eog = !r.ignore_eos;
     sr.sink = std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), prepared->stops, r.stop.size(),
                                            r.top_logprobs, prepared->max_tokens, sink, governor,
-                                           clock_, json);
+                                           clock_, json, constrained, eog_ids_);
     if (options_.prefix_cache && r.prefix_cache) sr.cache_namespace = CacheNamespace(r.tenant);
     auto id = scheduler_.Submit(std::move(sr));
     if (!id.ok()) {
@@ -427,6 +493,46 @@ util::StatusOr<std::shared_ptr<Run>> LocalBackend::Start(const Request& r,
     run->Add(*id);
   }
   return std::shared_ptr<Run>(std::move(run));
+}
+
+util::StatusOr<std::shared_ptr<const grammar::GrammarTokenMask>> LocalBackend::GrammarFor(
+    const Request& r) const {
+  const bool schema = r.response_format == ResponseFormat::kJsonSchema;
+  if (!schema && r.grammar.empty()) return std::shared_ptr<const grammar::GrammarTokenMask>();
+  std::string key = schema ? "s" + r.json_schema.schema : "g" + r.grammar;
+  {
+    std::lock_guard<std::mutex> lock(grammar_mu_);
+    for (auto it = grammars_.begin(); it != grammars_.end(); ++it) {
+      if (it->first != key) continue;
+      grammars_.splice(grammars_.begin(), grammars_, it);
+      return it->second;
+    }
+  }
+  // Compiled outside the lock (a large vocabulary's walks take a while);
+  // two requests with one new text may both compile it, to equal masks.
+  std::string text = r.grammar;
+  if (schema) {
+    auto compiled = grammar::CompileJsonSchema(r.json_schema.schema);
+    if (!compiled.ok()) {
+      return util::InvalidFieldError(
+          "response_format.json_schema.schema",
+          fmt::format("'response_format.json_schema.schema': {}", compiled.status().message()));
+    }
+    text = std::move(*compiled);
+  }
+  auto g = grammar::Grammar::Parse(text);
+  if (!g.ok()) {
+    const char* field = schema ? "response_format.json_schema.schema" : "grammar";
+    return util::InvalidFieldError(field, fmt::format("'{}': {}", field, g.status().message()));
+  }
+  std::call_once(vocab_once_, [this] {
+    vocab_ = std::make_shared<const grammar::VocabIndex>(model_.tokenizer());
+  });
+  auto mask = std::make_shared<const grammar::GrammarTokenMask>(*g, vocab_);
+  std::lock_guard<std::mutex> lock(grammar_mu_);
+  grammars_.emplace_front(std::move(key), mask);
+  if (grammars_.size() > kGrammarCacheEntries) grammars_.pop_back();
+  return mask;
 }
 
 util::StatusOr<EmbeddingResult> LocalBackend::Embed(

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <atomic>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,6 +36,7 @@
 
 #include "backend/backend.h"
 #include "engine/scheduler.h"
+#include "grammar/grammar_mask.h"
 #include "grammar/token_mask.h"
 #include "model/transformer.h"
 #include "obs/metrics.h"
@@ -106,6 +108,19 @@ class LocalBackend final : public Backend {
   // request that needs it (once: json_once_), read-only after.
   mutable std::once_flag json_once_;
   mutable std::unique_ptr<const grammar::JsonTokenMask> json_mask_;
+  // The mask of the request's json_schema or grammar (null for neither):
+  // compiled once per text (InvalidField naming the field when it does not
+  // compile), then kept in a small LRU.
+  util::StatusOr<std::shared_ptr<const grammar::GrammarTokenMask>> GrammarFor(
+      const Request& r) const;
+  static constexpr size_t kGrammarCacheEntries = 16;
+  mutable std::once_flag vocab_once_;
+  mutable std::shared_ptr<const grammar::VocabIndex> vocab_;  // built by the first grammar
+  mutable std::mutex grammar_mu_;
+  // guarded by grammar_mu_: (kind + text, mask), the most recently used first
+  mutable std::list<std::pair<std::string, std::shared_ptr<const grammar::GrammarTokenMask>>>
+      grammars_;
+  std::vector<int32_t> eog_ids_;  // the vocabulary's end-of-generation tokens
 };
 
 }  // namespace strata::backend

@@ -116,6 +116,12 @@ cache::CacheKey ResponseKey(const CompletionRequest& r, const backend::Backend& 
   }
   b.I32(p.max_tokens).I32(r.n).I32(r.top_logprobs).Bool(r.ignore_eos);
   b.I32(static_cast<int32_t>(r.response_format));
+  // The schema and the grammar decide the text (absent: the key as before).
+  if (r.response_format == ResponseFormat::kJsonSchema) {
+    b.Str(r.json_schema.name).Str(r.json_schema.description).Str(r.json_schema.schema);
+    b.Bool(r.json_schema.strict);
+  }
+  if (!r.grammar.empty()) b.Str("grammar").Str(r.grammar);
   // The stop strings: the request's own, then the template's turn ends.
   b.I64(static_cast<int64_t>(p.stops.size())).I64(static_cast<int64_t>(r.stop.size()));
   for (const std::string& s : p.stops) b.Str(s);
