@@ -259,7 +259,7 @@ class ChoiceSink final : public engine::RequestSink {
   // null: no grammar; else the text so far in matcher_ (which borrows the
   // mask's grammar, kept alive by grammar_).
   const std::shared_ptr<const grammar::GrammarTokenMask> grammar_;
-  const std::vector<int32_t>& eog_;  // the backend's, which outlives its choices
+  const std::vector<int32_t> eog_;  // the vocabulary's end-of-generation tokens
   std::optional<grammar::GrammarMatcher> matcher_ =
       grammar_ ? std::optional<grammar::GrammarMatcher>(grammar_->grammar()) : std::nullopt;
   bool grammar_failed_ = false;

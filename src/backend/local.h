@@ -12,6 +12,12 @@
 // stream when one is set), detokenizing to complete UTF-8, matching stop
 // strings even split across tokens (they never appear in the text), and
 // reporting logprobs when asked; a failed submit cancels what was submitted.
+// A JSON Schema (response_format json_schema) or a GBNF grammar is compiled
+// in Prepare (InvalidField naming the field, with the compiler's message,
+// when it does not compile) and cached by its text (the 16 most recent);
+// each choice then masks its logits to what the grammar allows, allows the
+// end-of-generation tokens only where the text is a whole sentence, ends
+// when nothing can extend it, and fails where nothing is allowed.
 // With a Governor, each choice takes its terms when the scheduler admits it
 // (sampling tier, max_tokens cap) and reports its TTFT and time per token.
 // Embed pools the final hidden states of each input (mean, unit length).
