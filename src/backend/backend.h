@@ -57,7 +57,15 @@ struct SamplingFieldsSet {
 };
 
 // The shape every choice's text must have.
-enum class ResponseFormat { kText, kJsonObject };
+enum class ResponseFormat { kText, kJsonObject, kJsonSchema };
+
+// OpenAI's response_format {"type": "json_schema", "json_schema": {...}}.
+struct JsonSchemaFormat {
+  std::string name;         // ^[a-zA-Z0-9_-]{1,64}$
+  std::string description;  // "" = none
+  std::string schema;       // the schema as JSON text, its keys in the client's order
+  bool strict = false;      // passed to an upstream; the local engine always constrains
+};
 
 // One message of a chat: role ("system", "user", "assistant", "tool"), text,
 // and an assistant's tool calls or a tool result's call id.
@@ -119,14 +127,20 @@ struct Request {
   SamplingFieldsSet sampling_set;
   std::vector<std::string> stop;
   // kJsonObject: every choice is one JSON object (OpenAI's response_format
-  // {"type": "json_object"}); the local engine constrains its decoding so,
-  // an OpenAI upstream is asked for it.
+  // {"type": "json_object"}); kJsonSchema: one JSON document valid against
+  // json_schema.schema. The local engine constrains its decoding so, an
+  // OpenAI upstream is asked for it.
   ResponseFormat response_format = ResponseFormat::kText;
   // The functions the model may call (empty: none), whether and which it
   // must call, and whether one turn may hold several calls.
   std::vector<ToolDefinition> tools;
   ToolChoice tool_choice;
   bool parallel_tool_calls = true;
+  JsonSchemaFormat json_schema;  // kJsonSchema: the schema every choice validates against
+  // strata's `grammar` (GBNF text, grammar/grammar.h; "" = none): every choice
+  // is a sentence of it. The local engine constrains its decoding so, an
+  // OpenAI-compatible upstream gets it as `grammar` (llama-server's field).
+  std::string grammar;
   int32_t n = 1;
   int32_t top_logprobs = -1;  // -1: no logprobs; 0..20: chosen token (+ top N)
   bool prefix_cache = true;   // reuse cached KV blocks of this tenant's prompts

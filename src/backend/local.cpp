@@ -10,6 +10,7 @@
 #include "backend/internal/embedding_sink.h"
 #include "backend/stop_matcher.h"
 #include "backend/tool_calls.h"
+#include "grammar/json_schema.h"
 #include "util/hash.h"
 #include "util/random.h"
 #include "util/utf8.h"
@@ -60,19 +61,20 @@ class ChoiceSink final : public engine::RequestSink {
  public:
   // `json`: when set, the choice is one JSON object, decoded under that mask.
   // `tools`: when set, the text is read for tool calls in that syntax.
-  // `constraint`: when set, the text is a sentence of its grammar.
+  // `grammar`: when set, the choice is a sentence of its grammar; `eog` are
+  // the tokens that may end it once the text is one.
   ChoiceSink(int32_t index, const sampling::SamplingParams& params, const text::Tokenizer& tok,
              std::vector<std::string> stops, size_t n_user_stops, int32_t top_logprobs,
              int32_t max_tokens, std::shared_ptr<Sink> sink, Governor* governor,
              const util::Clock& clock, const grammar::JsonTokenMask* json,
              std::optional<ToolCallParser::Options> tools,
-             std::shared_ptr<const grammar::GrammarTokenMask> constraint)
+             std::shared_ptr<const grammar::GrammarTokenMask> grammar,
+             const std::vector<int32_t>& eog)
       : json_(json),
-        constraint_(std::move(constraint)),
-        matcher_(constraint_ ? std::optional<grammar::GrammarMatcher>(constraint_->grammar())
-                             : std::nullopt),
         tools_(tools ? std::optional<ToolCallParser>(std::in_place, std::move(*tools))
                      : std::nullopt),
+        grammar_(std::move(grammar)),
+        eog_(eog),
         index_(index),
         params_(params),
         sampler_(params),
@@ -119,29 +121,8 @@ class ChoiceSink final : public engine::RequestSink {
         }
       }
       logits = masked_;
-    }
-    if (constraint_ != nullptr) {
-      // Only what keeps the text a prefix of a sentence of the grammar;
-      // the end of generation once the text is a whole one.
-      const std::shared_ptr<const std::vector<int32_t>> allowed =
-          constraint_->AllowedCached(*matcher_);
-      const bool end_ok = matcher_->accepting();
-      if (allowed->empty() && !end_ok) {
-        return util::InternalError(matcher_->bound_exceeded()
-                                       ? "the grammar's parse went past its bounds"
-                                       : "the grammar allows no next token");
-      }
-      masked_.assign(logits.size(), -std::numeric_limits<float>::infinity());
-      for (const int32_t id : *allowed) {
-        if (static_cast<size_t>(id) < logits.size()) {
-          masked_[static_cast<size_t>(id)] = logits[static_cast<size_t>(id)];
-        }
-      }
-      if (end_ok) {
-        for (size_t id = 0; id < logits.size(); ++id) {
-          if (tok_.IsEog(static_cast<int32_t>(id))) masked_[id] = logits[id];
-        }
-      }
+    } else if (grammar_ != nullptr) {
+      STRATA_RETURN_IF_ERROR(MaskByGrammar(logits));
       logits = masked_;
     }
     STRATA_ASSIGN_OR_RETURN(int32_t token, sampler_.Sample(logits));
@@ -174,16 +155,20 @@ class ChoiceSink final : public engine::RequestSink {
     }
     // Parallel calls refused: the first call is the whole answer.
     if (tools_ && tools_->done()) return false;
-    if (constraint_ != nullptr && !tok_.IsEog(token)) {
-      // The token was allowed, so its bytes are taken; a sentence that
-      // cannot go on ends the choice.
-      if (!matcher_->FeedAll(tok_.Piece(token))) return false;
-      if (matcher_->accepting() && !matcher_->can_continue()) return false;
-    }
     if (json_ != nullptr) {
       // The token was allowed, so its bytes are accepted; the object's
       // last byte ends the choice (an end of turn).
       if (!machine_.FeedAll(tok_.Piece(token)) || machine_.complete()) return false;
+    }
+    if (grammar_ != nullptr && !tok_.IsEog(token)) {
+      // Allowed, so taken, unless a bound of the matcher's state refuses it:
+      // then the next Choose fails the choice.
+      if (!matcher_->FeedAll(tok_.Piece(token))) {
+        grammar_failed_ = true;
+        return true;
+      }
+      // A whole sentence that nothing can extend ends the choice.
+      if (matcher_->accepting() && !matcher_->can_continue()) return false;
     }
     return !stop_.stopped();
   }
@@ -240,6 +225,37 @@ class ChoiceSink final : public engine::RequestSink {
   }
 
  private:
+  // masked_ = `logits` with only what the grammar allows next; the
+  // end-of-generation tokens too when the text is a whole sentence.
+  util::Status MaskByGrammar(std::span<const float> logits) {
+    if (grammar_failed_) {
+      return util::InternalError(
+          "the grammar's parse state passed a bound (too many parse stacks or too deep)");
+    }
+    const auto allowed = grammar_->AllowedCached(*matcher_);
+    const bool accepting = matcher_->accepting();
+    if (allowed->empty() && !accepting) {
+      return util::InternalError(
+          matcher_->bound_exceeded()
+              ? "the grammar allows no next token: its parse state passed a bound"
+              : "the grammar allows no next token (no token of the vocabulary continues it)");
+    }
+    masked_.assign(logits.size(), -std::numeric_limits<float>::infinity());
+    for (const int32_t id : *allowed) {
+      if (static_cast<size_t>(id) < logits.size()) {
+        masked_[static_cast<size_t>(id)] = logits[static_cast<size_t>(id)];
+      }
+    }
+    if (accepting) {
+      for (const int32_t id : eog_) {
+        if (static_cast<size_t>(id) < logits.size()) {
+          masked_[static_cast<size_t>(id)] = logits[static_cast<size_t>(id)];
+        }
+      }
+    }
+    return util::OkStatus();
+  }
+
   TokenLogprob Logprobs(std::span<const float> logits, int32_t token) const {
     double mx = -INFINITY;
     for (float l : logits) mx = std::max(mx, static_cast<double>(l));
@@ -273,12 +289,17 @@ class ChoiceSink final : public engine::RequestSink {
     return lp;
   }
 
-  const grammar::JsonTokenMask* const json_;                           // null: unconstrained
-  const std::shared_ptr<const grammar::GrammarTokenMask> constraint_;  // null: none
-  std::optional<grammar::GrammarMatcher> matcher_;  // constraint_: the text so far
-  std::optional<ToolCallParser> tools_;             // set: the request offered tools
-  grammar::JsonMachine machine_;                    // json_: the text so far
-  std::vector<float> masked_;                       // json_: the step's logits, disallowed at -inf
+  const grammar::JsonTokenMask* const json_;  // null: unconstrained
+  std::optional<ToolCallParser> tools_;       // set: the request offered tools
+  grammar::JsonMachine machine_;              // json_: the text so far
+  // null: no grammar; else the text so far in matcher_ (which borrows the
+  // mask's grammar, kept alive by grammar_).
+  const std::shared_ptr<const grammar::GrammarTokenMask> grammar_;
+  const std::vector<int32_t> eog_;  // the vocabulary's end-of-generation tokens
+  std::optional<grammar::GrammarMatcher> matcher_ =
+      grammar_ ? std::optional<grammar::GrammarMatcher>(grammar_->grammar()) : std::nullopt;
+  bool grammar_failed_ = false;
+  std::vector<float> masked_;  // json_: the step's logits, disallowed at -inf
   const int32_t index_;
   const sampling::SamplingParams params_;  // as the request asked
   sampling::Sampler sampler_;              // params_, or their Governor tier from OnAdmit
@@ -335,6 +356,9 @@ util::StatusOr<std::unique_ptr<LocalBackend>> LocalBackend::Create(
                           [s] { return static_cast<double>(s->Stats().preemptions); });
   metrics.CounterCallback("strata_engine_steps_total", "Forward passes run by the scheduler.",
                           [s] { return static_cast<double>(s->Stats().steps); });
+  for (int32_t id = 0; id < model.tokenizer().n_vocab(); ++id) {
+    if (model.tokenizer().IsEog(id)) b->eog_ids_.push_back(id);
+  }
   const auto tpl = model.gguf().GetStringOr("tokenizer.chat_template", "");
   const int32_t eos = model.tokenizer().eos();
   const std::string eos_text = eos >= 0 ? std::string(model.tokenizer().TokenText(eos)) : "</s>";
@@ -433,6 +457,10 @@ util::StatusOr<std::shared_ptr<const Prepared>> LocalBackend::Prepare(const Requ
         "'response_format' other than text cannot be combined with tools on the local engine "
         "(a tool's parameters already constrain its arguments)");
   }
+  if (OffersTools(r) && !r.grammar.empty()) {
+    return util::InvalidFieldError("grammar",
+                                   "'grammar' cannot be combined with tools on the local engine");
+  }
   auto p = std::make_shared<LocalPrepared>();
   if (OffersTools(r) && (r.tool_choice.mode == ToolChoice::Mode::kRequired ||
                          r.tool_choice.mode == ToolChoice::Mode::kNamed)) {
@@ -471,6 +499,11 @@ util::StatusOr<std::shared_ptr<const Prepared>> LocalBackend::Prepare(const Requ
   // A JSON answer ends at its closing brace, and the end-of-turn tokens are
   // masked until then: a turn end's text ("<|im_end|>") inside one of its
   // strings is content, and must not cut the object short.
+  if (p->constraint == nullptr) {
+    // A schema or a grammar that does not compile is the client's error,
+    // here, before anything runs.
+    STRATA_ASSIGN_OR_RETURN(p->constraint, GrammarFor(r));
+  }
   if (!r.completion() && r.response_format == ResponseFormat::kText && p->constraint == nullptr) {
     for (auto& s : text::TurnEndStrings(style_)) p->stops.push_back(std::move(s));
   }
@@ -496,6 +529,10 @@ util::StatusOr<std::shared_ptr<Run>> LocalBackend::Start(const Request& r,
     });
     json = json_mask_.get();
   }
+  // Compiled by Prepare (a forced tool call's grammar, a schema's, the
+  // request's own).
+  const std::shared_ptr<const grammar::GrammarTokenMask>& constrained =
+      static_cast<const LocalPrepared&>(*prepared).constraint;
   auto run = std::make_shared<LocalRun>(scheduler_);
   for (int32_t i = 0; i < r.n; ++i) {
     sampling::SamplingParams p = r.sampling;
@@ -514,8 +551,7 @@ util::StatusOr<std::shared_ptr<Run>> LocalBackend::Start(const Request& r,
     }
     sr.sink = std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), prepared->stops, r.stop.size(),
                                            r.top_logprobs, prepared->max_tokens, sink, governor,
-                                           clock_, json, std::move(tools),
-                                           static_cast<const LocalPrepared&>(*prepared).constraint);
+                                           clock_, json, std::move(tools), constrained, eog_ids_);
     if (options_.prefix_cache && r.prefix_cache) sr.cache_namespace = CacheNamespace(r.tenant);
     auto id = scheduler_.Submit(std::move(sr));
     if (!id.ok()) {
@@ -525,6 +561,46 @@ util::StatusOr<std::shared_ptr<Run>> LocalBackend::Start(const Request& r,
     run->Add(*id);
   }
   return std::shared_ptr<Run>(std::move(run));
+}
+
+util::StatusOr<std::shared_ptr<const grammar::GrammarTokenMask>> LocalBackend::GrammarFor(
+    const Request& r) const {
+  const bool schema = r.response_format == ResponseFormat::kJsonSchema;
+  if (!schema && r.grammar.empty()) return std::shared_ptr<const grammar::GrammarTokenMask>();
+  std::string key = schema ? "s" + r.json_schema.schema : "g" + r.grammar;
+  {
+    std::lock_guard<std::mutex> lock(grammar_mu_);
+    for (auto it = grammars_.begin(); it != grammars_.end(); ++it) {
+      if (it->first != key) continue;
+      grammars_.splice(grammars_.begin(), grammars_, it);
+      return it->second;
+    }
+  }
+  // Compiled outside the lock (a large vocabulary's walks take a while);
+  // two requests with one new text may both compile it, to equal masks.
+  std::string text = r.grammar;
+  if (schema) {
+    auto compiled = grammar::CompileJsonSchema(r.json_schema.schema);
+    if (!compiled.ok()) {
+      return util::InvalidFieldError(
+          "response_format.json_schema.schema",
+          fmt::format("'response_format.json_schema.schema': {}", compiled.status().message()));
+    }
+    text = std::move(*compiled);
+  }
+  auto g = grammar::Grammar::Parse(text);
+  if (!g.ok()) {
+    const char* field = schema ? "response_format.json_schema.schema" : "grammar";
+    return util::InvalidFieldError(field, fmt::format("'{}': {}", field, g.status().message()));
+  }
+  std::call_once(vocab_once_, [this] {
+    vocab_ = std::make_shared<const grammar::VocabIndex>(model_.tokenizer());
+  });
+  auto mask = std::make_shared<const grammar::GrammarTokenMask>(*g, vocab_);
+  std::lock_guard<std::mutex> lock(grammar_mu_);
+  grammars_.emplace_front(std::move(key), mask);
+  if (grammars_.size() > kGrammarCacheEntries) grammars_.pop_back();
+  return mask;
 }
 
 util::StatusOr<EmbeddingResult> LocalBackend::Embed(
@@ -609,13 +685,13 @@ util::StatusOr<EmbeddingResult> LocalBackend::Embed(
 
 util::StatusOr<std::shared_ptr<const grammar::GrammarTokenMask>> LocalBackend::GrammarMask(
     const std::string& gbnf) const {
+  const std::string key = "t" + gbnf;
   {
     std::lock_guard<std::mutex> lock(grammar_mu_);
-    for (auto it = grammar_masks_.begin(); it != grammar_masks_.end(); ++it) {
-      if (it->first == gbnf) {
-        grammar_masks_.splice(grammar_masks_.begin(), grammar_masks_, it);
-        return it->second;
-      }
+    for (auto it = grammars_.begin(); it != grammars_.end(); ++it) {
+      if (it->first != key) continue;
+      grammars_.splice(grammars_.begin(), grammars_, it);
+      return it->second;
     }
   }
   STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Grammar> g, grammar::Grammar::Parse(gbnf));
@@ -626,8 +702,8 @@ util::StatusOr<std::shared_ptr<const grammar::GrammarTokenMask>> LocalBackend::G
   // on a new grammar may both build it, and one copy stays.
   auto mask = std::make_shared<const grammar::GrammarTokenMask>(std::move(g), vocab_);
   std::lock_guard<std::mutex> lock(grammar_mu_);
-  grammar_masks_.emplace_front(gbnf, mask);
-  if (grammar_masks_.size() > kGrammarMasks) grammar_masks_.pop_back();
+  grammars_.emplace_front(key, mask);
+  if (grammars_.size() > kGrammarCacheEntries) grammars_.pop_back();
   return std::shared_ptr<const grammar::GrammarTokenMask>(std::move(mask));
 }
 

@@ -12,6 +12,12 @@
 // stream when one is set), detokenizing to complete UTF-8, matching stop
 // strings even split across tokens (they never appear in the text), and
 // reporting logprobs when asked; a failed submit cancels what was submitted.
+// A JSON Schema (response_format json_schema) or a GBNF grammar is compiled
+// in Prepare (InvalidField naming the field, with the compiler's message,
+// when it does not compile) and cached by its text (the 16 most recent);
+// each choice then masks its logits to what the grammar allows, allows the
+// end-of-generation tokens only where the text is a whole sentence, ends
+// when nothing can extend it, and fails where nothing is allowed.
 // With a Governor, each choice takes its terms when the scheduler admits it
 // (sampling tier, max_tokens cap) and reports its TTFT and time per token.
 // Embed pools the final hidden states of each input (mean, unit length).
@@ -108,22 +114,23 @@ class LocalBackend final : public Backend {
   // request that needs it (once: json_once_), read-only after.
   mutable std::once_flag json_once_;
   mutable std::unique_ptr<const grammar::JsonTokenMask> json_mask_;
-
- public:
-  // The token mask of a grammar (GBNF text), compiled on first use and kept
-  // (at most kGrammarMasks, least recently used dropped): a client that
-  // sends one schema or tool set again pays nothing. Thread-safe.
+  // The mask of the request's json_schema or grammar (null for neither):
+  // compiled once per text (InvalidField naming the field when it does not
+  // compile), then kept in a small LRU.
+  util::StatusOr<std::shared_ptr<const grammar::GrammarTokenMask>> GrammarFor(
+      const Request& r) const;
+  // The mask of a grammar strata writes itself (a forced tool call's), kept
+  // in the same LRU. Thread-safe.
   util::StatusOr<std::shared_ptr<const grammar::GrammarTokenMask>> GrammarMask(
       const std::string& gbnf) const;
-  static constexpr size_t kGrammarMasks = 32;
-
- private:
+  static constexpr size_t kGrammarCacheEntries = 16;
   mutable std::once_flag vocab_once_;
-  mutable std::shared_ptr<const grammar::VocabIndex> vocab_;  // set once (vocab_once_)
+  mutable std::shared_ptr<const grammar::VocabIndex> vocab_;  // built by the first grammar
   mutable std::mutex grammar_mu_;
-  // guarded by grammar_mu_: compiled masks by GBNF text, and their use order
+  // guarded by grammar_mu_: (kind + text, mask), the most recently used first
   mutable std::list<std::pair<std::string, std::shared_ptr<const grammar::GrammarTokenMask>>>
-      grammar_masks_;
+      grammars_;
+  std::vector<int32_t> eog_ids_;  // the vocabulary's end-of-generation tokens
 };
 
 }  // namespace strata::backend

@@ -257,6 +257,9 @@ StatusOr<Call> RenderAnthropic(const Request& r, const RenderOptions& o) {
   if (r.response_format != ResponseFormat::kText) {
     return Unsupported(kApi, "response_format", "the Anthropic API has no JSON mode");
   }
+  if (!r.grammar.empty()) {
+    return Unsupported(kApi, "grammar", "the Anthropic API has no grammar-constrained decoding");
+  }
   if (set.logit_bias) {
     return Unsupported(kApi, "logit_bias", "the Anthropic API has no logit bias");
   }

@@ -149,6 +149,7 @@ using CompletionRequest = backend::Request;
 using FinishReason = backend::FinishReason;
 using Usage = backend::Usage;
 using ResponseFormat = backend::ResponseFormat;
+using JsonSchemaFormat = backend::JsonSchemaFormat;
 using TokenLogprob = backend::TokenLogprob;
 using Event = backend::Event;
 using ToolCallDelta = backend::ToolCallDelta;

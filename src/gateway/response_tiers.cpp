@@ -126,6 +126,12 @@ cache::CacheKey ResponseKey(const CompletionRequest& r, const backend::Backend& 
   // in the prompt's tokens, or in the remote request above).
   b.I32(static_cast<int32_t>(r.tool_choice.mode)).Str(r.tool_choice.name);
   b.Bool(r.parallel_tool_calls).Bool(!r.tools.empty());
+  // The schema and the grammar decide the text (absent: the key as before).
+  if (r.response_format == ResponseFormat::kJsonSchema) {
+    b.Str(r.json_schema.name).Str(r.json_schema.description).Str(r.json_schema.schema);
+    b.Bool(r.json_schema.strict);
+  }
+  if (!r.grammar.empty()) b.Str("grammar").Str(r.grammar);
   // The stop strings: the request's own, then the template's turn ends.
   b.I64(static_cast<int64_t>(p.stops.size())).I64(static_cast<int64_t>(r.stop.size()));
   for (const std::string& s : p.stops) b.Str(s);

@@ -251,6 +251,7 @@ StatusOr<ParsedRequest> ParseRequest(const Json& j) {
   }
   STRATA_RETURN_IF_ERROR(ParseSessionId(f, r));
   STRATA_RETURN_IF_ERROR(ParseCacheControls(f, r));
+  STRATA_RETURN_IF_ERROR(ParseGrammar(f, r));
   return out;
 }
 

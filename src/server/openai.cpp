@@ -1,5 +1,6 @@
 // The OpenAI wire format: chat completions, (legacy) completions and
 // embeddings, request parsing and response rendering (internal/wire.h).
+#include <algorithm>
 #include <iterator>
 #include <limits>
 
@@ -278,6 +279,45 @@ StatusOr<std::vector<PromptInput>> ParsePrompts(const Json& p) {
   return out;
 }
 
+// response_format {"type": "json_schema", "json_schema": {"name",
+// "description", "schema", "strict"}}, checked as OpenAI checks it; the
+// schema's keys come in sorted here (KeepSchemaOrder restores the client's).
+Status ParseJsonSchemaFormat(const Json& rf, gateway::CompletionRequest& r) {
+  if (!rf.contains("json_schema") || !rf["json_schema"].is_object()) {
+    return FieldError("response_format.json_schema",
+                      "is required with type 'json_schema': an object with a 'name' and a "
+                      "'schema'");
+  }
+  const Json& js = rf["json_schema"];
+  Fields f(js, "response_format.json_schema.");
+  STRATA_ASSIGN_OR_RETURN(auto name, f.String("name"));
+  if (!name) return f.Error("name", "is required");
+  const bool name_ok =
+      !name->empty() && name->size() <= 64 && std::all_of(name->begin(), name->end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_' || c == '-';
+      });
+  if (!name_ok) return f.Error("name", "must be 1 to 64 characters of a-z, A-Z, 0-9, _ and -");
+  STRATA_ASSIGN_OR_RETURN(auto description, f.String("description"));
+  STRATA_ASSIGN_OR_RETURN(auto strict, f.Bool("strict"));
+  gateway::JsonSchemaFormat out;
+  out.name = std::move(*name);
+  out.description = description.value_or("");
+  out.strict = strict.value_or(false);
+  if (f.Has("schema")) {
+    const Json& schema = f.Get("schema");
+    if (!schema.is_object() && !schema.is_boolean()) {
+      return f.Error("schema", "must be a JSON Schema (an object)");
+    }
+    out.schema = Dump(schema);
+  } else {
+    out.schema = "{}";  // OpenAI's default: any JSON value
+  }
+  r.response_format = gateway::ResponseFormat::kJsonSchema;
+  r.json_schema = std::move(out);
+  return util::OkStatus();
+}
+
 }  // namespace
 
 namespace openai {
@@ -302,14 +342,14 @@ StatusOr<ParsedRequest> ParseRequest(ApiKind kind, const Json& j) {
     if (type == "json_object") {
       r.response_format = gateway::ResponseFormat::kJsonObject;
     } else if (type == "json_schema") {
-      return FieldError("response_format.type",
-                        "is 'json_schema', which is not supported yet: use 'json_object'");
+      STRATA_RETURN_IF_ERROR(ParseJsonSchemaFormat(rf, r));
     } else if (type != "text") {
-      return FieldError(
-          "response_format.type",
-          fmt::format("is '{}': it must be 'text' or 'json_object'", type.substr(0, 40)));
+      return FieldError("response_format.type",
+                        fmt::format("is '{}': it must be 'text', 'json_object' or 'json_schema'",
+                                    type.substr(0, 40)));
     }
   }
+  STRATA_RETURN_IF_ERROR(ParseGrammar(f, r));
   if (kind == ApiKind::kOpenAIChat) {
     if (!f.Has("messages")) return f.Error("messages", "is required");
     const Json& msgs = f.Get("messages");

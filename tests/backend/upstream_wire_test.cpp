@@ -179,6 +179,46 @@ TEST(RenderOpenAI, JsonModeIsSentAsResponseFormat) {
   ExpectUnsupported(Api::kAnthropic, r, "response_format");
 }
 
+// A json_schema goes up as it came, the schema's keys in the client's order
+// (OpenAI writes properties in that order), and strata's grammar as
+// llama-server's `grammar`; the Anthropic API takes neither.
+TEST(RenderOpenAI, JsonSchemaAndGrammarAreSentAsTheyCame) {
+  Request r = Chat();
+  r.response_format = ResponseFormat::kJsonSchema;
+  r.json_schema = {.name = "user",
+                   .description = "a user",
+                   .schema = R"({"type":"object","properties":{"zeta":{},"alpha":{}}})",
+                   .strict = true};
+  auto call = RenderRequest(Api::kOpenAI, r, {.model = "m", .max_tokens = 4});
+  ASSERT_TRUE(call.ok()) << call.status().ToString();
+  EXPECT_NE(call->body.find(R"("schema":{"type":"object","properties":{"zeta":{},"alpha":{}}})"),
+            std::string::npos)
+      << call->body;
+  const Json rf = Body(*call)["response_format"];
+  EXPECT_EQ(rf["type"], "json_schema");
+  EXPECT_EQ(rf["json_schema"]["name"], "user");
+  EXPECT_EQ(rf["json_schema"]["description"], "a user");
+  EXPECT_EQ(rf["json_schema"]["strict"], true);
+  auto parsed = server::ParseRequest(server::ApiKind::kOpenAIChat, call->body);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->request.response_format, ResponseFormat::kJsonSchema);
+  EXPECT_EQ(parsed->request.json_schema.schema, r.json_schema.schema);
+  EXPECT_TRUE(parsed->request.json_schema.strict);
+  ExpectUnsupported(Api::kAnthropic, r, "response_format");
+  // A prompt holding the placeholder's text does not confuse the splice.
+  Request tricky = r;
+  tricky.messages[0].content = "\x01strata:json_schema.schema\x01";
+  auto call2 = RenderRequest(Api::kOpenAI, tricky, {.model = "m", .max_tokens = 4});
+  ASSERT_TRUE(call2.ok());
+  EXPECT_EQ(Body(*call2)["response_format"]["json_schema"]["schema"]["type"], "object");
+  EXPECT_EQ(Body(*call2)["messages"][0]["content"], tricky.messages[0].content);
+
+  Request g = Chat();
+  g.grammar = "root ::= \"yes\" | \"no\"";
+  EXPECT_EQ(Body(*RenderRequest(Api::kOpenAI, g, {.model = "m"}))["grammar"], g.grammar);
+  ExpectUnsupported(Api::kAnthropic, g, "grammar");
+}
+
 TEST(RenderOpenAI, TopLogprobsZeroAsksForTheChosenTokenOnly) {
   Request r = Chat();
   r.top_logprobs = 0;

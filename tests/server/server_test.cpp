@@ -704,7 +704,8 @@ TEST_F(ServerTest, JsonObjectResponsesAreJsonWhateverTheModel) {
   EXPECT_GT(ended, 0) << "no answer finished within 48 tokens";
   // What is not supported is a 400 naming it.
   for (const auto& [format, param] : std::vector<std::pair<json, std::string>>{
-           {{{"type", "json_schema"}, {"json_schema", json::object()}}, "response_format.type"},
+           {{{"type", "json_schema"}, {"json_schema", json::object()}},
+            "response_format.json_schema.name"},
            {{{"type", "yaml"}}, "response_format.type"},
            {json("json"), "response_format"}}) {
     const json body = {{"model", "tiny"},

@@ -49,6 +49,12 @@ std::optional<NearDupRequest> MakeNearDupRequest(const CompletionRequest& r, uin
   }
   b.I32(r.max_tokens.value_or(-1)).I32(r.n).I32(r.top_logprobs).Bool(r.ignore_eos);
   b.I32(static_cast<int32_t>(r.response_format));
+  // The schema and the grammar decide the text (absent: the key as before).
+  if (r.response_format == ResponseFormat::kJsonSchema) {
+    b.Str(r.json_schema.name).Str(r.json_schema.description).Str(r.json_schema.schema);
+    b.Bool(r.json_schema.strict);
+  }
+  if (!r.grammar.empty()) b.Str("grammar").Str(r.grammar);
   b.I64(static_cast<int64_t>(stops.size())).I64(static_cast<int64_t>(r.stop.size()));
   for (const std::string& s : stops) b.Str(s);
   AppendSamplingParams(b, r.sampling);
