@@ -2,11 +2,14 @@
 // and completions request bodies, their streams (chunks by choice index,
 // the usage chunk, "[DONE]") and their whole responses.
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "backend/internal/json_scan.h"
 #include "backend/internal/upstream_json.h"
+#include "util/utf8.h"
 
 namespace strata::backend::upstream::internal {
 namespace {
@@ -215,6 +218,191 @@ std::pair<FinishReason, std::string> FinishOf(const ChoicePart& p,
   return {FinishReason::kEndOfTurn, ""};
 }
 
+// --- the plain chunk, read without a DOM ----------------------------------------
+//
+// Nearly every chunk of a stream is {"choices": [{"index", "delta":
+// {"content"}, "logprobs": null, "finish_reason"}], ...} and perhaps a usage
+// object. ReadPlainChunk reads exactly that much in place; anything else
+// (an error member, logprobs, a value of an unexpected type, a key twice,
+// malformed JSON) makes it give up, and the DOM reader below decides, its
+// errors included. Where it succeeds it finds what the DOM reader would.
+
+struct PlainUsage {
+  std::optional<int32_t> prompt, completion, cached;
+};
+
+struct PlainChunk {
+  std::vector<ChoicePart> choices;
+  bool any_choice = false;
+  std::optional<PlainUsage> usage;  // a non-null "usage"
+};
+
+// A token count as OptCount reads one: null → nullopt, an integer ≥ 0 →
+// clamped to int32.
+bool PlainCount(JsonScan& in, std::optional<int32_t>* out) {
+  if (in.ConsumeNull()) {
+    out->reset();
+    return true;
+  }
+  int64_t v = 0;
+  if (!in.Count(&v)) return false;
+  *out = static_cast<int32_t>(std::min<int64_t>(v, std::numeric_limits<int32_t>::max()));
+  return true;
+}
+
+// The member `key` of an object seen before: a DOM keeps the last one; the
+// plain reader gives up instead. `seen` has a bit per known key.
+bool FirstTime(uint32_t* seen, uint32_t bit) {
+  if (*seen & bit) return false;
+  *seen |= bit;
+  return true;
+}
+
+bool PlainUsageObject(JsonScan& in, PlainUsage* u) {
+  if (!in.Consume('{')) return false;
+  bool first = true, done = false;
+  uint32_t seen = 0;
+  std::string key;
+  while (true) {
+    if (!in.NextKey(&first, &key, &done)) return false;
+    if (done) return true;
+    if (key == "prompt_tokens") {
+      if (!FirstTime(&seen, 1) || !PlainCount(in, &u->prompt)) return false;
+    } else if (key == "completion_tokens") {
+      if (!FirstTime(&seen, 2) || !PlainCount(in, &u->completion)) return false;
+    } else if (key == "prompt_tokens_details") {
+      if (!FirstTime(&seen, 4)) return false;
+      if (in.ConsumeNull()) continue;
+      if (!in.Consume('{')) return false;
+      bool dfirst = true, ddone = false;
+      bool cached_seen = false;
+      while (true) {
+        if (!in.NextKey(&dfirst, &key, &ddone)) return false;
+        if (ddone) break;
+        if (key == "cached_tokens") {
+          if (cached_seen || !PlainCount(in, &u->cached)) return false;
+          cached_seen = true;
+        } else if (!in.Skip()) {
+          return false;
+        }
+      }
+    } else if (!in.Skip()) {
+      return false;
+    }
+  }
+}
+
+// One choice of a chat ("delta" holds the text) or completions ("text")
+// chunk.
+bool PlainChoice(JsonScan& in, bool chat, int32_t n, ChoicePart* p) {
+  if (!in.Consume('{')) return false;
+  bool first = true, done = false;
+  uint32_t seen = 0;
+  std::string key;
+  while (true) {
+    if (!in.NextKey(&first, &key, &done)) return false;
+    if (done) return true;
+    if (key == "index") {
+      if (!FirstTime(&seen, 1)) return false;
+      if (in.ConsumeNull()) continue;
+      int64_t index = 0;
+      if (!in.Count(&index) || index >= n) return false;
+      p->index = static_cast<int32_t>(index);
+    } else if (chat && key == "delta") {
+      if (!FirstTime(&seen, 2)) return false;
+      if (in.ConsumeNull()) continue;
+      if (!in.Consume('{')) return false;
+      bool dfirst = true, ddone = false;
+      bool content_seen = false;
+      while (true) {
+        if (!in.NextKey(&dfirst, &key, &ddone)) return false;
+        if (ddone) break;
+        if (key == "content") {
+          if (content_seen) return false;
+          content_seen = true;
+          if (in.ConsumeNull()) {
+            p->text.clear();
+          } else if (!in.String(&p->text)) {
+            return false;
+          }
+        } else if (!in.Skip()) {
+          return false;
+        }
+      }
+    } else if (!chat && key == "text") {
+      if (!FirstTime(&seen, 2)) return false;
+      if (in.ConsumeNull()) {
+        p->text.clear();
+      } else if (!in.String(&p->text)) {
+        return false;
+      }
+    } else if (key == "logprobs") {
+      if (!FirstTime(&seen, 4) || !in.ConsumeNull()) return false;
+    } else if (key == "finish_reason") {
+      if (!FirstTime(&seen, 8)) return false;
+      if (in.ConsumeNull()) {
+        p->finish_reason.reset();
+      } else {
+        std::string reason;
+        if (!in.String(&reason)) return false;
+        p->finish_reason = std::move(reason);
+      }
+    } else if (key == "stop_reason") {
+      // Only a string names a stop string (vLLM sends a token id as an integer).
+      if (!FirstTime(&seen, 16)) return false;
+      if (in.NextIs('"')) {
+        std::string stop;
+        if (!in.String(&stop)) return false;
+        p->stop_reason = std::move(stop);
+      } else if (!in.Skip()) {
+        return false;
+      }
+    } else if (!in.Skip()) {
+      return false;
+    }
+  }
+}
+
+std::optional<PlainChunk> ReadPlainChunk(std::string_view data, bool chat, int32_t n) {
+  if (!util::IsValidUtf8(data)) return std::nullopt;  // the DOM reader cleans it
+  JsonScan in(data);
+  PlainChunk c;
+  if (!in.Consume('{')) return std::nullopt;
+  bool first = true, done = false;
+  uint32_t seen = 0;
+  std::string key;
+  while (true) {
+    if (!in.NextKey(&first, &key, &done)) return std::nullopt;
+    if (done) break;
+    if (key == "choices") {
+      if (!FirstTime(&seen, 1)) return std::nullopt;
+      if (in.ConsumeNull()) continue;
+      if (!in.Consume('[')) return std::nullopt;
+      if (in.Consume(']')) continue;
+      c.any_choice = true;
+      do {
+        ChoicePart p;
+        if (!PlainChoice(in, chat, n, &p)) return std::nullopt;
+        c.choices.push_back(std::move(p));
+      } while (in.Consume(','));
+      if (!in.Consume(']')) return std::nullopt;
+    } else if (key == "usage") {
+      if (!FirstTime(&seen, 2)) return std::nullopt;
+      if (in.ConsumeNull()) continue;
+      PlainUsage u;
+      if (!PlainUsageObject(in, &u)) return std::nullopt;
+      c.usage = u;
+    } else if (key == "error") {
+      // An error is read the one careful way; a null one is no error.
+      if (!FirstTime(&seen, 4) || !in.ConsumeNull()) return std::nullopt;
+    } else if (!in.Skip()) {
+      return std::nullopt;
+    }
+  }
+  if (!in.AtEnd()) return std::nullopt;
+  return c;
+}
+
 void PushDelta(ChoicePart& p, std::vector<Event>* out) {
   if (p.text.empty() && p.logprobs.empty()) return;
   Event e;
@@ -246,6 +434,18 @@ class OpenAIDecoder : public DecoderCore {
       finishes_.Flush(out);
       return Status();
     }
+    if (std::optional<PlainChunk> plain = ReadPlainChunk(data, chat_, finishes_.n())) {
+      for (ChoicePart& p : plain->choices) STRATA_RETURN_IF_ERROR(ApplyChoice(p, out));
+      if (plain->usage) {
+        Usage* u = &finishes_.usage();
+        u->prompt_tokens = plain->usage->prompt.value_or(0);
+        u->completion_tokens = plain->usage->completion.value_or(0);
+        u->cached_tokens = std::min(plain->usage->cached.value_or(0), u->prompt_tokens);
+        if (!plain->any_choice) usage_final_ = true;
+      }
+      if (usage_final_ && finishes_.all_finished()) finishes_.Flush(out);
+      return Status();
+    }
     STRATA_ASSIGN_OR_RETURN(const Json j, ParseJson(data, "stream chunk"));
     if (!j.is_object()) return ProtocolError("a stream chunk is not a JSON object");
     if (const Json* error = Member(j, "error"); error != nullptr) {
@@ -259,18 +459,7 @@ class OpenAIDecoder : public DecoderCore {
       for (size_t k = 0; k < choices->size(); ++k) {
         STRATA_ASSIGN_OR_RETURN(
             ChoicePart p, ReadChoice((*choices)[k], k, finishes_.n(), chat_, chat_ ? "delta" : ""));
-        if (finishes_.finished(p.index)) {
-          if (!p.text.empty()) {
-            return ProtocolError(
-                fmt::format("choice {} sent text after its finish_reason", p.index));
-          }
-          continue;
-        }
-        const int32_t index = p.index;
-        std::optional<std::pair<FinishReason, std::string>> finish;
-        if (p.finish_reason) finish = FinishOf(p, stops_);
-        PushDelta(p, out);  // a chunk may carry the last text and the finish together
-        if (finish) finishes_.Finish(index, finish->first, std::move(finish->second));
+        STRATA_RETURN_IF_ERROR(ApplyChoice(p, out));
       }
     }
     if (const Json* usage = Member(j, "usage"); usage != nullptr) {
@@ -280,6 +469,22 @@ class OpenAIDecoder : public DecoderCore {
       if (!any_choice) usage_final_ = true;
     }
     if (usage_final_ && finishes_.all_finished()) finishes_.Flush(out);
+    return Status();
+  }
+
+  // One choice of a chunk, read: its text and its finish, if any.
+  Status ApplyChoice(ChoicePart& p, std::vector<Event>* out) {
+    if (finishes_.finished(p.index)) {
+      if (!p.text.empty()) {
+        return ProtocolError(fmt::format("choice {} sent text after its finish_reason", p.index));
+      }
+      return Status();
+    }
+    const int32_t index = p.index;
+    std::optional<std::pair<FinishReason, std::string>> finish;
+    if (p.finish_reason) finish = FinishOf(p, stops_);
+    PushDelta(p, out);  // a chunk may carry the last text and the finish together
+    if (finish) finishes_.Finish(index, finish->first, std::move(finish->second));
     return Status();
   }
 
