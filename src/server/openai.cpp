@@ -2,11 +2,13 @@
 // embeddings, request parsing and response rendering (internal/wire.h).
 #include <iterator>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "server/api.h"
 #include "server/internal/wire.h"
+#include "util/utf8.h"
 
 namespace strata::server::wire {
 namespace {
@@ -74,6 +76,90 @@ Json ChunkBase(ApiKind kind, const ResponseMeta& m) {
             {"model", m.model}};
   if (!m.fingerprint.empty()) c["system_fingerprint"] = m.fingerprint;
   return c;
+}
+
+// Appends `s` as a JSON string exactly as Dump writes one (ensure_ascii
+// off: only '"', '\\' and control characters are escaped, those below 0x20
+// as \b \f \n \r \t or \u00xx). False, with `out` unchanged, when `s` is not
+// valid UTF-8: how Dump replaces such bytes is left to it.
+bool AppendJsonString(std::string& out, std::string_view s) {
+  if (!util::IsValidUtf8(s)) return false;
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  size_t plain = 0;  // start of the run not yet appended
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(s.data() + plain, i - plain);
+    plain = i + 1;
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        out += "\\u00";
+        out.push_back(kHex[c >> 4]);
+        out.push_back(kHex[c & 15]);
+        break;
+    }
+  }
+  out.append(s.data() + plain, s.size() - plain);
+  out.push_back('"');
+  return true;
+}
+
+// The SSE frame of one delta without logprobs, written directly: byte for
+// byte what Sse of its DOM writes (members in key order, as nlohmann's
+// object keeps them). nullopt when a string is not valid UTF-8.
+std::optional<std::string> DirectDeltaFrame(ApiKind kind, const ResponseMeta& m,
+                                            const gateway::Event& e) {
+  const bool chat = kind == ApiKind::kOpenAIChat;
+  std::string out;
+  out.reserve(176 + e.text.size() + m.id.size() + m.model.size() + m.fingerprint.size());
+  out += R"(data: {"choices":[{)";
+  if (chat) {
+    out += R"("delta":{"content":)";
+    if (!AppendJsonString(out, e.text)) return std::nullopt;
+    out += R"(},"finish_reason":null,"index":)";
+    out += fmt::format_int(e.index).c_str();
+    out += R"(,"logprobs":null}],"created":)";
+  } else {
+    out += R"("finish_reason":null,"index":)";
+    out += fmt::format_int(e.index).c_str();
+    out += R"(,"logprobs":null,"text":)";
+    if (!AppendJsonString(out, e.text)) return std::nullopt;
+    out += R"(}],"created":)";
+  }
+  out += fmt::format_int(m.created).c_str();
+  out += R"(,"id":)";
+  if (!AppendJsonString(out, m.id)) return std::nullopt;
+  out += R"(,"model":)";
+  if (!AppendJsonString(out, m.model)) return std::nullopt;
+  out += chat ? R"(,"object":"chat.completion.chunk")" : R"(,"object":"text_completion")";
+  if (!m.fingerprint.empty()) {
+    out += R"(,"system_fingerprint":)";
+    if (!AppendJsonString(out, m.fingerprint)) return std::nullopt;
+  }
+  out += "}\n\n";
+  return out;
 }
 
 std::string Base64(const uint8_t* p, size_t n) {
@@ -308,6 +394,10 @@ std::string RenderStreamStart(ApiKind kind, const ResponseMeta& m, int32_t n_cho
 
 std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& m, const gateway::Event& e,
                               bool logprobs) {
+  // The common frame (every token of a stream without logprobs) skips the DOM.
+  if (!logprobs) {
+    if (std::optional<std::string> direct = DirectDeltaFrame(kind, m, e)) return *std::move(direct);
+  }
   Json c = ChunkBase(kind, m);
   Json choice = {{"index", e.index}, {"finish_reason", nullptr}};
   if (kind == ApiKind::kOpenAIChat) {
