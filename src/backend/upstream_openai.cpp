@@ -222,10 +222,10 @@ std::pair<FinishReason, std::string> FinishOf(const ChoicePart& p,
 //
 // Nearly every chunk of a stream is {"choices": [{"index", "delta":
 // {"content"}, "logprobs": null, "finish_reason"}], ...} and perhaps a usage
-// object. ReadPlainChunk reads exactly that much in place; anything else
-// (an error member, logprobs, a value of an unexpected type, a key twice,
-// malformed JSON) makes it give up, and the DOM reader below decides, its
-// errors included. Where it succeeds it finds what the DOM reader would.
+// object; a whole answer is the same with "message" for "delta". ReadPlainChunk reads exactly that
+// much in place; anything else (an error member, logprobs, a value of an unexpected type, a key
+// twice, malformed JSON) makes it give up, and the DOM reader below decides, its errors included.
+// Where it succeeds it finds what the DOM reader would.
 
 struct PlainUsage {
   std::optional<int32_t> prompt, completion, cached;
@@ -233,6 +233,7 @@ struct PlainUsage {
 
 struct PlainChunk {
   std::vector<ChoicePart> choices;
+  bool has_choices = false;  // "choices" is an array (perhaps empty)
   bool any_choice = false;
   std::optional<PlainUsage> usage;  // a non-null "usage"
 };
@@ -292,9 +293,10 @@ bool PlainUsageObject(JsonScan& in, PlainUsage* u) {
   }
 }
 
-// One choice of a chat ("delta" holds the text) or completions ("text")
-// chunk.
-bool PlainChoice(JsonScan& in, bool chat, int32_t n, ChoicePart* p) {
+// One choice of a chunk or whole answer: `holder` ("delta", "message")
+// holds the text in its "content", or "" for completions (the "text").
+bool PlainChoice(JsonScan& in, std::string_view holder, int32_t n, ChoicePart* p) {
+  const bool chat = !holder.empty();
   if (!in.Consume('{')) return false;
   bool first = true, done = false;
   uint32_t seen = 0;
@@ -308,7 +310,7 @@ bool PlainChoice(JsonScan& in, bool chat, int32_t n, ChoicePart* p) {
       int64_t index = 0;
       if (!in.Count(&index) || index >= n) return false;
       p->index = static_cast<int32_t>(index);
-    } else if (chat && key == "delta") {
+    } else if (chat && key == holder) {
       if (!FirstTime(&seen, 2)) return false;
       if (in.ConsumeNull()) continue;
       if (!in.Consume('{')) return false;
@@ -363,7 +365,14 @@ bool PlainChoice(JsonScan& in, bool chat, int32_t n, ChoicePart* p) {
   }
 }
 
-std::optional<PlainChunk> ReadPlainChunk(std::string_view data, bool chat, int32_t n) {
+void ApplyPlainUsage(const PlainUsage& plain, Usage* u) {
+  u->prompt_tokens = plain.prompt.value_or(0);
+  u->completion_tokens = plain.completion.value_or(0);
+  u->cached_tokens = std::min(plain.cached.value_or(0), u->prompt_tokens);
+}
+
+std::optional<PlainChunk> ReadPlainChunk(std::string_view data, std::string_view holder,
+                                         int32_t n) {
   if (!util::IsValidUtf8(data)) return std::nullopt;  // the DOM reader cleans it
   JsonScan in(data);
   PlainChunk c;
@@ -378,11 +387,12 @@ std::optional<PlainChunk> ReadPlainChunk(std::string_view data, bool chat, int32
       if (!FirstTime(&seen, 1)) return std::nullopt;
       if (in.ConsumeNull()) continue;
       if (!in.Consume('[')) return std::nullopt;
+      c.has_choices = true;
       if (in.Consume(']')) continue;
       c.any_choice = true;
       do {
         ChoicePart p;
-        if (!PlainChoice(in, chat, n, &p)) return std::nullopt;
+        if (!PlainChoice(in, holder, n, &p)) return std::nullopt;
         c.choices.push_back(std::move(p));
       } while (in.Consume(','));
       if (!in.Consume(']')) return std::nullopt;
@@ -434,13 +444,11 @@ class OpenAIDecoder : public DecoderCore {
       finishes_.Flush(out);
       return Status();
     }
-    if (std::optional<PlainChunk> plain = ReadPlainChunk(data, chat_, finishes_.n())) {
+    if (std::optional<PlainChunk> plain =
+            ReadPlainChunk(data, chat_ ? "delta" : "", finishes_.n())) {
       for (ChoicePart& p : plain->choices) STRATA_RETURN_IF_ERROR(ApplyChoice(p, out));
       if (plain->usage) {
-        Usage* u = &finishes_.usage();
-        u->prompt_tokens = plain->usage->prompt.value_or(0);
-        u->completion_tokens = plain->usage->completion.value_or(0);
-        u->cached_tokens = std::min(plain->usage->cached.value_or(0), u->prompt_tokens);
+        ApplyPlainUsage(*plain->usage, &finishes_.usage());
         if (!plain->any_choice) usage_final_ = true;
       }
       if (usage_final_ && finishes_.all_finished()) finishes_.Flush(out);
@@ -564,6 +572,31 @@ std::unique_ptr<DecoderCore> NewOpenAIDecoder(bool chat, int32_t n_choices,
                                               std::vector<std::string> stops,
                                               size_t max_event_bytes) {
   return std::make_unique<OpenAIDecoder>(chat, n_choices, std::move(stops), max_event_bytes);
+}
+
+std::optional<Status> DecodeOpenAIWholePlain(bool chat, int32_t n_choices,
+                                             const std::vector<std::string>& stops,
+                                             std::string_view body, std::vector<Event>* out) {
+  std::optional<PlainChunk> plain = ReadPlainChunk(body, chat ? "message" : "", n_choices);
+  if (!plain) return std::nullopt;
+  // DecodeOpenAIWhole's steps, over what the plain reader found.
+  Finishes finishes(n_choices);
+  if (!plain->has_choices) return ProtocolError("the response has no 'choices' array");
+  for (ChoicePart& p : plain->choices) {
+    if (finishes.finished(p.index)) {
+      return ProtocolError(fmt::format("the response holds choice {} twice", p.index));
+    }
+    if (!p.finish_reason) p.finish_reason = "stop";
+    auto [reason, stop] = FinishOf(p, stops);
+    PushDelta(p, out);
+    finishes.Finish(p.index, reason, std::move(stop));
+  }
+  if (!finishes.all_finished()) {
+    return ProtocolError(fmt::format("the response lacks choice {}", finishes.first_unfinished()));
+  }
+  if (plain->usage) ApplyPlainUsage(*plain->usage, &finishes.usage());
+  finishes.Flush(out);
+  return Status();
 }
 
 Status DecodeOpenAIWhole(bool chat, int32_t n_choices, const std::vector<std::string>& stops,

@@ -191,5 +191,57 @@ TEST(PlainChunk, AgreesWithTheDomReaderOnRandomEdits) {
   }
 }
 
+std::string WholeAs(bool chat, int32_t n, const std::vector<std::string>& stops,
+                    const std::string& body) {
+  std::vector<Event> events;
+  const util::Status s = DecodeWholeResponse(Api::kOpenAI, chat, n, stops, body, &events);
+  return ShowAll(events) + s.ToString();
+}
+
+// A whole answer: the plain reader (its "message" for "delta") finds what
+// the DOM reader finds, on fixed answers and random edits of them.
+TEST(PlainChunk, ReadsAWholeAnswerAsTheDomReaderDoes) {
+  const std::vector<std::string> stops = {"###"};
+  const std::string chat_answer =
+      R"({"choices":[{"finish_reason":"length","index":0,"logprobs":null,"message":{"content":"::::","refusal":null,"role":"assistant"}}],"created":1796226978,"id":"chatcmpl-1","model":"demo","object":"chat.completion","system_fingerprint":"strata","usage":{"completion_tokens":32,"prompt_tokens":21,"prompt_tokens_details":{"cached_tokens":0},"total_tokens":53}})";
+  const std::string two =
+      R"({"choices":[{"finish_reason":"stop","index":1,"logprobs":null,"message":{"content":"b"},"stop_reason":"###"},{"finish_reason":null,"index":0,"logprobs":null,"message":{"content":"a\u00e9"}}],"usage":{"prompt_tokens":3}})";
+  const std::string completion =
+      R"({"choices":[{"finish_reason":"length","index":0,"logprobs":null,"text":"Once"}],"usage":null})";
+  for (
+      const std::string& body :
+      {chat_answer, two, std::string(R"({"choices":[],"usage":{"prompt_tokens":1}})"),
+       std::string(R"({"usage":{"prompt_tokens":1}})"), std::string(R"({"choices":null})"),
+       std::string(
+           R"({"choices":[{"index":0,"logprobs":null,"message":{"content":"x"}},{"index":0,"logprobs":null}]})"),
+       std::string(R"({"choices":[{"index":1,"logprobs":null}]})")}) {
+    for (int32_t n : {1, 2}) {
+      EXPECT_EQ(WholeAs(true, n, stops, body), WholeAs(true, n, stops, ForceDom(body))) << body;
+    }
+  }
+  EXPECT_EQ(WholeAs(false, 1, {}, completion), WholeAs(false, 1, {}, ForceDom(completion)));
+  const std::string alphabet = "{}[]\",:0123456789-.eE \\unlltrufasx";
+  std::mt19937 rng(99);
+  for (int round = 0; round < 3000; ++round) {
+    std::string body = round % 2 ? chat_answer : two;
+    for (int k = 0, edits = 1 + static_cast<int>(rng() % 3); k < edits; ++k) {
+      const size_t at = rng() % body.size();
+      const char ch = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0:
+          body[at] = ch;
+          break;
+        case 1:
+          body.insert(body.begin() + static_cast<std::ptrdiff_t>(at), ch);
+          break;
+        default:
+          body.erase(at, 1);
+          break;
+      }
+    }
+    ASSERT_EQ(WholeAs(true, 2, stops, body), WholeAs(true, 2, stops, ForceDom(body))) << body;
+  }
+}
+
 }  // namespace
 }  // namespace strata::backend::upstream

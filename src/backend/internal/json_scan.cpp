@@ -1,5 +1,8 @@
 #include "backend/internal/json_scan.h"
 
+#include <cmath>
+#include <cstdlib>
+
 namespace strata::backend::upstream::internal {
 namespace {
 
@@ -158,6 +161,7 @@ bool JsonScan::Count(int64_t* out) {
 }
 
 bool JsonScan::SkipNumber() {
+  const size_t start = i_;
   if (i_ < s_.size() && s_[i_] == '-') ++i_;
   const size_t int_start = i_;
   while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
@@ -175,6 +179,13 @@ bool JsonScan::SkipNumber() {
     const size_t e = i_;
     while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
     if (i_ == e) return false;
+  }
+  // nlohmann refuses a number beyond a double's range ("17e999"): so does
+  // this, for one that could be (a fraction, an exponent or many digits).
+  if (i_ - start > 18 ||
+      s_.substr(start, i_ - start).find_first_of(".eE") != std::string_view::npos) {
+    const std::string number(s_.substr(start, i_ - start));
+    if (!std::isfinite(std::strtod(number.c_str(), nullptr))) return false;
   }
   return true;
 }

@@ -4,7 +4,8 @@
 //
 // Promise: strict. Every read either consumes one well-formed JSON value
 // (RFC 8259: no trailing commas, no leading zeros, control characters in
-// strings refused, \u escapes paired into valid UTF-8) or returns false,
+// strings refused, \u escapes paired into valid UTF-8, numbers within a
+// double's range, as nlohmann reads them) or returns false,
 // leaving the scanner in an unspecified state. A caller that gets false
 // reads the text the slow way (nlohmann), which then decides what it is and
 // names its fault: a false here never becomes an error by itself. Nesting
