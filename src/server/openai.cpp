@@ -162,6 +162,64 @@ std::optional<std::string> DirectDeltaFrame(ApiKind kind, const ResponseMeta& m,
   return out;
 }
 
+// A whole response without logprobs, written directly: byte for byte what
+// Dump of its DOM writes. nullopt when a string is not valid UTF-8.
+std::optional<std::string> DirectResponse(ApiKind kind, const ResponseMeta& m,
+                                          const std::vector<ChoiceResult>& choices,
+                                          int32_t completion) {
+  const bool chat = kind == ApiKind::kOpenAIChat;
+  std::string out;
+  size_t size = 320 + m.id.size() + m.model.size() + m.fingerprint.size();
+  for (const ChoiceResult& c : choices) size += 128 + c.text.size() + c.stop_sequence.size();
+  out.reserve(size);
+  out += R"({"choices":[)";
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    if (i > 0) out.push_back(',');
+    out += R"({"finish_reason":")";
+    out += OpenAIFinish(c.finish);
+    out += R"(","index":)";
+    out += fmt::format_int(i).c_str();
+    out += R"(,"logprobs":null)";
+    const bool stop = c.finish == gateway::FinishReason::kStopString;
+    if (chat) {
+      out += R"(,"message":{"content":)";
+      if (!AppendJsonString(out, c.text)) return std::nullopt;
+      out += R"(,"refusal":null,"role":"assistant"})";
+    }
+    if (stop) {
+      out += R"(,"stop_reason":)";
+      if (!AppendJsonString(out, c.stop_sequence)) return std::nullopt;
+    }
+    if (!chat) {
+      out += R"(,"text":)";
+      if (!AppendJsonString(out, c.text)) return std::nullopt;
+    }
+    out.push_back('}');
+  }
+  out += R"(],"created":)";
+  out += fmt::format_int(m.created).c_str();
+  out += R"(,"id":)";
+  if (!AppendJsonString(out, m.id)) return std::nullopt;
+  out += R"(,"model":)";
+  if (!AppendJsonString(out, m.model)) return std::nullopt;
+  out += chat ? R"(,"object":"chat.completion")" : R"(,"object":"text_completion")";
+  if (!m.fingerprint.empty()) {
+    out += R"(,"system_fingerprint":)";
+    if (!AppendJsonString(out, m.fingerprint)) return std::nullopt;
+  }
+  out += R"(,"usage":{"completion_tokens":)";
+  out += fmt::format_int(completion).c_str();
+  out += R"(,"prompt_tokens":)";
+  out += fmt::format_int(m.prompt_tokens).c_str();
+  out += R"(,"prompt_tokens_details":{"cached_tokens":)";
+  out += fmt::format_int(m.cached_tokens).c_str();
+  out += R"(},"total_tokens":)";
+  out += fmt::format_int(m.prompt_tokens + completion).c_str();
+  out += "}}";
+  return out;
+}
+
 std::string Base64(const uint8_t* p, size_t n) {
   static constexpr char kAlphabet[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -352,6 +410,9 @@ std::string RenderResponse(ApiKind kind, const ResponseMeta& m,
                            const std::vector<ChoiceResult>& choices, bool logprobs) {
   int32_t completion = 0;
   for (const auto& c : choices) completion += c.completion_tokens;
+  if (!logprobs) {
+    if (auto direct = DirectResponse(kind, m, choices, completion)) return *std::move(direct);
+  }
   Json out_choices = Json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];

@@ -1,6 +1,6 @@
-// A stream's delta frames are written without a DOM where no logprobs go
-// with them: byte for byte what the DOM (nlohmann, as the rest of the wire
-// format writes JSON) gives, for any text.
+// A stream's delta frames and a whole response are written without a DOM
+// where no logprobs go with them: byte for byte what the DOM (nlohmann, as
+// the rest of the wire format writes JSON) gives, for any text.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -83,6 +83,67 @@ TEST(StreamRender, ADeltaFrameOfRandomBytesIsWhatTheDomWrites) {
     const ApiKind kind = round % 2 ? ApiKind::kOpenAIChat : ApiKind::kOpenAICompletion;
     const gateway::Event e = Delta(static_cast<int32_t>(rng() % 128), text);
     ASSERT_EQ(RenderStreamDelta(kind, m, e, false), DomFrame(kind, m, e));
+  }
+}
+
+// The whole response as the DOM writes it.
+std::string DomResponse(ApiKind kind, const ResponseMeta& m,
+                        const std::vector<ChoiceResult>& choices) {
+  int32_t completion = 0;
+  for (const auto& c : choices) completion += c.completion_tokens;
+  Json out_choices = Json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    Json choice = {
+        {"index", i},
+        {"finish_reason", c.finish == gateway::FinishReason::kLength ? "length" : "stop"}};
+    if (c.finish == gateway::FinishReason::kStopString) choice["stop_reason"] = c.stop_sequence;
+    if (kind == ApiKind::kOpenAIChat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = nullptr;
+    out_choices.push_back(choice);
+  }
+  Json j = {{"id", m.id},
+            {"object", kind == ApiKind::kOpenAIChat ? "chat.completion" : "text_completion"},
+            {"created", m.created},
+            {"model", m.model},
+            {"choices", out_choices},
+            {"usage",
+             {{"prompt_tokens", m.prompt_tokens},
+              {"completion_tokens", completion},
+              {"total_tokens", m.prompt_tokens + completion},
+              {"prompt_tokens_details", {{"cached_tokens", m.cached_tokens}}}}}};
+  if (!m.fingerprint.empty()) j["system_fingerprint"] = m.fingerprint;
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+TEST(StreamRender, AWholeResponseIsWhatTheDomWrites) {
+  std::mt19937 rng(13);
+  const std::vector<std::string> words = {"",        "Hello",    "\"q\"\\", "\n\t\x01",
+                                          "héllo 😀", "\xff bad", "###"};
+  const gateway::FinishReason finishes[] = {gateway::FinishReason::kLength,
+                                            gateway::FinishReason::kEndOfTurn,
+                                            gateway::FinishReason::kStopString};
+  for (int round = 0; round < 1500; ++round) {
+    std::vector<ChoiceResult> choices(1 + rng() % 3);
+    for (ChoiceResult& c : choices) {
+      for (int k = 0; k < 3; ++k) c.text += words[rng() % words.size()];
+      c.finish = finishes[rng() % 3];
+      if (c.finish == gateway::FinishReason::kStopString)
+        c.stop_sequence = words[rng() % words.size()];
+      c.completion_tokens = static_cast<int32_t>(rng() % 100);
+    }
+    const ResponseMeta m{.id = "chatcmpl-" + std::to_string(round),
+                         .model = round % 5 ? "demo" : words[rng() % words.size()],
+                         .created = static_cast<int64_t>(rng()),
+                         .prompt_tokens = static_cast<int32_t>(rng() % 1000),
+                         .cached_tokens = static_cast<int32_t>(rng() % 10),
+                         .fingerprint = round % 3 ? "" : "strata"};
+    const ApiKind kind = round % 2 ? ApiKind::kOpenAIChat : ApiKind::kOpenAICompletion;
+    ASSERT_EQ(RenderResponse(kind, m, choices, false), DomResponse(kind, m, choices));
   }
 }
 
