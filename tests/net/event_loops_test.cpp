@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -76,6 +77,7 @@ class ForwardingFront : public HttpHandler {
         same_thread_.push_back(std::this_thread::get_id() == handler);
         done_.push_back(st);
       }
+      done_cv_.notify_all();
       if (st.ok()) {
         Response resp;
         resp.body = *got;
@@ -95,13 +97,20 @@ class ForwardingFront : public HttpHandler {
     std::lock_guard<std::mutex> lock(mu_);
     return done_;
   }
+  // Waits (10 s at most) until `n` calls have ended; what ended by then.
+  std::vector<util::Status> WaitDone(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return done_.size() >= n; });
+    return done_;
+  }
 
  private:
   HttpClient*& client_;
   const std::string upstream_;
   std::mutex mu_;
-  std::vector<bool> same_thread_;   // guarded by mu_: on_done ran on the handler's thread
-  std::vector<util::Status> done_;  // guarded by mu_: each call's outcome
+  std::vector<bool> same_thread_;    // guarded by mu_: on_done ran on the handler's thread
+  std::vector<util::Status> done_;   // guarded by mu_: each call's outcome
+  std::condition_variable done_cv_;  // a call ended
 };
 
 class SharedLoopsTest : public ::testing::Test {
@@ -208,9 +217,12 @@ TEST_F(SharedLoopsTest, StoppingTheServerCancelsTheUpstreamCallsItStarted) {
   front_->Stop();  // the exchange is cancelled, and with it its upstream call
   const util::Status front_side = outer.get_future().get();
   EXPECT_FALSE(front_side.ok());
-  const std::vector<util::Status> done = front_handler_->done();
+  // The call's cancellation runs on its loop soon after, not by the
+  // client's Stop (whose reason would be "the HTTP client stopped").
+  const std::vector<util::Status> done = front_handler_->WaitDone(1);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].code(), util::StatusCode::kCancelled) << done[0].ToString();
+  EXPECT_NE(done[0].message().find(": cancelled"), std::string::npos) << done[0].ToString();
   client_->Stop();
   loops_->Stop();
 }
