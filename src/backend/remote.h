@@ -27,9 +27,11 @@
 // cached and cache-written prompt tokens (its prompt cache, reported as
 // its usage says).
 //
-// Threading: thread-safe. A run's events are pushed on the HTTP client's I/O
-// threads; Cancel may come from any thread. The health checks run on the
-// client's timers.
+// Threading: thread-safe. A run's events are pushed on the I/O thread its
+// upstream call runs on: the server connection's own when the run started
+// there and the client shares the server's loops (net/event_loops.h), else
+// one of the HTTP client's; Cancel may come from any thread. The health
+// checks and retry backoffs run on the client's own timers.
 //
 // Usage:
 //   auto metrics = RemoteMetrics::Register(registry);

@@ -2,11 +2,14 @@
 // and completions request bodies, their streams (chunks by choice index,
 // the usage chunk, "[DONE]") and their whole responses.
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "backend/internal/json_scan.h"
 #include "backend/internal/upstream_json.h"
+#include "util/utf8.h"
 
 namespace strata::backend::upstream::internal {
 namespace {
@@ -290,6 +293,204 @@ std::pair<FinishReason, std::string> FinishOf(const ChoicePart& p,
   return {FinishReason::kEndOfTurn, ""};
 }
 
+// --- the plain chunk, read without a DOM ----------------------------------------
+//
+// Nearly every chunk of a stream is {"choices": [{"index", "delta":
+// {"content"}, "logprobs": null, "finish_reason"}], ...} and perhaps a usage
+// object; a whole answer is the same with "message" for "delta". ReadPlainChunk reads exactly that
+// much in place; anything else (an error member, logprobs, a value of an unexpected type, a key
+// twice, malformed JSON) makes it give up, and the DOM reader below decides, its errors included.
+// Where it succeeds it finds what the DOM reader would.
+
+struct PlainUsage {
+  std::optional<int32_t> prompt, completion, cached;
+};
+
+struct PlainChunk {
+  std::vector<ChoicePart> choices;
+  bool has_choices = false;  // "choices" is an array (perhaps empty)
+  bool any_choice = false;
+  std::optional<PlainUsage> usage;  // a non-null "usage"
+};
+
+// A token count as OptCount reads one: null → nullopt, an integer ≥ 0 →
+// clamped to int32.
+bool PlainCount(JsonScan& in, std::optional<int32_t>* out) {
+  if (in.ConsumeNull()) {
+    out->reset();
+    return true;
+  }
+  int64_t v = 0;
+  if (!in.Count(&v)) return false;
+  *out = static_cast<int32_t>(std::min<int64_t>(v, std::numeric_limits<int32_t>::max()));
+  return true;
+}
+
+// The member `key` of an object seen before: a DOM keeps the last one; the
+// plain reader gives up instead. `seen` has a bit per known key.
+bool FirstTime(uint32_t* seen, uint32_t bit) {
+  if (*seen & bit) return false;
+  *seen |= bit;
+  return true;
+}
+
+bool PlainUsageObject(JsonScan& in, PlainUsage* u) {
+  if (!in.Consume('{')) return false;
+  bool first = true, done = false;
+  uint32_t seen = 0;
+  std::string key;
+  while (true) {
+    if (!in.NextKey(&first, &key, &done)) return false;
+    if (done) return true;
+    if (key == "prompt_tokens") {
+      if (!FirstTime(&seen, 1) || !PlainCount(in, &u->prompt)) return false;
+    } else if (key == "completion_tokens") {
+      if (!FirstTime(&seen, 2) || !PlainCount(in, &u->completion)) return false;
+    } else if (key == "prompt_tokens_details") {
+      if (!FirstTime(&seen, 4)) return false;
+      if (in.ConsumeNull()) continue;
+      if (!in.Consume('{')) return false;
+      bool dfirst = true, ddone = false;
+      bool cached_seen = false;
+      while (true) {
+        if (!in.NextKey(&dfirst, &key, &ddone)) return false;
+        if (ddone) break;
+        if (key == "cached_tokens") {
+          if (cached_seen || !PlainCount(in, &u->cached)) return false;
+          cached_seen = true;
+        } else if (!in.Skip()) {
+          return false;
+        }
+      }
+    } else if (!in.Skip()) {
+      return false;
+    }
+  }
+}
+
+// One choice of a chunk or whole answer: `holder` ("delta", "message")
+// holds the text in its "content", or "" for completions (the "text").
+bool PlainChoice(JsonScan& in, std::string_view holder, int32_t n, ChoicePart* p) {
+  const bool chat = !holder.empty();
+  if (!in.Consume('{')) return false;
+  bool first = true, done = false;
+  uint32_t seen = 0;
+  std::string key;
+  while (true) {
+    if (!in.NextKey(&first, &key, &done)) return false;
+    if (done) return true;
+    if (key == "index") {
+      if (!FirstTime(&seen, 1)) return false;
+      if (in.ConsumeNull()) continue;
+      int64_t index = 0;
+      if (!in.Count(&index) || index >= n) return false;
+      p->index = static_cast<int32_t>(index);
+    } else if (chat && key == holder) {
+      if (!FirstTime(&seen, 2)) return false;
+      if (in.ConsumeNull()) continue;
+      if (!in.Consume('{')) return false;
+      bool dfirst = true, ddone = false;
+      bool content_seen = false;
+      while (true) {
+        if (!in.NextKey(&dfirst, &key, &ddone)) return false;
+        if (ddone) break;
+        if (key == "content") {
+          if (content_seen) return false;
+          content_seen = true;
+          if (in.ConsumeNull()) {
+            p->text.clear();
+          } else if (!in.String(&p->text)) {
+            return false;
+          }
+        } else if (key == "tool_calls" || key == "function_call") {
+          // Calls are the DOM reader's (ReadToolCalls): only none is plain.
+          if (!in.ConsumeNull()) return false;
+        } else if (!in.Skip()) {
+          return false;
+        }
+      }
+    } else if (!chat && key == "text") {
+      if (!FirstTime(&seen, 2)) return false;
+      if (in.ConsumeNull()) {
+        p->text.clear();
+      } else if (!in.String(&p->text)) {
+        return false;
+      }
+    } else if (key == "logprobs") {
+      if (!FirstTime(&seen, 4) || !in.ConsumeNull()) return false;
+    } else if (key == "finish_reason") {
+      if (!FirstTime(&seen, 8)) return false;
+      if (in.ConsumeNull()) {
+        p->finish_reason.reset();
+      } else {
+        std::string reason;
+        if (!in.String(&reason)) return false;
+        p->finish_reason = std::move(reason);
+      }
+    } else if (key == "stop_reason") {
+      // Only a string names a stop string (vLLM sends a token id as an integer).
+      if (!FirstTime(&seen, 16)) return false;
+      if (in.NextIs('"')) {
+        std::string stop;
+        if (!in.String(&stop)) return false;
+        p->stop_reason = std::move(stop);
+      } else if (!in.Skip()) {
+        return false;
+      }
+    } else if (!in.Skip()) {
+      return false;
+    }
+  }
+}
+
+void ApplyPlainUsage(const PlainUsage& plain, Usage* u) {
+  u->prompt_tokens = plain.prompt.value_or(0);
+  u->completion_tokens = plain.completion.value_or(0);
+  u->cached_tokens = std::min(plain.cached.value_or(0), u->prompt_tokens);
+}
+
+std::optional<PlainChunk> ReadPlainChunk(std::string_view data, std::string_view holder,
+                                         int32_t n) {
+  if (!util::IsValidUtf8(data)) return std::nullopt;  // the DOM reader cleans it
+  JsonScan in(data);
+  PlainChunk c;
+  if (!in.Consume('{')) return std::nullopt;
+  bool first = true, done = false;
+  uint32_t seen = 0;
+  std::string key;
+  while (true) {
+    if (!in.NextKey(&first, &key, &done)) return std::nullopt;
+    if (done) break;
+    if (key == "choices") {
+      if (!FirstTime(&seen, 1)) return std::nullopt;
+      if (in.ConsumeNull()) continue;
+      if (!in.Consume('[')) return std::nullopt;
+      c.has_choices = true;
+      if (in.Consume(']')) continue;
+      c.any_choice = true;
+      do {
+        ChoicePart p;
+        if (!PlainChoice(in, holder, n, &p)) return std::nullopt;
+        c.choices.push_back(std::move(p));
+      } while (in.Consume(','));
+      if (!in.Consume(']')) return std::nullopt;
+    } else if (key == "usage") {
+      if (!FirstTime(&seen, 2)) return std::nullopt;
+      if (in.ConsumeNull()) continue;
+      PlainUsage u;
+      if (!PlainUsageObject(in, &u)) return std::nullopt;
+      c.usage = u;
+    } else if (key == "error") {
+      // An error is read the one careful way; a null one is no error.
+      if (!FirstTime(&seen, 4) || !in.ConsumeNull()) return std::nullopt;
+    } else if (!in.Skip()) {
+      return std::nullopt;
+    }
+  }
+  if (!in.AtEnd()) return std::nullopt;
+  return c;
+}
+
 void PushDelta(ChoicePart& p, std::vector<Event>* out) {
   if (p.text.empty() && p.logprobs.empty() && p.tool_calls.empty()) return;
   Event e;
@@ -345,6 +546,16 @@ class OpenAIDecoder : public DecoderCore {
       finishes_.Flush(out);
       return Status();
     }
+    if (std::optional<PlainChunk> plain =
+            ReadPlainChunk(data, chat_ ? "delta" : "", finishes_.n())) {
+      for (ChoicePart& p : plain->choices) STRATA_RETURN_IF_ERROR(ApplyChoice(p, out));
+      if (plain->usage) {
+        ApplyPlainUsage(*plain->usage, &finishes_.usage());
+        if (!plain->any_choice) usage_final_ = true;
+      }
+      if (usage_final_ && finishes_.all_finished()) finishes_.Flush(out);
+      return Status();
+    }
     STRATA_ASSIGN_OR_RETURN(const Json j, ParseJson(data, "stream chunk"));
     if (!j.is_object()) return ProtocolError("a stream chunk is not a JSON object");
     if (const Json* error = Member(j, "error"); error != nullptr) {
@@ -358,22 +569,7 @@ class OpenAIDecoder : public DecoderCore {
       for (size_t k = 0; k < choices->size(); ++k) {
         STRATA_ASSIGN_OR_RETURN(
             ChoicePart p, ReadChoice((*choices)[k], k, finishes_.n(), chat_, chat_ ? "delta" : ""));
-        if (finishes_.finished(p.index)) {
-          if (!p.text.empty()) {
-            return ProtocolError(
-                fmt::format("choice {} sent text after its finish_reason", p.index));
-          }
-          continue;
-        }
-        const int32_t index = p.index;
-        if (calls_started_.size() < static_cast<size_t>(finishes_.n())) {
-          calls_started_.resize(static_cast<size_t>(finishes_.n()));
-        }
-        STRATA_RETURN_IF_ERROR(NormalizeCalls(p.tool_calls, calls_started_[index], index));
-        std::optional<std::pair<FinishReason, std::string>> finish;
-        if (p.finish_reason) finish = FinishOf(p, stops_);
-        PushDelta(p, out);  // a chunk may carry the last text and the finish together
-        if (finish) finishes_.Finish(index, finish->first, std::move(finish->second));
+        STRATA_RETURN_IF_ERROR(ApplyChoice(p, out));
       }
     }
     if (const Json* usage = Member(j, "usage"); usage != nullptr) {
@@ -383,6 +579,26 @@ class OpenAIDecoder : public DecoderCore {
       if (!any_choice) usage_final_ = true;
     }
     if (usage_final_ && finishes_.all_finished()) finishes_.Flush(out);
+    return Status();
+  }
+
+  // One choice of a chunk, read: its text and its finish, if any.
+  Status ApplyChoice(ChoicePart& p, std::vector<Event>* out) {
+    if (finishes_.finished(p.index)) {
+      if (!p.text.empty()) {
+        return ProtocolError(fmt::format("choice {} sent text after its finish_reason", p.index));
+      }
+      return Status();
+    }
+    const int32_t index = p.index;
+    if (calls_started_.size() < static_cast<size_t>(finishes_.n())) {
+      calls_started_.resize(static_cast<size_t>(finishes_.n()));
+    }
+    STRATA_RETURN_IF_ERROR(NormalizeCalls(p.tool_calls, calls_started_[index], index));
+    std::optional<std::pair<FinishReason, std::string>> finish;
+    if (p.finish_reason) finish = FinishOf(p, stops_);
+    PushDelta(p, out);  // a chunk may carry the last text and the finish together
+    if (finish) finishes_.Finish(index, finish->first, std::move(finish->second));
     return Status();
   }
 
@@ -521,6 +737,31 @@ std::unique_ptr<DecoderCore> NewOpenAIDecoder(bool chat, int32_t n_choices,
                                               std::vector<std::string> stops,
                                               size_t max_event_bytes) {
   return std::make_unique<OpenAIDecoder>(chat, n_choices, std::move(stops), max_event_bytes);
+}
+
+std::optional<Status> DecodeOpenAIWholePlain(bool chat, int32_t n_choices,
+                                             const std::vector<std::string>& stops,
+                                             std::string_view body, std::vector<Event>* out) {
+  std::optional<PlainChunk> plain = ReadPlainChunk(body, chat ? "message" : "", n_choices);
+  if (!plain) return std::nullopt;
+  // DecodeOpenAIWhole's steps, over what the plain reader found.
+  Finishes finishes(n_choices);
+  if (!plain->has_choices) return ProtocolError("the response has no 'choices' array");
+  for (ChoicePart& p : plain->choices) {
+    if (finishes.finished(p.index)) {
+      return ProtocolError(fmt::format("the response holds choice {} twice", p.index));
+    }
+    if (!p.finish_reason) p.finish_reason = "stop";
+    auto [reason, stop] = FinishOf(p, stops);
+    PushDelta(p, out);
+    finishes.Finish(p.index, reason, std::move(stop));
+  }
+  if (!finishes.all_finished()) {
+    return ProtocolError(fmt::format("the response lacks choice {}", finishes.first_unfinished()));
+  }
+  if (plain->usage) ApplyPlainUsage(*plain->usage, &finishes.usage());
+  finishes.Flush(out);
+  return Status();
 }
 
 Status DecodeOpenAIWhole(bool chat, int32_t n_choices, const std::vector<std::string>& stops,

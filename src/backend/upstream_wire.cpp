@@ -413,9 +413,16 @@ bool StreamDecoder::complete() const { return core_->complete(); }
 Status DecodeWholeResponse(Api api, bool chat, int32_t n_choices,
                            const std::vector<std::string>& stops, std::string_view body,
                            std::vector<Event>* out) {
+  std::vector<Event> events;
+  if (api == Api::kOpenAI) {
+    if (std::optional<Status> s =
+            internal::DecodeOpenAIWholePlain(chat, n_choices, stops, body, &events)) {
+      if (s->ok()) out->insert(out->end(), events.begin(), events.end());
+      return *s;
+    }
+  }
   STRATA_ASSIGN_OR_RETURN(const internal::Json j, internal::ParseJson(body, "response body"));
   if (!j.is_object()) return internal::ProtocolError("the response body is not a JSON object");
-  std::vector<Event> events;
   const Status s = api == Api::kAnthropic
                        ? internal::DecodeAnthropicWhole(j, &events)
                        : internal::DecodeOpenAIWhole(chat, n_choices, stops, j, &events);

@@ -243,6 +243,7 @@ util::StatusOr<std::vector<backend::RemoteOptions>> RemoteBackendOptions(const B
 
 util::StatusOr<RemoteBackends> StartRemoteBackends(const BackendFlags& f,
                                                    std::vector<backend::RemoteOptions> options,
+                                                   net::EventLoops& loops,
                                                    obs::MetricsRegistry& metrics,
                                                    const util::Clock& clock, util::Logger& log) {
   RemoteBackends out;
@@ -260,7 +261,7 @@ util::StatusOr<RemoteBackends> StartRemoteBackends(const BackendFlags& f,
         "--backend-insecure-skip-verify: the certificates of https backends are NOT verified; "
         "anyone on the path can impersonate them and read the API keys sent to them");
   }
-  auto client = net::HttpClient::Create(co, log);
+  auto client = net::HttpClient::Create(co, log, &loops);
   if (!client.ok()) {
     return client.status().WithContext(f.ca_file.empty() ? "the upstream HTTP client"
                                                          : "--backend-ca-file");

@@ -73,9 +73,12 @@ struct RemoteBackends {
   std::vector<std::unique_ptr<backend::RemoteBackend>> backends;
 };
 
-// Nothing (no client, no backends) without --backend.
+// Nothing (no client, no backends) without --backend. The client shares
+// `loops` (the server's: a call started on one runs there) and must be
+// stopped (destroyed) before they are.
 util::StatusOr<RemoteBackends> StartRemoteBackends(const BackendFlags& flags,
                                                    std::vector<backend::RemoteOptions> options,
+                                                   net::EventLoops& loops,
                                                    obs::MetricsRegistry& metrics,
                                                    const util::Clock& clock, util::Logger& log);
 

@@ -36,6 +36,7 @@
 #include "gateway/rt_control.h"
 #include "gateway/rt_switcher.h"
 #include "model/transformer.h"
+#include "net/event_loops.h"
 #include "obs/metrics.h"
 #include "server/auth.h"
 #include "server/server.h"
@@ -265,14 +266,16 @@ struct Listening {
 };
 
 // Starts the HTTP server without a gateway (/health answers 503 until
-// OpenForRequests); bind and option errors as HttpServer reports them.
+// OpenForRequests) on `loops`; bind and option errors as HttpServer reports
+// them.
 util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys keys,
-                                         obs::MetricsRegistry& metrics, const util::Clock& clock,
-                                         util::Logger& log) {
+                                         net::EventLoops& loops, obs::MetricsRegistry& metrics,
+                                         const util::Clock& clock, util::Logger& log) {
   server::ServerOptions so;
   so.host = f.host;
   so.port = f.port;
   STRATA_RETURN_IF_ERROR(ApplyHttpFlags(f.http, so));  // checked by ValidateFlags
+  so.loops = &loops;
   RaiseFileLimit(f.http, log);
   so.request_timeout = std::chrono::seconds(f.timeout_s);
   so.request_id_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
@@ -577,8 +580,10 @@ int ShutDown(bool clean, const ServeFlags& f, server::HttpServer& srv, LocalServ
 }
 
 // Start-up and shutdown in the order of the file comment. Locals are
-// destroyed in reverse: gateway, remote backends, the RT-Switcher's ticker,
-// the local engine's parts, the RT-Switcher, server, metrics, each after
+// destroyed in reverse: gateway, remote backends (the upstream client
+// cancels its calls on the I/O loops, which the stopped server no longer
+// uses), the RT-Switcher's ticker, the local engine's parts, the
+// RT-Switcher, server, the I/O loops (joined), metrics, each after
 // everything that borrows it.
 int RunServe(const Env& env, const ServeFlags& f) {
   auto log = MakeLogger(f.log_level);
@@ -592,7 +597,11 @@ int RunServe(const Env& env, const ServeFlags& f) {
   const util::Clock& clock = util::RealClock();
   const auto t0 = clock.Now();
   obs::MetricsRegistry metrics;
-  auto srv = StartListening(f, std::move(keys).value(), metrics, clock, *log);
+  // The I/O threads: the server's connections and the upstream calls they
+  // start share them (a forwarded request stays on its connection's thread).
+  auto loops = net::EventLoops::Create(f.http.io_threads);
+  if (!loops.ok()) return UsageError(loops.status().message());  // ValidateFlags: does not happen
+  auto srv = StartListening(f, std::move(keys).value(), **loops, metrics, clock, *log);
   if (!srv.ok()) return ReportError(srv.status());
   auto rt = StartRtSwitcher(f, *plan, metrics, clock, *log);
   if (!rt.ok()) return ReportError(rt.status());
@@ -600,8 +609,8 @@ int RunServe(const Env& env, const ServeFlags& f) {
                               : util::StatusOr<std::unique_ptr<LocalServing>>(nullptr);
   if (!local.ok()) return ReportError(local.status());
   const auto ticker = *rt && !*local ? std::make_unique<RtTicker>(**rt) : nullptr;
-  auto remotes =
-      StartRemoteBackends(f.backends, std::move(remote_options).value(), metrics, clock, *log);
+  auto remotes = StartRemoteBackends(f.backends, std::move(remote_options).value(), **loops,
+                                     metrics, clock, *log);
   if (!remotes.ok()) return ReportError(remotes.status());
   LocalServing* l = local->get();
   auto go = GatewayOptionsFor(f, l ? l->eng.options.n_ctx : 0, rt->get(), clock);

@@ -12,7 +12,7 @@
 
 #include "net/internal/asio.h"
 #include "net/internal/client_stream.h"
-#include "net/internal/connection.h"
+#include "net/internal/loop.h"
 
 namespace strata::net {
 namespace {
@@ -126,14 +126,30 @@ struct PooledStream {
   std::chrono::steady_clock::time_point idle_since;
 };
 
-class ClientImpl;
+// What every call of one client shares. Held by the calls: with shared
+// loops, a call's last handler may run after the client is gone.
+struct ClientCore {
+  ClientCore(const HttpClientOptions& o, std::unique_ptr<internal::ssl::context> t, util::Logger& l)
+      : options(o), tls(std::move(t)), log(l) {}
+  const HttpClientOptions options;
+  // Shared by every loop's TLS connections; not changed after Create.
+  const std::unique_ptr<internal::ssl::context> tls;
+  util::Logger& log;
+  std::atomic<int64_t> requests{0}, opened{0}, reused{0}, retries{0};
+};
 
-// Per I/O thread: the loop and its pool of idle kept-alive connections.
 class CallImpl;
+
+// What the client keeps per loop (one of its own, or a shared one). Owned
+// by the loop's thread; held by the client and by the calls on that loop.
 struct ClientLoop {
-  // Owned by the loop's thread: pooled connections (keyed by scheme, host
-  // and port), the calls in flight, and the callbacks waiting for their time
-  // (HttpClient::After).
+  explicit ClientLoop(internal::Loop& l)
+      : ctx(l.ctx), handle(std::make_shared<internal::LoopHandle>(&l.ctx)) {}
+  asio::io_context& ctx;
+  // How calls and the client post here; detached when the client stops.
+  const std::shared_ptr<internal::LoopHandle> handle;
+  // Pooled connections (keyed by scheme, host and port), the calls in
+  // flight, and the callbacks waiting for their time (HttpClient::After).
   std::map<std::string, std::deque<PooledStream>> idle;
   std::unordered_set<CallImpl*> calls;
   struct Timer {
@@ -142,14 +158,14 @@ struct ClientLoop {
   };
   std::map<uint64_t, Timer> timers;
   uint64_t next_timer = 0;
-  Loop loop;  // last: destroyed first, with the handlers that hold calls
+  bool stopped = false;  // the client stopped: a call that begins now is cancelled
 };
 
 class CallImpl final : public ClientCall, public std::enable_shared_from_this<CallImpl> {
  public:
-  CallImpl(ClientImpl& client, ClientLoop& loop, Url url, ClientRequest request,
-           ClientCallbacks callbacks);
-  ~CallImpl() override { cl_.calls.erase(this); }
+  CallImpl(std::shared_ptr<ClientCore> core, std::shared_ptr<ClientLoop> loop, Url url,
+           ClientRequest request, ClientCallbacks callbacks);
+  ~CallImpl() override { cl_->calls.erase(this); }
   void Begin();
   // Ends the call with `status` (on the loop's thread); no-op once done.
   void Finish(util::Status status);
@@ -173,8 +189,8 @@ class CallImpl final : public ClientCall, public std::enable_shared_from_this<Ca
   void ArmPhase(std::chrono::milliseconds timeout, std::string what,
                 util::ErrorReason reason = util::ErrorReason::kUpstreamTimeout);
 
-  ClientImpl& client_;
-  ClientLoop& cl_;
+  const std::shared_ptr<ClientCore> core_;
+  const std::shared_ptr<ClientLoop> cl_;
   const Url url_;
   const ClientRequest request_;
   ClientCallbacks callbacks_;
@@ -198,42 +214,36 @@ class CallImpl final : public ClientCall, public std::enable_shared_from_this<Ca
 class ClientImpl final : public HttpClient {
  public:
   ClientImpl(const HttpClientOptions& o, std::unique_ptr<internal::ssl::context> tls,
-             util::Logger& log)
-      : options_(o), tls_(std::move(tls)), log_(log) {
-    for (int i = 0; i < o.io_threads; ++i) loops_.push_back(std::make_unique<ClientLoop>());
-    for (auto& cl : loops_) {
-      ClientLoop* l = cl.get();
-      l->loop.thread = std::thread([l] {
-        auto guard = asio::make_work_guard(l->loop.ctx);
-        l->loop.ctx.run();
-      });
+             util::Logger& log, std::unique_ptr<EventLoops> own, EventLoops* shared)
+      : core_(std::make_shared<ClientCore>(o, std::move(tls), log)),
+        shared_(shared),
+        own_(std::move(own)) {
+    for (int i = 0; i < own_->size(); ++i) {
+      own_loops_.push_back(std::make_shared<ClientLoop>(own_->loop(i)));
+    }
+    if (shared_ != nullptr) {
+      for (int i = 0; i < shared_->size(); ++i) {
+        shared_loops_.push_back(std::make_shared<ClientLoop>(shared_->loop(i)));
+      }
     }
   }
   ~ClientImpl() override { Stop(); }
 
   std::shared_ptr<ClientCall> Start(ClientRequest request, ClientCallbacks callbacks) override {
-    requests.fetch_add(1);
-    ClientLoop& cl = *loops_[next_.fetch_add(1) % loops_.size()];
-    auto url = ParseUrl(request.url);
-    if (!url.ok()) {
-      auto status = url.status();
-      cl.loop.handle->Post([cb = std::move(callbacks.on_done), status] {
-        if (cb) cb(status);
-      });
-      return std::make_shared<NoCall>();
-    }
-    auto call = std::make_shared<CallImpl>(*this, cl, std::move(url).value(), std::move(request),
-                                           std::move(callbacks));
-    cl.loop.handle->Post([call] { call->Begin(); });
-    return call;
+    // On a shared loop's thread: that loop (the caller's connection and
+    // this call then share a thread); anywhere else, one of the client's own.
+    const int here = shared_ != nullptr ? shared_->OnLoopThread() : -1;
+    const std::shared_ptr<ClientLoop>& cl =
+        here >= 0 ? shared_loops_[static_cast<size_t>(here)] : NextOwnLoop();
+    return StartOn(cl, std::move(request), std::move(callbacks));
   }
 
   void After(std::chrono::nanoseconds delay, std::function<void(bool)> fn) override {
-    ClientLoop* l = loops_[next_.fetch_add(1) % loops_.size()].get();
-    l->loop.handle->Post([l, delay, fn = std::move(fn)]() mutable {
+    std::shared_ptr<ClientLoop> l = NextOwnLoop();
+    l->handle->Post([l, delay, fn = std::move(fn)]() mutable {
       const uint64_t id = l->next_timer++;
       auto& t = l->timers[id];
-      t.timer = std::make_unique<asio::steady_timer>(l->loop.ctx);
+      t.timer = std::make_unique<asio::steady_timer>(l->ctx);
       t.fn = std::move(fn);
       t.timer->expires_after(delay);
       t.timer->async_wait([l, id](const error_code& ec) {
@@ -254,8 +264,7 @@ class ClientImpl final : public HttpClient {
     };
     auto st = std::make_shared<State>();
     auto future = st->done.get_future();
-    const size_t limit = options_.max_fetch_body_bytes;
-    std::weak_ptr<ClientCall> self_call;
+    const size_t limit = core_->options.max_fetch_body_bytes;
     auto call_holder = std::make_shared<std::shared_ptr<ClientCall>>();
     ClientCallbacks cb;
     cb.on_head = [st](const ClientResponseHead& h) {
@@ -279,7 +288,9 @@ class ClientImpl final : public HttpClient {
       }
       st->done.set_value(s);
     };
-    *call_holder = Start(std::move(request), std::move(cb));
+    // Always on the client's own loops: a caller on a shared loop's thread
+    // would otherwise wait for its own thread.
+    *call_holder = StartOn(NextOwnLoop(), std::move(request), std::move(cb));
     util::Status status = future.get();
     call_holder->reset();
     if (!status.ok()) return status;
@@ -288,42 +299,37 @@ class ClientImpl final : public HttpClient {
 
   HttpClientStats Stats() const override {
     HttpClientStats s;
-    s.requests = requests.load();
-    s.connections_opened = opened.load();
-    s.connections_reused = reused.load();
-    s.retries = retries.load();
+    s.requests = core_->requests.load();
+    s.connections_opened = core_->opened.load();
+    s.connections_reused = core_->reused.load();
+    s.retries = core_->retries.load();
     return s;
   }
 
   void Stop() override {
     if (stopped_.exchange(true)) return;
-    for (auto& cl : loops_) {
-      ClientLoop* l = cl.get();
-      asio::post(l->loop.ctx, [l] {
-        std::vector<std::shared_ptr<CallImpl>> live;
-        for (CallImpl* c : l->calls) live.push_back(c->shared_from_this());
-        for (auto& c : live) c->Finish(util::CancelledError("the HTTP client stopped"));
-        auto timers = std::move(l->timers);
-        l->timers.clear();
-        for (auto& [id, t] : timers) {
-          t.timer->cancel();
-          t.fn(true);
-        }
-        l->idle.clear();
-        l->loop.ctx.stop();
-      });
-    }
-    for (auto& cl : loops_) {
-      if (cl->loop.thread.joinable()) cl->loop.thread.join();
-      cl->loop.handle->Detach();
-    }
+    // Loop by loop, waiting for each: every call in flight ends (Cancelled),
+    // every timer runs with `stopped`, the pool closes, and later posts are
+    // dropped. Then the client's own loops are joined; shared ones keep
+    // running, and a handler of a call that runs later finds it done.
+    auto shut = [](ClientLoop* l) {
+      l->stopped = true;
+      l->handle->Detach();
+      std::vector<std::shared_ptr<CallImpl>> live;
+      for (CallImpl* c : l->calls) live.push_back(c->shared_from_this());
+      for (auto& c : live) c->Finish(util::CancelledError("the HTTP client stopped"));
+      auto timers = std::move(l->timers);
+      l->timers.clear();
+      for (auto& [id, t] : timers) {
+        t.timer->cancel();
+        t.fn(true);
+      }
+      l->idle.clear();
+    };
+    for (auto& cl : shared_loops_) internal::RunOnLoop(cl->ctx, [l = cl.get(), &shut] { shut(l); });
+    for (auto& cl : own_loops_) internal::RunOnLoop(cl->ctx, [l = cl.get(), &shut] { shut(l); });
+    own_->Stop();
   }
-
-  const HttpClientOptions options_;
-  // Shared by every loop's TLS connections; not changed after Create.
-  const std::unique_ptr<internal::ssl::context> tls_;
-  util::Logger& log_;
-  std::atomic<int64_t> requests{0}, opened{0}, reused{0}, retries{0};
 
  private:
   class NoCall final : public ClientCall {
@@ -332,52 +338,83 @@ class ClientImpl final : public HttpClient {
     void Pause() override {}
     void Resume() override {}
   };
-  std::vector<std::unique_ptr<ClientLoop>> loops_;
+
+  const std::shared_ptr<ClientLoop>& NextOwnLoop() {
+    return own_loops_[next_.fetch_add(1) % own_loops_.size()];
+  }
+
+  std::shared_ptr<ClientCall> StartOn(const std::shared_ptr<ClientLoop>& cl, ClientRequest request,
+                                      ClientCallbacks callbacks) {
+    core_->requests.fetch_add(1);
+    auto url = ParseUrl(request.url);
+    if (!url.ok()) {
+      auto status = url.status();
+      cl->handle->Post([cb = std::move(callbacks.on_done), status] {
+        if (cb) cb(status);
+      });
+      return std::make_shared<NoCall>();
+    }
+    auto call = std::make_shared<CallImpl>(core_, cl, std::move(url).value(), std::move(request),
+                                           std::move(callbacks));
+    cl->handle->Post([call] { call->Begin(); });
+    return call;
+  }
+
+  const std::shared_ptr<ClientCore> core_;
+  EventLoops* const shared_;                               // borrowed; null: none
+  std::vector<std::shared_ptr<ClientLoop>> shared_loops_;  // one per loop of shared_
+  const std::unique_ptr<EventLoops> own_;                  // io_threads of the client's own
+  std::vector<std::shared_ptr<ClientLoop>> own_loops_;     // one per loop of own_
   std::atomic<size_t> next_{0};
   std::atomic<bool> stopped_{false};
 };
 
-CallImpl::CallImpl(ClientImpl& client, ClientLoop& loop, Url url, ClientRequest request,
-                   ClientCallbacks callbacks)
-    : client_(client),
-      cl_(loop),
+CallImpl::CallImpl(std::shared_ptr<ClientCore> core, std::shared_ptr<ClientLoop> loop, Url url,
+                   ClientRequest request, ClientCallbacks callbacks)
+    : core_(std::move(core)),
+      cl_(std::move(loop)),
       url_(std::move(url)),
       request_(std::move(request)),
       callbacks_(std::move(callbacks)),
-      resolver_(loop.loop.ctx),
-      stream_(loop.loop.ctx),
-      phase_timer_(loop.loop.ctx),
-      total_timer_(loop.loop.ctx) {}
+      resolver_(cl_->ctx),
+      stream_(cl_->ctx),
+      phase_timer_(cl_->ctx),
+      total_timer_(cl_->ctx) {}
 
 bool CallImpl::TryRetry() {
   if (!reused_ || retried_ || got_bytes_) return false;
   retried_ = true;
-  client_.retries.fetch_add(1);
+  core_->retries.fetch_add(1);
   stream_.Close();
-  stream_ = ClientStream(cl_.loop.ctx);
+  stream_ = ClientStream(cl_->ctx);
   Connect();
   return true;
 }
 
 void CallImpl::Begin() {
-  cl_.calls.insert(this);
-  total_timer_.expires_after(request_.total_timeout.value_or(client_.options_.total_timeout));
+  if (cl_->stopped) {
+    // Posted before the client stopped, run after: it ends at once.
+    Finish(util::CancelledError("the HTTP client stopped"));
+    return;
+  }
+  cl_->calls.insert(this);
+  total_timer_.expires_after(request_.total_timeout.value_or(core_->options.total_timeout));
   total_timer_.async_wait([self = shared_from_this()](const error_code& ec) {
     if (ec || self->done_) return;
     self->Finish(util::DeadlineExceededError(fmt::format("{} {}: no complete response within {} ms",
                                                          self->request_.method, self->request_.url,
                                                          (self->request_.total_timeout.value_or(
-                                                              self->client_.options_.total_timeout))
+                                                              self->core_->options.total_timeout))
                                                              .count()))
                      .WithReason(util::ErrorReason::kUpstreamTimeout));
   });
   // A pooled connection, if one is still good.
-  auto it = cl_.idle.find(url_.pool_key);
-  while (it != cl_.idle.end() && !it->second.empty()) {
+  auto it = cl_->idle.find(url_.pool_key);
+  while (it != cl_->idle.end() && !it->second.empty()) {
     PooledStream p = std::move(it->second.back());
     it->second.pop_back();
     const auto idle = std::chrono::steady_clock::now() - p.idle_since;
-    if (idle > client_.options_.pool_idle_timeout) continue;
+    if (idle > core_->options.pool_idle_timeout) continue;
     // Readable while idle means the server closed it (or sent junk; over
     // TLS, its close_notify). Only a connection idle a while is looked at:
     // under load one is reused microseconds after its last answer, a server
@@ -393,7 +430,7 @@ void CallImpl::Begin() {
     }
     stream_ = std::move(p.stream);
     reused_ = true;
-    client_.reused.fetch_add(1);
+    core_->reused.fetch_add(1);
     Send();
     return;
   }
@@ -416,7 +453,7 @@ void CallImpl::ArmPhase(std::chrono::milliseconds timeout, std::string what,
 
 void CallImpl::Connect() {
   reused_ = false;
-  ArmPhase(client_.options_.connect_timeout,
+  ArmPhase(core_->options.connect_timeout,
            url_.tls ? "could not connect and finish the TLS handshake" : "could not connect",
            util::ErrorReason::kUpstreamUnavailable);
   resolver_.async_resolve(
@@ -448,13 +485,13 @@ void CallImpl::Connected() {
   error_code ec;
   stream_.socket().set_option(tcp::no_delay(true), ec);
   if (!url_.tls) {
-    client_.opened.fetch_add(1);
+    core_->opened.fetch_add(1);
     Send();
     return;
   }
   // The handshake runs under the connect deadline: until it is done nothing
   // was sent, so every failure here may go to another server.
-  util::Status st = stream_.StartTls(*client_.tls_, url_.host, client_.options_.tls_verify);
+  util::Status st = stream_.StartTls(*core_->tls, url_.host, core_->options.tls_verify);
   if (!st.ok()) {
     Finish(std::move(st)
                .WithContext(request_.url)
@@ -470,7 +507,7 @@ void CallImpl::Connected() {
                        .WithReason(util::ErrorReason::kUpstreamUnavailable));
       return;
     }
-    self->client_.opened.fetch_add(1);
+    self->core_->opened.fetch_add(1);
     self->Send();
   });
 }
@@ -498,7 +535,7 @@ void CallImpl::Send() {
   out += "\r\n";
   out += request_.body;
   auto buf = std::make_shared<std::string>(std::move(out));
-  parser_ = std::make_unique<ResponseParser>(client_.options_.max_response_header_bytes,
+  parser_ = std::make_unique<ResponseParser>(core_->options.max_response_header_bytes,
                                              [this](std::string_view b) {
                                                if (!done_ && callbacks_.on_body && !b.empty())
                                                  callbacks_.on_body(b);
@@ -507,8 +544,7 @@ void CallImpl::Send() {
   in_.clear();
   head_seen_ = false;
   got_bytes_ = false;
-  ArmPhase(request_.first_byte_timeout.value_or(client_.options_.first_byte_timeout),
-           "no response");
+  ArmPhase(request_.first_byte_timeout.value_or(core_->options.first_byte_timeout), "no response");
   stream_.AsyncWrite(
       asio::buffer(*buf), [self = shared_from_this(), buf](const error_code& ec, size_t) {
         if (self->done_) return;
@@ -569,7 +605,7 @@ void CallImpl::Parse() {
       Finish(util::UnavailableError(
                  ec == http::error::header_limit
                      ? fmt::format("{}: the response head exceeds {} bytes", request_.url,
-                                   client_.options_.max_response_header_bytes)
+                                   core_->options.max_response_header_bytes)
                      : fmt::format("{}: malformed response: {}", request_.url, ec.message()))
                  .WithReason(util::ErrorReason::kUpstreamProtocol));
       return;
@@ -577,7 +613,7 @@ void CallImpl::Parse() {
     if (parser_->is_header_done() && !head_seen_) {
       if (parser_->head().status < 200) {
         // An interim response (100 Continue, 103): the real one follows.
-        parser_ = std::make_unique<ResponseParser>(client_.options_.max_response_header_bytes,
+        parser_ = std::make_unique<ResponseParser>(core_->options.max_response_header_bytes,
                                                    [this](std::string_view b) {
                                                      if (!done_ && callbacks_.on_body && !b.empty())
                                                        callbacks_.on_body(b);
@@ -586,7 +622,7 @@ void CallImpl::Parse() {
         continue;
       }
       head_seen_ = true;
-      ArmPhase(client_.options_.idle_timeout, "the response stalled");
+      ArmPhase(core_->options.idle_timeout, "the response stalled");
       if (callbacks_.on_head) callbacks_.on_head(parser_->head());
       if (done_) return;
     }
@@ -595,7 +631,7 @@ void CallImpl::Parse() {
       return;
     }
     if (used == 0) break;
-    if (head_seen_) ArmPhase(client_.options_.idle_timeout, "the response stalled");
+    if (head_seen_) ArmPhase(core_->options.idle_timeout, "the response stalled");
     if (paused_) return;
   }
 }
@@ -603,7 +639,7 @@ void CallImpl::Parse() {
 void CallImpl::Finish(util::Status status) {
   if (done_) return;
   done_ = true;
-  cl_.calls.erase(this);
+  cl_->calls.erase(this);
   ++phase_gen_;
   phase_timer_.cancel();
   total_timer_.cancel();
@@ -611,8 +647,8 @@ void CallImpl::Finish(util::Status status) {
   const bool reusable = status.ok() && parser_ && parser_->is_done() && parser_->keep_alive() &&
                         in_.empty() && stream_.socket().is_open();
   if (reusable) {
-    auto& idle = cl_.idle[url_.pool_key];
-    if (static_cast<int32_t>(idle.size()) < client_.options_.max_idle_per_host) {
+    auto& idle = cl_->idle[url_.pool_key];
+    if (static_cast<int32_t>(idle.size()) < core_->options.max_idle_per_host) {
       idle.push_back({std::move(stream_), std::chrono::steady_clock::now()});
     } else {
       stream_.Close();
@@ -626,14 +662,14 @@ void CallImpl::Finish(util::Status status) {
 }
 
 void CallImpl::Cancel() {
-  cl_.loop.handle->Post([self = shared_from_this()] {
+  cl_->handle->Post([self = shared_from_this()] {
     self->Finish(util::CancelledError(
         fmt::format("{} {}: cancelled", self->request_.method, self->request_.url)));
   });
 }
 
 void CallImpl::Pause() {
-  cl_.loop.handle->Post([self = shared_from_this()] {
+  cl_->handle->Post([self = shared_from_this()] {
     self->paused_ = true;
     ++self->phase_gen_;  // the idle deadline does not run while paused
     self->phase_timer_.cancel();
@@ -641,11 +677,11 @@ void CallImpl::Pause() {
 }
 
 void CallImpl::Resume() {
-  cl_.loop.handle->Post([self = shared_from_this()] {
+  cl_->handle->Post([self = shared_from_this()] {
     if (!self->paused_ || self->done_) return;
     self->paused_ = false;
     if (self->head_seen_) {
-      self->ArmPhase(self->client_.options_.idle_timeout, "the response stalled");
+      self->ArmPhase(self->core_->options.idle_timeout, "the response stalled");
     }
     self->Parse();
     self->ReadMore();
@@ -655,7 +691,8 @@ void CallImpl::Resume() {
 }  // namespace
 
 util::StatusOr<std::unique_ptr<HttpClient>> HttpClient::Create(const HttpClientOptions& options,
-                                                               util::Logger& log) {
+                                                               util::Logger& log,
+                                                               EventLoops* loops) {
   if (options.io_threads < 1 || options.io_threads > 64) {
     return util::InvalidArgumentError(
         fmt::format("io_threads = {} is outside [1, 64]", options.io_threads));
@@ -673,7 +710,9 @@ util::StatusOr<std::unique_ptr<HttpClient>> HttpClient::Create(const HttpClientO
         "HTTP client: TLS certificate verification is OFF: https upstreams are not "
         "authenticated, and anyone on the path can read and change the traffic");
   }
-  return std::unique_ptr<HttpClient>(new ClientImpl(options, std::move(tls), log));
+  STRATA_ASSIGN_OR_RETURN(auto own, EventLoops::Create(options.io_threads));
+  return std::unique_ptr<HttpClient>(
+      new ClientImpl(options, std::move(tls), log, std::move(own), loops));
 }
 
 }  // namespace strata::net

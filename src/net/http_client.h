@@ -29,9 +29,17 @@
 // Create reads the system trust store once (tens of milliseconds), so no
 // I/O thread ever does.
 //
+// Shared loops (net/event_loops.h): a client created over a server's loops
+// runs a call started on one of their threads on that thread, with a pool of
+// kept-alive connections per loop, so the server's connection and its
+// upstream call never change threads. Calls started anywhere else, Fetch,
+// After and their timers run on the client's own io_threads, as without.
+// Stop cancels the calls on shared loops too, and returns once that is done.
+//
 // Threading: Start, Fetch and a ClientCall's methods are thread-safe; the
-// callbacks run on the client's I/O thread and must not block. Fetch blocks
-// its caller and must not be called from a callback.
+// callbacks run on the call's I/O thread (the caller's, for a call started
+// on a shared loop) and must not block. Fetch blocks its caller and must
+// not be called from a callback.
 //
 // Usage:
 //   STRATA_ASSIGN_OR_RETURN(auto client, net::HttpClient::Create({}, log));
@@ -48,6 +56,7 @@
 #include <string>
 #include <string_view>
 
+#include "net/event_loops.h"
 #include "net/http.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -55,7 +64,7 @@
 namespace strata::net {
 
 struct HttpClientOptions {
-  int io_threads = 1;                                     // [1, 64]
+  int io_threads = 1;  // [1, 64] the client's own (besides shared loops)
   std::chrono::milliseconds connect_timeout{10'000};      // name lookup, TCP connect, TLS handshake
   std::chrono::milliseconds first_byte_timeout{120'000};  // request sent to response head
   std::chrono::milliseconds idle_timeout{60'000};         // between body bytes
@@ -120,9 +129,12 @@ struct HttpClientStats {
 
 class HttpClient {
  public:
-  // `log` is borrowed and must outlive the client.
+  // `log` is borrowed and must outlive the client; so must `loops` (shared
+  // loops, see above; null = none), which must also keep running until the
+  // client has stopped.
   static util::StatusOr<std::unique_ptr<HttpClient>> Create(const HttpClientOptions& options,
-                                                            util::Logger& log);
+                                                            util::Logger& log,
+                                                            EventLoops* loops = nullptr);
   virtual ~HttpClient() = default;
 
   // Starts `request`; InvalidArgument (through on_done) for a malformed URL.
@@ -134,7 +146,8 @@ class HttpClient {
   // backoff, a health check's schedule), or `fn(true)` when the client stops
   // first. `fn` must not block.
   virtual void After(std::chrono::nanoseconds delay, std::function<void(bool stopped)> fn) = 0;
-  // Cancels everything in flight and joins the I/O threads (also on destruction).
+  // Cancels everything in flight and joins the I/O threads (also on
+  // destruction). Never from an I/O thread of the client or its shared loops.
   virtual void Stop() = 0;
 };
 

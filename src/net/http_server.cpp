@@ -14,14 +14,15 @@
 
 #include "net/internal/asio.h"
 #include "net/internal/connection.h"
+#include "net/internal/loop.h"
 
 namespace strata::net {
 
 namespace asio = boost::asio;
 using internal::Connection;
 using internal::error_code;
-using internal::Loop;
 using internal::ServerCore;
+using internal::ServerLoop;
 using internal::tcp;
 
 std::string_view RequestHead::path() const {
@@ -140,13 +141,69 @@ std::string ClientAddress(const tcp::endpoint& ep) {
   return addr.to_string();
 }
 
+// A connection refused at accept: a 503, best effort, and the socket closed.
+void Refuse(ServerCore& core, tcp::socket& socket, const std::string& why) {
+  core.refused.fetch_add(1);
+  Response r = core.handler.LimitResponse(nullptr, 503, util::UnavailableError(why));
+  std::string out = fmt::format("HTTP/1.1 503 {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+                                ReasonPhrase(503), r.body.size());
+  for (const auto& [n, v] : r.headers.fields()) {
+    if (!EqualsIgnoreCase(n, "Content-Length") && !EqualsIgnoreCase(n, "Connection")) {
+      out += n + ": " + v + "\r\n";
+    }
+  }
+  out += "Retry-After: 1\r\n\r\n" + r.body;
+  // Best effort, without waiting: the answer fits any socket buffer.
+  error_code ec;
+  socket.non_blocking(true, ec);
+  socket.send(asio::buffer(out), 0, ec);
+  socket.shutdown(tcp::socket::shutdown_both, ec);
+  socket.close(ec);
+}
+
+// On `loop`'s thread: makes room at the connection cap, then serves. Holds
+// nothing of the server but what it shares: with shared loops this may run
+// after the server is gone (it then closes the socket).
+void Adopt(const std::shared_ptr<ServerCore>& core, const std::shared_ptr<ServerLoop>& loop,
+           tcp::socket socket, std::string remote) {
+  if (loop->stopped) {
+    error_code ec;
+    socket.close(ec);
+    core->ReleaseClient(remote);
+    core->open.fetch_sub(1);
+    return;
+  }
+  if (core->open.load() > core->limits.max_connections) {
+    // At the cap: the connection of this loop that has waited longest for a
+    // request's headers makes room; if every one is busy with a request,
+    // the newcomer is refused.
+    Connection* oldest = nullptr;
+    for (Connection* c : loop->connections) {
+      if (c->Displaceable() && (oldest == nullptr || c->phase_start() < oldest->phase_start())) {
+        oldest = c;
+      }
+    }
+    if (oldest == nullptr) {
+      core->log.Debug("http: connection cap ({}) reached; refusing {}",
+                      core->limits.max_connections, remote);
+      Refuse(*core, socket,
+             fmt::format("the server has {} connections open, its limit",
+                         core->limits.max_connections));
+      core->ReleaseClient(remote);
+      core->open.fetch_sub(1);
+      return;
+    }
+    core->displaced.fetch_add(1);
+    oldest->Close(CancelReason::kClientGone);
+  }
+  std::make_shared<Connection>(core, loop, std::move(socket), std::move(remote))->Start();
+}
+
 class ServerImpl final : public HttpServer {
  public:
   ServerImpl(const HttpServerOptions& o, HttpHandler& handler, util::Logger& log,
              const util::Clock& clock)
-      : options_(o), core_(std::make_shared<ServerCore>(o.limits, handler, log, clock)) {
-    for (int i = 0; i < o.io_threads; ++i) loops_.push_back(std::make_unique<Loop>());
-  }
+      : options_(o), core_(std::make_shared<ServerCore>(o.limits, handler, log, clock)) {}
   ~ServerImpl() override { Stop(); }
 
   util::StatusOr<int> Start() override;
@@ -166,14 +223,17 @@ class ServerImpl final : public HttpServer {
 
  private:
   void Accept();
-  void OnAccepted(Loop& target, tcp::socket socket);
-  // On `loop`'s thread: makes room at the connection cap, then serves.
-  void Adopt(Loop& loop, tcp::socket socket, std::string remote);
-  void Refuse(tcp::socket& socket, const std::string& why);
+  void OnAccepted(const std::shared_ptr<ServerLoop>& target, tcp::socket socket);
 
   const HttpServerOptions options_;
   std::shared_ptr<ServerCore> core_;
-  std::vector<std::unique_ptr<Loop>> loops_;
+  std::unique_ptr<EventLoops> own_loops_;  // without options_.loops; started by Start
+  // One per loop (of own_loops_ or options_.loops), in the loops' order.
+  std::vector<std::shared_ptr<ServerLoop>> loops_;
+  // loops_[0]'s thread: false once Stop closed the acceptor. The accept
+  // handlers hold it and look at it first: one that runs after Stop (the
+  // loops may outlive the server) touches nothing else.
+  std::shared_ptr<bool> listening_ = std::make_shared<bool>(true);
   std::optional<tcp::acceptor> acceptor_;  // on loops_[0]
   std::optional<asio::steady_timer> accept_retry_;
   size_t next_loop_ = 0;  // loops_[0]'s thread: the loop the next connection goes to
@@ -183,11 +243,24 @@ class ServerImpl final : public HttpServer {
 
 util::StatusOr<int> ServerImpl::Start() {
   if (started_) return util::FailedPreconditionError("the server was already started");
+  EventLoops* loops = options_.loops;
+  if (loops == nullptr) {
+    if (own_loops_ == nullptr) {
+      STRATA_ASSIGN_OR_RETURN(own_loops_, EventLoops::Create(options_.io_threads));
+    }
+    loops = own_loops_.get();
+  }
+  if (loops_.empty()) {
+    for (int i = 0; i < loops->size(); ++i) {
+      loops_.push_back(std::make_shared<ServerLoop>(loops->loop(i)));
+    }
+  }
+  asio::io_context& ctx0 = loops_[0]->ctx;
   error_code ec;
   asio::ip::address address = asio::ip::make_address(options_.host, ec);
   if (ec) {
     // A name ("localhost"): its first address.
-    tcp::resolver resolver(loops_[0]->ctx);
+    tcp::resolver resolver(ctx0);
     auto results = resolver.resolve(options_.host, "", ec);
     if (ec || results.empty()) {
       return util::InvalidArgumentError(
@@ -196,7 +269,7 @@ util::StatusOr<int> ServerImpl::Start() {
     address = results.begin()->endpoint().address();
   }
   const tcp::endpoint endpoint(address, static_cast<uint16_t>(options_.port));
-  acceptor_.emplace(loops_[0]->ctx);
+  acceptor_.emplace(ctx0);
   acceptor_->open(endpoint.protocol(), ec);
   if (!ec && address.is_v6() && address.to_v6().is_unspecified()) {
     acceptor_->set_option(asio::ip::v6_only(false), ec);  // "::" takes IPv4 clients too
@@ -208,6 +281,7 @@ util::StatusOr<int> ServerImpl::Start() {
     const int one = 1;
     if (::setsockopt(acceptor_->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) !=
         0) {
+      acceptor_.reset();
       return util::UnavailableError("cannot set SO_REUSEPORT on the listening socket");
     }
   }
@@ -228,106 +302,59 @@ util::StatusOr<int> ServerImpl::Start() {
     return util::UnavailableError(fmt::format("cannot listen on {}: {}", where, ec.message()));
   }
   const int port = acceptor_->local_endpoint(ec).port();
-  accept_retry_.emplace(loops_[0]->ctx);
+  accept_retry_.emplace(ctx0);
   started_ = true;
-  Accept();
-  for (auto& loop : loops_) {
-    Loop* l = loop.get();
-    l->thread = std::thread([l] {
-      auto guard = asio::make_work_guard(l->ctx);
-      l->ctx.run();
-    });
-  }
+  // The loops run already: the acceptor is used on its own thread from now on.
+  asio::post(ctx0, [this] { Accept(); });
   return port;
 }
 
 void ServerImpl::Accept() {
-  Loop& target = *loops_[next_loop_];
+  std::shared_ptr<ServerLoop> target = loops_[next_loop_];
   next_loop_ = (next_loop_ + 1) % loops_.size();
-  acceptor_->async_accept(target.ctx, [this, &target](const error_code& ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || !acceptor_ || !acceptor_->is_open()) return;
-    if (ec) {
-      // Out of file descriptors, most likely: wait a little rather than spin.
-      core_->log.Warn("http: accept failed: {}; retrying in 50 ms", ec.message());
-      accept_retry_->expires_after(std::chrono::milliseconds(50));
-      accept_retry_->async_wait([this](const error_code& tec) {
-        if (!tec) Accept();
+  acceptor_->async_accept(
+      target->ctx, [this, target, open = listening_](const error_code& ec, tcp::socket socket) {
+        if (!*open) return;  // stopped: `this` may be gone
+        if (ec == asio::error::operation_aborted || !acceptor_ || !acceptor_->is_open()) return;
+        if (ec) {
+          // Out of file descriptors, most likely: wait a little rather than spin.
+          core_->log.Warn("http: accept failed: {}; retrying in 50 ms", ec.message());
+          accept_retry_->expires_after(std::chrono::milliseconds(50));
+          accept_retry_->async_wait([this, open](const error_code& tec) {
+            if (*open && !tec) Accept();
+          });
+          return;
+        }
+        OnAccepted(target, std::move(socket));
+        Accept();
       });
-      return;
-    }
-    OnAccepted(target, std::move(socket));
-    Accept();
-  });
 }
 
-void ServerImpl::Refuse(tcp::socket& socket, const std::string& why) {
-  core_->refused.fetch_add(1);
-  Response r = core_->handler.LimitResponse(nullptr, 503, util::UnavailableError(why));
-  std::string out = fmt::format("HTTP/1.1 503 {}\r\nContent-Length: {}\r\nConnection: close\r\n",
-                                ReasonPhrase(503), r.body.size());
-  for (const auto& [n, v] : r.headers.fields()) {
-    if (!EqualsIgnoreCase(n, "Content-Length") && !EqualsIgnoreCase(n, "Connection")) {
-      out += n + ": " + v + "\r\n";
-    }
-  }
-  out += "Retry-After: 1\r\n\r\n" + r.body;
-  // Best effort, without waiting: the answer fits any socket buffer.
-  error_code ec;
-  socket.non_blocking(true, ec);
-  socket.send(asio::buffer(out), 0, ec);
-  socket.shutdown(tcp::socket::shutdown_both, ec);
-  socket.close(ec);
-}
-
-void ServerImpl::OnAccepted(Loop& target, tcp::socket socket) {
+void ServerImpl::OnAccepted(const std::shared_ptr<ServerLoop>& target, tcp::socket socket) {
   error_code ec;
   const tcp::endpoint peer = socket.remote_endpoint(ec);
   if (ec) return;  // already gone
   std::string remote = ClientAddress(peer);
   core_->accepted.fetch_add(1);
   if (!core_->AcquireClient(remote)) {
-    Refuse(socket, fmt::format("too many connections from {} (the limit is {})", remote,
-                               options_.limits.max_connections_per_client));
+    Refuse(*core_, socket,
+           fmt::format("too many connections from {} (the limit is {})", remote,
+                       options_.limits.max_connections_per_client));
     return;
   }
   core_->open.fetch_add(1);
   // The socket belongs to `target`'s context; it is served on its thread.
-  asio::post(target.ctx, [this, &target, s = std::move(socket), r = std::move(remote)]() mutable {
-    Adopt(target, std::move(s), std::move(r));
-  });
-}
-
-void ServerImpl::Adopt(Loop& loop, tcp::socket socket, std::string remote) {
-  if (core_->open.load() > options_.limits.max_connections) {
-    // At the cap: the connection of this loop that has waited longest for a
-    // request's headers makes room; if every one is busy with a request,
-    // the newcomer is refused.
-    Connection* oldest = nullptr;
-    for (Connection* c : loop.connections) {
-      if (c->Displaceable() && (oldest == nullptr || c->phase_start() < oldest->phase_start())) {
-        oldest = c;
-      }
-    }
-    if (oldest == nullptr) {
-      core_->log.Debug("http: connection cap ({}) reached; refusing {}",
-                       options_.limits.max_connections, remote);
-      Refuse(socket, fmt::format("the server has {} connections open, its limit",
-                                 options_.limits.max_connections));
-      core_->ReleaseClient(remote);
-      core_->open.fetch_sub(1);
-      return;
-    }
-    core_->displaced.fetch_add(1);
-    oldest->Close(CancelReason::kClientGone);
-  }
-  std::make_shared<Connection>(core_, loop, std::move(socket), std::move(remote))->Start();
+  asio::post(target->ctx,
+             [core = core_, target, s = std::move(socket), r = std::move(remote)]() mutable {
+               Adopt(core, target, std::move(s), std::move(r));
+             });
 }
 
 void ServerImpl::SetDraining() {
   core_->draining.store(true);
-  for (auto& loop : loops_) {
-    Loop* l = loop.get();
-    asio::post(l->ctx, [l] {
+  if (stopped_) return;
+  for (const auto& loop : loops_) {
+    asio::post(loop->ctx, [l = loop] {
       std::vector<Connection*> idle;
       for (Connection* c : l->connections) {
         if (c->idle()) idle.push_back(c);
@@ -350,9 +377,8 @@ bool ServerImpl::WaitQuiet(std::chrono::milliseconds timeout) {
   const auto end = std::chrono::steady_clock::now() + timeout;
   while (true) {
     auto tally = std::make_shared<Tally>();
-    for (auto& loop : loops_) {
-      Loop* l = loop.get();
-      asio::post(l->ctx, [l, tally] {
+    for (const auto& loop : loops_) {
+      asio::post(loop->ctx, [l = loop, tally] {
         int64_t busy = 0;
         for (Connection* c : l->connections) busy += c->idle() ? 0 : 1;
         std::lock_guard<std::mutex> lock(tally->mu);
@@ -374,26 +400,28 @@ bool ServerImpl::WaitQuiet(std::chrono::milliseconds timeout) {
 void ServerImpl::Stop() {
   if (!started_ || stopped_) return;
   stopped_ = true;
-  asio::post(loops_[0]->ctx, [this] {
+  // In order: no new connection, then every connection closed (its exchange
+  // cancelled) and nothing more posted, loop by loop; each step waits until
+  // it has run, so that when Stop returns no handler of this server runs
+  // with `this` (shared loops keep running).
+  internal::RunOnLoop(loops_[0]->ctx, [this] {
+    *listening_ = false;
     error_code ec;
     if (acceptor_) acceptor_->close(ec);
     if (accept_retry_) accept_retry_->cancel();
+    acceptor_.reset();
+    accept_retry_.reset();
   });
-  for (auto& loop : loops_) {
-    Loop* l = loop.get();
-    asio::post(l->ctx, [l] {
+  for (const auto& loop : loops_) {
+    internal::RunOnLoop(loop->ctx, [l = loop.get()] {
+      l->stopped = true;
+      l->handle->Detach();
       std::vector<std::shared_ptr<Connection>> all;
       for (Connection* c : l->connections) all.push_back(c->shared_from_this());
       for (auto& c : all) c->Close(CancelReason::kServerStopped);
-      l->ctx.stop();
     });
   }
-  for (auto& loop : loops_) {
-    if (loop->thread.joinable()) loop->thread.join();
-    loop->handle->Detach();
-  }
-  acceptor_.reset();
-  accept_retry_.reset();
+  if (own_loops_) own_loops_->Stop();
 }
 
 }  // namespace

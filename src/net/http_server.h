@@ -25,7 +25,8 @@
 // when there is none. Listening fails loudly when the address is in use
 // (SO_REUSEPORT only when asked for); IPv4 and IPv6 addresses both work.
 //
-// Threading: Start/Stop/SetDraining from one owner thread. The handler is
+// Threading: Start/Stop/SetDraining from one owner thread (never an I/O
+// thread). The handler is
 // called on the I/O thread that owns the connection and must not block: it
 // hands work elsewhere and answers later through the Exchange. An Exchange's
 // methods are called on its connection's I/O thread only; Post() is the one
@@ -47,6 +48,7 @@
 #include <span>
 #include <string>
 
+#include "net/event_loops.h"
 #include "net/http.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -78,8 +80,11 @@ struct HttpLimits {
 struct HttpServerOptions {
   std::string host = "127.0.0.1";  // an IPv4 or IPv6 address ("::" listens on both families)
   int port = 8080;                 // 0 = any free port
-  int io_threads = 2;              // [1, 256]
-  bool reuse_port = false;         // SO_REUSEPORT: let other processes listen on the same port
+  int io_threads = 2;              // [1, 256]; not used with `loops`
+  // Borrowed, must outlive the server: serve on these loops (shared with an
+  // HttpClient, net/event_loops.h) instead of io_threads of the server's own.
+  EventLoops* loops = nullptr;
+  bool reuse_port = false;  // SO_REUSEPORT: let other processes listen on the same port
   HttpLimits limits;
 };
 
@@ -213,7 +218,9 @@ class HttpServer {
   // true when quiet. Any thread but an I/O thread.
   virtual bool WaitQuiet(std::chrono::milliseconds timeout) = 0;
   // Stops accepting, cancels every exchange (kServerStopped), closes every
-  // connection and joins the I/O threads. Bounded: nothing waits on a client.
+  // connection and joins the I/O threads (with shared loops: returns once
+  // that is done on every loop, which keeps running). From then on
+  // Exchange::Post drops what it is given. Bounded: nothing waits on a client.
   virtual void Stop() = 0;
   virtual HttpServerStats Stats() const = 0;
 };

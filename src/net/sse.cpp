@@ -34,22 +34,39 @@ std::string SseFrame(std::string_view data, std::string_view event) {
 }
 
 util::Status SseParser::Feed(std::string_view bytes, std::vector<SseEvent>* out) {
-  for (char c : bytes) {
-    if (c == '\n' && after_cr_) {
-      after_cr_ = false;  // the LF of a CRLF
-      continue;
+  // Line by line: a run up to the next CR or LF is taken at once (a line
+  // that lies whole in `bytes` is not even copied). The limit is checked as
+  // each run joins what is pending, where checking it byte by byte would
+  // first fail.
+  size_t i = 0;
+  while (i < bytes.size()) {
+    if (after_cr_) {
+      after_cr_ = false;
+      if (bytes[i] == '\n') {  // the LF of a CRLF
+        ++i;
+        continue;
+      }
     }
-    after_cr_ = c == '\r';
-    if (c == '\r' || c == '\n') {
-      Line(line_, out);
-      line_.clear();
-      continue;
-    }
-    line_.push_back(c);
-    if (pending_bytes() > max_event_bytes_) {
+    size_t end = i;
+    while (end < bytes.size() && bytes[end] != '\r' && bytes[end] != '\n') ++end;
+    const std::string_view run = bytes.substr(i, end - i);
+    if (!run.empty() && pending_bytes() + run.size() > max_event_bytes_) {
       return util::ResourceExhaustedError(
           fmt::format("an event-stream event exceeds {} bytes", max_event_bytes_));
     }
+    if (end == bytes.size()) {
+      line_.append(run);  // the line goes on in the next bytes
+      break;
+    }
+    if (line_.empty()) {
+      Line(run, out);
+    } else {
+      line_.append(run);
+      Line(line_, out);
+      line_.clear();
+    }
+    after_cr_ = bytes[end] == '\r';
+    i = end + 1;
   }
   return util::OkStatus();
 }

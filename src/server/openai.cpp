@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <iterator>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "server/api.h"
 #include "server/internal/wire.h"
+#include "util/utf8.h"
 
 namespace strata::server::wire {
 namespace {
@@ -197,6 +199,156 @@ Json ChunkBase(ApiKind kind, const ResponseMeta& m) {
             {"model", m.model}};
   if (!m.fingerprint.empty()) c["system_fingerprint"] = m.fingerprint;
   return c;
+}
+
+// Appends `s` as a JSON string exactly as Dump writes one (ensure_ascii
+// off: only '"', '\\' and control characters are escaped, those below 0x20
+// as \b \f \n \r \t or \u00xx). False, with `out` unchanged, when `s` is not
+// valid UTF-8: how Dump replaces such bytes is left to it.
+bool AppendJsonString(std::string& out, std::string_view s) {
+  if (!util::IsValidUtf8(s)) return false;
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  size_t plain = 0;  // start of the run not yet appended
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(s.data() + plain, i - plain);
+    plain = i + 1;
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        out += "\\u00";
+        out.push_back(kHex[c >> 4]);
+        out.push_back(kHex[c & 15]);
+        break;
+    }
+  }
+  out.append(s.data() + plain, s.size() - plain);
+  out.push_back('"');
+  return true;
+}
+
+// The members every chunk and answer open with, as ChunkBase and
+// RenderResponse put them: id, object, created, model (the fingerprint
+// comes where each puts it). false when a string is not valid UTF-8.
+bool AppendHead(std::string& out, bool chat, const char* object_chat, const char* object_text,
+                const ResponseMeta& m) {
+  out += R"({"id":)";
+  if (!AppendJsonString(out, m.id)) return false;
+  out += R"(,"object":")";
+  out += chat ? object_chat : object_text;
+  out += R"(","created":)";
+  out += fmt::format_int(m.created).c_str();
+  out += R"(,"model":)";
+  return AppendJsonString(out, m.model);
+}
+
+// The SSE frame of one text delta without logprobs, written directly: byte
+// for byte what Sse of its DOM writes (members in the order the DOM is
+// built, as ordered_json keeps them). nullopt when a string is not valid
+// UTF-8, or the delta carries tool calls (the DOM writes those).
+std::optional<std::string> DirectDeltaFrame(ApiKind kind, const ResponseMeta& m,
+                                            const gateway::Event& e) {
+  if (!e.tool_calls.empty()) return std::nullopt;
+  const bool chat = kind == ApiKind::kOpenAIChat;
+  std::string out;
+  out.reserve(176 + e.text.size() + m.id.size() + m.model.size() + m.fingerprint.size());
+  out += "data: ";
+  if (!AppendHead(out, chat, "chat.completion.chunk", "text_completion", m)) return std::nullopt;
+  if (!m.fingerprint.empty()) {
+    out += R"(,"system_fingerprint":)";
+    if (!AppendJsonString(out, m.fingerprint)) return std::nullopt;
+  }
+  out += R"(,"choices":[{"index":)";
+  out += fmt::format_int(e.index).c_str();
+  out += R"(,"finish_reason":null,)";
+  if (chat) {
+    out += R"("delta":{"content":)";
+    if (!AppendJsonString(out, e.text)) return std::nullopt;
+    out += R"(},"logprobs":null}]})";
+  } else {
+    out += R"("text":)";
+    if (!AppendJsonString(out, e.text)) return std::nullopt;
+    out += R"(,"logprobs":null}]})";
+  }
+  out += "\n\n";
+  return out;
+}
+
+// A whole response without logprobs or tool calls, written directly: byte
+// for byte what Dump of its DOM writes. nullopt when a string is not valid
+// UTF-8, or a choice called tools.
+std::optional<std::string> DirectResponse(ApiKind kind, const ResponseMeta& m,
+                                          const std::vector<ChoiceResult>& choices,
+                                          int32_t completion) {
+  const bool chat = kind == ApiKind::kOpenAIChat;
+  std::string out;
+  size_t size = 320 + m.id.size() + m.model.size() + m.fingerprint.size();
+  for (const ChoiceResult& c : choices) {
+    if (!c.tool_calls.empty()) return std::nullopt;
+    size += 128 + c.text.size() + c.stop_sequence.size();
+  }
+  out.reserve(size);
+  if (!AppendHead(out, chat, "chat.completion", "text_completion", m)) return std::nullopt;
+  out += R"(,"choices":[)";
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    if (i > 0) out.push_back(',');
+    out += R"({"index":)";
+    out += fmt::format_int(i).c_str();
+    out += R"(,"finish_reason":")";
+    out += OpenAIFinish(c.finish);
+    out.push_back('"');
+    if (c.finish == gateway::FinishReason::kStopString) {
+      out += R"(,"stop_reason":)";
+      if (!AppendJsonString(out, c.stop_sequence)) return std::nullopt;
+    }
+    if (chat) {
+      out += R"(,"message":{"role":"assistant","content":)";
+      if (!AppendJsonString(out, c.text)) return std::nullopt;
+      out += R"(,"refusal":null})";
+    } else {
+      out += R"(,"text":)";
+      if (!AppendJsonString(out, c.text)) return std::nullopt;
+    }
+    out += R"(,"logprobs":null})";
+  }
+  out += R"(],"usage":{"prompt_tokens":)";
+  out += fmt::format_int(m.prompt_tokens).c_str();
+  out += R"(,"completion_tokens":)";
+  out += fmt::format_int(completion).c_str();
+  out += R"(,"total_tokens":)";
+  out += fmt::format_int(m.prompt_tokens + completion).c_str();
+  out += R"(,"prompt_tokens_details":{"cached_tokens":)";
+  out += fmt::format_int(m.cached_tokens).c_str();
+  out += "}}";
+  if (!m.fingerprint.empty()) {
+    out += R"(,"system_fingerprint":)";
+    if (!AppendJsonString(out, m.fingerprint)) return std::nullopt;
+  }
+  out += "}";
+  return out;
 }
 
 std::string Base64(const uint8_t* p, size_t n) {
@@ -420,6 +572,9 @@ std::string RenderResponse(ApiKind kind, const ResponseMeta& m,
                            const std::vector<ChoiceResult>& choices, bool logprobs) {
   int32_t completion = 0;
   for (const auto& c : choices) completion += c.completion_tokens;
+  if (!logprobs) {
+    if (auto direct = DirectResponse(kind, m, choices, completion)) return *std::move(direct);
+  }
   Json out_choices = Json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
@@ -474,6 +629,10 @@ std::string RenderStreamStart(ApiKind kind, const ResponseMeta& m, int32_t n_cho
 
 std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& m, const gateway::Event& e,
                               bool logprobs) {
+  // The common frame (every token of a stream without logprobs) skips the DOM.
+  if (!logprobs) {
+    if (std::optional<std::string> direct = DirectDeltaFrame(kind, m, e)) return *std::move(direct);
+  }
   Json c = ChunkBase(kind, m);
   Json choice = {{"index", e.index}, {"finish_reason", nullptr}};
   if (kind == ApiKind::kOpenAIChat) {

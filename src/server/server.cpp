@@ -147,6 +147,7 @@ class HttpServer::Impl final : public net::HttpHandler {
     no.host = options_.host;
     no.port = options_.port;
     no.io_threads = options_.io_threads;
+    no.loops = options_.loops;
     no.reuse_port = options_.reuse_port;
     no.limits = options_.limits;
     STRATA_ASSIGN_OR_RETURN(net_, net::HttpServer::Create(no, *this, log_, clock_));

@@ -59,7 +59,11 @@ struct ServerOptions {
   std::string host = "127.0.0.1";  // an IPv4 or IPv6 address
   int port = 8080;                 // 0 = any free port (tests)
   bool reuse_port = false;         // SO_REUSEPORT: share the port with other processes
-  int io_threads = 2;              // [1, 256] threads serving connections
+  int io_threads = 2;              // [1, 256] threads serving connections; not used with `loops`
+  // Borrowed, must outlive the server: serve connections on these loops
+  // (shared with the upstream HTTP client, net/event_loops.h) instead of
+  // io_threads of the server's own.
+  net::EventLoops* loops = nullptr;
   int http_threads = 8;  // [1, 4096] workers that parse and start requests, and run embeddings
   size_t max_queued_requests = 1024;  // [1, 1e6] read requests waiting for a worker: more get 503
   // Every limit of the request reader (header, body, connections, timeouts);

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <string>
+#include <vector>
+
 namespace strata::net {
 namespace {
 
@@ -76,6 +80,41 @@ TEST(SseParser, ReadsBackWhatTheWriterWrote) {
       }
     }
     EXPECT_EQ(events[0].data, want);
+  }
+}
+
+// Random streams of fields, comments and CR/LF/CRLF breaks, fed in random
+// pieces: the same events, and the same limit failure, as one byte at a time.
+TEST(SseParser, PiecesGiveWhatSingleBytesGive) {
+  std::mt19937 rng(11);
+  const std::vector<std::string> parts = {"data: ", "data:", "event: x", "id: 7", ": c", "retry: 1",
+                                          "abc",    "\r",    "\n",       "\r\n",  "",    "dat"};
+  auto show = [](const std::vector<SseEvent>& events, const util::Status& st) {
+    std::string s;
+    for (const SseEvent& e : events) s += e.event + "|" + e.data + "|" + e.id + "\n";
+    return s + st.ToString();
+  };
+  for (int round = 0; round < 2000; ++round) {
+    std::string bytes;
+    for (int k = 0; k < 30; ++k) bytes += parts[rng() % parts.size()];
+    const size_t limit = 16 + rng() % 64;
+    SseParser one(limit);
+    std::vector<SseEvent> one_out;
+    util::Status one_st;
+    for (char c : bytes) {
+      one_st = one.Feed(std::string_view(&c, 1), &one_out);
+      if (!one_st.ok()) break;
+    }
+    SseParser pieces(limit);
+    std::vector<SseEvent> pieces_out;
+    util::Status pieces_st;
+    for (size_t at = 0; at < bytes.size();) {
+      const size_t n = 1 + rng() % 24;
+      pieces_st = pieces.Feed(std::string_view(bytes).substr(at, n), &pieces_out);
+      if (!pieces_st.ok()) break;
+      at += n;
+    }
+    ASSERT_EQ(show(pieces_out, pieces_st), show(one_out, one_st)) << bytes;
   }
 }
 

@@ -166,6 +166,12 @@ util::StatusOr<Call> RenderAnthropic(const Request& r, const RenderOptions& o);
 util::Status DecodeOpenAIWhole(bool chat, int32_t n_choices, const std::vector<std::string>& stops,
                                const Json& body, std::vector<Event>* out);
 util::Status DecodeAnthropicWhole(const Json& body, std::vector<Event>* out);
+// DecodeOpenAIWhole of `body` where the plain reader (upstream_openai.cpp)
+// takes it whole, without a DOM; nullopt where it does not (the DOM reader
+// then decides).
+std::optional<util::Status> DecodeOpenAIWholePlain(bool chat, int32_t n_choices,
+                                                   const std::vector<std::string>& stops,
+                                                   std::string_view body, std::vector<Event>* out);
 
 // The request field that turned strata's own samplers on (for the 400).
 std::string StrataSamplerField(const sampling::SamplingParams& p);

@@ -34,20 +34,6 @@ void AppendFieldValue(std::string& out, std::string_view v) {
 
 }  // namespace
 
-void LoopHandle::Post(std::function<void()> fn) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (ctx_ == nullptr) {
-    lock.unlock();
-    return;  // `fn` is destroyed here, outside the lock
-  }
-  asio::post(*ctx_, std::move(fn));
-}
-
-void LoopHandle::Detach() {
-  std::lock_guard<std::mutex> lock(mu_);
-  ctx_ = nullptr;
-}
-
 bool ServerCore::AcquireClient(const std::string& remote) {
   std::lock_guard<std::mutex> lock(clients_mu_);
   int32_t& n = clients_[remote];
@@ -68,16 +54,17 @@ void ServerCore::ReleaseClient(const std::string& remote) {
 // ---------------------------------------------------------------------------
 // Connection
 
-Connection::Connection(std::shared_ptr<ServerCore> core, Loop& loop, tcp::socket socket,
-                       std::string remote)
+Connection::Connection(std::shared_ptr<ServerCore> core, std::shared_ptr<ServerLoop> loop,
+                       tcp::socket socket, std::string remote)
     : core_(std::move(core)),
-      loop_(loop),
+      loop_ptr_(std::move(loop)),
+      loop_(*loop_ptr_),
       socket_(std::move(socket)),
       remote_(std::move(remote)),
-      phase_timer_(loop.ctx),
-      stall_timer_(loop.ctx),
-      probe_timer_(loop.ctx),
-      exchange_timer_(loop.ctx) {}
+      phase_timer_(loop_.ctx),
+      stall_timer_(loop_.ctx),
+      probe_timer_(loop_.ctx),
+      exchange_timer_(loop_.ctx) {}
 
 Connection::~Connection() {
   loop_.connections.erase(this);

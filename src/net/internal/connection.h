@@ -8,8 +8,8 @@
 // timers; pending asynchronous operations hold it alive (shared_ptr), and
 // Close() ends them all.
 //
-// Threading: everything here runs on the connection's I/O thread (its Loop),
-// except Loop::Post/LoopHandle, which other threads use to reach it.
+// Threading: everything here runs on the connection's I/O thread (its
+// loop), except LoopHandle, which other threads use to reach it.
 #pragma once
 
 #include <array>
@@ -25,6 +25,7 @@
 
 #include "net/http_server.h"
 #include "net/internal/asio.h"
+#include "net/internal/loop.h"
 #include "net/internal/request_parser.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -32,19 +33,6 @@
 namespace strata::net::internal {
 
 class Connection;
-
-// How other threads reach a loop: Post runs a function on it, or drops it
-// once the loop has stopped.
-class LoopHandle {
- public:
-  explicit LoopHandle(asio::io_context* ctx) : ctx_(ctx) {}
-  void Post(std::function<void()> fn);
-  void Detach();  // the loop stopped: later posts are dropped
-
- private:
-  std::mutex mu_;
-  asio::io_context* ctx_;  // guarded by mu_; null once detached
-};
 
 // What every connection of one server shares (immutable but for the atomics
 // and the per-client table).
@@ -72,27 +60,26 @@ struct ServerCore {
   std::unordered_map<std::string, int32_t> clients_;  // guarded by clients_mu_: open per address
 };
 
-// One I/O thread and the connections it owns.
-// Members are destroyed in reverse order: the context (and with it the
-// handlers that still hold connections) before the connection set they
-// leave.
-struct Loop {
-  Loop() : handle(std::make_shared<LoopHandle>(&ctx)) {}
-  // Owned by the loop's thread:
+// What one server keeps per loop. Owned by the loop's thread; held by the
+// server and by each of its connections on that loop, so a connection whose
+// last handler runs after the server is gone (shared loops) still finds it.
+struct ServerLoop {
+  explicit ServerLoop(Loop& l) : ctx(l.ctx), handle(std::make_shared<LoopHandle>(&l.ctx)) {}
+  asio::io_context& ctx;
+  // Exchange::Post's way in; detached when the server stops.
+  const std::shared_ptr<LoopHandle> handle;
   std::unordered_set<Connection*> connections;
   std::string date;          // the Date header's value, refreshed once a second
   int64_t date_second = -1;  // the unix second `date` is for
-
-  asio::io_context ctx{1};
-  std::shared_ptr<LoopHandle> handle;
-  std::thread thread;
+  bool stopped = false;      // the server stopped: a connection handed over now is closed
 };
 
 class ExchangeImpl;
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(std::shared_ptr<ServerCore> core, Loop& loop, tcp::socket socket, std::string remote);
+  Connection(std::shared_ptr<ServerCore> core, std::shared_ptr<ServerLoop> loop, tcp::socket socket,
+             std::string remote);
   ~Connection();
 
   void Start();
@@ -163,7 +150,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const std::string& Date();
 
   const std::shared_ptr<ServerCore> core_;
-  Loop& loop_;
+  const std::shared_ptr<ServerLoop> loop_ptr_;
+  ServerLoop& loop_;
   tcp::socket socket_;
   const std::string remote_;
 
