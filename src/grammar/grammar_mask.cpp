@@ -136,8 +136,11 @@ GrammarTokenMask::GrammarTokenMask(std::shared_ptr<const Grammar> grammar,
   for (size_t p = 0; p < elements.size() && done < options.max_precompute; ++p) {
     if (elements[p].kind != compiled::Element::Kind::kClass) continue;
     const StackFrame f{.pos = static_cast<int32_t>(p)};
-    tops_.emplace(FrameKey(f), ComputeTop(f));
+    auto e = ComputeTop(f);
+    top_ids_ += e->accepted.size() + e->uncertain.size();
+    tops_.emplace(FrameKey(f), std::move(e));
     ++done;
+    if (top_ids_ > kTopIds / 2) break;  // the rest on first use
   }
 }
 
@@ -176,9 +179,13 @@ std::shared_ptr<const GrammarTokenMask::TopEntry> GrammarTokenMask::Top(
   // Computed outside the lock: two threads may both walk one frame, and get
   // equal answers.
   auto e = ComputeTop(top);
+  const size_t ids = e->accepted.size() + e->uncertain.size();
   std::lock_guard<std::mutex> lock(mu_);
-  if (tops_.size() >= kTopEntries) tops_.clear();
-  tops_.emplace(key, e);
+  if (tops_.size() >= kTopEntries || top_ids_ + ids > kTopIds) {
+    tops_.clear();
+    top_ids_ = 0;
+  }
+  if (tops_.emplace(key, e).second) top_ids_ += ids;
   return e;
 }
 

@@ -7,8 +7,8 @@
 // is accepting()). A GrammarTokenMask pairs it with one grammar.
 // Allowed(matcher) lists exactly the tokens whose bytes the matcher accepts
 // in full from its state, ids ascending; AllowedCached answers the same from
-// a memo keyed by the matcher's whole state (at most 1,024 states and 4 Mi
-// ids, then it starts over).
+// a memo keyed by the matcher's whole state (at most 1,024 states and 1 Mi
+// ids, 4 MiB, then it starts over).
 //
 // How it is fast (the idea of XGrammar's adaptive token mask): a token's
 // fate at a parse stack depends mostly on the stack's top frame alone. For
@@ -21,8 +21,10 @@
 // takes (walked in byte order, so a shared prefix is stepped once and a
 // dead prefix skips every token that starts with it). The walks of every
 // top frame at the start of a class element are done at construction (up to
-// max_precompute of them; the rest, and frames inside a repetition count or
-// a UTF-8 character, on first use, memoised, at most kTopEntries).
+// max_precompute of them and half the walks' budget; the rest, and frames
+// inside a repetition count or a UTF-8 character, on first use, memoised:
+// at most kTopEntries walks of kTopIds ids in all, 32 MiB, then they start
+// over).
 //
 // Threading: the VocabIndex and the grammar are immutable; Allowed and
 // AllowedCached may run on any number of threads at once (the memos are
@@ -99,12 +101,16 @@ class GrammarTokenMask {
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const VocabIndex> vocab_;
+  // The walks of top frames start over past 16,384 of them or 8 Mi ids in
+  // all (32 MiB); construction fills at most half of that.
   static constexpr size_t kTopEntries = 1 << 14;
+  static constexpr size_t kTopIds = size_t{8} << 20;
   static constexpr size_t kMemoEntries = 1024;
-  static constexpr size_t kMemoIds = size_t{4} << 20;
+  static constexpr size_t kMemoIds = size_t{1} << 20;
   mutable std::mutex mu_;
   // guarded by mu_: the walks of top frames, keyed by the frame's bytes
   mutable std::unordered_map<std::string, std::shared_ptr<const TopEntry>> tops_;
+  mutable size_t top_ids_ = 0;   // guarded by mu_: the ids tops_ holds
   mutable size_t memo_ids_ = 0;  // guarded by mu_
   mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<int32_t>>>
       memo_;  // guarded by mu_: whole states

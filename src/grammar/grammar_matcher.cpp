@@ -122,12 +122,13 @@ void Canonicalize(StackSet& s, StepScratch& scratch) {
   auto less = [&](uint32_t a, uint32_t b) {
     const auto x = StackAt(s, a), y = StackAt(s, b);
     if (x.size() != y.size()) return x.size() < y.size();
-    return std::memcmp(x.data(), y.data(), x.size() * sizeof(StackFrame)) < 0;
+    // Empty stacks (finished sentences) may have no storage at all.
+    return !x.empty() && std::memcmp(x.data(), y.data(), x.size() * sizeof(StackFrame)) < 0;
   };
   auto equal = [&](uint32_t a, uint32_t b) {
     const auto x = StackAt(s, a), y = StackAt(s, b);
     return x.size() == y.size() &&
-           std::memcmp(x.data(), y.data(), x.size() * sizeof(StackFrame)) == 0;
+           (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(StackFrame)) == 0);
   };
   scratch.order.resize(n);
   for (uint32_t i = 0; i < n; ++i) scratch.order[i] = i;
