@@ -433,7 +433,7 @@ StatusOr<std::vector<PromptInput>> ParsePrompts(const Json& p) {
 
 // response_format {"type": "json_schema", "json_schema": {"name",
 // "description", "schema", "strict"}}, checked as OpenAI checks it; the
-// schema's keys come in sorted here (KeepSchemaOrder restores the client's).
+// schema's keys keep the client's order (the wire's JSON is ordered).
 Status ParseJsonSchemaFormat(const Json& rf, gateway::CompletionRequest& r) {
   if (!rf.contains("json_schema") || !rf["json_schema"].is_object()) {
     return FieldError("response_format.json_schema",

@@ -314,8 +314,6 @@ Status ParseCacheControls(const Fields& f, gateway::CompletionRequest& r) {
   return util::OkStatus();
 }
 
-// strata's "session_id": the conversation a request belongs to. 1-128
-// characters of [A-Za-z0-9._:@-], so it is safe in a header and a log line.
 Status ParseGrammar(const Fields& f, gateway::CompletionRequest& r) {
   STRATA_ASSIGN_OR_RETURN(auto grammar, f.String("grammar"));
   if (!grammar) return util::OkStatus();
@@ -327,18 +325,8 @@ Status ParseGrammar(const Fields& f, gateway::CompletionRequest& r) {
   return util::OkStatus();
 }
 
-void KeepSchemaOrder(std::string_view body, gateway::CompletionRequest& r) {
-  if (r.response_format != gateway::ResponseFormat::kJsonSchema) return;
-  const auto ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (ordered.is_discarded() || !ordered.contains("response_format")) return;
-  const auto& rf = ordered["response_format"];
-  if (!rf.is_object() || !rf.contains("json_schema") || !rf["json_schema"].is_object()) return;
-  const auto& js = rf["json_schema"];
-  if (!js.contains("schema") || js["schema"].is_null()) return;
-  r.json_schema.schema =
-      js["schema"].dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-}
-
+// strata's "session_id": the conversation a request belongs to. 1-128
+// characters of [A-Za-z0-9._:@-], so it is safe in a header and a log line.
 Status ParseSessionId(const Fields& f, gateway::CompletionRequest& r) {
   STRATA_ASSIGN_OR_RETURN(auto id, f.String("session_id"));
   if (!id) return util::OkStatus();
@@ -440,14 +428,10 @@ auto ParseBody(std::string_view body, Parse parse) -> decltype(parse(wire::Json(
 }  // namespace
 
 util::StatusOr<ParsedRequest> ParseRequest(ApiKind kind, std::string_view body) {
-  auto parsed = ParseBody(body, [kind](const wire::Json& j) {
+  return ParseBody(body, [kind](const wire::Json& j) {
     if (kind == ApiKind::kAnthropicMessages) return wire::anthropic::ParseRequest(j);
     return wire::openai::ParseRequest(kind, j);
   });
-  // A schema's properties are generated in its order, which the parse above
-  // (sorted keys) lost.
-  if (parsed.ok()) wire::KeepSchemaOrder(body, parsed->request);
-  return parsed;
 }
 
 util::StatusOr<ParsedEmbeddingRequest> ParseEmbeddingRequest(std::string_view body) {

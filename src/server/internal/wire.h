@@ -85,9 +85,6 @@ util::Status ParseCacheControls(const Fields& f, gateway::CompletionRequest& r);
 // strata's "grammar": GBNF text every choice must be a sentence of (any
 // API; not beside a JSON response_format). Compiled by the backend.
 util::Status ParseGrammar(const Fields& f, gateway::CompletionRequest& r);
-// A json_schema response_format's schema text, re-read from `body` with its
-// keys in the client's order.
-void KeepSchemaOrder(std::string_view body, gateway::CompletionRequest& r);
 // strata's "session_id": 1-128 characters of [A-Za-z0-9._:@-].
 util::Status ParseSessionId(const Fields& f, gateway::CompletionRequest& r);
 
