@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { anthropic, MODEL, openai } from './common.js';
+import { anthropic, MODEL, openai, skipUnlessCarried } from './common.js';
 
 const WEATHER_SCHEMA = {
   type: 'object',
@@ -195,4 +195,22 @@ test('a schema the decoder cannot enforce is a 400 naming the tool and the keywo
     openai.chat.completions.create({ model: MODEL, messages: question, tools: openaiTools, tool_choice: { type: 'function', function: { name: 'nope' } }, max_tokens: 8 }),
     (e) => e.status === 400 && /nope/.test(e.message),
   );
+});
+
+// Constrained decoding is one more deterministic step after the logits: a
+// seeded forced call is the same alone, beside other requests in one batch,
+// and again once its prompt's KV blocks are cached (L1 is off, so each is
+// generated).
+test('a seeded forced call is the same alone, in a batch and from the prefix cache', async (t) => {
+  if (skipUnlessCarried(t, 'seed', 'reproducible sampling')) return;
+  const ask = (seed) => openai.chat.completions.create({
+    model: MODEL, messages: question, tools: openaiTools, tool_choice: 'required', max_tokens: 120,
+    temperature: 1, seed, cache: { l1: false },
+  });
+  const show = (c) => JSON.stringify([c.choices[0].finish_reason, c.choices[0].message.tool_calls]);
+  const alone = show(await ask(7));
+  const batch = await Promise.all([ask(7), ask(8), ask(9), ask(10)]);
+  assert.equal(show(batch[0]), alone);
+  assert.equal(show(await ask(7)), alone);
+  assert.notEqual(show(batch[1]), alone, 'another seed samples other calls');
 });
