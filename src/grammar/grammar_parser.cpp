@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "grammar/grammar.h"
+#include "grammar/internal/code_point_ranges.h"
 
 namespace strata::grammar {
 
@@ -22,18 +23,7 @@ constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 // Ranges of code points, [lo, hi], in any order; Normalize sorts and merges.
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 
-Ranges Normalize(Ranges r) {
-  std::sort(r.begin(), r.end());
-  Ranges out;
-  for (const auto& [lo, hi] : r) {
-    if (!out.empty() && lo <= out.back().second + 1) {
-      out.back().second = std::max(out.back().second, hi);
-    } else {
-      out.emplace_back(lo, hi);
-    }
-  }
-  return out;
-}
+Ranges Normalize(Ranges r) { return internal::NormalizeRanges(std::move(r)); }
 
 // Every code point not in `r` (normalized), surrogates excluded.
 Ranges Complement(const Ranges& r) {

@@ -7,10 +7,12 @@
 
 #include <fmt/format.h>
 
+#include "grammar/internal/code_point_ranges.h"
+
 namespace strata::grammar::internal {
 namespace {
 
-using CpRanges = std::vector<std::pair<uint32_t, uint32_t>>;
+using CpRanges = CodePointRanges;
 
 // What a JSON string cannot hold raw: the quote, the backslash, controls.
 const CpRanges& Unsafe() {
@@ -26,18 +28,7 @@ const CpRanges& Space() {
   return kSpace;
 }
 
-CpRanges Sorted(CpRanges r) {
-  std::sort(r.begin(), r.end());
-  CpRanges out;
-  for (const auto& [lo, hi] : r) {
-    if (!out.empty() && lo <= out.back().second + 1) {
-      out.back().second = std::max(out.back().second, hi);
-    } else {
-      out.emplace_back(lo, hi);
-    }
-  }
-  return out;
-}
+CpRanges Sorted(CpRanges r) { return NormalizeRanges(std::move(r)); }
 
 CpRanges Minus(const CpRanges& a, const CpRanges& b) {
   CpRanges out;
