@@ -201,67 +201,19 @@ Json ChunkBase(ApiKind kind, const ResponseMeta& m) {
   return c;
 }
 
-// Appends `s` as a JSON string exactly as Dump writes one (ensure_ascii
-// off: only '"', '\\' and control characters are escaped, those below 0x20
-// as \b \f \n \r \t or \u00xx). False, with `out` unchanged, when `s` is not
-// valid UTF-8: how Dump replaces such bytes is left to it.
-bool AppendJsonString(std::string& out, std::string_view s) {
-  if (!util::IsValidUtf8(s)) return false;
-  static constexpr char kHex[] = "0123456789abcdef";
-  out.push_back('"');
-  size_t plain = 0;  // start of the run not yet appended
-  for (size_t i = 0; i < s.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out.append(s.data() + plain, i - plain);
-    plain = i + 1;
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        out += "\\u00";
-        out.push_back(kHex[c >> 4]);
-        out.push_back(kHex[c & 15]);
-        break;
-    }
-  }
-  out.append(s.data() + plain, s.size() - plain);
-  out.push_back('"');
-  return true;
-}
-
 // The members every chunk and answer open with, as ChunkBase and
 // RenderResponse put them: id, object, created, model (the fingerprint
 // comes where each puts it). false when a string is not valid UTF-8.
 bool AppendHead(std::string& out, bool chat, const char* object_chat, const char* object_text,
                 const ResponseMeta& m) {
   out += R"({"id":)";
-  if (!AppendJsonString(out, m.id)) return false;
+  if (!util::AppendJsonString(out, m.id)) return false;
   out += R"(,"object":")";
   out += chat ? object_chat : object_text;
   out += R"(","created":)";
   out += fmt::format_int(m.created).c_str();
   out += R"(,"model":)";
-  return AppendJsonString(out, m.model);
+  return util::AppendJsonString(out, m.model);
 }
 
 // The SSE frame of one text delta without logprobs, written directly: byte
@@ -278,18 +230,18 @@ std::optional<std::string> DirectDeltaFrame(ApiKind kind, const ResponseMeta& m,
   if (!AppendHead(out, chat, "chat.completion.chunk", "text_completion", m)) return std::nullopt;
   if (!m.fingerprint.empty()) {
     out += R"(,"system_fingerprint":)";
-    if (!AppendJsonString(out, m.fingerprint)) return std::nullopt;
+    if (!util::AppendJsonString(out, m.fingerprint)) return std::nullopt;
   }
   out += R"(,"choices":[{"index":)";
   out += fmt::format_int(e.index).c_str();
   out += R"(,"finish_reason":null,)";
   if (chat) {
     out += R"("delta":{"content":)";
-    if (!AppendJsonString(out, e.text)) return std::nullopt;
+    if (!util::AppendJsonString(out, e.text)) return std::nullopt;
     out += R"(},"logprobs":null}]})";
   } else {
     out += R"("text":)";
-    if (!AppendJsonString(out, e.text)) return std::nullopt;
+    if (!util::AppendJsonString(out, e.text)) return std::nullopt;
     out += R"(,"logprobs":null}]})";
   }
   out += "\n\n";
@@ -322,15 +274,15 @@ std::optional<std::string> DirectResponse(ApiKind kind, const ResponseMeta& m,
     out.push_back('"');
     if (c.finish == gateway::FinishReason::kStopString) {
       out += R"(,"stop_reason":)";
-      if (!AppendJsonString(out, c.stop_sequence)) return std::nullopt;
+      if (!util::AppendJsonString(out, c.stop_sequence)) return std::nullopt;
     }
     if (chat) {
       out += R"(,"message":{"role":"assistant","content":)";
-      if (!AppendJsonString(out, c.text)) return std::nullopt;
+      if (!util::AppendJsonString(out, c.text)) return std::nullopt;
       out += R"(,"refusal":null})";
     } else {
       out += R"(,"text":)";
-      if (!AppendJsonString(out, c.text)) return std::nullopt;
+      if (!util::AppendJsonString(out, c.text)) return std::nullopt;
     }
     out += R"(,"logprobs":null})";
   }
@@ -345,7 +297,7 @@ std::optional<std::string> DirectResponse(ApiKind kind, const ResponseMeta& m,
   out += "}}";
   if (!m.fingerprint.empty()) {
     out += R"(,"system_fingerprint":)";
-    if (!AppendJsonString(out, m.fingerprint)) return std::nullopt;
+    if (!util::AppendJsonString(out, m.fingerprint)) return std::nullopt;
   }
   out += "}";
   return out;

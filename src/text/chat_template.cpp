@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "util/utf8.h"
+
 namespace strata::text {
 namespace {
 
@@ -221,40 +223,10 @@ std::string_view AssistantOpening(const ChatStyle& style) {
 
 // --- tools -------------------------------------------------------------------
 
-void AppendJsonString(std::string& out, std::string_view s) {
-  out += '"';
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += fmt::format("\\u{:04x}", c);
-        } else {
-          out += ch;
-        }
-    }
-  }
-  out += '"';
-}
-
+// `s` as a JSON string (invalid UTF-8 replaced first).
 std::string JsonString(std::string_view s) {
   std::string out;
-  AppendJsonString(out, s);
+  if (!util::AppendJsonString(out, s)) util::AppendJsonString(out, util::SanitizeUtf8(s));
   return out;
 }
 

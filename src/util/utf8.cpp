@@ -80,4 +80,48 @@ bool IsValidUtf8(std::string_view bytes) {
   return true;
 }
 
+bool AppendJsonString(std::string& out, std::string_view s) {
+  if (!IsValidUtf8(s)) return false;
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  size_t plain = 0;  // start of the run not yet appended
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(s.data() + plain, i - plain);
+    plain = i + 1;
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        out += "\\u00";
+        out.push_back(kHex[c >> 4]);
+        out.push_back(kHex[c & 15]);
+        break;
+    }
+  }
+  out.append(s.data() + plain, s.size() - plain);
+  out.push_back('"');
+  return true;
+}
+
 }  // namespace strata::util

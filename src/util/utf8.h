@@ -33,4 +33,10 @@ inline size_t Utf8SequenceLength(unsigned char lead) {
   return kLen[lead >> 4];
 }
 
+// Appends `s` as a JSON string exactly as nlohmann's dump writes one
+// (ensure_ascii off: only '"', '\\' and control characters are escaped,
+// those below 0x20 as \b \f \n \r \t or \u00xx). False, with `out`
+// unchanged, when `s` is not valid UTF-8.
+bool AppendJsonString(std::string& out, std::string_view s);
+
 }  // namespace strata::util
