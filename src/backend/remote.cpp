@@ -86,6 +86,9 @@ struct RemotePrepared final : Prepared {
   upstream::Call call;
   RouteKey route;
   bool chat = true;
+  // A JSON answer asked of an Anthropic upstream as a forced tool call: the
+  // call's input is the answer's text, its tool_use stop an end of turn.
+  bool answer_in_tool = false;
 };
 
 std::string NormaliseBase(std::string url) {
@@ -365,6 +368,16 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
   void DeliverLocked(std::vector<Event> events) {
     for (Event& e : events) {
       if (sink_ == nullptr) return;  // every choice finished: nothing more goes out
+      if (p_->answer_in_tool) {
+        // The forced tool's input is the JSON answer.
+        for (const ToolCallDelta& t : e.tool_calls) e.text += t.arguments;
+        e.tool_calls.clear();
+        if (e.finish == FinishReason::kToolCalls) e.finish = FinishReason::kEndOfTurn;
+        if (e.kind == Event::Kind::kDelta && e.text.empty() && e.logprobs.empty() &&
+            e.usage.prompt_tokens == 0) {
+          continue;  // the call's opening piece: no text yet
+        }
+      }
       const auto now = s_->clock.Now();
       if (e.kind == Event::Kind::kDelta) {
         if (first_ == Clock::time_point{}) {
@@ -567,6 +580,8 @@ util::StatusOr<std::shared_ptr<const Prepared>> RemoteBackend::Prepare(const Req
   const RemoteOptions& o = state_->options;
   auto p = std::make_shared<RemotePrepared>();
   p->chat = !r.completion();
+  p->answer_in_tool =
+      o.api == upstream::Api::kAnthropic && r.response_format != ResponseFormat::kText;
   p->stops = r.stop;
   p->whole = !r.stream;
   if (r.max_tokens) {

@@ -254,8 +254,23 @@ StatusOr<Call> RenderAnthropic(const Request& r, const RenderOptions& o) {
     return Unsupported(kApi, "repetition_penalty", "the Anthropic API has no penalties");
   }
   if (set.seed) return Unsupported(kApi, "seed", "the Anthropic API does not take a seed");
+  // A JSON answer is the Anthropic API's forced tool use: one tool whose
+  // input schema is the answer's (the decoded call becomes the text).
+  Json answer_schema;
   if (r.response_format != ResponseFormat::kText) {
-    return Unsupported(kApi, "response_format", "the Anthropic API has no JSON mode");
+    if (!r.tools.empty()) {
+      return Unsupported(kApi, "response_format",
+                         "a JSON answer is sent as a forced tool, which cannot go with tools");
+    }
+    answer_schema = r.response_format == ResponseFormat::kJsonObject
+                        ? Json{{"type", "object"}}
+                        : Json::parse(r.json_schema.schema, nullptr, /*allow_exceptions=*/false);
+    if (!answer_schema.is_object() || !answer_schema.contains("type") ||
+        answer_schema["type"] != "object") {
+      return Unsupported(kApi, "response_format.json_schema.schema",
+                         "the Anthropic API takes a JSON answer as a tool's input, which must "
+                         "be a schema of \"type\": \"object\"");
+    }
   }
   if (!r.grammar.empty()) {
     return Unsupported(kApi, "grammar", "the Anthropic API has no grammar-constrained decoding");
@@ -380,6 +395,15 @@ StatusOr<Call> RenderAnthropic(const Request& r, const RenderOptions& o) {
   if (set.temperature) body["temperature"] = CleanNumber(p.temperature);
   if (set.top_p) body["top_p"] = CleanNumber(p.top_p);
   if (set.top_k) body["top_k"] = p.top_k;
+  if (!answer_schema.is_null()) {
+    const std::string name = r.response_format == ResponseFormat::kJsonSchema
+                                 ? r.json_schema.name
+                                 : std::string(kJsonAnswerTool);
+    Json tool = {{"name", name}, {"input_schema", answer_schema}};
+    if (!r.json_schema.description.empty()) tool["description"] = r.json_schema.description;
+    body["tools"] = Json::array({std::move(tool)});
+    body["tool_choice"] = {{"type", "tool"}, {"name", name}, {"disable_parallel_tool_use", true}};
+  }
   if (!r.tools.empty()) {
     Json tools = Json::array();
     for (const ToolDefinition& t : r.tools) {

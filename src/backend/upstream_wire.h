@@ -88,6 +88,11 @@ struct RenderOptions {
   bool stream = true;
 };
 
+// The tool an Anthropic upstream is made to call for a json_object answer
+// (a json_schema answer's tool takes the schema's name); the call's input
+// is the answer's text (RemoteBackend turns it back).
+inline constexpr std::string_view kJsonAnswerTool = "json_answer";
+
 // One HTTP call: the path under the upstream's base URL ("/v1/chat/completions",
 // "/v1/completions", "/v1/messages") and its JSON body.
 struct Call {

@@ -176,7 +176,15 @@ TEST(RenderOpenAI, JsonModeIsSentAsResponseFormat) {
   EXPECT_EQ(parsed->request.response_format, ResponseFormat::kJsonObject);
   EXPECT_FALSE(
       Body(*RenderRequest(Api::kOpenAI, Chat(), {.model = "m"})).contains("response_format"));
-  ExpectUnsupported(Api::kAnthropic, r, "response_format");
+  // Anthropic: a forced call of a tool whose input is any object.
+  const Json a = Render(Api::kAnthropic, r);
+  EXPECT_EQ(a["tools"],
+            Json::parse(R"([{"name":"json_answer","input_schema":{"type":"object"}}])"));
+  EXPECT_EQ(a["tool_choice"], Json::parse(R"({"type":"tool","name":"json_answer",
+      "disable_parallel_tool_use":true})"));
+  Request both = r;
+  both.tools = {{"f", "", ""}};
+  ExpectUnsupported(Api::kAnthropic, both, "response_format");
 }
 
 // A json_schema goes up as it came, the schema's keys in the client's order
@@ -204,7 +212,15 @@ TEST(RenderOpenAI, JsonSchemaAndGrammarAreSentAsTheyCame) {
   EXPECT_EQ(parsed->request.response_format, ResponseFormat::kJsonSchema);
   EXPECT_EQ(parsed->request.json_schema.schema, r.json_schema.schema);
   EXPECT_TRUE(parsed->request.json_schema.strict);
-  ExpectUnsupported(Api::kAnthropic, r, "response_format");
+  // Anthropic: a forced call of a tool named as the schema, with it as input.
+  const Json a = Render(Api::kAnthropic, r);
+  EXPECT_EQ(a["tools"], Json::parse(R"([{"name":"user","input_schema":{"type":"object",
+      "properties":{"zeta":{},"alpha":{}}},"description":"a user"}])"));
+  EXPECT_EQ(a["tool_choice"],
+            Json::parse(R"({"type":"tool","name":"user","disable_parallel_tool_use":true})"));
+  Request array = r;
+  array.json_schema.schema = R"({"type":"array"})";
+  ExpectUnsupported(Api::kAnthropic, array, "response_format.json_schema.schema");
   // A prompt holding the placeholder's text does not confuse the splice.
   Request tricky = r;
   tricky.messages[0].content = "\x01strata:json_schema.schema\x01";

@@ -214,3 +214,21 @@ test('a seeded forced call is the same alone, in a batch and from the prefix cac
   assert.equal(show(await ask(7)), alone);
   assert.notEqual(show(batch[1]), alone, 'another seed samples other calls');
 });
+
+// response_format json_schema: on the local engine the decoding is held to
+// the schema; through an Anthropic upstream it is that API's forced tool
+// use, whose input comes back as the answer's text. Either way the text
+// parses and validates, whatever the model.
+test('a json_schema answer parses and follows its schema, streamed or not', async () => {
+  const params = {
+    model: MODEL, messages: question, max_tokens: 200, temperature: 1,
+    response_format: { type: 'json_schema', json_schema: { name: 'weather', schema: WEATHER_SCHEMA, strict: true } },
+  };
+  const whole = await openai.chat.completions.create(params);
+  assert.equal(whole.choices[0].finish_reason, 'stop');
+  assert.equal(whole.choices[0].message.tool_calls, undefined);
+  checkWeatherArgs(JSON.parse(whole.choices[0].message.content));
+  const stream = openai.chat.completions.stream(params);
+  const final = await stream.finalChatCompletion();
+  checkWeatherArgs(JSON.parse(final.choices[0].message.content));
+});
