@@ -620,37 +620,6 @@ class OpenAIDecoder : public DecoderCore {
 
 }  // namespace
 
-namespace {
-
-// A json_schema's schema goes up with its keys in the client's order
-// (OpenAI writes properties in that order), which a Json object (sorted
-// keys) would lose: the body holds this string in its place, and the
-// schema's text replaces it after the dump.
-constexpr const char* kSchemaPlaceholder = "\x01strata:json_schema.schema\x01";
-
-void SpliceSchema(const std::string& schema, std::string& text) {
-  const std::string quoted = Json(kSchemaPlaceholder).dump();
-  const size_t at = text.find(quoted);
-  const bool once = at != std::string::npos && text.find(quoted, at + 1) == std::string::npos;
-  const auto ordered = nlohmann::ordered_json::parse(schema, nullptr, /*allow_exceptions=*/false);
-  std::string value = "{}";
-  if (!ordered.is_discarded()) {
-    value = ordered.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-  }
-  if (once) {
-    text.replace(at, quoted.size(), value);
-    return;
-  }
-  // The placeholder's text also came from the client (a prompt, a stop
-  // string): the schema goes in as an object, keys sorted.
-  Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return;
-  body["response_format"]["json_schema"]["schema"] = Json::parse(value, nullptr, false);
-  text = body.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
-}  // namespace
-
 StatusOr<Call> RenderOpenAI(const Request& r, const RenderOptions& o) {
   const Api api = Api::kOpenAI;
   const SamplingFieldsSet& set = r.sampling_set;
@@ -685,7 +654,9 @@ StatusOr<Call> RenderOpenAI(const Request& r, const RenderOptions& o) {
     // As the client sent it (the schema's keys in its order).
     Json js = {{"name", r.json_schema.name}};
     if (!r.json_schema.description.empty()) js["description"] = r.json_schema.description;
-    js["schema"] = kSchemaPlaceholder;  // the text goes in after the dump, in its order
+    // Json keeps keys in order: the schema's properties go up as written.
+    Json schema = Json::parse(r.json_schema.schema, nullptr, /*allow_exceptions=*/false);
+    js["schema"] = schema.is_discarded() ? Json::object() : std::move(schema);
     js["strict"] = r.json_schema.strict;
     body["response_format"] = {{"type", "json_schema"}, {"json_schema", std::move(js)}};
   }
@@ -728,9 +699,8 @@ StatusOr<Call> RenderOpenAI(const Request& r, const RenderOptions& o) {
   if (r.ignore_eos) body["ignore_eos"] = true;
   body["stream"] = o.stream;
   if (o.stream) body["stream_options"] = {{"include_usage", true}};
-  std::string text = body.dump(-1, ' ', false, Json::error_handler_t::replace);
-  if (r.response_format == ResponseFormat::kJsonSchema) SpliceSchema(r.json_schema.schema, text);
-  return Call{chat ? "/v1/chat/completions" : "/v1/completions", std::move(text)};
+  return Call{chat ? "/v1/chat/completions" : "/v1/completions",
+              body.dump(-1, ' ', false, Json::error_handler_t::replace)};
 }
 
 std::unique_ptr<DecoderCore> NewOpenAIDecoder(bool chat, int32_t n_choices,
