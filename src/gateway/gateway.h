@@ -238,6 +238,8 @@ class Gateway {
   std::optional<cache::ResponseCacheStats> l1_stats() const;
   // The L3's counters; nullopt when L3 is off.
   std::optional<cache::NearDupStats> l3_stats() const;
+  // The RT-Switcher steering this gateway; nullptr when it is off.
+  const RtControl* rt_control() const { return options_.rt_control; }
   // The shared tier's counters; nullopt without Redis.
   std::optional<cache::SharedStoreStats> shared_stats() const;
   // Waits until every answer queued for the shared tier is written (tests, shutdown).

@@ -129,6 +129,16 @@ int32_t RtControl::level() const { return switcher_->current()->level; }
 
 bool RtControl::RoutesToFallback() const { return switcher_->current()->use_fallback; }
 
+std::vector<RtControl::Switch> RtControl::RecentSwitches() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {recent_.begin(), recent_.end()};
+}
+
+std::string RtControl::PolicyInForce() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return DescribePolicy(*policy_);
+}
+
 double RtControl::AdmissionRate() const {
   if (admitted_.empty()) return 0;
   int64_t n = 0;
@@ -263,8 +273,15 @@ void RtControl::Apply(const std::vector<gateway::Decision>& decisions) {
     }
     const gateway::Policy now =
         EffectivePolicy(switcher_->options().levels, d.to_level, kv_pressure_);
-    log_.Warn("rt-switcher: {}; new requests get {}{}", d.Reason(), DescribePolicy(now),
-              kv_pressure_ ? " (caps tightened: KV pressure)" : "");
+    std::string policy = DescribePolicy(now);
+    if (kv_pressure_) policy += " (caps tightened: KV pressure)";
+    log_.Warn("rt-switcher: {}; new requests get {}", d.Reason(), policy);
+    recent_.push_back({.at = clock_.WallNow(),
+                       .from_level = d.from_level,
+                       .to_level = d.to_level,
+                       .reason = d.Reason(),
+                       .policy = std::move(policy)});
+    if (recent_.size() > kRecentSwitches) recent_.pop_front();
   }
   if (moved) Publish();
 }

@@ -115,6 +115,19 @@ class RtControl final : public engine::SchedulerControl {
 
   // The switcher's level (thread-safe).
   int32_t level() const;
+  // One level change, as the log line says it (the dashboard lists them).
+  struct Switch {
+    std::chrono::system_clock::time_point at;  // wall time of the evaluation
+    int32_t from_level = 0;
+    int32_t to_level = 0;
+    std::string reason;  // Decision::Reason()
+    std::string policy;  // what new requests got from then on
+  };
+  // The last kRecentSwitches changes, oldest first, and the policy in force
+  // now as DescribePolicy words it (thread-safe).
+  static constexpr size_t kRecentSwitches = 32;
+  std::vector<Switch> RecentSwitches() const;
+  std::string PolicyInForce() const;
   // Whether the level in force sends requests to the fallback model.
   bool RoutesToFallback() const;
 
@@ -136,7 +149,7 @@ class RtControl final : public engine::SchedulerControl {
   const util::Clock& clock_;
   util::Logger& log_;
   std::unique_ptr<Metrics> metrics_;
-  std::mutex mu_;  // guards everything below
+  mutable std::mutex mu_;  // guards everything below
   std::unique_ptr<gateway::RtSwitcher> switcher_;
   util::Rng rng_;  // trace-sampling draws
   bool kv_pressure_ = false;
@@ -153,6 +166,7 @@ class RtControl final : public engine::SchedulerControl {
   };
   std::vector<Capacity> capacity_;  // per level; per_s 0 = not measured
   bool holding_ = false;            // step-ups are held
+  std::deque<Switch> recent_;       // the last kRecentSwitches level changes
 };
 
 }  // namespace strata::gateway

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "server/api.h"
+#include "server/internal/dashboard.h"
 #include "server/internal/handler.h"
 #include "util/work_queue.h"
 
@@ -19,6 +20,8 @@ enum class Route {
   kNone,
   kHealth,
   kMetrics,
+  kDashboard,
+  kDashboardState,
   kModels,
   kComplete,
   kEmbed,
@@ -41,6 +44,8 @@ struct Endpoint {
 constexpr Endpoint kEndpoints[] = {
     {"/health", nullptr, true, Route::kHealth, ApiKind::kOpenAIChat},
     {"/metrics", nullptr, true, Route::kMetrics, ApiKind::kOpenAIChat},
+    {"/dashboard", nullptr, true, Route::kDashboard, ApiKind::kOpenAIChat},
+    {"/dashboard/state", nullptr, true, Route::kDashboardState, ApiKind::kOpenAIChat},
     {"/v1/models", "/models", true, Route::kModels, ApiKind::kOpenAIChat},
     {"/v1/chat/completions", "/chat/completions", false, Route::kComplete, ApiKind::kOpenAIChat},
     {"/v1/completions", "/completions", false, Route::kComplete, ApiKind::kOpenAICompletion},
@@ -197,6 +202,26 @@ class HttpServer::Impl final : public net::HttpHandler {
         res.headers.Set("Content-Type", "text/plain; version=0.0.4");
         res.body = metrics_.Render();
         AddCors(res.headers, &head);
+        return res;
+      }
+      case Route::kDashboard: {
+        // The page's script and style are inline and it reads only this
+        // origin: the policy forbids everything else.
+        net::Response res;
+        res.headers.Set("Content-Type", "text/html; charset=utf-8");
+        res.headers.Set("Content-Security-Policy",
+                        "default-src 'none'; script-src 'unsafe-inline'; style-src "
+                        "'unsafe-inline'; connect-src 'self'; img-src 'self' data:");
+        res.headers.Set("X-Content-Type-Options", "nosniff");
+        res.headers.Set("Cache-Control", "no-store");
+        res.body = std::string(DashboardPage());
+        return res;
+      }
+      case Route::kDashboardState: {
+        ApiReply state;
+        state.body = DashboardState(handler_.gateway());
+        net::Response res = ToResponse(std::move(state), &head);
+        res.headers.Set("Cache-Control", "no-store");
         return res;
       }
       case Route::kNone:

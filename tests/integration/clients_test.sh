@@ -10,6 +10,10 @@
 #   openai     ... to a front `strata serve --backend openai:URL` whose
 #              upstream is that server (the front speaks OpenAI to it)
 #   anthropic  the same with `--backend anthropic:URL` (Anthropic Messages)
+#   dashboard  GET /dashboard in headless Chromium (Debian's chromium, driven
+#              by playwright-core) against a server with two tenants' keys
+#              and an RT-Switcher that steps down; its screenshot goes to
+#              build/test-artifacts/dashboard.png
 # The tests learn which from STRATA_CHAIN and skip, naming why, only what
 # that chain cannot carry; chain.test.js runs in the chains only.
 # STRATA_CLIENTS_CHAINS="direct openai" runs a subset.
@@ -186,13 +190,27 @@ run_config() {
   local front_pid="" front_log="$tmp/$1/front.log"
   mkdir -p "$dir"
   local what="[$chain] the server"
-  [ "$chain" = direct ] || what="[$chain] the upstream"
-  start_server "$what" "$up_log" -m "$model" --alias test-model -t 2 || return 1
+  local files=(openai.test.js anthropic.test.js tools.test.js) extra=()
+  case "$chain" in
+    direct) ;;
+    dashboard)
+      # Two tenants; latency bounds below any real TTFT, evaluated every
+      # 0.5 s, so the switcher steps down under the test's traffic and
+      # never back up while the page is compared with /metrics.
+      printf 'dash-key-alpha-0001 alpha\ndash-key-beta-00002 beta\n' >"$dir/keys"
+      export STRATA_DASHBOARD_KEYS="$(cat "$dir/keys")"
+      extra=(--api-keys "$dir/keys" --rt-switcher on --rt-interval 0.5 --rt-window 2
+        --rt-breach 1 --rt-calm 1000000 --rt-dwell 0 --rt-ttft-floor 0.00001 --rt-ttft-slo 0.00001
+        --rt-tpot-floor 0.00001 --rt-tpot-slo 0.00001)
+      files=(dashboard.test.js)
+      ;;
+    *) what="[$chain] the upstream" ;;
+  esac
+  start_server "$what" "$up_log" -m "$model" --alias test-model -t 2 ${extra[@]+"${extra[@]}"} || return 1
   up_pid=$server_pid
   up_port=$server_port
   local base="http://127.0.0.1:$up_port" log="$up_log"
-  local files=(openai.test.js anthropic.test.js tools.test.js)
-  if [ "$chain" != direct ]; then
+  if [ "$chain" = openai ] || [ "$chain" = anthropic ]; then
     if start_server "[$chain] the front" "$front_log" --backend "$chain:$base" \
       --backend-name test-model --backend-model test-model; then
       front_pid=$server_pid
@@ -209,6 +227,7 @@ run_config() {
   if [ "$fail" -eq 0 ]; then
     (cd "$CLIENTS" && STRATA_CHAIN="$chain" STRATA_BASE_URL="$base" STRATA_SERVER_LOG="$log" \
       STRATA_ENGINE_URL="http://127.0.0.1:$up_port" STRATA_ENGINE_LOG="$up_log" \
+      STRATA_ARTIFACTS_DIR="${STRATA_ARTIFACTS_DIR:-$ROOT/build/test-artifacts}" \
       node --test --test-concurrency=1 "${files[@]}") || { echo "FAIL: [$chain] client tests failed"; fail=1; }
   fi
 
@@ -223,10 +242,10 @@ run_config() {
 # --- The configurations ---------------------------------------------------------
 failed=()
 summary=()
-for chain in ${STRATA_CLIENTS_CHAINS:-direct openai anthropic}; do
+for chain in ${STRATA_CLIENTS_CHAINS:-direct openai anthropic dashboard}; do
   case "$chain" in
-    direct | openai | anthropic) ;;
-    *) die "STRATA_CLIENTS_CHAINS has '$chain': want direct, openai or anthropic" ;;
+    direct | openai | anthropic | dashboard) ;;
+    *) die "STRATA_CLIENTS_CHAINS has '$chain': want direct, openai, anthropic or dashboard" ;;
   esac
   echo "=== configuration $chain"
   t0=$(date +%s%N)

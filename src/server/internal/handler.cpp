@@ -64,6 +64,15 @@ ApiHandler::ApiHandler(const ServerOptions& options, ApiKeys keys, obs::MetricsR
       log_(log),
       requests_(metrics.Counter("strata_http_requests_total",
                                 "HTTP requests by endpoint and status.", {"endpoint", "status"})),
+      tenant_requests_(metrics.Counter(
+          "strata_tenant_requests_total",
+          "Generation requests that ended, by tenant, result (ok, error, cancelled) and how the "
+          "cache served them.",
+          {"tenant", "result", "cache"})),
+      tenant_tokens_(metrics.Counter("strata_tenant_tokens_total",
+                                     "Tokens of the generation requests that ended, by tenant and "
+                                     "kind (prompt, completion).",
+                                     {"tenant", "kind"})),
       id_rng_(options.request_id_seed) {}
 
 bool ApiHandler::CompletesQuickly(size_t body_bytes) const {
@@ -82,6 +91,14 @@ std::string ApiHandler::RequestId(std::string_view given) {
 
 void ApiHandler::Count(const char* endpoint, int http_status) {
   requests_.With({endpoint, std::to_string(http_status)}).Inc();
+}
+
+void ApiHandler::CountTenant(const std::string& tenant, const char* result,
+                             gateway::CacheOutcome cache, int64_t prompt_tokens,
+                             int64_t completion_tokens) {
+  tenant_requests_.With({tenant, result, std::string(gateway::CacheOutcomeName(cache))}).Inc();
+  tenant_tokens_.With({tenant, "prompt"}).Inc(static_cast<double>(prompt_tokens));
+  tenant_tokens_.With({tenant, "completion"}).Inc(static_cast<double>(completion_tokens));
 }
 
 // --- errors -----------------------------------------------------------------
@@ -355,6 +372,8 @@ Responder::Output Responder::Finish(Output out, const util::Status& status) {
   ended_ = true;
   out.done = true;
   out.more = false;
+  handler_.CountTenant(c_.tenant, status.ok() ? "ok" : "error", gen_->cache_outcome(),
+                       c_.meta.prompt_tokens, completion_);
   // A deferred stream that never started answers whole, like a non-stream.
   const bool head_pending = defers_head() && !started_;
   if (head_pending && !status.ok()) out.whole = true;
@@ -491,6 +510,8 @@ void Responder::Abandon(std::string_view why) {
   if (ended_) return;
   ended_ = true;
   gen_->Cancel();
+  handler_.CountTenant(c_.tenant, "cancelled", gen_->cache_outcome(), c_.meta.prompt_tokens,
+                       completion_);
   if (c_.stream) {
     Log(fmt::format("client disconnected ({})", why));
     return;

@@ -148,6 +148,8 @@ class ApiHandler {
 
   // Until a gateway is set, API requests and /health answer 503 (loading).
   void SetGateway(gateway::Gateway* gateway) { gateway_.store(gateway); }
+  // The gateway set last; nullptr while the model loads.
+  const gateway::Gateway* gateway() const { return gateway_.load(); }
   // New generation and embedding requests get 503 (shutting down).
   void StartDraining() { draining_.store(true); }
   // From now on /health answers 503 naming `why`, and every API request gets
@@ -232,6 +234,11 @@ class ApiHandler {
   // The most tokens /tokenize answers or /detokenize reads for `b`.
   static size_t TokenCap(const backend::Backend& b);
   void Count(const char* endpoint, int http_status);
+  // One generation request of `tenant` that ended (`result` "ok", "error" or
+  // "cancelled"), how the cache served it, and its tokens: the per-tenant
+  // series (strata_tenant_*). The label set is bounded by the API key file.
+  void CountTenant(const std::string& tenant, const char* result, gateway::CacheOutcome cache,
+                   int64_t prompt_tokens, int64_t completion_tokens);
   friend class Responder;  // counts and renders the outcome of what it answers
 
   const ServerOptions options_;
@@ -239,6 +246,8 @@ class ApiHandler {
   const util::Clock& clock_;
   util::Logger& log_;
   obs::Family<obs::CounterValue>& requests_;
+  obs::Family<obs::CounterValue>& tenant_requests_;  // tenant, result, cache
+  obs::Family<obs::CounterValue>& tenant_tokens_;    // tenant, kind (prompt, completion)
   std::atomic<gateway::Gateway*> gateway_{nullptr};
   std::atomic<bool> draining_{false};
   std::atomic<bool> broken_{false};  // set once, with broken_why_
