@@ -329,7 +329,23 @@ LocalBackend::LocalBackend(const model::Model& model, engine::Scheduler& schedul
       options_(options),
       clock_(clock),
       log_(log),
-      n_ctx_(scheduler.n_ctx()) {}
+      n_ctx_(scheduler.n_ctx()),
+      max_tokens_cap_(options.max_tokens_cap),
+      max_embedding_inputs_(options.max_embedding_inputs) {}
+
+util::Status LocalBackend::SetLimits(int32_t max_tokens_cap, int32_t max_embedding_inputs) {
+  if (max_tokens_cap < 1 || max_tokens_cap > n_ctx_) {
+    return util::InvalidArgumentError(
+        fmt::format("max_tokens_cap {} is outside [1, {}] (the context)", max_tokens_cap, n_ctx_));
+  }
+  if (max_embedding_inputs < 1 || max_embedding_inputs > 65536) {
+    return util::InvalidArgumentError(
+        fmt::format("max_embedding_inputs {} is outside [1, 65536]", max_embedding_inputs));
+  }
+  max_tokens_cap_.store(max_tokens_cap);
+  max_embedding_inputs_.store(max_embedding_inputs);
+  return util::OkStatus();
+}
 
 util::StatusOr<std::unique_ptr<LocalBackend>> LocalBackend::Create(
     const model::Model& model, engine::Scheduler& scheduler, const LocalOptions& options,
@@ -483,7 +499,7 @@ util::StatusOr<std::shared_ptr<const Prepared>> LocalBackend::Prepare(const Requ
         .WithReason(util::ErrorReason::kContextLengthExceeded);
   }
   const int32_t room = n_ctx_ - n_prompt;
-  p->max_tokens = std::min(room, options_.max_tokens_cap);
+  p->max_tokens = std::min(room, max_tokens_cap_.load(std::memory_order_relaxed));
   if (r.max_tokens) {
     if (*r.max_tokens > room) {
       return util::OutOfRangeError(
@@ -610,10 +626,11 @@ util::StatusOr<EmbeddingResult> LocalBackend::Embed(
   for (const auto& t : r.texts) inputs.push_back(tok.Encode(t, {.add_special = true}));
   for (const auto& ids : r.token_ids) inputs.push_back(ids);
   if (inputs.empty()) return util::InvalidFieldError("input", "'input' must not be empty");
-  if (static_cast<int32_t>(inputs.size()) > options_.max_embedding_inputs) {
+  const int32_t max_inputs = max_embedding_inputs_.load(std::memory_order_relaxed);
+  if (static_cast<int32_t>(inputs.size()) > max_inputs) {
     return util::InvalidFieldError(
-        "input", fmt::format("'input' has {} items; at most {} are allowed", inputs.size(),
-                             options_.max_embedding_inputs));
+        "input",
+        fmt::format("'input' has {} items; at most {} are allowed", inputs.size(), max_inputs));
   }
   EmbeddingResult out;
   for (size_t i = 0; i < inputs.size(); ++i) {

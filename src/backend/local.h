@@ -93,6 +93,10 @@ class LocalBackend final : public Backend {
   util::StatusOr<int32_t> PromptTokens(const Request& r) const override;
   // The prompt's tokens as Prepare computes them (tests, usage reporting).
   util::StatusOr<std::vector<int32_t>> Tokenize(const Request& r) const;
+  // New caps for requests prepared from now on (a reload): max_tokens_cap
+  // in [1, n_ctx], max_embedding_inputs in [1, 65536]; InvalidArgument,
+  // changing nothing, outside them. Thread-safe.
+  util::Status SetLimits(int32_t max_tokens_cap, int32_t max_embedding_inputs);
   const text::ChatStyle& chat_style() const { return style_; }
 
  private:
@@ -109,7 +113,9 @@ class LocalBackend final : public Backend {
   util::Logger& log_;
   const int32_t n_ctx_;
   text::ChatStyle style_;
-  std::atomic<uint64_t> unseeded_count_{0};  // requests given a seed from unseeded_seed_base
+  std::atomic<uint64_t> unseeded_count_{0};    // requests given a seed from unseeded_seed_base
+  std::atomic<int32_t> max_tokens_cap_;        // options_'s, until SetLimits
+  std::atomic<int32_t> max_embedding_inputs_;  // options_'s, until SetLimits
   // The vocabulary's trie for JSON-constrained choices, built by the first
   // request that needs it (once: json_once_), read-only after.
   mutable std::once_flag json_once_;

@@ -47,7 +47,9 @@ std::unique_ptr<RemoteMetrics> RemoteMetrics::Register(obs::MetricsRegistry& reg
 // Everything a backend's runs and health checks share; immutable but for
 // the router (thread-safe) and the counters.
 struct RemoteBackend::State {
-  RemoteOptions options;
+  RemoteOptions options;  // as created; the live fields are read from `live`
+  // Replaced whole by Reconfigure; a run keeps the one it started with.
+  std::atomic<std::shared_ptr<const RemoteLiveOptions>> live;
   std::vector<std::string> bases;  // each replica's base URL, normalised
   net::HttpClient& client;
   const util::Clock& clock;
@@ -63,17 +65,17 @@ struct RemoteBackend::State {
   State(RemoteOptions o, net::HttpClient& c, const util::Clock& k, util::Logger& l)
       : options(std::move(o)), client(c), clock(k), log(l) {}
 
-  // The auth and version headers of every upstream request; `stream`: the
-  // answer is asked for as a stream.
-  net::Headers Headers(bool json_body, bool stream) const {
+  // The auth and version headers of every upstream request (the credential
+  // of `live`); `stream`: the answer is asked for as a stream.
+  net::Headers Headers(const RemoteLiveOptions& l, bool json_body, bool stream) const {
     net::Headers h;
     if (json_body) h.Set("Content-Type", "application/json");
     h.Set("Accept", stream ? "text/event-stream" : "application/json");
     if (options.api == upstream::Api::kAnthropic) {
       h.Set("anthropic-version", options.anthropic_version);
-      if (!options.credential.empty()) h.Set("x-api-key", options.credential);
-    } else if (!options.credential.empty()) {
-      h.Set("Authorization", "Bearer " + options.credential);
+      if (!l.credential.empty()) h.Set("x-api-key", l.credential);
+    } else if (!l.credential.empty()) {
+      h.Set("Authorization", "Bearer " + l.credential);
     }
     return h;
   }
@@ -127,11 +129,12 @@ util::StatusOr<std::string> PostJson(RemoteBackend::State& s, std::string_view p
   net::ClientRequest req;
   req.method = "POST";
   req.url = s.bases[static_cast<size_t>(*replica)] + std::string(path);
-  req.headers = s.Headers(/*json_body=*/true, /*stream=*/false);
+  const std::shared_ptr<const RemoteLiveOptions> live = s.live.load();
+  req.headers = s.Headers(*live, /*json_body=*/true, /*stream=*/false);
   req.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   req.total_timeout = std::max(left, std::chrono::milliseconds(1));
-  req.first_byte_timeout = std::min(*req.total_timeout, s.options.first_byte_timeout);
+  req.first_byte_timeout = std::min(*req.total_timeout, live->first_byte_timeout);
   auto resp = s.client.Fetch(std::move(req));
   if (!resp.ok()) {
     s.router->Release(*replica, OutcomeOf(resp.status()));
@@ -154,6 +157,7 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
             std::vector<std::string> stops, std::shared_ptr<Sink> sink, std::string terms,
             bool traced, std::string request_id)
       : s_(std::move(state)),
+        live_(s_->live.load()),
         p_(std::move(prepared)),
         body_(std::move(body)),
         n_choices_(n_choices),
@@ -210,14 +214,14 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
     net::ClientRequest req;
     req.method = "POST";
     req.url = s_->bases[static_cast<size_t>(replica_)] + p_->call.path;
-    req.headers = s_->Headers(true, !p_->whole);
+    req.headers = s_->Headers(*live_, true, !p_->whole);
     // The upstream's logs (another strata's, vLLM's) then name the same request.
     if (!request_id_.empty()) req.headers.Set("X-Request-ID", request_id_);
     req.body = body_;
     // A whole answer's first byte comes when the upstream has generated all
     // of it: only the total deadline bounds that wait.
-    req.first_byte_timeout = p_->whole ? s_->options.total_timeout : s_->options.first_byte_timeout;
-    req.total_timeout = s_->options.total_timeout;
+    req.first_byte_timeout = p_->whole ? live_->total_timeout : live_->first_byte_timeout;
+    req.total_timeout = live_->total_timeout;
     std::weak_ptr<RemoteRun> weak = weak_from_this();
     net::ClientCallbacks cb;
     cb.on_head = [weak](const net::ClientResponseHead& h) {
@@ -251,9 +255,9 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
     }
     if (!protocol_error_.ok()) return;
     answer_bytes_ += bytes.size();
-    if (answer_bytes_ > s_->options.max_answer_bytes) {
+    if (answer_bytes_ > live_->max_answer_bytes) {
       protocol_error_ = util::InternalError(fmt::format("the upstream's answer exceeds {} bytes",
-                                                        s_->options.max_answer_bytes))
+                                                        live_->max_answer_bytes))
                             .WithReason(util::ErrorReason::kUpstreamProtocol);
       if (call_) call_->Cancel();
       return;
@@ -322,7 +326,7 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
       s_->failures->With({s_->options.name, std::string(util::ErrorReasonName(failure.reason()))})
           .Inc();
     }
-    if (retryable && attempts_ < s_->options.max_attempts) {
+    if (retryable && attempts_ < live_->max_attempts) {
       last_error_ = failure;
       tried_.push_back(replica_);
       replica_ = -1;
@@ -417,6 +421,7 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
   }
 
   const std::shared_ptr<RemoteBackend::State> s_;
+  const std::shared_ptr<const RemoteLiveOptions> live_;  // as when the run started
   const std::shared_ptr<const RemotePrepared> p_;
   const std::string body_;
   const int32_t n_choices_;
@@ -458,7 +463,7 @@ void HealthTick(std::weak_ptr<RemoteBackend::State> weak) {
     net::ClientRequest req;
     req.method = "GET";
     req.url = s->bases[static_cast<size_t>(replica)] + s->options.health_path;
-    req.headers = s->Headers(false, false);
+    req.headers = s->Headers(*s->live.load(), false, false);
     req.first_byte_timeout = s->options.probe_timeout;
     req.total_timeout = s->options.probe_timeout;
     auto status = std::make_shared<int>(0);
@@ -489,25 +494,50 @@ void HealthTick(std::weak_ptr<RemoteBackend::State> weak) {
 RemoteBackend::RemoteBackend(std::shared_ptr<State> state) : state_(std::move(state)) {}
 RemoteBackend::~RemoteBackend() = default;
 
+RemoteLiveOptions LiveOptionsOf(const RemoteOptions& o) {
+  return {.credential = o.credential,
+          .default_max_tokens = o.default_max_tokens,
+          .max_attempts = o.max_attempts,
+          .first_byte_timeout = o.first_byte_timeout,
+          .total_timeout = o.total_timeout,
+          .max_answer_bytes = o.max_answer_bytes,
+          .affinity_prefix_bytes = o.affinity_prefix_bytes,
+          .routing = o.routing};
+}
+
+namespace {
+
+util::Status ValidateLive(const RemoteLiveOptions& o) {
+  if (o.max_attempts < 1 || o.max_attempts > 10) {
+    return util::InvalidArgumentError(
+        fmt::format("backend attempts {} is outside [1, 10]", o.max_attempts));
+  }
+  if (o.default_max_tokens < 1) {
+    return util::InvalidArgumentError("the default max_tokens must be at least 1");
+  }
+  if (o.max_answer_bytes < (64u << 10) || o.max_answer_bytes > (1u << 30)) {
+    return util::InvalidArgumentError("the answer bound is outside [64 KiB, 1 GiB]");
+  }
+  if (o.affinity_prefix_bytes < 16 || o.affinity_prefix_bytes > (1u << 20)) {
+    return util::InvalidArgumentError("the affinity prefix is outside [16 B, 1 MiB]");
+  }
+  const auto day = std::chrono::hours(24);
+  if (o.first_byte_timeout.count() < 1 || o.total_timeout.count() < 1 ||
+      o.first_byte_timeout > day || o.total_timeout > day) {
+    return util::InvalidArgumentError("the first-byte and total timeouts must be in [1 ms, 1 day]");
+  }
+  return util::OkStatus();
+}
+
+}  // namespace
+
 util::StatusOr<std::unique_ptr<RemoteBackend>> RemoteBackend::Create(const RemoteOptions& options,
                                                                      net::HttpClient& client,
                                                                      RemoteMetrics& metrics,
                                                                      const util::Clock& clock,
                                                                      util::Logger& log) {
   if (options.name.empty()) return util::InvalidArgumentError("a remote backend needs a name");
-  if (options.max_attempts < 1 || options.max_attempts > 10) {
-    return util::InvalidArgumentError(
-        fmt::format("backend attempts {} is outside [1, 10]", options.max_attempts));
-  }
-  if (options.default_max_tokens < 1) {
-    return util::InvalidArgumentError("the default max_tokens must be at least 1");
-  }
-  if (options.max_answer_bytes < (64u << 10) || options.max_answer_bytes > (1u << 30)) {
-    return util::InvalidArgumentError("the answer bound is outside [64 KiB, 1 GiB]");
-  }
-  if (options.affinity_prefix_bytes < 16 || options.affinity_prefix_bytes > (1u << 20)) {
-    return util::InvalidArgumentError("the affinity prefix is outside [16 B, 1 MiB]");
-  }
+  STRATA_RETURN_IF_ERROR(ValidateLive(LiveOptionsOf(options)));
   if (!options.health_path.empty() && options.health_path.front() != '/') {
     return util::InvalidArgumentError(
         fmt::format("the health path '{}' must start with '/'", options.health_path));
@@ -516,6 +546,8 @@ util::StatusOr<std::unique_ptr<RemoteBackend>> RemoteBackend::Create(const Remot
   if (state->options.upstream_model.empty()) state->options.upstream_model = options.name;
   RouterOptions ro = options.routing;
   ro.name = options.name;
+  state->options.routing.name = options.name;
+  state->live.store(std::make_shared<const RemoteLiveOptions>(LiveOptionsOf(state->options)));
   for (const std::string& url : ro.replicas) {
     if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0) {
       return util::InvalidArgumentError(
@@ -576,8 +608,24 @@ uint64_t RemoteBackend::fingerprint() const { return state_->fingerprint; }
 
 std::vector<ReplicaStats> RemoteBackend::replica_stats() const { return state_->router->Stats(); }
 
+RemoteLiveOptions RemoteBackend::live_options() const {
+  RemoteLiveOptions live = *state_->live.load();
+  live.routing = state_->router->options();
+  return live;
+}
+
+util::Status RemoteBackend::Reconfigure(const RemoteLiveOptions& live) {
+  STRATA_RETURN_IF_ERROR(ValidateLive(live));
+  RouterOptions ro = live.routing;
+  ro.name = state_->options.name;
+  STRATA_RETURN_IF_ERROR(state_->router->Reconfigure(ro));
+  state_->live.store(std::make_shared<const RemoteLiveOptions>(live));
+  return util::OkStatus();
+}
+
 util::StatusOr<std::shared_ptr<const Prepared>> RemoteBackend::Prepare(const Request& r) const {
   const RemoteOptions& o = state_->options;
+  const std::shared_ptr<const RemoteLiveOptions> live = state_->live.load();
   auto p = std::make_shared<RemotePrepared>();
   p->chat = !r.completion();
   p->answer_in_tool =
@@ -587,7 +635,7 @@ util::StatusOr<std::shared_ptr<const Prepared>> RemoteBackend::Prepare(const Req
   if (r.max_tokens) {
     p->max_tokens = *r.max_tokens;
   } else if (o.api == upstream::Api::kAnthropic) {
-    p->max_tokens = o.default_max_tokens;
+    p->max_tokens = live->default_max_tokens;
   }
   STRATA_ASSIGN_OR_RETURN(p->call,
                           upstream::RenderRequest(o.api, r,
@@ -607,21 +655,21 @@ util::StatusOr<std::shared_ptr<const Prepared>> RemoteBackend::Prepare(const Req
   std::string lead;
   if (!r.prompt_ids.empty()) {
     for (int32_t id : r.prompt_ids) {
-      if (lead.size() >= o.affinity_prefix_bytes) break;
+      if (lead.size() >= live->affinity_prefix_bytes) break;
       lead += std::to_string(id);
       lead += ' ';
     }
   } else if (r.prompt) {
-    lead = r.prompt->substr(0, o.affinity_prefix_bytes);
+    lead = r.prompt->substr(0, live->affinity_prefix_bytes);
   } else {
     for (const auto& m : r.messages) {
-      if (lead.size() >= o.affinity_prefix_bytes) break;
+      if (lead.size() >= live->affinity_prefix_bytes) break;
       lead += m.role;
       lead += '\n';
       lead += m.content;
       lead += '\n';
     }
-    lead.resize(std::min(lead.size(), o.affinity_prefix_bytes));
+    lead.resize(std::min(lead.size(), live->affinity_prefix_bytes));
   }
   p->route.prefix = util::Hash64(lead, 0x70726566ULL) | 1;  // "pref"; never 0 (= none)
   return std::shared_ptr<const Prepared>(std::move(p));

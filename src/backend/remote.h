@@ -94,6 +94,22 @@ struct RemoteOptions {
   uint64_t seed = 0;                              // the retry jitter's random stream
 };
 
+// What a running remote backend can change (RemoteBackend::Reconfigure),
+// each field as in RemoteOptions. A request keeps the values in force when
+// it was prepared (its tries, deadlines, answer bound, credential).
+struct RemoteLiveOptions {
+  std::string credential;  // a rotated key file's
+  int32_t default_max_tokens = 4096;
+  int32_t max_attempts = 3;
+  std::chrono::milliseconds first_byte_timeout{120'000};
+  std::chrono::milliseconds total_timeout{600'000};
+  size_t max_answer_bytes = 64u << 20;
+  size_t affinity_prefix_bytes = 1024;
+  // The router's options but its name, replicas and ring (Router::Reconfigure).
+  RouterOptions routing;
+};
+RemoteLiveOptions LiveOptionsOf(const RemoteOptions& options);
+
 // The metric families every remote backend reports into; registered once
 // per registry, shared by all remote backends.
 struct RemoteMetrics {
@@ -139,6 +155,12 @@ class RemoteBackend final : public Backend {
 
   // Each replica's breaker state and counters.
   std::vector<ReplicaStats> replica_stats() const;
+  // Swaps the live options (a reload): requests prepared from now on use
+  // them. InvalidArgument, changing nothing, when one is out of range or
+  // `live.routing` changes the replicas.
+  util::Status Reconfigure(const RemoteLiveOptions& live);
+  // The live options in force.
+  RemoteLiveOptions live_options() const;
 
   struct State;  // shared with runs and health checks (remote.cpp)
 

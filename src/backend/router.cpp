@@ -149,9 +149,10 @@ util::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
 }
 
 Router::Router(const RouterOptions& options, const util::Clock& clock, util::Rng rng)
-    : options_(options),
+    : urls_(options.replicas),
       clock_(clock),
       ring_(BuildRing(options)),
+      options_(options),
       rng_(rng),
       replicas_(options.replicas.size()) {
   const TimePoint now = clock_.Now();
@@ -165,7 +166,24 @@ Router::~Router() = default;
 
 const std::string& Router::url(int32_t replica) const {
   STRATA_CHECK(replica >= 0 && replica < size());
-  return options_.replicas[replica];
+  return urls_[static_cast<size_t>(replica)];
+}
+
+RouterOptions Router::options() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return options_;
+}
+
+util::Status Router::Reconfigure(const RouterOptions& o) {
+  STRATA_RETURN_IF_ERROR(ValidateRouterOptions(o));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (o.name != options_.name || o.replicas != options_.replicas ||
+      o.vnodes_per_replica != options_.vnodes_per_replica) {
+    return util::InvalidArgumentError(fmt::format(
+        "router '{}': a reload cannot change the name, the replicas or the ring", options_.name));
+  }
+  options_ = o;
+  return util::OkStatus();
 }
 
 void Router::RefreshLocked(TimePoint now) {

@@ -173,11 +173,20 @@ class Router {
   // jitter), drawn from the router's Rng.
   std::chrono::nanoseconds Backoff(int32_t attempt);
 
+  // New routing options (a reload): the policy, load bound, affinity floor,
+  // concurrency limit, breaker and backoff. The name, the replicas and the
+  // ring's points stay; a replica ejected now stays ejected for the time it
+  // was given. Requests already routed keep their replica. InvalidArgument,
+  // changing nothing, when an option is out of range or would change what
+  // stays.
+  util::Status Reconfigure(const RouterOptions& options);
+
   std::vector<ReplicaStats> Stats() const;
-  int32_t size() const { return static_cast<int32_t>(options_.replicas.size()); }
+  int32_t size() const { return static_cast<int32_t>(urls_.size()); }
   // The URL of `replica`, in [0, size()).
   const std::string& url(int32_t replica) const;
-  const RouterOptions& options() const { return options_; }
+  // The options in force (a copy: Reconfigure may change them).
+  RouterOptions options() const;
 
  private:
   struct Replica;  // one replica's breaker, probe schedule and counters (router.cpp)
@@ -199,11 +208,12 @@ class Router {
   void OpenLocked(Replica& r, TimePoint now);
   void CloseLocked(Replica& r);
 
-  const RouterOptions options_;
+  const std::vector<std::string> urls_;  // options.replicas; immutable
   const util::Clock& clock_;
   const std::vector<RingPoint> ring_;  // sorted by position; immutable
 
   mutable std::mutex mu_;  // guards everything below
+  RouterOptions options_;  // Reconfigure may change all but name, replicas and vnodes
   util::Rng rng_;
   std::vector<Replica> replicas_;
   int32_t cursor_ = 0;  // rotation: where the next tie-break or round starts

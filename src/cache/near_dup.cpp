@@ -440,11 +440,11 @@ struct NearDupIndex::State {
            bytes + extra_bytes > options.max_bytes;
   }
 
-  TimePoint ExpiryFor(TimePoint now) {
-    if (options.ttl.count() <= 0) return TimePoint::max();
-    const double jitter = options.ttl_jitter * (2.0 * rng.Uniform() - 1.0);
+  TimePoint ExpiryFor(TimePoint now) {  // mu held
+    if (ttl.count() <= 0) return TimePoint::max();
+    const double jitter = ttl_jitter * (2.0 * rng.Uniform() - 1.0);
     return now + std::chrono::duration_cast<std::chrono::nanoseconds>(
-                     std::chrono::duration<double>(options.ttl) * (1.0 + jitter));
+                     std::chrono::duration<double>(ttl) * (1.0 + jitter));
   }
 
   struct NsInfo {
@@ -458,6 +458,11 @@ struct NearDupIndex::State {
   std::vector<int> block_shift, block_width;  // per band, fixed at construction
 
   mutable std::mutex mu;  // guards everything below
+  // Reconfigure's values, else the options'.
+  double min_similarity = options.min_similarity;
+  std::chrono::seconds ttl = options.ttl;
+  double ttl_jitter = options.ttl_jitter;
+  bool admission_enabled = options.admission.enabled;
   std::unique_ptr<EvictionPolicy> policy;
   AdmissionGate admission;
   util::Rng rng;                                                  // TTL jitter and admission draws
@@ -482,10 +487,9 @@ NearDupIndex::NearDupIndex(const NearDupOptions& options, const util::Clock& clo
     : state_(std::make_unique<State>(options, clock, std::move(rng), observer)) {}
 NearDupIndex::~NearDupIndex() = default;
 
-util::StatusOr<std::unique_ptr<NearDupIndex>> NearDupIndex::Create(const NearDupOptions& o,
-                                                                   const util::Clock& clock,
-                                                                   util::Rng rng,
-                                                                   TierObserver* observer) {
+namespace {
+
+util::Status ValidateNearDupOptions(const NearDupOptions& o) {
   auto bad = [](std::string what) { return util::InvalidArgumentError("l3 options: " + what); };
   if (o.max_entries < 1 || o.max_entries > (size_t{1} << 26)) {
     return bad(fmt::format("max_entries {} is outside [1, 2^26]", o.max_entries));
@@ -511,7 +515,34 @@ util::StatusOr<std::unique_ptr<NearDupIndex>> NearDupIndex::Create(const NearDup
       !(o.policy_options.count_half_life_s > 0)) {
     return bad("policy_options: k and count_half_life_s must be > 0, lambda_per_s >= 0");
   }
+  return util::OkStatus();
+}
+
+}  // namespace
+
+util::StatusOr<std::unique_ptr<NearDupIndex>> NearDupIndex::Create(const NearDupOptions& o,
+                                                                   const util::Clock& clock,
+                                                                   util::Rng rng,
+                                                                   TierObserver* observer) {
+  STRATA_RETURN_IF_ERROR(ValidateNearDupOptions(o));
   return std::unique_ptr<NearDupIndex>(new NearDupIndex(o, clock, std::move(rng), observer));
+}
+
+util::Status NearDupIndex::Reconfigure(double min_similarity, std::chrono::seconds ttl,
+                                       double ttl_jitter, bool admission) {
+  NearDupOptions check = state_->options;
+  check.min_similarity = min_similarity;
+  check.ttl = ttl;
+  check.ttl_jitter = ttl_jitter;
+  check.admission.enabled = admission;
+  STRATA_RETURN_IF_ERROR(ValidateNearDupOptions(check));
+  State& s = *state_;
+  std::lock_guard lock(s.mu);
+  s.min_similarity = min_similarity;
+  s.ttl = ttl;
+  s.ttl_jitter = ttl_jitter;
+  s.admission_enabled = admission;
+  return util::OkStatus();
 }
 
 const NearDupOptions& NearDupIndex::options() const { return state_->options; }
@@ -522,7 +553,7 @@ int NearDupIndex::max_distance() const {
 std::optional<NearDupMatch> NearDupIndex::Lookup(std::string_view ns, const NearDupText& text,
                                                  std::optional<double> min_similarity) {
   State& s = *state_;
-  const double threshold = min_similarity.value_or(s.options.min_similarity);
+  double threshold = min_similarity.value_or(0);
   const int max_d = max_distance();
   struct Candidate {
     uint64_t id;
@@ -541,6 +572,7 @@ std::optional<NearDupMatch> NearDupIndex::Lookup(std::string_view ns, const Near
   uint32_t ns_id = 0;
   {
     std::lock_guard lock(s.mu);
+    if (!min_similarity) threshold = s.min_similarity;
     ++s.stats.lookups;
     const std::optional<uint32_t> found_ns = s.FindNamespace(ns);
     if (!found_ns) return miss();
@@ -638,7 +670,7 @@ util::StatusOr<std::vector<NearDupDropped>> NearDupIndex::Insert(
   // that still needs room asks the admission gate.
   if (s.OverBudget(1, entry_bytes)) s.DropExpired(now, dropped);
   const bool replacing = same_payload() || same_sequence();
-  if (!replacing && s.options.admission.enabled && s.OverBudget(1, entry_bytes) &&
+  if (!replacing && s.admission_enabled && s.OverBudget(1, entry_bytes) &&
       !s.admission.Admit(shared->sequence_hash, s.entries.size(), s.rng.Uniform())) {
     ++s.stats.not_admitted;
     return dropped;

@@ -213,7 +213,16 @@ class NearDupIndex {
   // Forgets the entry of `ns` with `payload`; false if there is none.
   bool Erase(std::string_view ns, uint64_t payload);
 
+  // From now on a Lookup without an override needs `min_similarity`, new
+  // entries live `ttl` x U[1 - ttl_jitter, 1 + ttl_jitter] (0 = no TTL) and
+  // pass the admission gate when `admission`; entries stored before keep
+  // their expiry. InvalidArgument, changing nothing, when a value is outside
+  // its range.
+  util::Status Reconfigure(double min_similarity, std::chrono::seconds ttl, double ttl_jitter,
+                           bool admission);
+
   NearDupStats stats() const;
+  // As created (Reconfigure does not change what this returns).
   const NearDupOptions& options() const;
   int max_distance() const;  // bands · (probe_radius + 1) − 1
 

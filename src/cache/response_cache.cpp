@@ -17,10 +17,9 @@ bool ShouldRefreshEarly(std::chrono::nanoseconds remaining, std::chrono::nanosec
   return -std::log1p(-u) * scale >= std::chrono::duration<double>(remaining).count();
 }
 
-util::StatusOr<std::unique_ptr<ResponseCache>> ResponseCache::Create(const ResponseCacheOptions& o,
-                                                                     const util::Clock& clock,
-                                                                     util::Rng rng,
-                                                                     TierObserver* observer) {
+namespace {
+
+util::Status ValidateOptions(const ResponseCacheOptions& o) {
   using util::InvalidArgumentError;
   if (o.max_bytes > (1ull << 40)) {
     return InvalidArgumentError(fmt::format("L1 max_bytes {} is above 2^40", o.max_bytes));
@@ -36,6 +35,16 @@ util::StatusOr<std::unique_ptr<ResponseCache>> ResponseCache::Create(const Respo
         fmt::format("L1 early_refresh_beta {} is outside [0, 100]", o.early_refresh_beta));
   }
   if (o.admission.enabled) STRATA_RETURN_IF_ERROR(ValidateAdmission(o.admission));
+  return util::OkStatus();
+}
+
+}  // namespace
+
+util::StatusOr<std::unique_ptr<ResponseCache>> ResponseCache::Create(const ResponseCacheOptions& o,
+                                                                     const util::Clock& clock,
+                                                                     util::Rng rng,
+                                                                     TierObserver* observer) {
+  STRATA_RETURN_IF_ERROR(ValidateOptions(o));
   return std::unique_ptr<ResponseCache>(new ResponseCache(o, clock, std::move(rng), observer));
 }
 
@@ -46,6 +55,9 @@ ResponseCache::ResponseCache(const ResponseCacheOptions& o, const util::Clock& c
                                              : o.max_bytes / 8),
       clock_(clock),
       observer_(observer),
+      ttl_(o.ttl),
+      ttl_jitter_(o.ttl_jitter),
+      admission_enabled_(o.admission.enabled),
       rng_(std::move(rng)),
       policy_(NewEvictionPolicy(o.policy, o.policy_options)),
       admission_(o.admission) {}
@@ -113,8 +125,7 @@ bool ResponseCache::Insert(const CacheKey& key, std::shared_ptr<const CachedValu
   if (stats_.bytes + bytes > options_.max_bytes) DropExpiredLocked(now);
   old = map_.find(key);
   const uint64_t freed = old != map_.end() ? old->second.bytes : 0;
-  if (!replacing && options_.admission.enabled &&
-      stats_.bytes - freed + bytes > options_.max_bytes &&
+  if (!replacing && admission_enabled_ && stats_.bytes - freed + bytes > options_.max_bytes &&
       !admission_.Admit(key.hash, stats_.entries, rng_.Uniform())) {
     ++stats_.not_admitted;
     return false;
@@ -125,10 +136,10 @@ bool ResponseCache::Insert(const CacheKey& key, std::shared_ptr<const CachedValu
     STRATA_CHECK_MSG(victim.has_value(), "L1: over budget with nothing to evict");
     RemoveLocked(map_.find(*by_id_.at(*victim)), RemoveReason::kEvicted);
   }
-  const double jitter = options_.ttl_jitter * (2.0 * rng_.Uniform() - 1.0);
+  const double jitter = ttl_jitter_ * (2.0 * rng_.Uniform() - 1.0);
   const auto ttl = ttl_override ? *ttl_override
                                 : std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                      std::chrono::duration<double>(options_.ttl) * (1.0 + jitter));
+                                      std::chrono::duration<double>(ttl_) * (1.0 + jitter));
   Entry e;
   e.id = next_id_++;
   e.value = std::move(value);
@@ -153,6 +164,20 @@ bool ResponseCache::Erase(const CacheKey& key) {
   if (it == map_.end()) return false;
   RemoveLocked(it, RemoveReason::kErased);
   return true;
+}
+
+util::Status ResponseCache::Reconfigure(std::chrono::milliseconds ttl, double ttl_jitter,
+                                        bool admission) {
+  ResponseCacheOptions check = options_;
+  check.ttl = ttl;
+  check.ttl_jitter = ttl_jitter;
+  check.admission.enabled = admission;
+  STRATA_RETURN_IF_ERROR(ValidateOptions(check));
+  std::lock_guard<std::mutex> lock(mu_);
+  ttl_ = ttl;
+  ttl_jitter_ = ttl_jitter;
+  admission_enabled_ = admission;
+  return util::OkStatus();
 }
 
 ResponseCacheStats ResponseCache::Stats() const {

@@ -145,7 +145,14 @@ class ResponseCache {
   // True when an entry was removed.
   bool Erase(const CacheKey& key);
 
+  // New entries from now on live `ttl` x U[1 - ttl_jitter, 1 + ttl_jitter]
+  // and pass the admission gate when `admission` (the rest of the options
+  // stay as created); entries stored before keep their expiry.
+  // InvalidArgument, changing nothing, when a value is outside its range.
+  util::Status Reconfigure(std::chrono::milliseconds ttl, double ttl_jitter, bool admission);
+
   ResponseCacheStats Stats() const;
+  // As created (Reconfigure does not change what this returns).
   const ResponseCacheOptions& options() const { return options_; }
 
  private:
@@ -169,7 +176,10 @@ class ResponseCache {
   const util::Clock& clock_;
   TierObserver* const observer_;
 
-  mutable std::mutex mu_;  // guards everything below
+  mutable std::mutex mu_;          // guards everything below
+  std::chrono::milliseconds ttl_;  // Reconfigure's, else options_'
+  double ttl_jitter_;
+  bool admission_enabled_;
   util::Rng rng_;
   Map map_;
   std::unordered_map<uint64_t, const CacheKey*> by_id_;  // policy key -> map_ key (node-stable)

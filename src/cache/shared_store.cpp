@@ -528,7 +528,8 @@ void SharedStore::PutExact(const SharedScope& scope, const CacheKey& key,
 }
 
 std::optional<SharedHit> SharedStore::FindNear(const SharedScope& scope, std::string_view ns_id,
-                                               const NearDupText& text) {
+                                               const NearDupText& text,
+                                               std::optional<double> min_similarity) {
   State& s = *state_;
   const std::string base = NearBase(s.options.prefix, scope, ns_id);
   std::vector<RedisCommand> probe(1);
@@ -567,7 +568,7 @@ std::optional<SharedHit> SharedStore::FindNear(const SharedScope& scope, std::st
   for (const auto& [d, id, fp] : found) fetch.push_back({"HGET", State::EntryKey(base, id), "t"});
   auto texts = s.Run(fetch);
   if (!texts) return std::nullopt;
-  const double threshold = s.options.near_dup.min_similarity;
+  const double threshold = min_similarity.value_or(s.options.near_dup.min_similarity);
   std::optional<std::pair<double, uint64_t>> best;  // (similarity, id)
   State::Job forget;
   forget.kind = State::Job::Kind::kForget;

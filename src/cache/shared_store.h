@@ -134,8 +134,10 @@ class SharedStore {
   // L3: the most similar entry of `scope` and `ns_id` (what must match
   // exactly, e.g. a hash of the parameters) with similarity >=
   // near_dup.min_similarity and no guard objecting.
+  // `min_similarity` overrides the options' near_dup.min_similarity.
   std::optional<SharedHit> FindNear(const SharedScope& scope, std::string_view ns_id,
-                                    const NearDupText& text);
+                                    const NearDupText& text,
+                                    std::optional<double> min_similarity = std::nullopt);
   // Queues the entry (keyed by the text's token sequence) and its bucket
   // memberships, with a Redis TTL of `ttl` (jittered).
   void PutNear(const SharedScope& scope, std::string_view ns_id,

@@ -47,6 +47,19 @@ std::optional<L3Mode> ParseL3Mode(std::string_view name) {
   return std::nullopt;
 }
 
+GatewayLiveOptions LiveOptionsOf(const GatewayOptions& o) {
+  return {.max_tokens_cap = o.max_tokens_cap,
+          .coalesce = o.coalesce,
+          .l1_ttl = o.l1.ttl,
+          .l1_ttl_jitter = o.l1.ttl_jitter,
+          .l3_mode = o.l3_mode,
+          .l3_tenants = o.l3_tenants,
+          .l3_ttl = o.l3.ttl,
+          .l3_min_similarity = o.l3.min_similarity,
+          .admission = o.l1.admission.enabled || o.l3.admission.enabled,
+          .rt_fallback_model = o.rt_fallback_model};
+}
+
 struct GatewayMetrics {
   explicit GatewayMetrics(obs::MetricsRegistry& reg)
       : ttft(reg.Histogram("strata_time_to_first_token_seconds",
@@ -233,6 +246,7 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(std::vector<backend::Ba
                                 "the one they named.")
                        .With({});
   STRATA_ASSIGN_OR_RETURN(g->tiers_, ResponseTiers::Create(options, metrics, clock, log));
+  g->live_.store(std::make_shared<const GatewayLiveOptions>(LiveOptionsOf(options)));
   return g;
 }
 
@@ -281,7 +295,30 @@ bool Gateway::FlushShared(std::chrono::milliseconds timeout) {
 }
 bool Gateway::StartIsCpuBound() const { return !tiers_->has_shared(); }
 
-util::Status Gateway::Validate(const CompletionRequest& r) const {
+util::Status Gateway::Reconfigure(const GatewayLiveOptions& live) {
+  if (live.max_tokens_cap < 1 || live.max_tokens_cap > (1 << 24)) {
+    return InvalidArgumentError(
+        fmt::format("max_tokens_cap {} is outside [1, 16777216]", live.max_tokens_cap));
+  }
+  if (!live.rt_fallback_model.empty()) {
+    if (options_.rt_control == nullptr) {
+      return InvalidArgumentError("a fallback model needs the RT-Switcher, which is off");
+    }
+    if (Find(live.rt_fallback_model) == nullptr) {
+      return InvalidArgumentError(fmt::format("the RT-Switcher's fallback model '{}' is not served",
+                                              live.rt_fallback_model));
+    }
+  }
+  std::lock_guard<std::mutex> lock(reconfigure_mu_);
+  // The tiers check their own values before anything changes.
+  STRATA_RETURN_IF_ERROR(tiers_->Reconfigure(live));
+  live_.store(std::make_shared<const GatewayLiveOptions>(live));
+  return util::OkStatus();
+}
+
+GatewayLiveOptions Gateway::live_options() const { return *live_.load(); }
+
+util::Status Gateway::Validate(const CompletionRequest& r, const GatewayLiveOptions& live) const {
   if (!r.completion() && r.messages.empty()) {
     return util::InvalidFieldError("messages", "messages must not be empty");
   }
@@ -289,10 +326,9 @@ util::Status Gateway::Validate(const CompletionRequest& r) const {
     return util::InvalidFieldError(
         "n", fmt::format("n {} is outside [1, {}]", r.n, options_.max_choices));
   }
-  if (r.max_tokens && (*r.max_tokens < 1 || *r.max_tokens > options_.max_tokens_cap)) {
-    return util::InvalidFieldError(
-        "max_tokens",
-        fmt::format("max_tokens {} is outside [1, {}]", *r.max_tokens, options_.max_tokens_cap));
+  if (r.max_tokens && (*r.max_tokens < 1 || *r.max_tokens > live.max_tokens_cap)) {
+    return util::InvalidFieldError("max_tokens", fmt::format("max_tokens {} is outside [1, {}]",
+                                                             *r.max_tokens, live.max_tokens_cap));
   }
   if (static_cast<int32_t>(r.stop.size()) > options_.max_stop_strings) {
     return util::InvalidFieldError(
@@ -315,7 +351,9 @@ util::Status Gateway::Validate(const CompletionRequest& r) const {
 }
 
 util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionRequest& r) {
-  STRATA_RETURN_IF_ERROR(Validate(r));
+  // This request's options, whatever a reload does while it runs.
+  const std::shared_ptr<const GatewayLiveOptions> live = live_.load();
+  STRATA_RETURN_IF_ERROR(Validate(r, *live));
   backend::Backend* b = Find(r.model);
   if (b == nullptr) {
     return util::NotFoundError(fmt::format("model '{}' does not exist", r.model))
@@ -323,16 +361,16 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   }
   // Under sustained breach the level may send every request to a cheaper
   // model; its answer is that model's (keyed, cached and logged as such).
-  if (!options_.rt_fallback_model.empty() && options_.rt_control != nullptr &&
-      options_.rt_control->RoutesToFallback() && b->name() != options_.rt_fallback_model) {
+  if (!live->rt_fallback_model.empty() && options_.rt_control != nullptr &&
+      options_.rt_control->RoutesToFallback() && b->name() != live->rt_fallback_model) {
     log_.Debug("[{}] RT-Switcher level {}: '{}' served by the fallback '{}'", r.request_id,
-               options_.rt_control->level(), b->name(), options_.rt_fallback_model);
-    b = Find(options_.rt_fallback_model);
+               options_.rt_control->level(), b->name(), live->rt_fallback_model);
+    b = Find(live->rt_fallback_model);
     fallbacks_->Inc();
   }
   STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const backend::Prepared> prepared, b->Prepare(r));
   metrics_->prompt_tokens.Inc(prepared->prompt_tokens);
-  ResponseTiers::Admission a = tiers_->Admit(r, *b, *prepared);
+  ResponseTiers::Admission a = tiers_->Admit(r, *b, *prepared, *live);
   if (a.answer) return std::move(a.answer);
   auto sink = std::make_shared<ReportingSink>(a.flight, metrics_, log_, r.request_id, r.session_id,
                                               prepared->max_tokens, prepared->prompt_tokens == 0);

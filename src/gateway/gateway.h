@@ -65,6 +65,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -144,6 +145,25 @@ struct GatewayOptions {
   std::string rt_fallback_model;
 };
 
+// What a running gateway can change (Gateway::Reconfigure), each field as
+// in GatewayOptions. A request takes the values in force when it starts and
+// keeps them to its end (its caps, which tiers it may use, the TTL its
+// answer is shared with); entries stored before a change keep their expiry.
+struct GatewayLiveOptions {
+  int32_t max_tokens_cap = 4096;  // [1, 2^24]
+  bool coalesce = false;
+  std::chrono::milliseconds l1_ttl{std::chrono::minutes(10)};  // (0, 30 days]
+  double l1_ttl_jitter = 0.1;                                  // [0, 0.9]
+  L3Mode l3_mode = L3Mode::kOff;  // may leave kOff only if L3 was on at creation
+  std::vector<std::string> l3_tenants;
+  std::chrono::seconds l3_ttl{0};   // 0 = as l1_ttl; [0, 30 days]
+  double l3_min_similarity = 0.93;  // (0, 1]
+  bool admission = false;           // both tiers
+  std::string rt_fallback_model;    // "" or a served model; needs the RT-Switcher
+};
+// The live part of `options`.
+GatewayLiveOptions LiveOptionsOf(const GatewayOptions& options);
+
 // The normalised request and its events are the backends' (backend/backend.h).
 using CompletionRequest = backend::Request;
 using FinishReason = backend::FinishReason;
@@ -218,6 +238,14 @@ class Gateway {
   ~Gateway();
 
   util::StatusOr<std::unique_ptr<Generation>> Start(const CompletionRequest& request);
+
+  // Swaps the live options atomically: requests that start from now on take
+  // them; running ones finish on theirs. InvalidArgument (naming the option),
+  // changing nothing, when one is out of range, names a model not served, or
+  // turns on a tier that was off at creation (that needs a new gateway).
+  util::Status Reconfigure(const GatewayLiveOptions& live);
+  // The live options in force.
+  GatewayLiveOptions live_options() const;
   // Unit-length embeddings of each input, from the backend the request
   // names. Waits until `deadline` (DeadlineExceeded after it, cancelling
   // what is left).
@@ -251,7 +279,7 @@ class Gateway {
  private:
   Gateway(std::vector<backend::Backend*> backends, const GatewayOptions& options,
           util::Logger& log);
-  util::Status Validate(const CompletionRequest& r) const;
+  util::Status Validate(const CompletionRequest& r, const GatewayLiveOptions& live) const;
 
   std::unique_ptr<backend::LocalBackend> owned_local_;  // Create(model, scheduler, ...) only
   const std::vector<backend::Backend*> backends_;       // the default first
@@ -261,6 +289,9 @@ class Gateway {
   std::unique_ptr<RtGovernor> governor_;     // the RT-Switcher as the backends see it
   obs::CounterValue* fallbacks_ = nullptr;   // strata_rt_fallback_total
   std::shared_ptr<ResponseTiers> tiers_;     // shared with running flights
+  // The live options: replaced whole by Reconfigure, read once by each Start.
+  std::atomic<std::shared_ptr<const GatewayLiveOptions>> live_;
+  std::mutex reconfigure_mu_;  // serialises Reconfigure (validate, then swap)
 };
 
 }  // namespace strata::gateway

@@ -71,6 +71,9 @@ struct TierMetrics final : public cache::TierObserver {
 };
 
 struct ResponseTiers::Plan {
+  std::chrono::nanoseconds l1_ttl{0};  // the request's, for the shared tier
+  std::chrono::nanoseconds l3_ttl{0};
+  double l3_min_similarity = 1;
   bool use_l1 = false;
   bool use_coalesce = false;
   std::shared_ptr<const NearDupRequest> near;  // the L3 view, when L3 may answer
@@ -243,26 +246,61 @@ bool ResponseTiers::FlushShared(std::chrono::milliseconds timeout) {
   return !shared_ || shared_->Flush(timeout);
 }
 
-bool ResponseTiers::L3Allowed(const CompletionRequest& r) const {
-  if (!l3_) return false;
+util::Status ResponseTiers::Reconfigure(const GatewayLiveOptions& live) {
+  if (!l3_ && live.l3_mode != L3Mode::kOff) {
+    return util::InvalidArgumentError(
+        "l3 mode: the L3 tier was off at start; turning it on needs a restart");
+  }
+  if (live.l3_ttl.count() < 0 || live.l3_ttl > std::chrono::hours(24 * 30)) {
+    return util::InvalidArgumentError(
+        fmt::format("l3 ttl {} s is outside [0, 30 days]", live.l3_ttl.count()));
+  }
+  // Every value is checked here, so that neither cache changes unless both
+  // can (their own checks below then pass).
+  if (!(live.l3_min_similarity > 0 && live.l3_min_similarity <= 1)) {
+    return util::InvalidArgumentError(
+        fmt::format("l3 min_similarity {} is outside (0, 1]", live.l3_min_similarity));
+  }
+  if (live.l1_ttl <= std::chrono::milliseconds::zero() ||
+      live.l1_ttl > std::chrono::hours(24 * 30) ||
+      !(live.l1_ttl_jitter >= 0 && live.l1_ttl_jitter <= 0.9)) {
+    return util::InvalidArgumentError(
+        fmt::format("l1 ttl {} ms or ttl_jitter {} is outside (0, 30 days] / [0, 0.9]",
+                    live.l1_ttl.count(), live.l1_ttl_jitter));
+  }
+  if (l1_)
+    STRATA_RETURN_IF_ERROR(l1_->Reconfigure(live.l1_ttl, live.l1_ttl_jitter, live.admission));
+  if (l3_) {
+    STRATA_RETURN_IF_ERROR(
+        l3_->Reconfigure(live.l3_min_similarity, live.l3_ttl, live.l1_ttl_jitter, live.admission));
+  }
+  return util::OkStatus();
+}
+
+bool ResponseTiers::L3Allowed(const CompletionRequest& r, const GatewayLiveOptions& live) const {
+  if (!l3_ || live.l3_mode == L3Mode::kOff) return false;
   if (r.l3) return *r.l3;  // the request's own word, in opt-in and on alike
-  if (options_.l3_mode == L3Mode::kOn) return true;
-  return std::find(options_.l3_tenants.begin(), options_.l3_tenants.end(), r.tenant) !=
-         options_.l3_tenants.end();
+  if (live.l3_mode == L3Mode::kOn) return true;
+  return std::find(live.l3_tenants.begin(), live.l3_tenants.end(), r.tenant) !=
+         live.l3_tenants.end();
 }
 
 ResponseTiers::Plan ResponseTiers::Classify(const CompletionRequest& r, const backend::Backend& b,
-                                            const backend::Prepared& p) const {
+                                            const backend::Prepared& p,
+                                            const GatewayLiveOptions& live) const {
   Plan plan;
+  plan.l1_ttl = live.l1_ttl;
+  plan.l3_ttl = live.l3_ttl.count() > 0 ? std::chrono::nanoseconds(live.l3_ttl) : plan.l1_ttl;
+  plan.l3_min_similarity = live.l3_min_similarity;
   plan.fingerprint = b.fingerprint();
   plan.n_prompt = p.prompt_tokens;
   // Only deterministic requests are cached or coalesced: greedy, or sampled
   // with a seed the client chose (choice i then uses seed + i).
   const bool deterministic = r.sampling.temperature == 0.0f || r.fixed_seed;
   plan.use_l1 = r.response_cache && deterministic && l1_ != nullptr;
-  plan.use_coalesce = r.response_cache && deterministic && options_.coalesce;
+  plan.use_coalesce = r.response_cache && deterministic && live.coalesce;
   // L3 needs a text with words to compare; the same rule as L1 otherwise.
-  if (deterministic && L3Allowed(r)) {
+  if (deterministic && L3Allowed(r, live)) {
     if (auto n = MakeNearDupRequest(r, plan.fingerprint, p.stops, options_.l3.prepare,
                                     /*remote=*/p.tokens.empty())) {
       plan.near = std::make_shared<const NearDupRequest>(std::move(*n));
@@ -288,9 +326,10 @@ cache::CacheKey WholeRunKey(const cache::CacheKey& key) {
 
 ResponseTiers::Admission ResponseTiers::Admit(const CompletionRequest& r,
                                               const backend::Backend& backend,
-                                              const backend::Prepared& prepared) {
+                                              const backend::Prepared& prepared,
+                                              const GatewayLiveOptions& live) {
   Admission a;
-  const Plan plan = Classify(r, backend, prepared);
+  const Plan plan = Classify(r, backend, prepared, live);
   const auto now = clock_.Now();
   if (!plan.any()) {
     a.flight = std::make_shared<Flight>(r.n, std::nullopt, now, Flight::Hook());
@@ -369,7 +408,8 @@ std::unique_ptr<Generation> ResponseTiers::FindCached(const CompletionRequest& r
   }
   const NearDupRequest* near = plan.near.get();
   if (near && !*refresh) {
-    if (auto match = l3_->Lookup(near->ns, near->text); match && match->value) {
+    if (auto match = l3_->Lookup(near->ns, near->text, plan.l3_min_similarity);
+        match && match->value) {
       log_.Debug("[{}] tenant={} L3 hit, similarity {:.3f}", r.request_id, r.tenant,
                  match->similarity);
       return std::make_unique<ReplayGeneration>(
@@ -377,7 +417,7 @@ std::unique_ptr<Generation> ResponseTiers::FindCached(const CompletionRequest& r
           plan.n_prompt);
     }
     if (shared_) {
-      if (auto hit = shared_->FindNear(scope, near->scope, near->text)) {
+      if (auto hit = shared_->FindNear(scope, near->scope, near->text, plan.l3_min_similarity)) {
         remote_hits_[1]->Inc();
         (void)l3_->Insert(near->ns, near->text, plan.key.hash, hit->value);
         log_.Debug("[{}] tenant={} L3 hit in the shared tier, similarity {:.3f}", r.request_id,
@@ -397,9 +437,8 @@ Flight::Hook ResponseTiers::StoreHook(const CompletionRequest& r, const Plan& pl
   // that finds no flight under the single-flight table's lock then finds the
   // answer in L1. With a shared tier, the answer is also queued for Redis
   // (never blocking: the shared store's writer thread writes it).
-  const std::chrono::nanoseconds l1_ttl = options_.l1.ttl;
-  const std::chrono::nanoseconds l3_ttl =
-      options_.l3.ttl.count() > 0 ? std::chrono::nanoseconds(options_.l3.ttl) : l1_ttl;
+  const std::chrono::nanoseconds l1_ttl = plan.l1_ttl;
+  const std::chrono::nanoseconds l3_ttl = plan.l3_ttl;
   return [tiers = shared_from_this(), key = plan.key, n_choices = r.n, n_prompt = plan.n_prompt,
           use_l1 = plan.use_l1, near = plan.near,
           scope = cache::SharedScope{r.tenant, plan.fingerprint}, l1_ttl,

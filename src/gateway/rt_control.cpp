@@ -107,10 +107,10 @@ util::StatusOr<std::unique_ptr<RtControl>> RtControl::Create(const RtControlOpti
 
 RtControl::RtControl(const RtControlOptions& options, std::unique_ptr<gateway::RtSwitcher> switcher,
                      obs::MetricsRegistry& metrics, const util::Clock& clock, util::Logger& log)
-    : options_(options),
-      clock_(clock),
+    : clock_(clock),
       log_(log),
       metrics_(std::make_unique<Metrics>(metrics)),
+      options_(options),
       switcher_(std::move(switcher)),
       rng_(options.trace_seed),
       capacity_(options.switcher.levels.size()) {
@@ -121,6 +121,7 @@ RtControl::~RtControl() = default;
 
 std::chrono::milliseconds RtControl::idle_tick() const {
   // One evaluation per interval is all the switcher needs; never sleep past a second.
+  std::lock_guard<std::mutex> lock(mu_);
   const auto iv = std::chrono::duration_cast<std::chrono::milliseconds>(options_.switcher.interval);
   return std::clamp(iv, std::chrono::milliseconds(1), std::chrono::milliseconds(1000));
 }
@@ -128,6 +129,26 @@ std::chrono::milliseconds RtControl::idle_tick() const {
 int32_t RtControl::level() const { return switcher_->current()->level; }
 
 bool RtControl::RoutesToFallback() const { return switcher_->current()->use_fallback; }
+
+util::Status RtControl::Reconfigure(const RtControlOptions& o) {
+  if (o.capacity_memory.count() < 0) {
+    return util::InvalidArgumentError("rt_control: capacity_memory must be >= 0");
+  }
+  if (!(o.kv_pressure_free_fraction >= 0 && o.kv_pressure_free_fraction < 1)) {
+    return util::InvalidArgumentError(fmt::format(
+        "rt_control: kv_pressure_free_fraction {} is outside [0, 1)", o.kv_pressure_free_fraction));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  STRATA_RETURN_IF_ERROR(switcher_->Reconfigure(o.switcher));
+  const uint64_t seed = options_.trace_seed;
+  options_ = o;
+  options_.trace_seed = seed;
+  capacity_.resize(o.switcher.levels.size());
+  Publish();
+  log_.Info("rt-switcher: reconfigured: levels {}; level {}; new requests get {}",
+            FormatLevels(o.switcher.levels), switcher_->level(), DescribePolicy(*policy_));
+  return util::OkStatus();
+}
 
 std::vector<RtControl::Switch> RtControl::RecentSwitches() const {
   std::lock_guard<std::mutex> lock(mu_);

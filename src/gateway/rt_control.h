@@ -130,6 +130,12 @@ class RtControl final : public engine::SchedulerControl {
   std::string PolicyInForce() const;
   // Whether the level in force sends requests to the fallback model.
   bool RoutesToFallback() const;
+  // New options (a reload; trace_seed is kept): the switcher's levels,
+  // interval, window, thresholds and dwell (RtSwitcher::Reconfigure), the KV
+  // pressure fraction and the capacity memory. Requests admitted from now on
+  // get the new level's policy; admitted ones keep theirs. Logged.
+  // InvalidArgument, changing nothing, when an option is out of range.
+  util::Status Reconfigure(const RtControlOptions& options);
 
  private:
   struct Metrics;
@@ -145,13 +151,13 @@ class RtControl final : public engine::SchedulerControl {
   // for the level above (logs when that starts and ends).
   void GuardStepUp(std::chrono::steady_clock::time_point now);
 
-  const RtControlOptions options_;
   const util::Clock& clock_;
   util::Logger& log_;
   std::unique_ptr<Metrics> metrics_;
   mutable std::mutex mu_;  // guards everything below
-  std::unique_ptr<gateway::RtSwitcher> switcher_;
-  util::Rng rng_;  // trace-sampling draws
+  RtControlOptions options_;
+  std::unique_ptr<gateway::RtSwitcher> switcher_;  // the object stays; its options may change
+  util::Rng rng_;                                  // trace-sampling draws
   bool kv_pressure_ = false;
   std::shared_ptr<const gateway::Policy> policy_;  // what Admit hands out
   int32_t admitted_open_ = 0;                      // admissions in the open interval

@@ -163,8 +163,9 @@ std::string Decision::Reason() const {
                      Describe("tpot", tpot, threshold_sigmas));
 }
 
-util::StatusOr<std::unique_ptr<RtSwitcher>> RtSwitcher::Create(
-    const RtSwitcherOptions& o, std::chrono::steady_clock::time_point start) {
+namespace {
+
+util::Status ValidateSwitcherOptions(const RtSwitcherOptions& o) {
   auto bad = [](const std::string& m) { return util::InvalidArgumentError("rt_switcher: " + m); };
   if (o.levels.empty()) return bad("levels is empty");
   for (size_t i = 0; i < o.levels.size(); ++i) {
@@ -222,6 +223,14 @@ util::StatusOr<std::unique_ptr<RtSwitcher>> RtSwitcher::Create(
     return bad(fmt::format("calm_intervals {} is outside [1, 1e6]", o.calm_intervals));
   }
   if (o.min_dwell.count() < 0) return bad("min_dwell must be >= 0");
+  return util::OkStatus();
+}
+
+}  // namespace
+
+util::StatusOr<std::unique_ptr<RtSwitcher>> RtSwitcher::Create(
+    const RtSwitcherOptions& o, std::chrono::steady_clock::time_point start) {
+  STRATA_RETURN_IF_ERROR(ValidateSwitcherOptions(o));
   return std::unique_ptr<RtSwitcher>(new RtSwitcher(o, start));
 }
 
@@ -230,6 +239,23 @@ RtSwitcher::RtSwitcher(const RtSwitcherOptions& options,
     : options_(options), interval_start_(start) {
   for (const Policy& p : options_.levels) snapshots_.push_back(std::make_shared<const Policy>(p));
   current_.store(snapshots_[0]);
+}
+
+util::Status RtSwitcher::Reconfigure(const RtSwitcherOptions& o) {
+  STRATA_RETURN_IF_ERROR(ValidateSwitcherOptions(o));
+  options_ = o;
+  snapshots_.clear();
+  for (const Policy& p : options_.levels) snapshots_.push_back(std::make_shared<const Policy>(p));
+  level_ = std::min(level_, static_cast<int32_t>(snapshots_.size()) - 1);
+  current_.store(snapshots_[static_cast<size_t>(level_)]);
+  for (Signal* s : {&ttft_, &tpot_}) {
+    while (s->window.size() > static_cast<size_t>(options_.window_intervals)) {
+      s->window.pop_front();
+    }
+  }
+  breach_streak_ = 0;
+  calm_streak_ = 0;
+  return util::OkStatus();
 }
 
 std::vector<Decision> RtSwitcher::Observe(LatencySignal signal, std::chrono::nanoseconds latency,

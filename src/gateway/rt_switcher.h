@@ -203,6 +203,13 @@ class RtSwitcher {
   // that follow see it; the decision carries `why`). Empty: step-ups allowed.
   void HoldStepUp(std::string why) { hold_up_ = std::move(why); }
 
+  // Takes new options (a reload): the level stays, lowered to the last of
+  // the new levels if it is past them; the window keeps its newest
+  // window_intervals P95s; the breach and calm streaks start again, so no
+  // switch follows from evidence judged by the old thresholds. The open
+  // interval runs on. InvalidArgument, changing nothing, as Create.
+  util::Status Reconfigure(const RtSwitcherOptions& options);
+
   // The policy in force; thread-safe.
   std::shared_ptr<const Policy> current() const { return current_.load(); }
   int32_t level() const { return level_; }
@@ -218,7 +225,7 @@ class RtSwitcher {
   SignalStats Evaluate(Signal& s, const SignalLimits& limits);
   Decision CloseOne(std::chrono::steady_clock::time_point end);
 
-  const RtSwitcherOptions options_;
+  RtSwitcherOptions options_;
   std::vector<std::shared_ptr<const Policy>> snapshots_;  // one immutable Policy per level
   std::atomic<std::shared_ptr<const Policy>> current_;    // what readers see
   int32_t level_ = 0;

@@ -1,5 +1,8 @@
 #include "server/auth.h"
 
+#include <cctype>
+#include <optional>
+
 #include <fmt/format.h>
 
 namespace strata::server {
@@ -98,6 +101,65 @@ util::StatusOr<std::string> ApiKeys::Authenticate(std::string_view presented) co
         .WithReason(util::ErrorReason::kInvalidApiKey);
   }
   return keys_[match].second;
+}
+
+namespace {
+
+// Standard base64 (RFC 4648 §4, padding optional); nullopt on any other byte.
+std::optional<std::string> DecodeBase64(std::string_view in) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  while (!in.empty() && in.back() == '=') in.remove_suffix(1);
+  if (in.size() % 4 == 1) return std::nullopt;
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    const int v = value(c);
+    if (v < 0) return std::nullopt;
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  return out;
+}
+
+bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[i])) !=
+        std::tolower(static_cast<unsigned char>(prefix[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string PresentedSecret(std::string_view authorization) {
+  while (!authorization.empty() && authorization.back() == ' ') authorization.remove_suffix(1);
+  if (StartsWithNoCase(authorization, "Bearer ")) {
+    return std::string(authorization.substr(7));
+  }
+  if (StartsWithNoCase(authorization, "Basic ")) {
+    std::string_view encoded = authorization.substr(6);
+    while (!encoded.empty() && encoded.front() == ' ') encoded.remove_prefix(1);
+    const std::optional<std::string> decoded = DecodeBase64(encoded);
+    if (!decoded) return "";
+    const size_t colon = decoded->find(':');
+    return colon == std::string::npos ? "" : decoded->substr(colon + 1);
+  }
+  return "";
 }
 
 }  // namespace strata::server

@@ -40,4 +40,9 @@ class ApiKeys {
 // Equality of two byte strings in time independent of their contents.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 
+// The secret an Authorization header value presents: a Bearer token, or
+// the password of HTTP Basic credentials (base64 "user:password"; a browser
+// asked for a login sends these). "" when it presents none or is malformed.
+std::string PresentedSecret(std::string_view authorization);
+
 }  // namespace strata::server

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "server/api.h"
 #include "server/internal/dashboard.h"
@@ -22,6 +23,7 @@ enum class Route {
   kMetrics,
   kDashboard,
   kDashboardState,
+  kAdminReload,
   kModels,
   kComplete,
   kEmbed,
@@ -46,6 +48,7 @@ constexpr Endpoint kEndpoints[] = {
     {"/metrics", nullptr, true, Route::kMetrics, ApiKind::kOpenAIChat},
     {"/dashboard", nullptr, true, Route::kDashboard, ApiKind::kOpenAIChat},
     {"/dashboard/state", nullptr, true, Route::kDashboardState, ApiKind::kOpenAIChat},
+    {"/admin/reload", nullptr, false, Route::kAdminReload, ApiKind::kOpenAIChat},
     {"/v1/models", "/models", true, Route::kModels, ApiKind::kOpenAIChat},
     {"/v1/chat/completions", "/chat/completions", false, Route::kComplete, ApiKind::kOpenAIChat},
     {"/v1/completions", "/completions", false, Route::kComplete, ApiKind::kOpenAICompletion},
@@ -168,6 +171,15 @@ class HttpServer::Impl final : public net::HttpHandler {
   }
 
   void SetGateway(gateway::Gateway* g) { handler_.SetGateway(g); }
+  void SetApiKeys(ApiKeys keys) { handler_.SetApiKeys(std::move(keys)); }
+  void SetRequestTimeout(std::chrono::seconds t) { handler_.SetRequestTimeout(t); }
+  void SetAdminKey(std::optional<std::string> key) {
+    admin_key_.store(key ? std::make_shared<const std::string>(std::move(*key)) : nullptr);
+  }
+  void SetReloadHook(std::function<ReloadReport()> hook) {
+    std::lock_guard<std::mutex> lock(reload_mu_);
+    reload_ = std::move(hook);
+  }
   void SetBroken(util::Status why) { handler_.SetBroken(std::move(why)); }
   void StartDraining() {
     handler_.StartDraining();
@@ -205,6 +217,7 @@ class HttpServer::Impl final : public net::HttpHandler {
         return res;
       }
       case Route::kDashboard: {
+        if (auto refused = ScreenAdmin(head, /*dashboard=*/true)) return std::move(*refused);
         // The page's script and style are inline and it reads only this
         // origin: the policy forbids everything else.
         net::Response res;
@@ -218,12 +231,17 @@ class HttpServer::Impl final : public net::HttpHandler {
         return res;
       }
       case Route::kDashboardState: {
+        if (auto refused = ScreenAdmin(head, /*dashboard=*/true)) return std::move(*refused);
         ApiReply state;
         state.body = DashboardState(handler_.gateway());
         net::Response res = ToResponse(std::move(state), &head);
         res.headers.Set("Cache-Control", "no-store");
         return res;
       }
+      case Route::kAdminReload:
+        // The key is checked before a body byte is read.
+        if (auto refused = ScreenAdmin(head, /*dashboard=*/false)) return std::move(*refused);
+        return std::nullopt;
       case Route::kNone:
         return NoRoute(head, r);
       case Route::kModels:
@@ -258,6 +276,9 @@ class HttpServer::Impl final : public net::HttpHandler {
       const ApiCall call = Call(exchange->head(), body);
       ApiReply reply;
       switch (r.route) {
+        case Route::kAdminReload:
+          reply = Reload(call);
+          break;
         case Route::kEmbed:
           reply = handler_.Embed(call);
           break;
@@ -365,6 +386,86 @@ class HttpServer::Impl final : public net::HttpHandler {
                                               : std::string(r.allow) + ", OPTIONS");
     }
     return ToResponse(std::move(reply), &head);
+  }
+
+  // The admin key's check for the dashboard (`dashboard`) or the admin API:
+  // nullopt when the request may go on, else the refusal (401 asking a
+  // browser to log in, or 403 when no admin key is configured; see
+  // HttpServer::SetAdminKey). Never logs what was presented.
+  std::optional<net::Response> ScreenAdmin(const net::RequestHead& head, bool dashboard) {
+    const std::shared_ptr<const std::string> key = admin_key_.load();
+    util::Status refused;
+    if (key == nullptr) {
+      if (dashboard && !handler_.has_api_keys()) return std::nullopt;
+      refused = util::PermissionDeniedError(
+          dashboard ? "the dashboard shows every tenant's traffic: with API keys configured it "
+                      "needs an admin key (start strata with --admin-key-file)"
+                    : "the admin API is off: start strata with --admin-key-file (SIGHUP reloads "
+                      "the configuration without it)");
+    } else {
+      const std::string presented = PresentedSecret(head.headers.GetOr("Authorization"));
+      if (!presented.empty() && ConstantTimeEquals(presented, *key)) return std::nullopt;
+      refused = util::UnauthenticatedError(
+          presented.empty()
+              ? "the admin key is required: send 'Authorization: Bearer KEY' (or log in with "
+                "KEY as the password)"
+              : "the admin key presented is not the configured one");
+    }
+    const ApiCall call = Call(head, {});
+    ApiReply reply = ApiHandler::ErrorReply(ApiKind::kOpenAIChat, refused);
+    reply.headers.emplace_back("X-Request-ID", call.request_id);
+    if (refused.code() == util::StatusCode::kUnauthenticated) {
+      reply.headers.emplace_back("WWW-Authenticate",
+                                 "Basic realm=\"strata admin\", charset=\"UTF-8\"");
+    }
+    log_.Warn("req={} {} {} {} ({})", call.request_id, head.method, head.path(), reply.status,
+              refused.message());
+    net::Response res = ToResponse(std::move(reply), &head);
+    res.headers.Set("Cache-Control", "no-store");
+    return res;
+  }
+
+  // POST /admin/reload on a worker thread: the hook's report as JSON, 200
+  // when it applied (even if some knobs need a restart), else the error in
+  // the OpenAI shape with the report's details beside it.
+  ApiReply Reload(const ApiCall& call) {
+    std::function<ReloadReport()> hook;
+    {
+      std::lock_guard<std::mutex> lock(reload_mu_);
+      hook = reload_;
+    }
+    ApiReply reply = ApiHandler::NewReply(ApiKind::kOpenAIChat, call.request_id);
+    if (!hook) {
+      return ApiHandler::ErrorReply(
+          ApiKind::kOpenAIChat,
+          util::UnavailableError("the server is still starting: nothing to reload yet"),
+          std::move(reply));
+    }
+    const ReloadReport report = hook();
+    auto changes = [](const std::vector<ReloadReport::Change>& list) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (const auto& c : list) out.push_back({{"key", c.key}, {"from", c.from}, {"to", c.to}});
+      return out;
+    };
+    nlohmann::ordered_json body = {{"reloaded", report.status.ok()},
+                                   {"config", report.source},
+                                   {"applied", changes(report.applied)},
+                                   {"restart_required", changes(report.restart_required)},
+                                   {"reread", report.reread}};
+    if (!report.status.ok()) {
+      reply = ApiHandler::ErrorReply(ApiKind::kOpenAIChat, report.status, std::move(reply));
+      nlohmann::ordered_json error = nlohmann::ordered_json::parse(reply.body, nullptr, false);
+      if (error.is_object()) {
+        error["reloaded"] = false;
+        error["config"] = report.source;
+        reply.body = error.dump();
+      }
+    } else {
+      reply.body = body.dump();
+    }
+    log_.Info("req={} POST /admin/reload {}: {} applied, {} need a restart", call.request_id,
+              reply.status, report.applied.size(), report.restart_required.size());
+    return reply;
   }
 
   // Reads whatever the metrics need from the net server while it exists.
@@ -496,6 +597,9 @@ class HttpServer::Impl final : public net::HttpHandler {
   obs::MetricsRegistry& metrics_;
   ApiHandler handler_;
   const std::shared_ptr<Live> live_;
+  std::atomic<std::shared_ptr<const std::string>> admin_key_;  // null: no admin key
+  std::mutex reload_mu_;
+  std::function<ReloadReport()> reload_;  // guarded by reload_mu_
   std::unique_ptr<net::HttpServer> net_;
   std::unique_ptr<util::WorkQueue> workers_;
   bool metrics_registered_ = false;
@@ -531,6 +635,15 @@ util::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const ServerOptio
 util::StatusOr<int> HttpServer::Start() { return impl_->Start(); }
 void HttpServer::SetGateway(gateway::Gateway* g) { impl_->SetGateway(g); }
 void HttpServer::SetBroken(util::Status why) { impl_->SetBroken(std::move(why)); }
+void HttpServer::SetApiKeys(ApiKeys keys) { impl_->SetApiKeys(std::move(keys)); }
+void HttpServer::SetAdminKey(std::optional<std::string> key) { impl_->SetAdminKey(std::move(key)); }
+void HttpServer::SetRequestTimeout(std::chrono::seconds timeout) {
+  impl_->SetRequestTimeout(timeout);
+}
+void HttpServer::SetReloadHook(std::function<ReloadReport()> reload) {
+  impl_->SetReloadHook(std::move(reload));
+}
+
 void HttpServer::StartDraining() { impl_->StartDraining(); }
 void HttpServer::Stop(std::chrono::milliseconds flush) { impl_->Stop(flush); }
 net::HttpServerStats HttpServer::Stats() const { return impl_->Stats(); }

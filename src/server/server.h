@@ -41,7 +41,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +86,22 @@ struct ServerOptions {
   uint64_t request_id_seed = 0;  // seeds generated request ids
 };
 
+// What a reload did (POST /admin/reload answers it as JSON; `strata serve`
+// logs it on SIGHUP).
+struct ReloadReport {
+  // Not OK: nothing changed, and this says why (an invalid file: every
+  // problem with its line).
+  util::Status status;
+  std::string source;  // the configuration file read ("" = flags only)
+  struct Change {
+    std::string key;       // "l1.ttl"
+    std::string from, to;  // as TOML values
+  };
+  std::vector<Change> applied;           // live knobs now in force
+  std::vector<Change> restart_required;  // changed in the file, left as they were
+  std::vector<std::string> reread;       // files read again (key files)
+};
+
 class HttpServer {
  public:
   static util::StatusOr<std::unique_ptr<HttpServer>> Create(const ServerOptions& options,
@@ -103,6 +121,21 @@ class HttpServer {
   void SetBroken(util::Status why);
   // New API requests get 503; requests already running continue.
   void StartDraining();
+
+  // Live changes (a reload); thread-safe. Requests that arrive from now on
+  // see them; running ones keep what they started with.
+  void SetApiKeys(ApiKeys keys);
+  // The admin key (nullopt: none). With one, the admin API (POST
+  // /admin/reload) and the dashboard need it, as "Authorization: Bearer
+  // KEY" or HTTP Basic with KEY as the password (so a browser can log in);
+  // without one, /admin/reload answers 403, and the dashboard is open only
+  // while no API keys are configured either (a server with tenants does not
+  // show their traffic to anyone who asks).
+  void SetAdminKey(std::optional<std::string> key);
+  void SetRequestTimeout(std::chrono::seconds timeout);
+  // What POST /admin/reload runs (on a worker thread; it may read files),
+  // after the admin key was checked. Without one, the endpoint answers 503.
+  void SetReloadHook(std::function<ReloadReport()> reload);
   // Waits up to `flush` for responses still going out (a drained stream's
   // last frames), then closes every connection and joins every thread.
   void Stop(std::chrono::milliseconds flush = std::chrono::milliseconds(0));

@@ -1,5 +1,7 @@
 #include "util/log.h"
 
+#include <atomic>
+
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -37,11 +39,16 @@ class StderrLogger final : public Logger {
     if (level >= LogLevel::kWarn) logger_.flush();
   }
   bool Enabled(LogLevel level) const override {
-    return level >= min_level_ && level != LogLevel::kOff;
+    return level >= min_level_.load(std::memory_order_relaxed) && level != LogLevel::kOff;
+  }
+  bool SetMinLevel(LogLevel level) override {
+    min_level_.store(level);
+    logger_.set_level(ToSpd(level));  // atomic in spdlog
+    return true;
   }
 
  private:
-  const LogLevel min_level_;
+  std::atomic<LogLevel> min_level_;
   spdlog::logger logger_;  // spdlog loggers with _mt sinks are thread-safe
 };
 

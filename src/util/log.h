@@ -32,6 +32,10 @@ class Logger {
   // Writes one line. Thread-safe.
   virtual void Write(LogLevel level, std::string_view message) = 0;
   virtual bool Enabled(LogLevel level) const = 0;
+  // Lines below `level` are dropped from now on (a reload of the log
+  // level); false for a logger without a threshold of its own (it ignores
+  // the call). Thread-safe.
+  virtual bool SetMinLevel(LogLevel /*level*/) { return false; }
 
   template <typename... A>
   void Debug(fmt::format_string<A...> f, A&&... a) {

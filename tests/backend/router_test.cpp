@@ -770,5 +770,40 @@ TEST(RouterConcurrency, ManyThreadsAcquireAndReleaseAndOutstandingReturnsToZero)
   EXPECT_EQ(requests, static_cast<uint64_t>(served.load()));
 }
 
+TEST(RouterReconfigure, NewOptionsHoldFromThenOnAndTheRingStays) {
+  testing::FakeClock clock;
+  auto router = Make(Fleet(3), clock);
+  const int32_t home = Home(*router, Prefix(1));
+  RouterOptions o = router->options();
+  o.policy = RoutePolicy::kRoundRobin;
+  o.max_concurrency_per_replica = 1;
+  o.eject_after_failures = 1;
+  ASSERT_TRUE(router->Reconfigure(o).ok());
+  EXPECT_EQ(router->options().policy, RoutePolicy::kRoundRobin);
+  // One failure now ejects.
+  Fail(*router, home, 1);
+  EXPECT_EQ(State(*router, home), "ejected");
+  // One outstanding request fills a replica.
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(router->Acquire({}).ok());
+  auto busy = router->Acquire({});
+  EXPECT_FALSE(busy.ok());
+  // Back to affinity: the prefix finds its old home once it is readmitted.
+  o.policy = RoutePolicy::kAffinity;
+  ASSERT_TRUE(router->Reconfigure(o).ok());
+}
+
+TEST(RouterReconfigure, TheReplicasAndOutOfRangeValuesAreRefused) {
+  testing::FakeClock clock;
+  auto router = Make(Fleet(3), clock);
+  RouterOptions o = router->options();
+  o.replicas.pop_back();
+  EXPECT_FALSE(router->Reconfigure(o).ok());
+  o = router->options();
+  o.load_bound = 0.5;
+  EXPECT_FALSE(router->Reconfigure(o).ok());
+  EXPECT_DOUBLE_EQ(router->options().load_bound, Fleet(3).load_bound);
+  EXPECT_EQ(router->size(), 3);
+}
+
 }  // namespace
 }  // namespace strata::backend

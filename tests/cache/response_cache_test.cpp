@@ -397,5 +397,19 @@ TEST(SingleFlightTest, ManyConcurrentJoinsMakeExactlyOneLeader) {
   EXPECT_EQ(leaders.load(), 1);
 }
 
+TEST_F(ResponseCacheTest, AReconfiguredTtlHoldsForEntriesStoredFromThenOn) {
+  auto cache = Make({.max_bytes = 1 << 20, .ttl = std::chrono::seconds(100), .ttl_jitter = 0});
+  ASSERT_TRUE(
+      cache->Insert(Key("t", 1), std::make_shared<Blob>("a"), std::chrono::milliseconds(1)));
+  ASSERT_TRUE(cache->Reconfigure(std::chrono::seconds(1), 0, false).ok());
+  ASSERT_TRUE(
+      cache->Insert(Key("t", 2), std::make_shared<Blob>("b"), std::chrono::milliseconds(1)));
+  clock_.Advance(std::chrono::seconds(2));
+  EXPECT_EQ(cache->Find(Key("t", 2)).kind, Lookup::Kind::kMiss);
+  EXPECT_EQ(TextOf(cache->Find(Key("t", 1)).value), "a");
+  EXPECT_FALSE(cache->Reconfigure(std::chrono::seconds(0), 0, false).ok());
+  EXPECT_FALSE(cache->Reconfigure(std::chrono::seconds(1), 0.95, false).ok());
+}
+
 }  // namespace
 }  // namespace strata::cache

@@ -299,5 +299,91 @@ TEST(GatewayPromptTest, ControlTokenTextInAPromptStaysTextUnlessAsked) {
   }
 }
 
+// --- live options (a reload) -------------------------------------------------
+
+// The completion tokens of a generation's first choice, read to its end.
+int32_t CompletionTokens(Generation& g) {
+  int32_t tokens = -1;
+  const auto far = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (true) {
+    auto e = g.Next(far);
+    if (!e.ok()) break;
+    if (e->kind == Event::Kind::kFinish && e->index == 0) tokens = e->usage.completion_tokens;
+  }
+  return tokens;
+}
+
+TEST_F(GatewayTest, AReconfiguredCapHoldsForNewRequestsAndNotForRunningOnes) {
+  CompletionRequest r = Prompt("Once upon", 40);
+  r.ignore_eos = true;
+  r.response_cache = false;
+  auto running = s_.gw->Start(r);
+  ASSERT_TRUE(running.ok()) << running.status().ToString();
+  GatewayLiveOptions live = s_.gw->live_options();
+  EXPECT_EQ(live.max_tokens_cap, 64);
+  live.max_tokens_cap = 8;
+  ASSERT_TRUE(s_.gw->Reconfigure(live).ok());
+  EXPECT_EQ(CompletionTokens(**running), 40);
+  auto refused = s_.gw->Start(r);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().field(), "max_tokens");
+  EXPECT_NE(refused.status().message().find("[1, 8]"), std::string::npos);
+  r.max_tokens = 8;
+  auto fits = s_.gw->Start(r);
+  ASSERT_TRUE(fits.ok());
+  EXPECT_EQ(CompletionTokens(**fits), 8);
+}
+
+TEST_F(GatewayTest, AnInvalidReconfigurationChangesNothing) {
+  const GatewayLiveOptions before = s_.gw->live_options();
+  GatewayLiveOptions bad = before;
+  bad.max_tokens_cap = 0;
+  EXPECT_FALSE(s_.gw->Reconfigure(bad).ok());
+  bad = before;
+  bad.l3_mode = L3Mode::kOn;  // the tier was off at creation: no index to turn on
+  const util::Status st = s_.gw->Reconfigure(bad);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("needs a restart"), std::string::npos);
+  bad = before;
+  bad.rt_fallback_model = "tiny";  // no RT-Switcher here
+  EXPECT_FALSE(s_.gw->Reconfigure(bad).ok());
+  bad = before;
+  bad.l1_ttl_jitter = 0.95;
+  EXPECT_FALSE(s_.gw->Reconfigure(bad).ok());
+  EXPECT_EQ(s_.gw->live_options().max_tokens_cap, before.max_tokens_cap);
+  EXPECT_EQ(s_.gw->live_options().l3_mode, before.l3_mode);
+}
+
+TEST_F(GatewayTest, AReconfiguredTtlHoldsForAnswersStoredFromThenOn) {
+  GatewayOptions go = testing::TinyGatewayOptions();
+  go.l1.max_bytes = 1 << 20;
+  go.l1.ttl = std::chrono::seconds(600);
+  go.l1.ttl_jitter = 0;
+  go.coalesce = true;
+  obs::MetricsRegistry metrics;  // the fixture's has the first stack's families
+  testing::StartServingStack(s_, go, metrics, clock_, *log_);
+  auto outcome = [&](const std::string& text) {
+    auto g = s_.gw->Start(Prompt(text, 4));
+    EXPECT_TRUE(g.ok());
+    const CacheOutcome o = (*g)->cache_outcome();
+    Collect(**g);
+    return o;
+  };
+  EXPECT_EQ(outcome("stored under the old ttl"), CacheOutcome::kMiss);
+  GatewayLiveOptions live = s_.gw->live_options();
+  live.l1_ttl = std::chrono::seconds(1);
+  ASSERT_TRUE(s_.gw->Reconfigure(live).ok());
+  EXPECT_EQ(outcome("stored under the new ttl"), CacheOutcome::kMiss);
+  EXPECT_EQ(outcome("stored under the new ttl"), CacheOutcome::kL1);
+  clock_.Advance(std::chrono::seconds(2));
+  EXPECT_EQ(outcome("stored under the old ttl"), CacheOutcome::kL1);
+  EXPECT_EQ(outcome("stored under the new ttl"), CacheOutcome::kMiss);
+  // Coalescing off: a deterministic request is still cached, not coalesced.
+  live.coalesce = false;
+  ASSERT_TRUE(s_.gw->Reconfigure(live).ok());
+  EXPECT_FALSE(s_.gw->live_options().coalesce);
+  s_.Stop();  // before `metrics` goes
+}
+
 }  // namespace
 }  // namespace strata::gateway

@@ -376,5 +376,26 @@ TEST(RtSwitcher, AnIdleIntervalWithRefusalsIsNotCalm) {
   EXPECT_EQ(ds[0].action, SwitchAction::kStepDown);
 }
 
+TEST(RtSwitcher, ReconfigureKeepsTheLevelAndTakesTheNewLevels) {
+  auto sw = *RtSwitcher::Create(TestOptions(), kStart);
+  const std::vector<double> overload = Overload();
+  Replay(*sw, std::vector<double>(overload.begin(), overload.begin() + 40), 10, nullptr);
+  ASSERT_EQ(sw->level(), 1);
+  RtSwitcherOptions o = TestOptions();
+  o.levels = *ParseLevels("1:entropy:0:0,0.5:topk:4:77");
+  ASSERT_TRUE(sw->Reconfigure(o).ok());
+  EXPECT_EQ(sw->level(), 1);
+  EXPECT_EQ(sw->current()->max_tokens_cap, 77);
+  // Fewer levels: the level comes down to the last one.
+  o.levels = *ParseLevels("1:entropy:0:5");
+  ASSERT_TRUE(sw->Reconfigure(o).ok());
+  EXPECT_EQ(sw->level(), 0);
+  EXPECT_EQ(sw->current()->max_tokens_cap, 5);
+  RtSwitcherOptions bad = o;
+  bad.window_intervals = 1;
+  EXPECT_FALSE(sw->Reconfigure(bad).ok());
+  EXPECT_EQ(sw->options().window_intervals, o.window_intervals);
+}
+
 }  // namespace
 }  // namespace strata::gateway

@@ -58,8 +58,14 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
     bool registered = false;  // `flight` is in the single-flight table
     bool refresh = false;     // L1 chose this request to regenerate an entry near expiry
   };
+  // `live`: the request's options (which tiers it may use, the L3
+  // threshold, the TTL its answer is shared with).
   Admission Admit(const CompletionRequest& r, const backend::Backend& backend,
-                  const backend::Prepared& prepared);
+                  const backend::Prepared& prepared, const GatewayLiveOptions& live);
+  // Gives the caches `live`'s TTLs, jitter, threshold and admission switch;
+  // InvalidArgument, changing nothing, when one is out of range or L3 would
+  // be turned on without an index (it was off at creation).
+  util::Status Reconfigure(const GatewayLiveOptions& live);
   // The backend did not start `a.flight`: its followers get `why`, and it
   // leaves the single-flight table.
   void Abort(const Admission& a, const util::Status& why);
@@ -76,9 +82,9 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
  private:
   struct Plan;  // one request's classification and key
   ResponseTiers(const GatewayOptions& options, const util::Clock& clock, util::Logger& log);
-  Plan Classify(const CompletionRequest& r, const backend::Backend& b,
-                const backend::Prepared& p) const;
-  bool L3Allowed(const CompletionRequest& r) const;
+  Plan Classify(const CompletionRequest& r, const backend::Backend& b, const backend::Prepared& p,
+                const GatewayLiveOptions& live) const;
+  bool L3Allowed(const CompletionRequest& r, const GatewayLiveOptions& live) const;
   std::unique_ptr<Generation> FindCached(const CompletionRequest& r, const Plan& plan,
                                          bool* refresh);
   Flight::Hook StoreHook(const CompletionRequest& r, const Plan& plan);

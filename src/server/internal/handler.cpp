@@ -59,7 +59,9 @@ ApiReply ApiHandler::NewReply(ApiKind kind, const std::string& request_id) {
 ApiHandler::ApiHandler(const ServerOptions& options, ApiKeys keys, obs::MetricsRegistry& metrics,
                        const util::Clock& clock, util::Logger& log)
     : options_(options),
-      keys_(std::move(keys)),
+      keys_(std::make_shared<const ApiKeys>(std::move(keys))),
+      request_timeout_ms_(
+          std::chrono::duration_cast<std::chrono::milliseconds>(options.request_timeout).count()),
       clock_(clock),
       log_(log),
       requests_(metrics.Counter("strata_http_requests_total",
@@ -166,13 +168,14 @@ ApiReply ApiHandler::Fail(const Scope& scope, ApiReply reply, const util::Status
 // --- admit and parse ----------------------------------------------------------
 
 util::StatusOr<std::string> ApiHandler::Authenticate(std::string_view api_key) const {
-  if (keys_.empty()) return std::string("default");
+  const std::shared_ptr<const ApiKeys> keys = keys_.load();
+  if (keys->empty()) return std::string("default");
   if (api_key.empty()) {
     return util::UnauthenticatedError(
                "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'")
         .WithReason(util::ErrorReason::kMissingApiKey);
   }
-  return keys_.Authenticate(api_key);
+  return keys->Authenticate(api_key);
 }
 
 void ApiHandler::SetBroken(util::Status why) {
@@ -308,6 +311,9 @@ ApiReply ApiHandler::Complete(ApiKind kind, const ApiCall& call) {
 ApiReply ApiHandler::Respond(Scope& scope, ApiReply reply, std::unique_ptr<gateway::Generation> gen,
                              ResponseMeta meta, const ParsedRequest& parsed,
                              const std::string& tenant) {
+  // The timeout in force when the request arrived, whatever a reload does later.
+  const auto timeout = std::chrono::duration_cast<std::chrono::seconds>(
+      std::chrono::milliseconds(request_timeout_ms_.load()));
   Responder::Context c{.kind = scope.kind,
                        .endpoint = scope.endpoint,
                        .stream = parsed.stream,
@@ -320,8 +326,8 @@ ApiReply ApiHandler::Respond(Scope& scope, ApiReply reply, std::unique_ptr<gatew
                        .tenant = tenant,
                        .session_note = scope.session_note,
                        .t0 = scope.t0,
-                       .deadline = scope.t0 + options_.request_timeout,
-                       .timeout = options_.request_timeout,
+                       .deadline = scope.t0 + timeout,
+                       .timeout = timeout,
                        .defer_head = gen->defers_stream_head(),
                        .tools = !parsed.request.tools.empty()};
   if (parsed.stream) {
@@ -536,7 +542,8 @@ ApiReply ApiHandler::Embed(const ApiCall& call) {
   parsed->request.model = std::move(served).value();
   parsed->request.request_id = call.request_id;
   parsed->request.tenant = admitted->tenant;
-  auto result = admitted->gateway->Embed(parsed->request, scope.t0 + options_.request_timeout);
+  auto result = admitted->gateway->Embed(
+      parsed->request, scope.t0 + std::chrono::milliseconds(request_timeout_ms_.load()));
   if (!result.ok()) return Fail(scope, std::move(reply), result.status());
   reply.body = RenderEmbeddings(parsed->request.model, *result, parsed->base64);
   Count(kEmbeddingsEndpoint, 200);

@@ -152,6 +152,14 @@ class ApiHandler {
   const gateway::Gateway* gateway() const { return gateway_.load(); }
   // New generation and embedding requests get 503 (shutting down).
   void StartDraining() { draining_.store(true); }
+  // Live changes (a reload): requests authenticated or started from now on
+  // see them. Thread-safe.
+  void SetApiKeys(ApiKeys keys) { keys_.store(std::make_shared<const ApiKeys>(std::move(keys))); }
+  void SetRequestTimeout(std::chrono::milliseconds timeout) {
+    request_timeout_ms_.store(timeout.count());
+  }
+  // Whether API keys are configured (requests then need one).
+  bool has_api_keys() const { return !keys_.load()->empty(); }
   // From now on /health answers 503 naming `why`, and every API request gets
   // `why` (the served model file changed under the server). Thread-safe.
   void SetBroken(util::Status why);
@@ -242,7 +250,9 @@ class ApiHandler {
   friend class Responder;  // counts and renders the outcome of what it answers
 
   const ServerOptions options_;
-  const ApiKeys keys_;
+  // The API keys in force: replaced whole by SetApiKeys, read once per request.
+  std::atomic<std::shared_ptr<const ApiKeys>> keys_;
+  std::atomic<int64_t> request_timeout_ms_;  // options_'s, until SetRequestTimeout
   const util::Clock& clock_;
   util::Logger& log_;
   obs::Family<obs::CounterValue>& requests_;
