@@ -40,6 +40,8 @@ Command RegisterInspect(CLI::App& app);
 Command RegisterMkModel(CLI::App& app);
 Command RegisterBench(CLI::App& app);
 Command RegisterServe(CLI::App& app);
+// `strata config check FILE` and `strata config defaults`.
+Command RegisterConfig(CLI::App& app);
 Command RegisterEvalSampling(CLI::App& app);
 // `strata eval l3` joins the `eval` group (creating it when no command before
 // it has); the returned Command holds the `l3` subcommand itself, and main()
@@ -52,6 +54,13 @@ Command RegisterEvalL3(CLI::App& app);
 // is gibberish).
 util::StatusOr<std::string> ResolveModelPath(const Env& env, const std::string& flag,
                                              util::Logger& log);
+
+// The secret on the first line of `path` (surrounding blanks and the line
+// end dropped): an upstream credential, the admin key. InvalidArgument
+// naming `flag` when the file cannot be read or its first line is empty;
+// the message never holds the file's content.
+util::StatusOr<std::string> ReadKeyFile(const Env& env, const std::string& flag,
+                                        const std::string& path);
 
 // Print the message on stderr and return kExitFailure / kExitUsage.
 int ReportError(const util::Status& status);

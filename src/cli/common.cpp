@@ -19,6 +19,24 @@ int UsageError(const std::string& message) {
   return kExitUsage;
 }
 
+util::StatusOr<std::string> ReadKeyFile(const Env& env, const std::string& flag,
+                                        const std::string& path) {
+  auto bytes = env.fs->ReadFile(path);
+  if (!bytes.ok()) {
+    return util::InvalidArgumentError(
+        fmt::format("{} '{}': {}", flag, path, bytes.status().message()));
+  }
+  std::string key = std::move(bytes).value();
+  key = key.substr(0, key.find_first_of("\r\n"));
+  while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
+  while (!key.empty() && (key.front() == ' ' || key.front() == '\t')) key.erase(0, 1);
+  if (key.empty()) {
+    return util::InvalidArgumentError(
+        fmt::format("{} '{}' holds no key on its first line", flag, path));
+  }
+  return key;
+}
+
 std::unique_ptr<util::Logger> MakeLogger(const std::string& level) {
   auto parsed = util::ParseLogLevel(level);
   return util::NewStderrLogger(parsed.value_or(util::LogLevel::kInfo));

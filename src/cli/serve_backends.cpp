@@ -40,19 +40,7 @@ util::StatusOr<std::pair<backend::upstream::Api, std::vector<std::string>>> Pars
 // $STRATA_BACKEND_KEY, else none.
 util::StatusOr<std::string> Credential(const BackendFlags& f, size_t i, const Env& env) {
   if (i < f.key_files.size() && !f.key_files[i].empty()) {
-    auto bytes = env.fs->ReadFile(f.key_files[i]);
-    if (!bytes.ok()) {
-      return util::InvalidArgumentError(
-          fmt::format("--backend-key-file '{}': {}", f.key_files[i], bytes.status().message()));
-    }
-    std::string key = std::move(bytes).value();
-    key = key.substr(0, key.find_first_of("\r\n"));
-    while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
-    if (key.empty()) {
-      return util::InvalidArgumentError(
-          fmt::format("--backend-key-file '{}' holds no key on its first line", f.key_files[i]));
-    }
-    return key;
+    return ReadKeyFile(env, "--backend-key-file", f.key_files[i]);
   }
   return env.env_var ? env.env_var("STRATA_BACKEND_KEY") : std::string();
 }
@@ -137,22 +125,8 @@ void RegisterBackendFlags(CLI::App& cmd, BackendFlags& f) {
 util::StatusOr<std::vector<backend::RemoteOptions>> RemoteBackendOptions(const BackendFlags& f,
                                                                          const Env& env,
                                                                          int32_t max_tokens_cap) {
-  std::vector<backend::RemoteOptions> out;
-  if (f.specs.empty()) {
-    if (!f.names.empty() || !f.models.empty() || !f.key_files.empty()) {
-      return util::InvalidArgumentError(
-          "--backend-name, --backend-model and --backend-key-file need a --backend");
-    }
-    return out;
-  }
-  for (const auto& [flag, n] :
-       {std::pair{"--backend-name", f.names.size()}, std::pair{"--backend-model", f.models.size()},
-        std::pair{"--backend-key-file", f.key_files.size()}}) {
-    if (n > f.specs.size()) {
-      return util::InvalidArgumentError(
-          fmt::format("{} is given {} times for {} --backend", flag, n, f.specs.size()));
-    }
-  }
+  // The shared flags are checked even without a --backend: a value out of
+  // range is an error wherever it is given.
   const auto policy = backend::ParseRoutePolicy(f.routing);
   if (!policy) {
     return util::InvalidArgumentError(fmt::format(
@@ -165,12 +139,16 @@ util::StatusOr<std::vector<backend::RemoteOptions>> RemoteBackendOptions(const B
   for (const auto& [flag, v] : {std::pair{"--backend-connect-timeout", f.connect_timeout_s},
                                 std::pair{"--backend-first-byte-timeout", f.first_byte_timeout_s},
                                 std::pair{"--backend-idle-timeout", f.idle_timeout_s},
-                                std::pair{"--backend-total-timeout", f.total_timeout_s},
-                                std::pair{"--backend-eject-time", f.eject_s}}) {
+                                std::pair{"--backend-total-timeout", f.total_timeout_s}}) {
     if (!(v >= 0.001 && v <= 86400)) {
       return util::InvalidArgumentError(
           fmt::format("{} {} is outside [0.001, 86400] seconds", flag, v));
     }
+  }
+  // The breaker's longest ejection is 30 times the first, at most an hour.
+  if (!(f.eject_s >= 0.001 && f.eject_s <= 120)) {
+    return util::InvalidArgumentError(
+        fmt::format("--backend-eject-time {} is outside [0.001, 120] seconds", f.eject_s));
   }
   if (!(f.health_interval_s >= 0 && f.health_interval_s <= 3600)) {
     return util::InvalidArgumentError(fmt::format(
@@ -179,6 +157,18 @@ util::StatusOr<std::vector<backend::RemoteOptions>> RemoteBackendOptions(const B
   if (f.io_threads < 1 || f.io_threads > 64) {
     return util::InvalidArgumentError(
         fmt::format("--backend-io-threads {} is outside [1, 64]", f.io_threads));
+  }
+  if (f.max_concurrency < 0 || f.max_concurrency > (1 << 20)) {
+    return util::InvalidArgumentError(
+        fmt::format("--backend-max-concurrency {} is outside [0, 1048576]", f.max_concurrency));
+  }
+  if (!f.health_path.empty() && f.health_path.front() != '/') {
+    return util::InvalidArgumentError(
+        fmt::format("--backend-health-path '{}' must start with '/'", f.health_path));
+  }
+  if (f.eject_after < 1 || f.eject_after > 1000) {
+    return util::InvalidArgumentError(
+        fmt::format("--backend-eject-after {} is outside [1, 1000]", f.eject_after));
   }
   if (f.affinity_bytes < 16 || f.affinity_bytes > (1 << 20)) {
     return util::InvalidArgumentError(
@@ -195,6 +185,22 @@ util::StatusOr<std::vector<backend::RemoteOptions>> RemoteBackendOptions(const B
   if (f.max_answer_bytes < (64 << 10) || f.max_answer_bytes > (1 << 30)) {
     return util::InvalidArgumentError(fmt::format(
         "--backend-max-answer-bytes {} is outside [65536, 1073741824]", f.max_answer_bytes));
+  }
+  std::vector<backend::RemoteOptions> out;
+  if (f.specs.empty()) {
+    if (!f.names.empty() || !f.models.empty() || !f.key_files.empty()) {
+      return util::InvalidArgumentError(
+          "--backend-name, --backend-model and --backend-key-file need a --backend");
+    }
+    return out;
+  }
+  for (const auto& [flag, n] :
+       {std::pair{"--backend-name", f.names.size()}, std::pair{"--backend-model", f.models.size()},
+        std::pair{"--backend-key-file", f.key_files.size()}}) {
+    if (n > f.specs.size()) {
+      return util::InvalidArgumentError(
+          fmt::format("{} is given {} times for {} --backend", flag, n, f.specs.size()));
+    }
   }
   for (size_t i = 0; i < f.specs.size(); ++i) {
     STRATA_ASSIGN_OR_RETURN(auto spec, ParseSpec(f.specs[i]));

@@ -70,14 +70,14 @@ util::Status ApplyCacheFlags(const CacheFlags& f, double ttl_jitter, uint64_t se
   const bool admit = f.admission == "on";
   go.l1.admission.enabled = admit;
   go.l3.admission.enabled = admit;
+  if (f.redis_timeout_ms < 1 || f.redis_timeout_ms > 10000) {
+    return util::InvalidArgumentError(
+        fmt::format("--redis-timeout-ms {} is outside [1, 10000]", f.redis_timeout_ms));
+  }
   go.shared.reset();
   if (!f.redis.empty()) {
     auto address = cache::ParseRedisAddress(f.redis);
     if (!address.ok()) return util::InvalidArgumentError("--redis: " + address.status().message());
-    if (f.redis_timeout_ms < 1 || f.redis_timeout_ms > 10000) {
-      return util::InvalidArgumentError(
-          fmt::format("--redis-timeout-ms {} is outside [1, 10000]", f.redis_timeout_ms));
-    }
     cache::SharedStoreOptions so;
     so.host = address->first;
     so.port = address->second;

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -27,7 +28,10 @@
 #include "cli/commands.h"
 #include "cli/serve_backends.h"
 #include "cli/serve_cache.h"
+#include "cli/serve_config.h"
+#include "cli/serve_flags.h"
 #include "cli/serve_http.h"
+#include "cli/serve_reload.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "gateway/block_eviction_adapter.h"
@@ -44,50 +48,7 @@
 #include "util/file_watch.h"
 
 namespace strata::cli {
-namespace {
-
-struct ServeFlags {
-  std::string model;
-  std::string host = "127.0.0.1";
-  int port = 8080;
-  int32_t threads = 2;
-  std::string api_keys;
-  int32_t ctx = 4096;
-  int32_t kv_tokens = 0;
-  int32_t parallel = 16;
-  int32_t queue = 64;
-  int32_t batch_tokens = 512;
-  int32_t max_tokens_cap = 4096;
-  int32_t timeout_s = 600;
-  int32_t grace_s = 30;
-  int32_t max_embedding_inputs = 256;
-  bool prompt_special_tokens = false;
-  HttpFlags http;         // listening, threads and the request reader's limits (cli/serve_http.h)
-  BackendFlags backends;  // remote model servers (cli/serve_backends.h)
-  std::vector<std::string> aliases;  // --alias, repeatable: the first names the local model
-  bool accept_any_model = false;
-  std::string chat_format;
-  std::string log_level = "info";
-  uint64_t l1_bytes = 64ull << 20;
-  double l1_ttl_s = 600;
-  double l1_ttl_jitter = 0.1;
-  bool coalesce = true;
-  CacheFlags cache;                       // L3 and admission (cli/serve_cache.h)
-  std::string l2_policy = "dual-factor";  // eviction of cached KV prefix blocks
-  std::string rt_switcher = "off";
-  std::string rt_levels = gateway::FormatLevels(gateway::DefaultLevels());
-  double rt_interval_s = 1;
-  int32_t rt_window = 60;
-  double rt_ttft_floor_s = 0;
-  double rt_ttft_slo_s = 0;
-  double rt_tpot_floor_s = 0;
-  double rt_tpot_slo_s = 0;
-  int32_t rt_breach = 5;
-  int32_t rt_calm = 10;
-  double rt_dwell_s = 10;
-  double rt_kv_pressure = 0.1;
-  std::string rt_fallback;  // the model id of levels marked FALLBACK
-};
+namespace {}  // namespace
 
 // The RT-Switcher's options from the flags; InvalidArgument naming the flag
 // the user typed (each range is the switcher's own, checked here so that no
@@ -156,6 +117,8 @@ util::StatusOr<gateway::RtControlOptions> RtOptions(const ServeFlags& f) {
   return o;
 }
 
+namespace {
+
 // What the flags decide before anything starts (ValidateFlags).
 struct ServePlan {
   gateway::RtControlOptions rt;  // used with --rt-switcher on
@@ -168,13 +131,23 @@ struct ServePlan {
 util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   if (f.threads < 1 || f.threads > 256)
     return util::InvalidArgumentError(fmt::format("-t {} is outside [1, 256]", f.threads));
-  if (f.ctx < 16)
-    return util::InvalidArgumentError(fmt::format("--ctx {} must be at least 16", f.ctx));
-  if (f.parallel < 1 || f.queue < 0 || f.batch_tokens < 1 || f.max_tokens_cap < 1 ||
-      f.timeout_s < 1 || f.grace_s < 0 || f.kv_tokens < 0) {
-    return util::InvalidArgumentError(
-        "--parallel, --batch-tokens, --max-tokens-cap and --timeout must be >= 1; "
-        "--queue, --grace and --kv-tokens >= 0");
+  if (f.port < 0 || f.port > 65535)
+    return util::InvalidArgumentError(fmt::format("--port {} is outside [0, 65535]", f.port));
+  // Each limit as [flag, value, least, most].
+  const std::tuple<const char*, int64_t, int64_t, int64_t> limits[] = {
+      {"--ctx", f.ctx, 16, 1 << 24},
+      {"--kv-tokens", f.kv_tokens, 0, 1 << 30},
+      {"--parallel", f.parallel, 1, 4096},
+      {"--queue", f.queue, 0, 1'000'000},
+      {"--batch-tokens", f.batch_tokens, 1, 65536},
+      {"--max-tokens-cap", f.max_tokens_cap, 1, 1 << 24},
+      {"--timeout", f.timeout_s, 1, 30 * 86400},
+      {"--grace", f.grace_s, 0, 86400},
+  };
+  for (const auto& [flag, v, lo, hi] : limits) {
+    if (v < lo || v > hi) {
+      return util::InvalidArgumentError(fmt::format("{} {} is outside [{}, {}]", flag, v, lo, hi));
+    }
   }
   if (f.max_embedding_inputs < 1 || f.max_embedding_inputs > 65536) {
     return util::InvalidArgumentError(
@@ -200,6 +173,10 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
         "--accept-any-model needs exactly one served model, and {} are served: with several, "
         "a request must name one (drop the flag, or use --alias for the names clients send)",
         n_models));
+  }
+  if (!util::ParseLogLevel(f.log_level)) {
+    return util::InvalidArgumentError(
+        fmt::format("--log-level '{}' is not debug, info, warn, error or off", f.log_level));
   }
   if (f.rt_switcher != "on" && f.rt_switcher != "off") {
     return util::InvalidArgumentError(
@@ -248,6 +225,22 @@ util::StatusOr<server::ApiKeys> LoadApiKeys(const Env& env, const std::string& f
   return keys;
 }
 
+// The admin API's key from --admin-key-file (nullopt without it): at least
+// 16 printable characters without blanks, since it guards the reload of the
+// whole configuration and the dashboard.
+util::StatusOr<std::optional<std::string>> LoadAdminKey(const Env& env, const std::string& file) {
+  if (file.empty()) return std::optional<std::string>();
+  STRATA_ASSIGN_OR_RETURN(std::string key, ReadKeyFile(env, "--admin-key-file", file));
+  const bool printable =
+      std::all_of(key.begin(), key.end(), [](char c) { return c > ' ' && c < 0x7f; });
+  if (key.size() < 16 || !printable) {
+    return util::InvalidArgumentError(fmt::format(
+        "--admin-key-file '{}': the key must be at least 16 printable characters without blanks",
+        file));
+  }
+  return std::optional<std::string>(std::move(key));
+}
+
 // Blocks SIGINT and SIGTERM in the calling thread, so that every thread
 // started after it inherits the mask and the signals go to WaitForStopSignal,
 // not to whichever thread they hit; returns that set.
@@ -256,6 +249,9 @@ sigset_t BlockStopSignals() {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  // A reload; pending until the server is ready (never the default action,
+  // which would end the process).
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   return signals;
 }
@@ -404,6 +400,8 @@ util::StatusOr<std::unique_ptr<engine::Scheduler>> StartScheduler(const ServeFla
                                   log);
 }
 
+}  // namespace
+
 // The gateway's options: the caps, the response tiers (L1, single flight,
 // L3, admission) and the shared tier (Redis); InvalidArgument as
 // ApplyCacheFlags (ValidateFlags has checked the same flags). `n_ctx` is the
@@ -424,6 +422,8 @@ util::StatusOr<gateway::GatewayOptions> GatewayOptionsFor(const ServeFlags& f, i
   go.rt_fallback_model = f.rt_fallback;
   return go;
 }
+
+namespace {
 
 // Everything the embedded engine needs, in the order it starts; destroyed
 // in reverse (the backend before the scheduler, the scheduler before the
@@ -531,6 +531,23 @@ void LogCacheTiers(const ServeFlags& f, const ServePlan& plan, const gateway::Ga
            eo.block_size, cache::PolicyKindName(plan.l2_policy));
 }
 
+// The reloads of SIGHUP and POST /admin/reload over `targets` (the remote
+// backends taken from `remotes`), hooked into the server before it opens,
+// so that a reload never finds the server without one. The Reloader must
+// outlive the server's workers (HttpServer::Stop joins them).
+std::unique_ptr<Reloader> StartReloads(const Env& env, const CLI::App& cmd,
+                                       const std::set<std::string>& given,
+                                       const ServeFlags& command_line, const ServeFlags& f,
+                                       ReloadTargets targets, const RemoteBackends& remotes,
+                                       const util::Clock& clock, util::Logger& log) {
+  for (const auto& b : remotes.backends) targets.remotes.push_back(b.get());
+  server::HttpServer* srv = targets.server;
+  auto reloader = std::make_unique<Reloader>(env, ServeSchema(cmd), given, command_line, f,
+                                             std::move(targets), clock, log);
+  srv->SetReloadHook([r = reloader.get()] { return r->Reload("POST /admin/reload"); });
+  return reloader;
+}
+
 // Records the load time, hands the gateway to the server (/health: 200) and
 // logs that it is ready. `gw` must outlive the server's use of it (until Stop).
 void OpenForRequests(const ServeFlags& f, const Listening& l, gateway::Gateway& gw,
@@ -550,13 +567,14 @@ void OpenForRequests(const ServeFlags& f, const Listening& l, gateway::Gateway& 
 }
 
 // Waits in this thread for SIGINT or SIGTERM (blocked by BlockStopSignals),
-// refuses new requests and lets running ones finish within --grace (the
-// scheduler's; without one, ShutDown's flush waits for remote answers); true
-// when none had to be cancelled at its end.
+// reloading on every SIGHUP meanwhile; then refuses new requests and lets
+// running ones finish within --grace (the scheduler's; without one,
+// ShutDown's flush waits for remote answers); true when none had to be
+// cancelled at its end.
 bool WaitAndDrain(const sigset_t& signals, const ServeFlags& f, server::HttpServer& srv,
-                  engine::Scheduler* sched, util::Logger& log) {
+                  engine::Scheduler* sched, Reloader& reloader, util::Logger& log) {
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) (void)reloader.Reload("SIGHUP");
   log.Info("received {}: draining (grace {} s)", sig == SIGTERM ? "SIGTERM" : "SIGINT", f.grace_s);
   srv.StartDraining();
   return sched == nullptr || sched->Drain(std::chrono::seconds(f.grace_s));
@@ -585,14 +603,26 @@ int ShutDown(bool clean, const ServeFlags& f, server::HttpServer& srv, LocalServ
 // uses), the RT-Switcher's ticker, the local engine's parts, the
 // RT-Switcher, server, the I/O loops (joined), metrics, each after
 // everything that borrows it.
-int RunServe(const Env& env, const ServeFlags& f) {
+int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd) {
+  // The settings: the command line over the configuration file over the defaults.
+  ServeFlags f = command_line;
+  const std::set<std::string> given = GivenFlags(cmd);
+  if (!f.config.empty()) {
+    auto doc = ReadConfigFile(env, f.config, ServeSchema(cmd));
+    if (!doc.ok()) return UsageError(doc.status().message());
+    ApplyConfig(*doc, given, f);
+  }
   auto log = MakeLogger(f.log_level);
   auto plan = ValidateFlags(f);
-  if (!plan.ok()) return UsageError(plan.status().message());
+  if (!plan.ok()) return UsageError(InConfigTerms(plan.status().message(), given));
   auto remote_options = RemoteBackendOptions(f.backends, env, f.max_tokens_cap);
-  if (!remote_options.ok()) return UsageError(remote_options.status().message());
+  if (!remote_options.ok()) {
+    return UsageError(InConfigTerms(remote_options.status().message(), given));
+  }
   auto keys = LoadApiKeys(env, f.api_keys, *log);
   if (!keys.ok()) return ReportError(keys.status());
+  auto admin_key = LoadAdminKey(env, f.admin_key_file);
+  if (!admin_key.ok()) return ReportError(admin_key.status());
   const sigset_t signals = BlockStopSignals();
   const util::Clock& clock = util::RealClock();
   const auto t0 = clock.Now();
@@ -603,6 +633,7 @@ int RunServe(const Env& env, const ServeFlags& f) {
   if (!loops.ok()) return UsageError(loops.status().message());  // ValidateFlags: does not happen
   auto srv = StartListening(f, std::move(keys).value(), **loops, metrics, clock, *log);
   if (!srv.ok()) return ReportError(srv.status());
+  srv->server->SetAdminKey(std::move(admin_key).value());
   auto rt = StartRtSwitcher(f, *plan, metrics, clock, *log);
   if (!rt.ok()) return ReportError(rt.status());
   auto local = ServesLocal(f) ? StartLocal(env, f, *plan, rt->get(), metrics, clock, *log)
@@ -618,24 +649,50 @@ int RunServe(const Env& env, const ServeFlags& f) {
   auto gw = BuildGateway(l, *remotes, metrics, *go, clock, *log);
   if (!gw.ok()) return ReportError(gw.status());
   LogCacheTiers(f, *plan, *go, l, *log);
+  const auto reloader = StartReloads(env, cmd, given, command_line, f,
+                                     {.server = srv->server.get(),
+                                      .gateway = gw->get(),
+                                      .rt = rt->get(),
+                                      .local = l ? l->backend.get() : nullptr,
+                                      .local_n_ctx = l ? l->eng.options.n_ctx : 0,
+                                      .remotes = {},
+                                      .l3_at_start = go->l3_mode != gateway::L3Mode::kOff,
+                                      .log = log.get()},
+                                     *remotes, clock, *log);
   OpenForRequests(f, *srv, **gw, l, util::SecondsBetween(t0, clock.Now()), metrics, *log);
   const auto watch = l ? WatchModel(env, l->opened, *l->guard, *srv->server, *log) : nullptr;
-  const bool clean = WaitAndDrain(signals, f, *srv->server, l ? l->sched.get() : nullptr, *log);
+  const bool clean =
+      WaitAndDrain(signals, f, *srv->server, l ? l->sched.get() : nullptr, *reloader, *log);
   return ShutDown(clean, f, *srv->server, l, **gw, *log);
 }
 
 }  // namespace
 
+util::Status CheckServeFlags(const Env& env, const ServeFlags& f) {
+  STRATA_RETURN_IF_ERROR(ValidateFlags(f).status());
+  STRATA_RETURN_IF_ERROR(RemoteBackendOptions(f.backends, env, f.max_tokens_cap).status());
+  if (!f.api_keys.empty()) {
+    STRATA_RETURN_IF_ERROR(server::ApiKeys::Load(*env.fs, f.api_keys).status());
+  }
+  return LoadAdminKey(env, f.admin_key_file).status();
+}
+
 Command RegisterServe(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
   CLI::App* cmd =
       app.add_subcommand("serve", "Serve a model over the OpenAI and Anthropic HTTP APIs");
+  cmd->add_option("--config", f->config,
+                  "TOML file of settings (strata config defaults prints every one); flags given "
+                  "here override it; SIGHUP or POST /admin/reload re-reads it");
   cmd->add_option("-m,--model", f->model, "GGUF model file (default as for generate)");
   cmd->add_option("--host", f->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", f->port, "Port (0 = any free port)")->capture_default_str();
   cmd->add_option("-t,--threads", f->threads, "Threads of the forward pass")->capture_default_str();
   cmd->add_option("--api-keys", f->api_keys,
-                  "File of 'KEY TENANT' lines; without it no key is needed");
+                  "File of 'KEY TENANT' lines; without it no key is needed (re-read on reload)");
+  cmd->add_option("--admin-key-file", f->admin_key_file,
+                  "File whose first line is the admin key (16+ characters): POST /admin/reload "
+                  "and the dashboard need it (Bearer or Basic auth); re-read on reload");
   cmd->add_option("-c,--ctx", f->ctx, "Context per request in tokens (capped by the model's)")
       ->capture_default_str();
   cmd->add_option("--kv-tokens", f->kv_tokens, "KV cache capacity in tokens; 0 = 8 contexts");
@@ -722,7 +779,7 @@ Command RegisterServe(CLI::App& app) {
   cmd->add_option("--rt-kv-pressure", f->rt_kv_pressure,
                   "Free KV fraction below which a degraded level tightens its caps (0 = never)")
       ->capture_default_str();
-  return {cmd, [f](const Env& env) { return RunServe(env, *f); }};
+  return {cmd, [f, cmd](const Env& env) { return RunServe(env, *f, *cmd); }};
 }
 
 }  // namespace strata::cli

@@ -128,6 +128,34 @@ expect 1 "not valid gzip data" -- eval l3 --data-dir "$d" --qqp "$tmp/cut.tar.gz
 expect 1 "paws_wiki_labeled_final_dev.tsv is not present" -- eval l3 --data-dir "$tmp/none"
 expect 2 "--threshold 2 is outside" -- eval l3 --threshold 2
 
+# strata config: the defaults file is complete and checks clean; each kind
+# of problem is named with its line, and the check ends in exit 1.
+expect 0 "strata serve configuration" -- config defaults
+"$STRATA" config defaults >"$tmp/defaults.toml"
+expect 0 "ok (" -- config check "$tmp/defaults.toml"
+printf '[l1]\nttl = 0\ntll = 3\n[l3]\nmode = "always"\n[engine]\nparallel = "4"\n' >"$tmp/bad.toml"
+for needle in "bad.toml:2: l1.ttl: 0 is outside [0.001, 2592000] s" \
+  "bad.toml:3: l1.tll: unknown key (not a knob of strata serve); did you mean 'l1.ttl'?" \
+  "bad.toml:5: l3.mode: 'always' is not one of off, opt-in, on" \
+  "bad.toml:7: engine.parallel: expected integer, got a string" "4 problems"; do
+  expect 1 "$needle" -- config check "$tmp/bad.toml"
+done
+printf '[[backend]]\nkind = "openai"\nurls = ["http://127.0.0.1:9"]\napi_key = "sk-live-0123456789abcdefghij"\n' \
+  >"$tmp/secret.toml"
+expect 1 "would hold a secret" -- config check "$tmp/secret.toml"
+if "$STRATA" config check "$tmp/secret.toml" 2>&1 | grep -q "0123456789abcdefghij"; then
+  echo "FAIL: config check repeated a secret"; fail=1
+fi
+printf '[rt]\nswitcher = "on"\nttft_floor = 2\nttft_slo = 1\n' >"$tmp/combo.toml"
+expect 1 "rt.ttft_slo 1 is below rt.ttft_floor 2" -- config check "$tmp/combo.toml"
+printf '[auth]\napi_keys_file = "%s"\n' "$tmp/absent-keys" >"$tmp/files.toml"
+expect 1 "absent-keys" -- config check "$tmp/files.toml"
+printf '[l1\n' >"$tmp/syntax.toml"
+expect 1 "syntax.toml:1:" -- config check "$tmp/syntax.toml"
+expect 1 "cannot" -- config check "$tmp/missing.toml"
+expect 2 "FILE is required" -- config check
+expect 2 "config file '$tmp/bad.toml' has 4 problems" -- serve --config "$tmp/bad.toml"
+
 # No model anywhere: the demo model, with its notice.
 (cd "$tmp" && STRATA_MODEL= "$STRATA" generate -n 8 --temp 0 >out.txt 2>err.txt)
 rc=$?

@@ -197,9 +197,12 @@ run_config() {
       # Two tenants; latency bounds below any real TTFT, evaluated every
       # 0.5 s, so the switcher steps down under the test's traffic and
       # never back up while the page is compared with /metrics.
+      # The page is behind the admin key (the browser logs in with it).
       printf 'dash-key-alpha-0001 alpha\ndash-key-beta-00002 beta\n' >"$dir/keys"
+      printf 'dash-admin-key-0123456789\n' >"$dir/admin.key"
       export STRATA_DASHBOARD_KEYS="$(cat "$dir/keys")"
-      extra=(--api-keys "$dir/keys" --rt-switcher on --rt-interval 0.5 --rt-window 2
+      export STRATA_ADMIN_KEY="dash-admin-key-0123456789"
+      extra=(--api-keys "$dir/keys" --admin-key-file "$dir/admin.key" --rt-switcher on --rt-interval 0.5 --rt-window 2
         --rt-breach 1 --rt-calm 1000000 --rt-dwell 0 --rt-ttft-floor 0.00001 --rt-ttft-slo 0.00001
         --rt-tpot-floor 0.00001 --rt-tpot-slo 0.00001)
       files=(dashboard.test.js)

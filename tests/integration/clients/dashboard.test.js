@@ -84,6 +84,17 @@ after(async () => {
   await browser?.close();
 });
 
+test('the page and its state need the admin key', async () => {
+  assert.ok(ADMIN_KEY, 'STRATA_ADMIN_KEY must be set: the server runs with --admin-key-file');
+  for (const path of ['/dashboard', '/dashboard/state']) {
+    const none = await fetch(`${BASE_URL}${path}`);
+    assert.equal(none.status, 401);
+    assert.match(none.headers.get('www-authenticate'), /^Basic realm=/);
+    const tenant = await fetch(`${BASE_URL}${path}`, { headers: { authorization: `Bearer ${KEYS[0][0]}` } });
+    assert.equal(tenant.status, 401, 'an API key is not the admin key');
+  }
+});
+
 test('the page is served whole, with a policy that keeps it on this origin', async () => {
   const res = await fetch(`${BASE_URL}/dashboard`, ADMIN_KEY ? { headers: { authorization: `Bearer ${ADMIN_KEY}` } } : {});
   assert.equal(res.status, 200);

@@ -1,0 +1,86 @@
+// cli/serve_flags.h — every setting of `strata serve` in one struct: the
+// command line fills it, and so does a configuration file (cli/serve_config.h
+// maps each field to its key). Defaults are the field initialisers, here
+// and in the flag groups' own structs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/serve_backends.h"
+#include "cli/serve_cache.h"
+#include "cli/serve_http.h"
+#include "gateway/gateway.h"
+#include "gateway/rt_control.h"
+#include "gateway/rt_switcher.h"
+#include "util/clock.h"
+#include "util/status.h"
+
+namespace strata::cli {
+
+struct ServeFlags {
+  std::string config;  // --config: the TOML file (cli/serve_config.h); "" = flags only
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int32_t threads = 2;
+  std::string api_keys;
+  std::string admin_key_file;  // --admin-key-file: the admin API's key (first line)
+  int32_t ctx = 4096;
+  int32_t kv_tokens = 0;
+  int32_t parallel = 16;
+  int32_t queue = 64;
+  int32_t batch_tokens = 512;
+  int32_t max_tokens_cap = 4096;
+  int32_t timeout_s = 600;
+  int32_t grace_s = 30;
+  int32_t max_embedding_inputs = 256;
+  bool prompt_special_tokens = false;
+  HttpFlags http;         // listening, threads and the request reader's limits (cli/serve_http.h)
+  BackendFlags backends;  // remote model servers (cli/serve_backends.h)
+  std::vector<std::string> aliases;  // --alias, repeatable: the first names the local model
+  bool accept_any_model = false;
+  std::string chat_format;
+  std::string log_level = "info";
+  uint64_t l1_bytes = 64ull << 20;
+  double l1_ttl_s = 600;
+  double l1_ttl_jitter = 0.1;
+  bool coalesce = true;
+  CacheFlags cache;                       // L3 and admission (cli/serve_cache.h)
+  std::string l2_policy = "dual-factor";  // eviction of cached KV prefix blocks
+  std::string rt_switcher = "off";
+  std::string rt_levels = gateway::FormatLevels(gateway::DefaultLevels());
+  double rt_interval_s = 1;
+  int32_t rt_window = 60;
+  double rt_ttft_floor_s = 0;
+  double rt_ttft_slo_s = 0;
+  double rt_tpot_floor_s = 0;
+  double rt_tpot_slo_s = 0;
+  int32_t rt_breach = 5;
+  int32_t rt_calm = 10;
+  double rt_dwell_s = 10;
+  double rt_kv_pressure = 0.1;
+  std::string rt_fallback;  // the model id of levels marked FALLBACK
+};
+
+// The RT-Switcher's options from the flags; InvalidArgument naming the flag
+// at fault.
+util::StatusOr<gateway::RtControlOptions> RtOptions(const ServeFlags& flags);
+
+// The gateway's options: the caps, the response tiers (L1, single flight,
+// L3, admission) and the shared tier (Redis); InvalidArgument naming the
+// flag. `n_ctx` is the local engine's context (0 without one); `rt` the
+// RT-Switcher (nullptr when off).
+util::StatusOr<gateway::GatewayOptions> GatewayOptionsFor(const ServeFlags& flags, int32_t n_ctx,
+                                                          gateway::RtControl* rt,
+                                                          const util::Clock& clock);
+
+// Checks every setting as `strata serve` would before starting: each value's
+// range, the combinations, the backends (their key files read through
+// `env`), the API key and admin key files. InvalidArgument naming the flag
+// at fault (InConfigTerms turns the names into a file's keys).
+util::Status CheckServeFlags(const Env& env, const ServeFlags& flags);
+
+}  // namespace strata::cli
