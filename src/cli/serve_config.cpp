@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "util/utf8.h"
+
 namespace strata::cli {
 namespace {
 
@@ -22,35 +24,16 @@ struct Meta {
 };
 constexpr Reload kLive = Reload::kLive;
 
-// TOML's basic string: quotes, backslashes and control bytes escaped.
+// TOML's basic string: JSON's escapes are TOML's, but for DEL, which TOML
+// escapes too. A value that is not UTF-8 (a flag can hold any bytes) is
+// shown as such: TOML cannot carry it.
 std::string TomlString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
-        } else {
-          out += c;
-        }
-    }
+  std::string out;
+  if (!util::AppendJsonString(out, s)) return "\"(not UTF-8)\"";
+  for (size_t at = out.find('\x7f'); at != std::string::npos; at = out.find('\x7f', at)) {
+    out.replace(at, 1, "\\u007f");
   }
-  return out + "\"";
+  return out;
 }
 
 std::string TomlList(const std::vector<std::string>& list) {
@@ -545,11 +528,13 @@ std::string InConfigTerms(std::string message, const std::set<std::string>& keep
     bool replaced = false;
     if (message.compare(i, 2, "--") == 0) {
       for (const auto& [flag, key] : names) {
+        if (message.compare(i, flag.size(), flag) != 0) continue;
+        // A whole flag only: "--l1-ttl" is not the start of "--l1-ttl-jitter".
         const size_t end = i + flag.size();
         const bool boundary =
             end == message.size() ||
             !(std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '-');
-        if (message.compare(i, flag.size(), flag) == 0 && boundary) {
+        if (boundary) {
           out += key;
           i = end;
           replaced = true;
