@@ -136,19 +136,20 @@ int64_t RequestTrace::UnixNanos(std::chrono::steady_clock::time_point t) const {
 }
 
 Span RequestTrace::StartRoot(std::string name, SpanKind kind,
-                             std::chrono::steady_clock::time_point start) {
+                             std::chrono::steady_clock::time_point start) const {
   return Begin(std::move(name), kind, start, root_id_, parent_ ? parent_->span_id : SpanId{});
 }
 
 Span RequestTrace::StartSpan(std::string name, SpanKind kind,
-                             std::chrono::steady_clock::time_point start, SpanId parent) {
+                             std::chrono::steady_clock::time_point start, SpanId parent) const {
   if (!recording()) return Span();
   return Begin(std::move(name), kind, start, tracer_->NewSpanId(),
                parent.valid() ? parent : root_id_);
 }
 
 Span RequestTrace::Begin(std::string name, SpanKind kind,
-                         std::chrono::steady_clock::time_point start, SpanId id, SpanId parent) {
+                         std::chrono::steady_clock::time_point start, SpanId id,
+                         SpanId parent) const {
   Span s;
   if (!recording()) return s;
   s.trace_ = shared_from_this();
@@ -199,6 +200,10 @@ void Span::Put(std::string_view key, AttributeValue value) {
     return;
   }
   data_.attributes.push_back({std::string(key), std::move(value)});
+}
+
+void Span::SetName(std::string_view name) {
+  if (trace_ != nullptr) data_.name = std::string(CutAtCharacter(name, kMaxSpanNameBytes));
 }
 
 void Span::SetString(std::string_view key, std::string_view value) {

@@ -142,10 +142,11 @@ class RequestTrace : public std::enable_shared_from_this<RequestTrace> {
 
   // The request's root span: id root_span_id(), parent the incoming one.
   // Not recording: an empty span.
-  Span StartRoot(std::string name, SpanKind kind, std::chrono::steady_clock::time_point start);
+  Span StartRoot(std::string name, SpanKind kind,
+                 std::chrono::steady_clock::time_point start) const;
   // A span under `parent` (invalid: the root span). Not recording: an empty span.
   Span StartSpan(std::string name, SpanKind kind, std::chrono::steady_clock::time_point start,
-                 SpanId parent = SpanId{});
+                 SpanId parent = SpanId{}) const;
   // `t` (the injected clock's steady time) as Unix nanoseconds.
   int64_t UnixNanos(std::chrono::steady_clock::time_point t) const;
 
@@ -164,7 +165,7 @@ class RequestTrace : public std::enable_shared_from_this<RequestTrace> {
 
  private:
   Span Begin(std::string name, SpanKind kind, std::chrono::steady_clock::time_point start,
-             SpanId id, SpanId parent);
+             SpanId id, SpanId parent) const;
 
   const std::shared_ptr<Tracer> tracer_;
   const TraceId trace_id_;
@@ -195,6 +196,8 @@ class Span {
   bool recording() const { return trace_ != nullptr; }
   SpanId id() const { return data_.span_id; }
 
+  // Renames the span (a name known only later, such as the model's).
+  void SetName(std::string_view name);
   void SetString(std::string_view key, std::string_view value);
   void SetInt(std::string_view key, int64_t value);
   void SetDouble(std::string_view key, double value);
