@@ -2,6 +2,8 @@
 // of what strata records (the real exporter's batching is tested on its own).
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <string_view>
 #include <vector>
@@ -15,6 +17,13 @@ class SpanRecorder final : public obs::SpanExporter {
   void Export(obs::SpanData span) override {
     std::lock_guard<std::mutex> lock(mu_);
     spans_.push_back(std::move(span));
+    cv_.notify_all();
+  }
+  // Waits until `n` spans arrived (true), or `timeout` passed (false): for
+  // spans that end on another thread.
+  bool WaitFor(size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return spans_.size() >= n; });
   }
   std::vector<obs::SpanData> spans() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -34,7 +43,8 @@ class SpanRecorder final : public obs::SpanExporter {
   }
 
  private:
-  mutable std::mutex mu_;  // guards spans_
+  mutable std::mutex mu_;       // guards spans_
+  std::condition_variable cv_;  // a span arrived
   std::vector<obs::SpanData> spans_;
 };
 
