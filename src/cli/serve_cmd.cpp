@@ -28,6 +28,7 @@
 #include "cli/serve_backends.h"
 #include "cli/serve_cache.h"
 #include "cli/serve_http.h"
+#include "cli/serve_tracing.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "gateway/block_eviction_adapter.h"
@@ -64,6 +65,7 @@ struct ServeFlags {
   bool prompt_special_tokens = false;
   HttpFlags http;         // listening, threads and the request reader's limits (cli/serve_http.h)
   BackendFlags backends;  // remote model servers (cli/serve_backends.h)
+  TraceFlags trace;       // OpenTelemetry traces (cli/serve_tracing.h)
   std::vector<std::string> aliases;  // --alias, repeatable: the first names the local model
   bool accept_any_model = false;
   std::string chat_format;
@@ -182,6 +184,7 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   }
   server::ServerOptions http_check;
   STRATA_RETURN_IF_ERROR(ApplyHttpFlags(f.http, http_check));
+  STRATA_RETURN_IF_ERROR(ValidateTraceFlags(f.trace));
   if (!(f.l1_ttl_s >= 0.001 && f.l1_ttl_s <= 30 * 86400)) {
     return util::InvalidArgumentError(
         fmt::format("--l1-ttl {} is outside [0.001, 2592000] seconds", f.l1_ttl_s));
@@ -266,11 +269,13 @@ struct Listening {
 };
 
 // Starts the HTTP server without a gateway (/health answers 503 until
-// OpenForRequests) on `loops`; bind and option errors as HttpServer reports
-// them.
+// OpenForRequests) on `loops`, tracing requests with `tracer` (null: off);
+// bind and option errors as HttpServer reports them.
 util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys keys,
-                                         net::EventLoops& loops, obs::MetricsRegistry& metrics,
-                                         const util::Clock& clock, util::Logger& log) {
+                                         net::EventLoops& loops,
+                                         std::shared_ptr<obs::Tracer> tracer,
+                                         obs::MetricsRegistry& metrics, const util::Clock& clock,
+                                         util::Logger& log) {
   server::ServerOptions so;
   so.host = f.host;
   so.port = f.port;
@@ -281,6 +286,7 @@ util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys ke
   so.request_id_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
   so.model_aliases = f.aliases;
   so.accept_any_model = f.accept_any_model;
+  so.tracer = std::move(tracer);
   Listening l;
   STRATA_ASSIGN_OR_RETURN(l.server,
                           server::HttpServer::Create(so, std::move(keys), metrics, clock, log));
@@ -583,8 +589,8 @@ int ShutDown(bool clean, const ServeFlags& f, server::HttpServer& srv, LocalServ
 // destroyed in reverse: gateway, remote backends (the upstream client
 // cancels its calls on the I/O loops, which the stopped server no longer
 // uses), the RT-Switcher's ticker, the local engine's parts, the
-// RT-Switcher, server, the I/O loops (joined), metrics, each after
-// everything that borrows it.
+// RT-Switcher, server, the I/O loops (joined), the tracing (its last spans
+// sent, its client stopped), metrics, each after everything that borrows it.
 int RunServe(const Env& env, const ServeFlags& f) {
   auto log = MakeLogger(f.log_level);
   auto plan = ValidateFlags(f);
@@ -597,11 +603,16 @@ int RunServe(const Env& env, const ServeFlags& f) {
   const util::Clock& clock = util::RealClock();
   const auto t0 = clock.Now();
   obs::MetricsRegistry metrics;
+  // Traces, with the exporter's own thread (none without --otlp-endpoint);
+  // destroyed after everything that records spans.
+  auto tracing = StartTracing(f.trace, env, metrics, clock, *log);
+  if (!tracing.ok()) return ReportError(tracing.status());
   // The I/O threads: the server's connections and the upstream calls they
   // start share them (a forwarded request stays on its connection's thread).
   auto loops = net::EventLoops::Create(f.http.io_threads);
   if (!loops.ok()) return UsageError(loops.status().message());  // ValidateFlags: does not happen
-  auto srv = StartListening(f, std::move(keys).value(), **loops, metrics, clock, *log);
+  auto srv =
+      StartListening(f, std::move(keys).value(), **loops, (*tracing)->tracer, metrics, clock, *log);
   if (!srv.ok()) return ReportError(srv.status());
   auto rt = StartRtSwitcher(f, *plan, metrics, clock, *log);
   if (!rt.ok()) return ReportError(rt.status());
@@ -651,6 +662,7 @@ Command RegisterServe(CLI::App& app) {
       ->capture_default_str();
   RegisterHttpFlags(*cmd, f->http);
   RegisterBackendFlags(*cmd, f->backends);
+  RegisterTraceFlags(*cmd, f->trace);
   cmd->add_option("--max-embedding-inputs", f->max_embedding_inputs,
                   "Most inputs in one /v1/embeddings request [1, 65536]")
       ->capture_default_str();
