@@ -9,6 +9,7 @@
 // The binary is $STRATA_BIN (ctest sets it); the model is written by
 // `strata mkmodel`, so nothing here needs ../shared.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -657,6 +658,28 @@ TEST_F(TracingProcessTest, WithoutAnEndpointNothingIsExportedAndTheContextPasses
   auto m = c.ReadResponse();
   ASSERT_TRUE(m);
   EXPECT_EQ(m->body.find("strata_trace_"), std::string::npos);
+}
+
+TEST_F(TracingProcessTest, ShutdownSendsTheSpansStillQueued) {
+  // A minute's interval: nothing is sent before the server is told to stop.
+  Proc p =
+      Serve({"-m", *model_, "--alias", "demo", "--ctx", "512", "--otlp-endpoint", collector_->url(),
+             "--otlp-service-name", "stopping", "--otlp-interval-ms", "60000"},
+            "stopping");
+  ASSERT_GT(p.port, 0);
+  auto r = Post(p.port, "/v1/completions",
+                Json{{"model", "demo"}, {"prompt", "x"}, {"max_tokens", 2}}.dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  const std::string trace = TraceOf(*r);
+  EXPECT_TRUE(collector_->Trace(trace).empty());
+  ASSERT_EQ(::kill(p.pid, SIGTERM), 0);
+  EXPECT_EQ(testing::WaitExit(p.pid, 20s), 0) << ReadAll(p.log);
+  pids_.clear();  // reaped
+  const auto spans = collector_->Trace(trace);
+  EXPECT_TRUE(HasRoot(spans, "stopping")) << spans.size() << " spans";
+  EXPECT_NE(ReadAll(p.log).find("traces: "), std::string::npos);
+  EXPECT_NE(ReadAll(p.log).find(" spans exported, 0 dropped"), std::string::npos) << ReadAll(p.log);
 }
 
 TEST_F(TracingProcessTest, TheExportCountersShowOnMetrics) {
