@@ -209,6 +209,7 @@ void OtlpExporter::OnAnswer(const util::StatusOr<OtlpTransport::Answer>& answer,
   metrics_->duration.Observe(util::SecondsBetween(started, now));
   const bool ok = answer.ok() && answer->status >= 200 && answer->status < 300;
   std::optional<std::chrono::nanoseconds> wake;
+  std::optional<std::chrono::milliseconds> retry_in;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (ok) {
@@ -235,26 +236,28 @@ void OtlpExporter::OnAnswer(const util::StatusOr<OtlpTransport::Answer>& answer,
                     why);
         }
         failing_ = true;
-        const auto delay = options_.retry_backoff * (1 << (attempt - 1));
-        std::weak_ptr<OtlpExporter> weak = weak_from_this();
-        transport_.After(delay, [weak, body, n_spans, attempt](bool stopped) {
-          const auto self = weak.lock();
-          if (self == nullptr) return;
-          if (stopped) {
-            std::lock_guard<std::mutex> relock(self->mu_);
-            self->DropLocked("shutdown", n_spans);
-            (void)self->FinishedLocked(self->clock_.Now());
-            return;
-          }
-          self->Send(body, n_spans, attempt + 1);
-        });
+        retry_in = options_.retry_backoff * (1 << (attempt - 1));  // the batch stays in flight
+      } else {
+        if (!failing_) log_.Warn("OTLP trace export failed ({}); the batch is dropped", why);
+        failing_ = true;
+        DropLocked(stopped_ || cancelled ? "shutdown" : "export_failed", n_spans);
+        wake = FinishedLocked(now);
+      }
+    }
+  }
+  if (retry_in) {
+    std::weak_ptr<OtlpExporter> weak = weak_from_this();
+    transport_.After(*retry_in, [weak, body, n_spans, attempt](bool stopped) {
+      const auto self = weak.lock();
+      if (self == nullptr) return;
+      if (stopped) {
+        std::lock_guard<std::mutex> relock(self->mu_);
+        self->DropLocked("shutdown", n_spans);
+        (void)self->FinishedLocked(self->clock_.Now());
         return;
       }
-      if (!failing_) log_.Warn("OTLP trace export failed ({}); the batch is dropped", why);
-      failing_ = true;
-      DropLocked(stopped_ || cancelled ? "shutdown" : "export_failed", n_spans);
-      wake = FinishedLocked(now);
-    }
+      self->Send(body, n_spans, attempt + 1);
+    });
   }
   Schedule(wake);
 }
