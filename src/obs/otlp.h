@@ -59,8 +59,8 @@ namespace strata::obs {
 // semantic conventions).
 struct OtlpResource {
   std::string service_name = "strata";  // service.name
-  std::string service_version;          // service.version ("" = not sent)
-  std::string instance_id;              // service.instance.id ("" = not sent)
+  std::string service_version = {};     // service.version ("" = not sent)
+  std::string instance_id = {};         // service.instance.id ("" = not sent)
 };
 
 // The body of one OTLP/HTTP JSON export request (Content-Type

@@ -88,10 +88,12 @@ std::shared_ptr<RequestTrace> Tracer::StartRequest(const std::optional<SpanConte
   init.parent = parent;
   // A tracestate belongs to its traceparent: without one it is dropped.
   if (parent) init.tracestate = std::move(tracestate);
-  init.steady_anchor = clock_.Now();
-  init.unix_anchor_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(clock_.WallNow().time_since_epoch())
-          .count();
+  if (init.decision.sampled) {  // only a recorded request's spans need times
+    init.steady_anchor = clock_.Now();
+    init.unix_anchor_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(clock_.WallNow().time_since_epoch())
+            .count();
+  }
   return std::make_shared<RequestTrace>(std::move(init));
 }
 
