@@ -46,6 +46,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "obs/metrics.h"
 #include "obs/span.h"
@@ -143,9 +144,10 @@ class OtlpExporter final : public SpanExporter, public std::enable_shared_from_t
   // On a transport thread: sends the next batch if one is due, else waits
   // for it.
   void Flush(bool stopped);
-  void Send(std::shared_ptr<const std::string> body, size_t n_spans, int32_t attempt);
+  // Encodes `batch` and posts it (attempt 1, 2, ...).
+  void Send(std::shared_ptr<const std::vector<SpanData>> batch, int32_t attempt);
   void OnAnswer(const util::StatusOr<OtlpTransport::Answer>& answer,
-                std::shared_ptr<const std::string> body, size_t n_spans, int32_t attempt,
+                std::shared_ptr<const std::vector<SpanData>> batch, int32_t attempt,
                 TimePoint started);
   // mu_ held: the batch in flight is done (exported or dropped); when the
   // next Flush must run (for Schedule).
