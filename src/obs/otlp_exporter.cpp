@@ -14,23 +14,32 @@ struct OtlpExporter::Metrics {
       : exported(
             reg.Counter("strata_trace_spans_exported_total", "Spans the OTLP collector accepted.")
                 .With({})),
-        dropped(reg.Counter("strata_trace_spans_dropped_total",
-                            "Spans not exported: queue_full (the export queue was full), "
-                            "export_failed (the collector refused or could not be reached), "
-                            "rejected (the collector's partial success), shutdown.",
-                            {"reason"})),
-        requests(reg.Counter("strata_trace_export_requests_total",
-                             "OTLP export requests by result (ok: 2xx; error: a transport "
-                             "failure or any other status, retried or not).",
-                             {"result"})),
         duration(reg.Histogram("strata_trace_export_duration_seconds",
                                "Time from sending an OTLP export request to its answer.", {},
                                ExponentialBuckets(0.001, 2, 14))
-                     .With({})) {}
+                     .With({})) {
+    auto& dropped = reg.Counter("strata_trace_spans_dropped_total",
+                                "Spans not exported: queue_full (the export queue was full), "
+                                "export_failed (the collector refused or could not be reached), "
+                                "rejected (the collector's partial success), shutdown.",
+                                {"reason"});
+    // Resolved once (every reason shows, at 0): a storm of drops is a storm
+    // of atomic adds, not of label lookups.
+    for (const char* reason : {"queue_full", "export_failed", "rejected", "shutdown"}) {
+      dropped_by.push_back({reason, &dropped.With({reason})});
+    }
+    auto& requests = reg.Counter("strata_trace_export_requests_total",
+                                 "OTLP export requests by result (ok: 2xx; error: a transport "
+                                 "failure or any other status, retried or not).",
+                                 {"result"});
+    requests_ok = &requests.With({"ok"});
+    requests_error = &requests.With({"error"});
+  }
   CounterValue& exported;
-  Family<CounterValue>& dropped;
-  Family<CounterValue>& requests;
   HistogramValue& duration;
+  std::vector<std::pair<std::string_view, CounterValue*>> dropped_by;  // by reason
+  CounterValue* requests_ok = nullptr;
+  CounterValue* requests_error = nullptr;
 };
 
 namespace {
@@ -94,9 +103,6 @@ util::StatusOr<std::shared_ptr<OtlpExporter>> OtlpExporter::Create(const OtlpExp
   }
   std::shared_ptr<OtlpExporter> e(new OtlpExporter(o, transport, clock, log));
   e->metrics_ = std::make_unique<Metrics>(metrics);
-  for (const char* reason : {"queue_full", "export_failed", "rejected", "shutdown"}) {
-    e->metrics_->dropped.With({reason});  // every reason shows, at 0
-  }
   // Read at render time, weakly: the registry outlives the exporter.
   std::weak_ptr<OtlpExporter> weak = e;
   metrics.GaugeCallback("strata_trace_queue_spans", "Spans waiting in the OTLP export queue.",
@@ -116,7 +122,9 @@ OtlpExporterStats OtlpExporter::stats() const {
 
 void OtlpExporter::DropLocked(const char* reason, uint64_t n) {
   if (n == 0) return;
-  metrics_->dropped.With({reason}).Inc(static_cast<double>(n));
+  for (const auto& [name, counter] : metrics_->dropped_by) {
+    if (name == reason) counter->Inc(static_cast<double>(n));
+  }
   const std::string_view r = reason;
   if (r == "queue_full") stats_.dropped_queue_full += n;
   if (r == "export_failed") stats_.dropped_export_failed += n;
@@ -216,7 +224,7 @@ void OtlpExporter::OnAnswer(const util::StatusOr<OtlpTransport::Answer>& answer,
     std::lock_guard<std::mutex> lock(mu_);
     if (ok) {
       ++stats_.requests_ok;
-      metrics_->requests.With({"ok"}).Inc();
+      metrics_->requests_ok->Inc();
       const uint64_t rejected = std::min<uint64_t>(RejectedSpans(answer->body), n_spans);
       stats_.exported += n_spans - rejected;
       metrics_->exported.Inc(static_cast<double>(n_spans - rejected));
@@ -226,7 +234,7 @@ void OtlpExporter::OnAnswer(const util::StatusOr<OtlpTransport::Answer>& answer,
       wake = FinishedLocked(now);
     } else {
       ++stats_.requests_error;
-      metrics_->requests.With({"error"}).Inc();
+      metrics_->requests_error->Inc();
       const std::string why = answer.ok()
                                   ? fmt::format("the collector answered HTTP {}", answer->status)
                                   : answer.status().message();
