@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "obs/tracer.h"
 #include "sampling/sampler.h"
 #include "sampling/tiers.h"
 #include "text/chat_template.h"
@@ -154,6 +155,12 @@ struct Request {
   // L3 for this request: true asks for near-duplicate answers, false refuses
   // them (and does not fill L3); nullopt = the tenant's default.
   std::optional<bool> l3;
+  // The request's trace (obs/tracer.h; null: none). The gateway and the
+  // backend make their spans under it when it is recording (tier lookups,
+  // the local engine's queue wait, prefill and decode, a remote backend's
+  // call), and a remote backend sends its context upstream (traceparent,
+  // tracestate) whether or not it records.
+  std::shared_ptr<obs::RequestTrace> trace = nullptr;
 };
 
 // How a choice ended: the engine's reasons (engine/request.h), and
@@ -222,6 +229,7 @@ class Governor {
     int32_t max_tokens_cap = 0;  // 0 = none
     bool traced = true;
     std::string describe;  // for the trace line ("" = no switcher)
+    int32_t level = -1;    // the RT-Switcher level these terms are (-1 = none)
   };
   virtual ~Governor() = default;
   // Called on the thread that starts the choice (the scheduler thread for
@@ -277,6 +285,8 @@ struct EmbeddingRequest {
   std::string model;                            // as the client asked ("" = default backend)
   std::vector<std::string> texts;               // each is embedded separately
   std::vector<std::vector<int32_t>> token_ids;  // or pre-tokenized inputs
+  // The request's trace (null: none); a remote backend sends it upstream.
+  std::shared_ptr<obs::RequestTrace> trace = nullptr;
 };
 
 struct EmbeddingResult {

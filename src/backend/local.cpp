@@ -55,6 +55,44 @@ class LocalRun final : public Run {
   std::vector<engine::RequestId> ids_;  // guarded by mu_
 };
 
+// A finished choice's engine phases as spans under the request's root span:
+// waiting for a sequence (queue_wait), the prompt up to the first token
+// (prefill) and the tokens after it (decode), each with the choice's index
+// and, under the RT-Switcher, the level and sampling tier it ran at. A phase
+// that did not happen (a choice cancelled while waiting) has no span.
+void RecordEnginePhases(obs::RequestTrace& trace, const Event& e, const Governor::Terms& terms) {
+  const Timing& t = e.timing;
+  const Clock::time_point none{};
+  const auto start = [&](const char* name, Clock::time_point from) {
+    obs::Span s = trace.StartSpan(name, obs::SpanKind::kInternal, from);
+    s.SetInt("strata.choice.index", e.index);
+    if (terms.level >= 0) {
+      s.SetInt("strata.rt.level", terms.level);
+      s.SetString("strata.sampling.tier", sampling::SamplingTierName(terms.sampling_tier));
+    }
+    return s;
+  };
+  if (t.submitted != none) {
+    obs::Span wait = start("queue_wait", t.submitted);
+    wait.End(t.admitted != none ? t.admitted : t.finished);
+  }
+  if (t.admitted != none) {
+    obs::Span prefill = start("prefill", t.admitted);
+    prefill.SetInt("gen_ai.usage.input_tokens", e.usage.prompt_tokens);
+    prefill.SetInt("strata.usage.cached_tokens", e.usage.cached_tokens);
+    if (e.usage.preemptions > 0) prefill.SetInt("strata.preemptions", e.usage.preemptions);
+    if (!e.status.ok() && t.first_token == none) prefill.SetError(e.status.message());
+    prefill.End(t.first_token != none ? t.first_token : t.finished);
+  }
+  if (t.first_token != none) {
+    obs::Span decode = start("decode", t.first_token);
+    decode.SetInt("gen_ai.usage.output_tokens", e.usage.completion_tokens);
+    decode.SetString("strata.finish_reason", FinishReasonLabel(e.finish));
+    if (!e.status.ok()) decode.SetError(e.status.message());
+    decode.End(t.finished);
+  }
+}
+
 // One choice: samples, detokenizes, matches stop strings and reports events.
 // Runs on the scheduler thread.
 class ChoiceSink final : public engine::RequestSink {
@@ -69,7 +107,7 @@ class ChoiceSink final : public engine::RequestSink {
              const util::Clock& clock, const grammar::JsonTokenMask* json,
              std::optional<ToolCallParser::Options> tools,
              std::shared_ptr<const grammar::GrammarTokenMask> grammar,
-             const std::vector<int32_t>& eog)
+             const std::vector<int32_t>& eog, std::shared_ptr<obs::RequestTrace> trace)
       : json_(json),
         tools_(tools ? std::optional<ToolCallParser>(std::in_place, std::move(*tools))
                      : std::nullopt),
@@ -87,6 +125,7 @@ class ChoiceSink final : public engine::RequestSink {
         sink_(std::move(sink)),
         governor_(governor),
         clock_(clock),
+        trace_(std::move(trace)),
         start_(clock.Now()) {}
 
   // The Governor's terms in force now are this choice's to the end.
@@ -221,6 +260,7 @@ class ChoiceSink final : public engine::RequestSink {
     } else {
       e.finish = FinishReason::kEndOfTurn;
     }
+    if (trace_ != nullptr) RecordEnginePhases(*trace_, e, terms_);
     sink_->Push(std::move(e));
   }
 
@@ -312,9 +352,10 @@ class ChoiceSink final : public engine::RequestSink {
   std::shared_ptr<Sink> sink_;
   Governor* const governor_;  // may be null
   const util::Clock& clock_;
-  const Clock::time_point start_;  // submitted
-  Clock::time_point admitted_{};   // first got a sequence
-  Governor::Terms terms_;          // taken at admission
+  const std::shared_ptr<obs::RequestTrace> trace_;  // recording, or null
+  const Clock::time_point start_;                   // submitted
+  Clock::time_point admitted_{};                    // first got a sequence
+  Governor::Terms terms_;                           // taken at admission
   Clock::time_point first_;
   int32_t n_tokens_ = 0;
   std::optional<TokenLogprob> pending_lp_;
@@ -567,7 +608,8 @@ util::StatusOr<std::shared_ptr<Run>> LocalBackend::Start(const Request& r,
     }
     sr.sink = std::make_shared<ChoiceSink>(i, p, model_.tokenizer(), prepared->stops, r.stop.size(),
                                            r.top_logprobs, prepared->max_tokens, sink, governor,
-                                           clock_, json, std::move(tools), constrained, eog_ids_);
+                                           clock_, json, std::move(tools), constrained, eog_ids_,
+                                           r.trace && r.trace->recording() ? r.trace : nullptr);
     if (options_.prefix_cache && r.prefix_cache) sr.cache_namespace = CacheNamespace(r.tenant);
     auto id = scheduler_.Submit(std::move(sr));
     if (!id.ok()) {

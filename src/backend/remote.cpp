@@ -47,10 +47,16 @@ std::unique_ptr<RemoteMetrics> RemoteMetrics::Register(obs::MetricsRegistry& reg
 // Everything a backend's runs and health checks share; immutable but for
 // the router (thread-safe) and the counters.
 struct RemoteBackend::State {
+  // A replica as a CLIENT span names it (server.address, server.port).
+  struct Address {
+    std::string host;
+    int port = 0;
+  };
   RemoteOptions options;  // as created; the live fields are read from `live`
   // Replaced whole by Reconfigure; a run keeps the one it started with.
   std::atomic<std::shared_ptr<const RemoteLiveOptions>> live;
   std::vector<std::string> bases;  // each replica's base URL, normalised
+  std::vector<Address> addresses;  // each replica's host and port
   net::HttpClient& client;
   const util::Clock& clock;
   util::Logger& log;
@@ -79,6 +85,30 @@ struct RemoteBackend::State {
     }
     return h;
   }
+
+  // One call to a replica on behalf of a request traced by `trace` (may be
+  // null): a CLIENT span (empty unless the trace records) named for the
+  // operation and the upstream model, and the trace context for `h`: the
+  // span as the upstream's parent, the request's tracestate as it came.
+  obs::Span StartCall(const obs::RequestTrace* trace, const char* operation, int32_t replica,
+                      net::Headers& h) const {
+    obs::Span span;
+    if (trace == nullptr) return span;
+    span = trace->StartSpan(fmt::format("{} {}", operation, options.upstream_model),
+                            obs::SpanKind::kClient, clock.Now());
+    if (span.recording()) {
+      const Address& a = addresses[static_cast<size_t>(replica)];
+      span.SetString("gen_ai.operation.name", operation);
+      span.SetString("gen_ai.provider.name", upstream::ApiName(options.api));
+      span.SetString("gen_ai.request.model", options.upstream_model);
+      span.SetString("server.address", a.host);
+      span.SetInt("server.port", a.port);
+      span.SetString("strata.backend", options.name);
+    }
+    h.Set("traceparent", trace->OutgoingTraceparent(span.id()));
+    if (!trace->tracestate().empty()) h.Set("tracestate", trace->tracestate());
+    return span;
+  }
 };
 
 namespace {
@@ -92,6 +122,36 @@ struct RemotePrepared final : Prepared {
   // call's input is the answer's text, its tool_use stop an end of turn.
   bool answer_in_tool = false;
 };
+
+// The host and port of a base URL ("http://host:port/...", "https://[::1]";
+// the scheme's port when it names none).
+RemoteBackend::State::Address AddressOf(std::string_view url) {
+  RemoteBackend::State::Address a;
+  const bool tls = url.rfind("https://", 0) == 0;
+  a.port = tls ? 443 : 80;
+  std::string_view rest = url.substr(url.find("://") + 3);
+  rest = rest.substr(0, rest.find('/'));
+  size_t colon = rest.rfind(':');
+  if (!rest.empty() && rest.front() == '[') {
+    const size_t close = rest.find(']');
+    a.host =
+        std::string(rest.substr(1, close == std::string_view::npos ? rest.size() - 1 : close - 1));
+    colon = close != std::string_view::npos && close + 1 < rest.size() && rest[close + 1] == ':'
+                ? close + 1
+                : std::string_view::npos;
+  } else {
+    a.host = std::string(rest.substr(0, colon));
+  }
+  if (colon != std::string_view::npos) {
+    int port = 0;
+    for (char c : rest.substr(colon + 1)) {
+      if (c < '0' || c > '9' || port > 65535) break;
+      port = port * 10 + (c - '0');
+    }
+    if (port > 0 && port <= 65535) a.port = port;
+  }
+  return a;
+}
 
 std::string NormaliseBase(std::string url) {
   while (!url.empty() && url.back() == '/') url.pop_back();
@@ -122,8 +182,12 @@ Outcome OutcomeOf(const util::Status& st) {
 // retry), within `deadline`: the 200 answer's body, else the transport's
 // failure or the upstream's error in its API's terms. Blocks its caller
 // (HttpClient::Fetch). The replica is released with the outcome.
+// `trace` (may be null): the call is a CLIENT span of that request's trace
+// (`operation`), and carries its context.
 util::StatusOr<std::string> PostJson(RemoteBackend::State& s, std::string_view path,
-                                     const nlohmann::json& body, Clock::time_point deadline) {
+                                     const nlohmann::json& body, Clock::time_point deadline,
+                                     const obs::RequestTrace* trace = nullptr,
+                                     const char* operation = "") {
   auto replica = s.router->Acquire({}, {});
   if (!replica.ok()) return replica.status();
   net::ClientRequest req;
@@ -131,6 +195,7 @@ util::StatusOr<std::string> PostJson(RemoteBackend::State& s, std::string_view p
   req.url = s.bases[static_cast<size_t>(*replica)] + std::string(path);
   const std::shared_ptr<const RemoteLiveOptions> live = s.live.load();
   req.headers = s.Headers(*live, /*json_body=*/true, /*stream=*/false);
+  obs::Span span = s.StartCall(trace, operation, *replica, req.headers);
   req.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   req.total_timeout = std::max(left, std::chrono::milliseconds(1));
@@ -138,11 +203,15 @@ util::StatusOr<std::string> PostJson(RemoteBackend::State& s, std::string_view p
   auto resp = s.client.Fetch(std::move(req));
   if (!resp.ok()) {
     s.router->Release(*replica, OutcomeOf(resp.status()));
+    span.SetError(std::string(util::ErrorReasonName(resp.status().reason())));
     return resp.status();
   }
+  span.SetInt("http.response.status_code", resp->status);
   if (resp->status != 200) {
     s.router->Release(*replica, OutcomeOfHttp(resp->status));
-    return upstream::UpstreamError(s.options.api, resp->status, resp->body);
+    const util::Status failure = upstream::UpstreamError(s.options.api, resp->status, resp->body);
+    span.SetError(std::string(util::ErrorReasonName(failure.reason())));
+    return failure;
   }
   s.router->Release(*replica, Outcome::kSuccess);
   return std::move(resp->body);
@@ -155,7 +224,7 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
   RemoteRun(std::shared_ptr<RemoteBackend::State> state,
             std::shared_ptr<const RemotePrepared> prepared, std::string body, int32_t n_choices,
             std::vector<std::string> stops, std::shared_ptr<Sink> sink, std::string terms,
-            bool traced, std::string request_id)
+            bool traced, std::string request_id, std::shared_ptr<obs::RequestTrace> trace)
       : s_(std::move(state)),
         live_(s_->live.load()),
         p_(std::move(prepared)),
@@ -165,6 +234,7 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
         terms_(std::move(terms)),
         traced_(traced),
         request_id_(std::move(request_id)),
+        trace_(std::move(trace)),
         sink_(std::move(sink)),
         decoder_(s_->options.api, p_->chat, n_choices_, stops_),
         submitted_(s_->clock.Now()) {}
@@ -217,6 +287,10 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
     req.headers = s_->Headers(*live_, true, !p_->whole);
     // The upstream's logs (another strata's, vLLM's) then name the same request.
     if (!request_id_.empty()) req.headers.Set("X-Request-ID", request_id_);
+    // Each attempt is one CLIENT span, the upstream's parent.
+    call_span_ =
+        s_->StartCall(trace_.get(), p_->chat ? "chat" : "text_completion", replica_, req.headers);
+    if (attempts_ > 1) call_span_.SetInt("http.request.resend_count", attempts_ - 1);
     req.body = body_;
     // A whole answer's first byte comes when the upstream has generated all
     // of it: only the total deadline bounds that wait.
@@ -238,6 +312,7 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
   void OnHead(const net::ClientResponseHead& h) {
     std::lock_guard<std::mutex> lock(mu_);
     head_status_ = h.status;
+    call_span_.SetInt("http.response.status_code", h.status);
     if (admitted_ == Clock::time_point{}) admitted_ = s_->clock.Now();
     const std::string_view type = h.headers.GetOr("Content-Type");
     whole_ = h.status == 200 && type.find("text/event-stream") == std::string_view::npos &&
@@ -281,6 +356,7 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
     if (done_) {
       // Released when the last choice finished (DeliverLocked).
       if (replica_ >= 0) Release(Outcome::kNeutral);
+      EndCallSpan(finish_error_);
       return;
     }
     std::vector<Event> events;
@@ -312,15 +388,20 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
     DeliverLocked(std::move(events));
     if (whole_ok) {
       Release(Outcome::kSuccess);
+      EndCallSpan(finish_error_);
       return;
     }
     Release(head_status_ != 0 && head_status_ != 200 ? OutcomeOfHttp(head_status_)
                                                      : OutcomeOf(failure));
     if (failure.ok()) {
-      if (decoder_.complete()) return;
+      if (decoder_.complete()) {
+        EndCallSpan(finish_error_);
+        return;
+      }
       failure = util::InternalError("the upstream's stream ended without finishing every choice")
                     .WithReason(util::ErrorReason::kUpstreamProtocol);
     }
+    EndCallSpan(failure);
     if (failure.code() != util::StatusCode::kCancelled &&
         failure.reason() != util::ErrorReason::kNone) {
       s_->failures->With({s_->options.name, std::string(util::ErrorReasonName(failure.reason()))})
@@ -351,6 +432,24 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
                    failure.message());
     }
     FailLocked(failure);
+  }
+
+  // The attempt's CLIENT span ends with how the exchange ended: the
+  // reason's name only (an upstream's message may quote the request).
+  void EndCallSpan(const util::Status& how) {
+    if (!call_span_.recording()) return;
+    if (span_input_tokens_ > 0) call_span_.SetInt("gen_ai.usage.input_tokens", span_input_tokens_);
+    if (span_output_tokens_ > 0) {
+      call_span_.SetInt("gen_ai.usage.output_tokens", span_output_tokens_);
+    }
+    if (!how.ok()) {
+      const std::string_view reason = how.code() == util::StatusCode::kCancelled
+                                          ? "cancelled"
+                                          : util::ErrorReasonName(how.reason());
+      call_span_.SetString("error.type", reason);
+      call_span_.SetError(reason);
+    }
+    call_span_.End();
   }
 
   void Release(Outcome outcome) {
@@ -396,6 +495,8 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
                           .tokens = e.usage.completion_tokens};
         e.terms = terms_;
         e.traced = traced_;
+        span_input_tokens_ = std::max<int64_t>(span_input_tokens_, e.usage.prompt_tokens);
+        span_output_tokens_ += e.usage.completion_tokens;
         if (e.status.ok()) {
           s_->prompt_tokens->Inc(e.usage.prompt_tokens);
           s_->cached_tokens->Inc(e.usage.cached_tokens);
@@ -429,6 +530,7 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
   const std::string terms_;
   const bool traced_;
   const std::string request_id_;
+  const std::shared_ptr<obs::RequestTrace> trace_;  // null: not traced
 
   std::mutex mu_;               // guards everything below
   std::shared_ptr<Sink> sink_;  // null once every choice finished
@@ -451,6 +553,9 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
   const Clock::time_point submitted_;
   Clock::time_point admitted_{};
   Clock::time_point first_{};
+  obs::Span call_span_;  // the attempt in flight's CLIENT span (empty unless recording)
+  int64_t span_input_tokens_ = 0;
+  int64_t span_output_tokens_ = 0;
 };
 
 // Probes the replicas due, then schedules the next round. Holds the state
@@ -555,6 +660,7 @@ util::StatusOr<std::unique_ptr<RemoteBackend>> RemoteBackend::Create(const Remot
                       url.substr(0, 200)));
     }
     state->bases.push_back(NormaliseBase(url));
+    state->addresses.push_back(AddressOf(state->bases.back()));
   }
   STRATA_ASSIGN_OR_RETURN(state->router, Router::Create(ro, clock, util::Rng(options.seed)));
   util::Hasher h(0x7374726174615242ULL);  // "strataRB"
@@ -704,7 +810,7 @@ util::StatusOr<std::shared_ptr<Run>> RemoteBackend::Start(const Request& r,
     }
   }
   auto run = std::make_shared<RemoteRun>(state_, p, std::move(body), r.n, r.stop, std::move(sink),
-                                         std::move(terms), traced, r.request_id);
+                                         std::move(terms), traced, r.request_id, r.trace);
   run->Begin();
   return std::shared_ptr<Run>(std::move(run));
 }
@@ -722,8 +828,9 @@ util::StatusOr<EmbeddingResult> RemoteBackend::Embed(
   for (const auto& ids : r.token_ids) input.push_back(ids);
   if (input.empty()) return util::InvalidFieldError("input", "'input' must not be empty");
   const nlohmann::json body = {{"model", o.upstream_model}, {"input", input}};
-  STRATA_ASSIGN_OR_RETURN(const std::string answer,
-                          PostJson(*state_, "/v1/embeddings", body, deadline));
+  STRATA_ASSIGN_OR_RETURN(
+      const std::string answer,
+      PostJson(*state_, "/v1/embeddings", body, deadline, r.trace.get(), "embeddings"));
   const auto bad = [](std::string_view why) {
     return util::InternalError(fmt::format("the upstream's embeddings answer {}", why))
         .WithReason(util::ErrorReason::kUpstreamProtocol);

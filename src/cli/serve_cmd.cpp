@@ -32,6 +32,7 @@
 #include "cli/serve_flags.h"
 #include "cli/serve_http.h"
 #include "cli/serve_reload.h"
+#include "cli/serve_tracing.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "gateway/block_eviction_adapter.h"
@@ -48,7 +49,6 @@
 #include "util/file_watch.h"
 
 namespace strata::cli {
-namespace {}  // namespace
 
 // The RT-Switcher's options from the flags; InvalidArgument naming the flag
 // the user typed (each range is the switcher's own, checked here so that no
@@ -155,6 +155,7 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   }
   server::ServerOptions http_check;
   STRATA_RETURN_IF_ERROR(ApplyHttpFlags(f.http, http_check));
+  STRATA_RETURN_IF_ERROR(ValidateTraceFlags(f.trace));
   if (!(f.l1_ttl_s >= 0.001 && f.l1_ttl_s <= 30 * 86400)) {
     return util::InvalidArgumentError(
         fmt::format("--l1-ttl {} is outside [0.001, 2592000] seconds", f.l1_ttl_s));
@@ -262,11 +263,13 @@ struct Listening {
 };
 
 // Starts the HTTP server without a gateway (/health answers 503 until
-// OpenForRequests) on `loops`; bind and option errors as HttpServer reports
-// them.
+// OpenForRequests) on `loops`, tracing requests with `tracer` (null: off);
+// bind and option errors as HttpServer reports them.
 util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys keys,
-                                         net::EventLoops& loops, obs::MetricsRegistry& metrics,
-                                         const util::Clock& clock, util::Logger& log) {
+                                         net::EventLoops& loops,
+                                         std::shared_ptr<obs::Tracer> tracer,
+                                         obs::MetricsRegistry& metrics, const util::Clock& clock,
+                                         util::Logger& log) {
   server::ServerOptions so;
   so.host = f.host;
   so.port = f.port;
@@ -277,6 +280,7 @@ util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys ke
   so.request_id_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
   so.model_aliases = f.aliases;
   so.accept_any_model = f.accept_any_model;
+  so.tracer = std::move(tracer);
   Listening l;
   STRATA_ASSIGN_OR_RETURN(l.server,
                           server::HttpServer::Create(so, std::move(keys), metrics, clock, log));
@@ -601,8 +605,8 @@ int ShutDown(bool clean, const ServeFlags& f, server::HttpServer& srv, LocalServ
 // destroyed in reverse: gateway, remote backends (the upstream client
 // cancels its calls on the I/O loops, which the stopped server no longer
 // uses), the RT-Switcher's ticker, the local engine's parts, the
-// RT-Switcher, server, the I/O loops (joined), metrics, each after
-// everything that borrows it.
+// RT-Switcher, server, the I/O loops (joined), the tracing (its last spans
+// sent, its client stopped), metrics, each after everything that borrows it.
 int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd) {
   // The settings: the command line over the configuration file over the defaults.
   ServeFlags f = command_line;
@@ -612,13 +616,15 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
     if (!doc.ok()) return UsageError(doc.status().message());
     ApplyConfig(*doc, given, f);
   }
+  // With a file, a message names a value by its key unless the flag gave it.
+  auto usage = [&](const util::Status& st) {
+    return UsageError(f.config.empty() ? st.message() : InConfigTerms(st.message(), given));
+  };
   auto log = MakeLogger(f.log_level);
   auto plan = ValidateFlags(f);
-  if (!plan.ok()) return UsageError(InConfigTerms(plan.status().message(), given));
+  if (!plan.ok()) return usage(plan.status());
   auto remote_options = RemoteBackendOptions(f.backends, env, f.max_tokens_cap);
-  if (!remote_options.ok()) {
-    return UsageError(InConfigTerms(remote_options.status().message(), given));
-  }
+  if (!remote_options.ok()) return usage(remote_options.status());
   auto keys = LoadApiKeys(env, f.api_keys, *log);
   if (!keys.ok()) return ReportError(keys.status());
   auto admin_key = LoadAdminKey(env, f.admin_key_file);
@@ -627,11 +633,16 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
   const util::Clock& clock = util::RealClock();
   const auto t0 = clock.Now();
   obs::MetricsRegistry metrics;
+  // Traces, with the exporter's own thread (none without --otlp-endpoint);
+  // destroyed after everything that records spans.
+  auto tracing = StartTracing(f.trace, env, metrics, clock, *log);
+  if (!tracing.ok()) return ReportError(tracing.status());
   // The I/O threads: the server's connections and the upstream calls they
   // start share them (a forwarded request stays on its connection's thread).
   auto loops = net::EventLoops::Create(f.http.io_threads);
   if (!loops.ok()) return UsageError(loops.status().message());  // ValidateFlags: does not happen
-  auto srv = StartListening(f, std::move(keys).value(), **loops, metrics, clock, *log);
+  auto srv =
+      StartListening(f, std::move(keys).value(), **loops, (*tracing)->tracer, metrics, clock, *log);
   if (!srv.ok()) return ReportError(srv.status());
   srv->server->SetAdminKey(std::move(admin_key).value());
   auto rt = StartRtSwitcher(f, *plan, metrics, clock, *log);
@@ -657,7 +668,8 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
                                       .local_n_ctx = l ? l->eng.options.n_ctx : 0,
                                       .remotes = {},
                                       .l3_at_start = go->l3_mode != gateway::L3Mode::kOff,
-                                      .log = log.get()},
+                                      .log = log.get(),
+                                      .tracer = (*tracing)->tracer.get()},
                                      *remotes, clock, *log);
   OpenForRequests(f, *srv, **gw, l, util::SecondsBetween(t0, clock.Now()), metrics, *log);
   const auto watch = l ? WatchModel(env, l->opened, *l->guard, *srv->server, *log) : nullptr;
@@ -708,6 +720,7 @@ Command RegisterServe(CLI::App& app) {
       ->capture_default_str();
   RegisterHttpFlags(*cmd, f->http);
   RegisterBackendFlags(*cmd, f->backends);
+  RegisterTraceFlags(*cmd, f->trace);
   cmd->add_option("--max-embedding-inputs", f->max_embedding_inputs,
                   "Most inputs in one /v1/embeddings request [1, 65536]")
       ->capture_default_str();

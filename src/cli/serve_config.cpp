@@ -451,6 +451,31 @@ std::vector<ServeKnob> MakeServeKnobs() {
   k.push_back(Bind(
       "upstream.insecure_skip_verify", "--backend-insecure-skip-verify",
       [](ServeFlags & f) -> auto& { return f.backends.insecure_skip_verify; }));
+  // [traces]: OpenTelemetry export
+  k.push_back(Bind(
+      "traces.otlp_endpoint", "--otlp-endpoint",
+      [](ServeFlags & f) -> auto& { return f.trace.otlp_endpoint; }));
+  k.push_back(Bind("traces.sample", "--trace-sample",
+                   [](ServeFlags & f) -> auto& { return f.trace.trace_sample; },
+                   {.min = 0, .max = 1, .reload = kLive}));
+  k.push_back(Bind("traces.timeout_ms", "--otlp-timeout-ms",
+                   [](ServeFlags & f) -> auto& { return f.trace.otlp_timeout_ms; },
+                   {.unit = "ms", .min = 100, .max = 600000}));
+  k.push_back(Bind("traces.interval_ms", "--otlp-interval-ms",
+                   [](ServeFlags & f) -> auto& { return f.trace.otlp_interval_ms; },
+                   {.unit = "ms", .min = 1, .max = 60000}));
+  k.push_back(Bind("traces.batch_spans", "--otlp-batch-spans",
+                   [](ServeFlags & f) -> auto& { return f.trace.otlp_batch_spans; },
+                   {.unit = "spans", .min = 1, .max = 8192}));
+  k.push_back(Bind("traces.queue_spans", "--otlp-queue-spans",
+                   [](ServeFlags & f) -> auto& { return f.trace.otlp_queue_spans; },
+                   {.unit = "spans", .min = 1, .max = 1 << 20}));
+  k.push_back(Bind(
+      "traces.headers_file", "--otlp-headers-file",
+      [](ServeFlags & f) -> auto& { return f.trace.otlp_headers_file; }));
+  k.push_back(Bind(
+      "traces.service_name", "--otlp-service-name",
+      [](ServeFlags & f) -> auto& { return f.trace.otlp_service_name; }));
   k.push_back(Backends());
   return k;
 }

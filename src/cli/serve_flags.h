@@ -12,6 +12,7 @@
 #include "cli/serve_backends.h"
 #include "cli/serve_cache.h"
 #include "cli/serve_http.h"
+#include "cli/serve_tracing.h"
 #include "gateway/gateway.h"
 #include "gateway/rt_control.h"
 #include "gateway/rt_switcher.h"
@@ -40,6 +41,7 @@ struct ServeFlags {
   bool prompt_special_tokens = false;
   HttpFlags http;         // listening, threads and the request reader's limits (cli/serve_http.h)
   BackendFlags backends;  // remote model servers (cli/serve_backends.h)
+  TraceFlags trace;       // OpenTelemetry traces (cli/serve_tracing.h)
   std::vector<std::string> aliases;  // --alias, repeatable: the first names the local model
   bool accept_any_model = false;
   std::string chat_format;

@@ -70,6 +70,9 @@ util::Status Reloader::Apply(const ServeFlags& f, std::vector<std::string>& rere
     targets_.server->SetRequestTimeout(std::chrono::seconds(f.timeout_s));
   }
   if (targets_.log != nullptr && level) targets_.log->SetMinLevel(*level);
+  if (targets_.tracer != nullptr) {
+    STRATA_RETURN_IF_ERROR(targets_.tracer->SetSampleRate(f.trace.trace_sample));
+  }
   if (targets_.local != nullptr) {
     STRATA_RETURN_IF_ERROR(targets_.local->SetLimits(
         std::min(f.max_tokens_cap, targets_.local_n_ctx), f.max_embedding_inputs));

@@ -33,6 +33,7 @@
 #include "config/config.h"
 #include "gateway/gateway.h"
 #include "gateway/rt_control.h"
+#include "obs/tracer.h"
 #include "server/server.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -50,6 +51,7 @@ struct ReloadTargets {
   std::vector<backend::RemoteBackend*> remotes;  // in --backend order
   bool l3_at_start = false;                      // the L3 tier exists (it was not off at start)
   util::Logger* log = nullptr;                   // the logger whose level log.level sets
+  obs::Tracer* tracer = nullptr;                 // with --otlp-endpoint: traces.sample
 };
 
 class Reloader {

@@ -99,13 +99,13 @@ class RtGovernor final : public backend::Governor {
   explicit RtGovernor(RtControl& rt) : rt_(rt) {}
   Terms Admit() override {
     RtControl::Admission a = rt_.Admit();
-    return Terms{
-        .sampling_tier = a.policy->sampling_tier,
-        .max_tokens_cap = a.policy->max_tokens_cap,
-        .traced = a.traced,
-        .describe = fmt::format(" rt_level={} sampling={} max_tokens_cap={}", a.policy->level,
-                                sampling::SamplingTierName(a.policy->sampling_tier),
-                                a.policy->max_tokens_cap)};
+    return Terms{.sampling_tier = a.policy->sampling_tier,
+                 .max_tokens_cap = a.policy->max_tokens_cap,
+                 .traced = a.traced,
+                 .describe = fmt::format(
+                     " rt_level={} sampling={} max_tokens_cap={}", a.policy->level,
+                     sampling::SamplingTierName(a.policy->sampling_tier), a.policy->max_tokens_cap),
+                 .level = a.policy->level};
   }
   void ObserveTtft(std::chrono::nanoseconds ttft) override { rt_.ObserveTtft(ttft); }
   void ObserveTpot(std::chrono::nanoseconds tpot) override { rt_.ObserveTpot(tpot); }

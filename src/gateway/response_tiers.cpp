@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "gateway/internal/stored_codec.h"
 
 namespace strata::gateway {
@@ -109,6 +111,23 @@ void AppendRemoteRequest(cache::CacheKeyBuilder& b, const CompletionRequest& r) 
   b.Bool(s.temperature).Bool(s.top_p).Bool(s.top_k).Bool(s.min_p).Bool(s.presence_penalty);
   b.Bool(s.frequency_penalty).Bool(s.repetition_penalty).Bool(s.seed).Bool(s.strata_sampler);
   b.Bool(s.logit_bias);
+}
+
+// A tier lookup as a span of the request's trace (empty unless it records):
+// the tier, a hash of its key (the key itself holds the prompt, so it is
+// never recorded), and the TTL the tier gives (or has left of) an entry.
+// The caller sets cache.hit and ends it.
+obs::Span LookupSpan(const CompletionRequest& r, const util::Clock& clock, std::string_view tier,
+                     uint64_t key_hash, std::chrono::nanoseconds ttl) {
+  if (r.trace == nullptr || !r.trace->recording()) return obs::Span();
+  obs::Span s = r.trace->StartSpan(fmt::format("cache.lookup {}", tier), obs::SpanKind::kInternal,
+                                   clock.Now());
+  s.SetString("cache.tier", tier);
+  s.SetString("cache.key.hash", fmt::format("{:016x}", key_hash));
+  if (ttl.count() > 0) {
+    s.SetInt("cache.ttl.ms", std::chrono::duration_cast<std::chrono::milliseconds>(ttl).count());
+  }
+  return s;
 }
 
 // The L1 and single-flight key: everything that decides the events.
@@ -353,7 +372,10 @@ ResponseTiers::Admission ResponseTiers::Admit(const CompletionRequest& r,
     }
     return std::make_shared<Flight>(r.n, join_key, now, on_complete);
   };
+  obs::Span join = LookupSpan(r, clock_, "coalesce", join_key.hash, {});
   auto joined = flights_.Join(join_key, make_flight);
+  join.SetBool("cache.hit", joined.role == cache::SingleFlight<Flight>::Role::kFollower);
+  join.End();
   switch (joined.role) {
     case cache::SingleFlight<Flight>::Role::kNone:
       a.answer = std::make_unique<ReplayGeneration>(
@@ -385,8 +407,14 @@ bool ResponseTiers::Leave(const Flight& flight) { return flights_.Leave(flight.k
 std::unique_ptr<Generation> ResponseTiers::FindCached(const CompletionRequest& r, const Plan& plan,
                                                       bool* refresh) {
   const cache::SharedScope scope{r.tenant, plan.fingerprint};
+  // The request's TTLs (a reload may have changed the tiers' since).
+  const std::chrono::nanoseconds l3_ttl = plan.l3_ttl;
   if (plan.use_l1) {
+    obs::Span l1_span = LookupSpan(r, clock_, "l1", plan.key.hash, plan.l1_ttl);
     const cache::Lookup found = l1_->Find(plan.key);
+    l1_span.SetBool("cache.hit", found.kind == cache::Lookup::Kind::kHit);
+    if (found.kind == cache::Lookup::Kind::kRefresh) l1_span.SetBool("cache.early_refresh", true);
+    l1_span.End();
     if (found.kind == cache::Lookup::Kind::kHit) {
       log_.Debug("[{}] tenant={} L1 hit", r.request_id, r.tenant);
       return std::make_unique<ReplayGeneration>(
@@ -396,7 +424,12 @@ std::unique_ptr<Generation> ResponseTiers::FindCached(const CompletionRequest& r
     // Another instance may have it. (Redis I/O on this request's thread,
     // bounded by the shared tier's timeout.) The copy keeps Redis's TTL.
     if (!*refresh && shared_) {
-      if (auto hit = shared_->GetExact(scope, plan.key)) {
+      obs::Span shared_span = LookupSpan(r, clock_, "shared.l1", plan.key.hash, {});
+      auto hit = shared_->GetExact(scope, plan.key);
+      shared_span.SetBool("cache.hit", hit.has_value());
+      if (hit) shared_span.SetInt("cache.ttl.ms", hit->ttl_left.count());
+      shared_span.End();
+      if (hit) {
         remote_hits_[0]->Inc();
         l1_->Insert(plan.key, hit->value, std::chrono::nanoseconds::zero(), hit->ttl_left);
         log_.Debug("[{}] tenant={} L1 hit in the shared tier", r.request_id, r.tenant);
@@ -408,8 +441,13 @@ std::unique_ptr<Generation> ResponseTiers::FindCached(const CompletionRequest& r
   }
   const NearDupRequest* near = plan.near.get();
   if (near && !*refresh) {
-    if (auto match = l3_->Lookup(near->ns, near->text, plan.l3_min_similarity);
-        match && match->value) {
+    obs::Span l3_span = LookupSpan(r, clock_, "l3", plan.key.hash, l3_ttl);
+    auto match = l3_->Lookup(near->ns, near->text, plan.l3_min_similarity);
+    const bool l3_hit = match && match->value;
+    l3_span.SetBool("cache.hit", l3_hit);
+    if (l3_hit) l3_span.SetDouble("cache.similarity", match->similarity);
+    l3_span.End();
+    if (l3_hit) {
       log_.Debug("[{}] tenant={} L3 hit, similarity {:.3f}", r.request_id, r.tenant,
                  match->similarity);
       return std::make_unique<ReplayGeneration>(
@@ -417,7 +455,15 @@ std::unique_ptr<Generation> ResponseTiers::FindCached(const CompletionRequest& r
           plan.n_prompt);
     }
     if (shared_) {
-      if (auto hit = shared_->FindNear(scope, near->scope, near->text, plan.l3_min_similarity)) {
+      obs::Span shared_span = LookupSpan(r, clock_, "shared.l3", plan.key.hash, {});
+      auto hit = shared_->FindNear(scope, near->scope, near->text, plan.l3_min_similarity);
+      shared_span.SetBool("cache.hit", hit.has_value());
+      if (hit) {
+        shared_span.SetInt("cache.ttl.ms", hit->ttl_left.count());
+        shared_span.SetDouble("cache.similarity", hit->similarity);
+      }
+      shared_span.End();
+      if (hit) {
         remote_hits_[1]->Inc();
         (void)l3_->Insert(near->ns, near->text, plan.key.hash, hit->value);
         log_.Debug("[{}] tenant={} L3 hit in the shared tier, similarity {:.3f}", r.request_id,

@@ -128,6 +128,8 @@ std::chrono::milliseconds RtControl::idle_tick() const {
 
 int32_t RtControl::level() const { return switcher_->current()->level; }
 
+double RtControl::trace_sample_rate() const { return switcher_->current()->trace_sample_rate; }
+
 bool RtControl::RoutesToFallback() const { return switcher_->current()->use_fallback; }
 
 util::Status RtControl::Reconfigure(const RtControlOptions& o) {

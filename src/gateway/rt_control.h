@@ -115,6 +115,9 @@ class RtControl final : public engine::SchedulerControl {
 
   // The switcher's level (thread-safe).
   int32_t level() const;
+  // The share of requests its level traces, in [0, 1] (thread-safe): the
+  // OpenTelemetry sampler's rate is multiplied by it.
+  double trace_sample_rate() const;
   // One level change, as the log line says it (the dashboard lists them).
   struct Switch {
     std::chrono::system_clock::time_point at;  // wall time of the evaluation

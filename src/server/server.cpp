@@ -101,7 +101,9 @@ bool IsToken(std::string_view name) {
 // whatever well-formed names the browser asked for (the SDKs send their own
 // x-stainless-* headers), echoed.
 std::string AllowedHeaders(std::string_view requested) {
-  std::string out = "authorization, content-type, x-api-key, anthropic-version, x-request-id";
+  std::string out =
+      "authorization, content-type, x-api-key, anthropic-version, x-request-id, traceparent, "
+      "tracestate";
   while (!requested.empty()) {
     const size_t comma = requested.find(',');
     std::string_view name = requested.substr(0, comma);
@@ -119,7 +121,7 @@ std::string AllowedHeaders(std::string_view requested) {
 // Browsers may read these response headers of strata's.
 constexpr const char* kExposed =
     "x-request-id, request-id, x-strata-cache, x-strata-cache-similarity, x-strata-session-id, "
-    "retry-after";
+    "retry-after, traceresponse";
 constexpr const char* kPreflightMaxAge = "600";  // seconds a browser may reuse a preflight
 
 // One API response being fed from its generation. Owned by the exchange's
@@ -483,6 +485,10 @@ class HttpServer::Impl final : public net::HttpHandler {
     const std::string_view auth = head.headers.GetOr("Authorization");
     if (call.api_key.empty() && auth.rfind("Bearer ", 0) == 0) {
       call.api_key = std::string(auth.substr(7));
+    }
+    for (const auto& [name, value] : head.headers.fields()) {  // W3C Trace Context
+      if (net::EqualsIgnoreCase(name, "traceparent")) call.traceparent.push_back(value);
+      if (net::EqualsIgnoreCase(name, "tracestate")) call.tracestate.push_back(value);
     }
     return call;
   }

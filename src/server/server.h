@@ -50,6 +50,7 @@
 #include "gateway/gateway.h"
 #include "net/http_server.h"
 #include "obs/metrics.h"
+#include "obs/tracer.h"
 #include "server/auth.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -84,6 +85,10 @@ struct ServerOptions {
   // Empty = CORS off: no CORS headers, and OPTIONS is a 405.
   std::vector<std::string> cors_origins;
   uint64_t request_id_seed = 0;  // seeds generated request ids
+  // OpenTelemetry: every generation and embeddings request is traced by it
+  // (server/internal/request_span.h). Null: nothing is recorded, and an
+  // incoming traceparent is passed on to remote backends unchanged.
+  std::shared_ptr<obs::Tracer> tracer;
 };
 
 // What a reload did (POST /admin/reload answers it as JSON; `strata serve`

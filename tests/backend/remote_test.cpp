@@ -13,6 +13,8 @@
 #include "net/http_client.h"
 #include "net/http_server.h"
 #include "obs/metrics.h"
+#include "obs/tracer.h"
+#include "testing/span_recorder.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -118,6 +120,40 @@ class FloodUpstream : public net::HttpHandler {
 
  private:
   const int chunks_;
+};
+
+// Answers its first `fail` POSTs 503, then one stream as OneReplyUpstream;
+// keeps each request's traceparent and tracestate.
+class TracedUpstream : public net::HttpHandler {
+ public:
+  explicit TracedUpstream(int fail) : fail_(fail) {}
+  std::optional<net::Response> OnHead(const net::RequestHead& head) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    seen_.push_back({std::string(head.headers.GetOr("traceparent")),
+                     std::string(head.headers.GetOr("tracestate"))});
+    return std::nullopt;
+  }
+  void OnRequest(std::shared_ptr<net::Exchange> ex, std::string body) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fail_ > 0) {
+        --fail_;
+        ex->Respond(net::JsonResponse(503, R"({"error":{"message":"busy","type":"x"}})"));
+        return;
+      }
+    }
+    reply_.OnRequest(std::move(ex), std::move(body));
+  }
+  std::vector<std::pair<std::string, std::string>> seen() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
+
+ private:
+  OneReplyUpstream reply_;
+  mutable std::mutex mu_;  // guards fail_ and seen_
+  int fail_;
+  std::vector<std::pair<std::string, std::string>> seen_;  // traceparent, tracestate
 };
 
 // Records the events; says when it is destroyed.
@@ -295,6 +331,66 @@ TEST(RemoteBackend, AnAnswerPastTheByteBoundEndsWithAProtocolError) {
       }
     }
   }
+}
+
+// Each attempt of a traced request is a CLIENT span, and the upstream is
+// told that span as its parent (with the caller's tracestate); an
+// untraced request sends no context.
+TEST(RemoteBackend, EachUpstreamAttemptIsAClientSpanAndTheUpstreamsParent) {
+  TracedUpstream upstream(/*fail=*/1);
+  Rig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.Start(upstream));
+  obs::MetricsRegistry tracer_metrics;
+  auto recorder = std::make_shared<testing::SpanRecorder>();
+  auto tracer = *obs::Tracer::Create({.sample_rate = 1.0, .seed = 9}, recorder, tracer_metrics,
+                                     util::RealClock());
+  Request r;
+  r.model = "up";
+  r.messages = {{"user", "hello"}};
+  r.trace = tracer->StartRequest(
+      obs::ParseTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+      "congo=t61rcWkgMzE", 1.0);
+  auto prepared = rig.backend->Prepare(r);
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  auto sink = std::make_shared<WatchedSink>(std::make_shared<Gone>());
+  auto run = rig.backend->Start(r, *prepared, sink, nullptr);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  const std::vector<Event> events = sink->WaitForFinish();
+  ASSERT_FALSE(events.empty());
+  EXPECT_TRUE(events.back().status.ok()) << events.back().status.ToString();
+  run->reset();  // the run ends its last span when it goes
+  const auto seen = upstream.seen();
+  ASSERT_EQ(seen.size(), 2u);         // the 503, then the answer
+  ASSERT_TRUE(recorder->WaitFor(2));  // the last ends when its exchange does
+  const std::vector<obs::SpanData> calls = recorder->spans();
+  ASSERT_EQ(calls.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const obs::SpanData& c = calls[i];
+    EXPECT_EQ(c.kind, obs::SpanKind::kClient);
+    EXPECT_EQ(c.name, "chat up");
+    EXPECT_EQ(c.parent_span_id, r.trace->root_span_id());
+    EXPECT_EQ(c.trace_state, "congo=t61rcWkgMzE");
+    EXPECT_EQ(seen[i].first, "00-4bf92f3577b34da6a3ce929d0e0e4736-" + c.span_id.Hex() + "-01");
+    EXPECT_EQ(seen[i].second, "congo=t61rcWkgMzE");
+    EXPECT_EQ(std::get<std::string>(*testing::Attr(c, "gen_ai.provider.name")), "openai");
+    EXPECT_EQ(std::get<std::string>(*testing::Attr(c, "server.address")), "127.0.0.1");
+  }
+  EXPECT_EQ(std::get<int64_t>(*testing::Attr(calls[0], "http.response.status_code")), 503);
+  EXPECT_TRUE(calls[0].error);
+  EXPECT_EQ(calls[0].status_message, "upstream_overloaded");
+  EXPECT_EQ(std::get<int64_t>(*testing::Attr(calls[1], "http.request.resend_count")), 1);
+  EXPECT_FALSE(calls[1].error);
+  EXPECT_EQ(std::get<int64_t>(*testing::Attr(calls[1], "gen_ai.usage.output_tokens")), 1);
+
+  // Without a trace nothing is sent.
+  r.trace = nullptr;
+  auto untraced = std::make_shared<WatchedSink>(std::make_shared<Gone>());
+  auto again = rig.backend->Start(r, *prepared, untraced, nullptr);
+  ASSERT_TRUE(again.ok());
+  untraced->WaitForFinish();
+  ASSERT_EQ(upstream.seen().size(), 3u);
+  EXPECT_EQ(upstream.seen()[2].first, "");
+  EXPECT_EQ(upstream.seen()[2].second, "");
 }
 
 }  // namespace

@@ -83,6 +83,10 @@ TEST(ServeConfig, KnobRangesAreTheRangesTheFlagsEnforce) {
       // The request line may only be as long as the header block.
       if (knob.key == "limits.request_line_bytes") flags.http.max_header_bytes = 16 << 20;
       if (knob.key == "limits.header_bytes") flags.http.max_request_line = 64;
+      // Tracing knobs mean something only with a collector; a batch fits the queue.
+      if (knob.key.rfind("traces.", 0) == 0) flags.trace.otlp_endpoint = "http://127.0.0.1:4318";
+      if (knob.key == "traces.batch_spans") flags.trace.otlp_queue_spans = 1 << 20;
+      if (knob.key == "traces.queue_spans") flags.trace.otlp_batch_spans = 1;
       config::Value value;
       value.type = knob.type;
       value.i = static_cast<int64_t>(v);

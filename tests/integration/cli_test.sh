@@ -62,6 +62,36 @@ serve_bad "--rt-breach 0 is outside [1, 1000000] intervals" --rt-breach 0
 serve_bad "--rt-calm -3 is outside [1, 1000000] intervals" --rt-calm -3
 serve_bad "--rt-dwell -1 is outside [0, 86400] seconds" --rt-dwell -1
 serve_bad "--rt-kv-pressure 1 is outside [0, 1)" --rt-kv-pressure 1
+# Tracing: a bad endpoint or value names its flag; a tracing flag without
+# --otlp-endpoint would change nothing and is refused; an unreadable or
+# malformed headers file is an error that never echoes a value.
+serve_bad "--otlp-endpoint 'ftp://collector' is not an http:// or https:// URL" --otlp-endpoint ftp://collector
+serve_bad "--otlp-endpoint 'http://:4318' has no host" --otlp-endpoint http://:4318
+serve_bad "--otlp-endpoint 'http://collector:99999' has a port outside [1, 65535]" --otlp-endpoint http://collector:99999
+serve_bad "--otlp-endpoint 'http://collector:43x8' has a port that is not a number" --otlp-endpoint http://collector:43x8
+serve_bad "--otlp-endpoint 'http://collector/v1?x=1' has a query or fragment" --otlp-endpoint "http://collector/v1?x=1"
+serve_bad "has user information" --otlp-endpoint http://user:pw@collector:4318
+serve_bad "--trace-sample 1.5 is outside [0, 1]" --otlp-endpoint http://127.0.0.1:4318 --trace-sample 1.5
+serve_bad "--trace-sample -0.1 is outside [0, 1]" --otlp-endpoint http://127.0.0.1:4318 --trace-sample -0.1
+serve_bad "--otlp-timeout-ms 50 is outside [100, 600000]" --otlp-endpoint http://127.0.0.1:4318 --otlp-timeout-ms 50
+serve_bad "--otlp-interval-ms 0 is outside [1, 60000]" --otlp-endpoint http://127.0.0.1:4318 --otlp-interval-ms 0
+serve_bad "--otlp-queue-spans 0 is outside [1, 1048576]" --otlp-endpoint http://127.0.0.1:4318 --otlp-queue-spans 0
+serve_bad "--otlp-batch-spans 600 is outside [1, 8192] or above --otlp-queue-spans 500" --otlp-endpoint http://127.0.0.1:4318 --otlp-queue-spans 500 --otlp-batch-spans 600
+serve_bad "--otlp-service-name must have 1 to 128 bytes" --otlp-endpoint http://127.0.0.1:4318 --otlp-service-name ""
+serve_bad "--trace-sample needs --otlp-endpoint" --trace-sample 0.5
+serve_bad "--otlp-headers-file needs --otlp-endpoint" --otlp-headers-file "$tmp/h.txt"
+expect 1 "--otlp-headers-file '$tmp/missing.txt'" -- serve --port 0 -m "$tmp/missing.gguf" \
+  --otlp-endpoint http://127.0.0.1:4318 --otlp-headers-file "$tmp/missing.txt"
+printf '# the collector key\nx-api-key: s3cr3t-value\nnot a header line\n' > "$tmp/headers.txt"
+expect 1 "--otlp-headers-file '$tmp/headers.txt' line 3: is not 'Name: value'" -- serve --port 0 \
+  -m "$tmp/missing.gguf" --otlp-endpoint http://127.0.0.1:4318 --otlp-headers-file "$tmp/headers.txt"
+if "$STRATA" serve --port 0 -m "$tmp/missing.gguf" --otlp-endpoint http://127.0.0.1:4318 \
+    --otlp-headers-file "$tmp/headers.txt" 2>&1 | grep -q "s3cr3t"; then
+  echo "FAIL: a header value from --otlp-headers-file was printed"; fail=1
+fi
+printf 'Content-Type: text/plain\n' > "$tmp/reserved.txt"
+expect 1 "line 1: sets a field the exporter sets" -- serve --port 0 -m "$tmp/missing.gguf" \
+  --otlp-endpoint http://127.0.0.1:4318 --otlp-headers-file "$tmp/reserved.txt"
 
 # The --backend-* flags' bad values, refused before anything starts (port 1
 # on loopback: nothing is ever sent there).

@@ -158,6 +158,8 @@ util::Status ApiHandler::TransportError(int http_status, std::string_view method
 
 ApiReply ApiHandler::Fail(const Scope& scope, ApiReply reply, const util::Status& status) {
   reply = ErrorReply(scope.kind, status, std::move(reply));
+  scope.span.AddHeaders(reply);
+  scope.span.End(reply.status, status, 0, 0);
   Count(scope.endpoint, reply.status);
   scope.log.Info("{} {} {}{} ({}) {:.1f} ms", scope.call.method, scope.call.path, reply.status,
                  scope.session_note, Describe(status),
@@ -189,6 +191,7 @@ std::optional<ApiReply> ApiHandler::Screen(ApiKind kind, const char* endpoint, c
   auto admitted = Admit(check_draining, call.api_key);
   if (admitted.ok()) return std::nullopt;
   Scope scope(kind, endpoint, call, clock_.Now(), log_);
+  scope.span = RequestSpan::Start(call, endpoint, options_.tracer.get(), gateway_.load(), scope.t0);
   return Fail(scope, NewReply(kind, call.request_id), admitted.status());
 }
 
@@ -290,11 +293,15 @@ ResponseMeta ApiHandler::Meta(ApiKind kind, const Scope& scope, const ParsedRequ
 
 ApiReply ApiHandler::Complete(ApiKind kind, const ApiCall& call) {
   Scope scope(kind, EndpointLabel(kind), call, clock_.Now(), log_);
+  scope.span =
+      RequestSpan::Start(call, scope.endpoint, options_.tracer.get(), gateway_.load(), scope.t0);
   ApiReply reply = NewReply(kind, call.request_id);
   auto admitted = Admit(/*check_draining=*/true, call.api_key);
   if (!admitted.ok()) return Fail(scope, std::move(reply), admitted.status());
   auto parsed = Parse(kind, call, *admitted);
   if (!parsed.ok()) return Fail(scope, std::move(reply), parsed.status());
+  parsed->request.trace = scope.span.trace();
+  scope.span.OnParsed(*parsed, *admitted->gateway, admitted->tenant);
   // The session (a client-chosen, checked name) comes back so a proxy can
   // see it, and labels this request's log lines.
   if (const std::string& session = parsed->request.session_id; !session.empty()) {
@@ -304,6 +311,7 @@ ApiReply ApiHandler::Complete(ApiKind kind, const ApiCall& call) {
   auto gen = Start(*admitted->gateway, *parsed, reply);
   if (!gen.ok()) return Fail(scope, std::move(reply), gen.status());
   ResponseMeta meta = Meta(kind, scope, *parsed, **gen);
+  scope.span.OnStarted(**gen, meta);
   return Respond(scope, std::move(reply), std::move(gen).value(), std::move(meta), *parsed,
                  admitted->tenant);
 }
@@ -314,6 +322,7 @@ ApiReply ApiHandler::Respond(Scope& scope, ApiReply reply, std::unique_ptr<gatew
   // The timeout in force when the request arrived, whatever a reload does later.
   const auto timeout = std::chrono::duration_cast<std::chrono::seconds>(
       std::chrono::milliseconds(request_timeout_ms_.load()));
+  scope.span.AddHeaders(reply);
   Responder::Context c{.kind = scope.kind,
                        .endpoint = scope.endpoint,
                        .stream = parsed.stream,
@@ -329,7 +338,8 @@ ApiReply ApiHandler::Respond(Scope& scope, ApiReply reply, std::unique_ptr<gatew
                        .deadline = scope.t0 + timeout,
                        .timeout = timeout,
                        .defer_head = gen->defers_stream_head(),
-                       .tools = !parsed.request.tools.empty()};
+                       .tools = !parsed.request.tools.empty(),
+                       .span = std::move(scope.span)};
   if (parsed.stream) {
     // Everything from here on travels inside the 200 response.
     reply.headers.emplace_back("Cache-Control", "no-cache");
@@ -383,6 +393,10 @@ Responder::Output Responder::Finish(Output out, const util::Status& status) {
   // A deferred stream that never started answers whole, like a non-stream.
   const bool head_pending = defers_head() && !started_;
   if (head_pending && !status.ok()) out.whole = true;
+  // A stream that went out answered 200, whatever happened in it.
+  const bool streamed = c_.stream && !out.whole;
+  c_.span.End(status.ok() || streamed ? 200 : MapError(status).http_status, status,
+              c_.meta.prompt_tokens, completion_);
   if (c_.stream && !out.whole) {
     if (status.ok()) {
       out.frames += RenderStreamEnd(c_.kind, c_.meta, completion_, c_.include_usage);
@@ -472,6 +486,7 @@ Responder::Output Responder::Pump(size_t max_bytes) {
     }
     completion_ += e->usage.completion_tokens;
     Absorb(*e);
+    c_.span.OnFinish(*e, c_.kind);
     if (c_.stream) {
       out.frames += RenderStreamFinish(c_.kind, c_.meta, *e, &stream_);
     } else {
@@ -518,6 +533,8 @@ void Responder::Abandon(std::string_view why) {
   gen_->Cancel();
   handler_.CountTenant(c_.tenant, "cancelled", gen_->cache_outcome(), c_.meta.prompt_tokens,
                        completion_);
+  c_.span.End(499, util::CancelledError(fmt::format("the client went away ({})", why)),
+              c_.meta.prompt_tokens, completion_);
   if (c_.stream) {
     Log(fmt::format("client disconnected ({})", why));
     return;
@@ -532,6 +549,8 @@ void Responder::Abandon(std::string_view why) {
 
 ApiReply ApiHandler::Embed(const ApiCall& call) {
   Scope scope(ApiKind::kOpenAIChat, kEmbeddingsEndpoint, call, clock_.Now(), log_);
+  scope.span = RequestSpan::Start(call, kEmbeddingsEndpoint, options_.tracer.get(), gateway_.load(),
+                                  scope.t0);
   ApiReply reply = NewReply(ApiKind::kOpenAIChat, call.request_id);
   auto admitted = Admit(/*check_draining=*/true, call.api_key);
   if (!admitted.ok()) return Fail(scope, std::move(reply), admitted.status());
@@ -542,10 +561,15 @@ ApiReply ApiHandler::Embed(const ApiCall& call) {
   parsed->request.model = std::move(served).value();
   parsed->request.request_id = call.request_id;
   parsed->request.tenant = admitted->tenant;
+  parsed->request.trace = scope.span.trace();
+  scope.span.OnParsedEmbedding(parsed->request.model, *admitted->gateway, admitted->tenant,
+                               parsed->request.texts.size() + parsed->request.token_ids.size());
   auto result = admitted->gateway->Embed(
       parsed->request, scope.t0 + std::chrono::milliseconds(request_timeout_ms_.load()));
   if (!result.ok()) return Fail(scope, std::move(reply), result.status());
   reply.body = RenderEmbeddings(parsed->request.model, *result, parsed->base64);
+  scope.span.AddHeaders(reply);
+  scope.span.End(200, util::OkStatus(), result->prompt_tokens, 0);
   Count(kEmbeddingsEndpoint, 200);
   scope.log.Info("POST {} 200 tenant={} inputs={} tokens={} {:.1f} ms", kEmbeddingsEndpoint,
                  admitted->tenant, result->embeddings.size(), result->prompt_tokens,

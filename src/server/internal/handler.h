@@ -33,6 +33,7 @@
 #include "obs/metrics.h"
 #include "server/api.h"
 #include "server/auth.h"
+#include "server/internal/request_span.h"
 #include "server/server.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -51,6 +52,10 @@ struct ApiCall {
   std::string_view body;   // borrowed until the handler returns
   std::string request_id;  // from ApiHandler::RequestId
   std::string api_key;     // x-api-key, else the Bearer token of Authorization; empty if none
+  // Every traceparent and tracestate field's value (W3C Trace Context), in
+  // order; borrowed like `body`.
+  std::vector<std::string_view> traceparent = {};
+  std::vector<std::string_view> tracestate = {};
 };
 
 // A reply: a JSON body, or, with `responder`, a response that comes from a
@@ -87,7 +92,8 @@ class Responder {
     // A stream's head waits for the first event: a run that fails before
     // it (a remote backend down) answers as a whole error response.
     bool defer_head = false;
-    bool tools = false;  // the request offered tools
+    bool tools = false;     // the request offered tools
+    RequestSpan span = {};  // the request's root span, ended with the response
   };
   // What to send now.
   struct Output {
@@ -278,6 +284,8 @@ struct ApiHandler::Scope {
   std::chrono::steady_clock::time_point t0;
   mutable util::PrefixLogger log;  // logging does not change what the scope says
   std::string session_note;        // " session=ID" once the body named one
+  // The request's trace; Fail ends its span, Respond hands it to the Responder.
+  mutable RequestSpan span;
 };
 
 }  // namespace strata::server
