@@ -49,6 +49,7 @@
 #include "net/http_server.h"
 #include "obs/metrics.h"
 #include "server/auth.h"
+#include "server/compliance.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -82,6 +83,7 @@ struct ServerOptions {
   // Empty = CORS off: no CORS headers, and OPTIONS is a 405.
   std::vector<std::string> cors_origins;
   uint64_t request_id_seed = 0;  // seeds generated request ids
+  ComplianceOptions compliance;  // audit log and watermark (server/compliance.h)
 };
 
 class HttpServer {

@@ -34,6 +34,13 @@ const char* EndpointLabel(ApiKind k) {
 
 constexpr const char* kEmbeddingsEndpoint = "/v1/embeddings";
 
+// The endpoints whose requests are audited (server/compliance.h).
+bool Audited(std::string_view endpoint) {
+  return endpoint == EndpointLabel(ApiKind::kOpenAIChat) ||
+         endpoint == EndpointLabel(ApiKind::kOpenAICompletion) ||
+         endpoint == EndpointLabel(ApiKind::kAnthropicMessages) || endpoint == kEmbeddingsEndpoint;
+}
+
 int64_t UnixSeconds(const util::Clock& clock) {
   return std::chrono::duration_cast<std::chrono::seconds>(clock.WallNow().time_since_epoch())
       .count();
@@ -186,7 +193,12 @@ std::optional<ApiReply> ApiHandler::Screen(ApiKind kind, const char* endpoint, c
   auto admitted = Admit(check_draining, call.api_key);
   if (admitted.ok()) return std::nullopt;
   Scope scope(kind, endpoint, call, clock_.Now(), log_);
-  return Fail(scope, NewReply(kind, call.request_id), admitted.status());
+  ApiReply reply = Fail(scope, NewReply(kind, call.request_id), admitted.status());
+  if (Audited(endpoint)) {  // refused from its head: no body read, none hashed
+    RequestAudit(options_.compliance, clock_, call.request_id, endpoint, std::nullopt, scope.t0)
+        .Record(reply.status, admitted.status(), false, 0, 0);
+  }
+  return reply;
 }
 
 util::StatusOr<ApiHandler::Admitted> ApiHandler::Admit(bool check_draining,
@@ -288,10 +300,28 @@ ResponseMeta ApiHandler::Meta(ApiKind kind, const Scope& scope, const ParsedRequ
 ApiReply ApiHandler::Complete(ApiKind kind, const ApiCall& call) {
   Scope scope(kind, EndpointLabel(kind), call, clock_.Now(), log_);
   ApiReply reply = NewReply(kind, call.request_id);
+  RequestAudit audit(options_.compliance, clock_, call.request_id, scope.endpoint, call.body,
+                     scope.t0);
+  auto fail = [&](const util::Status& st) {
+    ApiReply r = Fail(scope, std::move(reply), st);
+    audit.Record(r.status, st, false, 0, 0);
+    return r;
+  };
   auto admitted = Admit(/*check_draining=*/true, call.api_key);
-  if (!admitted.ok()) return Fail(scope, std::move(reply), admitted.status());
+  if (!admitted.ok()) return fail(admitted.status());
+  audit.SetTenant(admitted->tenant);
+  if (util::Status st = RequestAudit::Admit(options_.compliance); !st.ok()) return fail(st);
   auto parsed = Parse(kind, call, *admitted);
-  if (!parsed.ok()) return Fail(scope, std::move(reply), parsed.status());
+  if (!parsed.ok()) return fail(parsed.status());
+  const backend::Backend* backend = admitted->gateway->Find(parsed->request.model);
+  audit.SetModel(parsed->request.model, backend);
+  audit.SetStream(parsed->stream);
+  if (options_.compliance.audit_tokens && options_.compliance.audit_log != nullptr &&
+      backend != nullptr && backend->kind() == "local" && parsed->request.top_logprobs < 0) {
+    // Token-level audit: the local engine reports each token's id and
+    // logprob; the response shows them only where the client asked.
+    parsed->request.top_logprobs = 0;
+  }
   // The session (a client-chosen, checked name) comes back so a proxy can
   // see it, and labels this request's log lines.
   if (const std::string& session = parsed->request.session_id; !session.empty()) {
@@ -299,15 +329,16 @@ ApiReply ApiHandler::Complete(ApiKind kind, const ApiCall& call) {
     scope.session_note = " session=" + session;
   }
   auto gen = Start(*admitted->gateway, *parsed, reply);
-  if (!gen.ok()) return Fail(scope, std::move(reply), gen.status());
+  if (!gen.ok()) return fail(gen.status());
+  audit.SetGeneration(**gen);
   ResponseMeta meta = Meta(kind, scope, *parsed, **gen);
   return Respond(scope, std::move(reply), std::move(gen).value(), std::move(meta), *parsed,
-                 admitted->tenant);
+                 admitted->tenant, std::move(audit));
 }
 
 ApiReply ApiHandler::Respond(Scope& scope, ApiReply reply, std::unique_ptr<gateway::Generation> gen,
                              ResponseMeta meta, const ParsedRequest& parsed,
-                             const std::string& tenant) {
+                             const std::string& tenant, RequestAudit audit) {
   Responder::Context c{.kind = scope.kind,
                        .endpoint = scope.endpoint,
                        .stream = parsed.stream,
@@ -323,7 +354,8 @@ ApiReply ApiHandler::Respond(Scope& scope, ApiReply reply, std::unique_ptr<gatew
                        .deadline = scope.t0 + options_.request_timeout,
                        .timeout = options_.request_timeout,
                        .defer_head = gen->defers_stream_head(),
-                       .tools = !parsed.request.tools.empty()};
+                       .tools = !parsed.request.tools.empty(),
+                       .audit = std::move(audit)};
   if (parsed.stream) {
     // Everything from here on travels inside the 200 response.
     reply.headers.emplace_back("Cache-Control", "no-cache");
@@ -379,6 +411,11 @@ Responder::Output Responder::Finish(Output out, const util::Status& status) {
   if (head_pending && !status.ok()) out.whole = true;
   if (c_.stream && !out.whole) {
     if (status.ok()) {
+      // The watermark comes after the last text, where a header cannot go:
+      // an SSE comment, which every client ignores (server/compliance.h).
+      if (const std::string mark = c_.audit.Watermark(); !mark.empty()) {
+        out.frames += ": x-strata-watermark: " + mark + "\n\n";
+      }
       out.frames += RenderStreamEnd(c_.kind, c_.meta, completion_, c_.include_usage);
       Log("done");
     } else {
@@ -386,6 +423,7 @@ Responder::Output Responder::Finish(Output out, const util::Status& status) {
       Log(status.reason() == util::ErrorReason::kTimeout ? "timed out"
                                                          : "failed: " + Describe(status));
     }
+    c_.audit.Record(200, status, false, c_.meta.prompt_tokens, completion_);
     return out;
   }
   if (!status.ok()) {
@@ -397,11 +435,16 @@ Responder::Output Responder::Finish(Output out, const util::Status& status) {
     ApiHandler::Scope scope(c_.kind, c_.endpoint, call, c_.t0, log_);
     scope.session_note = c_.session_note;
     out.reply = handler_.Fail(scope, std::move(reply_), status);
+    c_.audit.Record(out.reply.status, status, false, c_.meta.prompt_tokens, completion_);
     return out;
   }
   out.reply = std::move(reply_);
   out.reply.body = RenderResponse(c_.kind, c_.meta, results_, c_.logprobs);
+  if (const std::string mark = c_.audit.Watermark(); !mark.empty()) {
+    out.reply.headers.emplace_back("x-strata-watermark", mark);
+  }
   handler_.Count(c_.endpoint, 200);
+  c_.audit.Record(200, status, false, c_.meta.prompt_tokens, completion_);
   Log("");
   return out;
 }
@@ -438,8 +481,13 @@ Responder::Output Responder::Pump(size_t max_bytes) {
       }
     }
     if (e->kind == gateway::Event::Kind::kDelta) {
+      c_.audit.OnDelta(*e);
       if (c_.stream) {
-        out.frames += RenderStreamDelta(c_.kind, c_.meta, *e, c_.logprobs, &stream_);
+        // A delta of logprobs alone (token-level audit) shows nothing to a
+        // client that did not ask for them.
+        if (c_.logprobs || !e->text.empty() || !e->tool_calls.empty()) {
+          out.frames += RenderStreamDelta(c_.kind, c_.meta, *e, c_.logprobs, &stream_);
+        }
       } else {
         ChoiceResult& c = results_[static_cast<size_t>(e->index)];
         c.text += e->text;
@@ -512,6 +560,8 @@ void Responder::Abandon(std::string_view why) {
   gen_->Cancel();
   handler_.CountTenant(c_.tenant, "cancelled", gen_->cache_outcome(), c_.meta.prompt_tokens,
                        completion_);
+  c_.audit.Record(c_.stream ? 200 : 499, util::OkStatus(), /*cancelled=*/true,
+                  c_.meta.prompt_tokens, completion_);
   if (c_.stream) {
     Log(fmt::format("client disconnected ({})", why));
     return;
@@ -527,18 +577,29 @@ void Responder::Abandon(std::string_view why) {
 ApiReply ApiHandler::Embed(const ApiCall& call) {
   Scope scope(ApiKind::kOpenAIChat, kEmbeddingsEndpoint, call, clock_.Now(), log_);
   ApiReply reply = NewReply(ApiKind::kOpenAIChat, call.request_id);
+  RequestAudit audit(options_.compliance, clock_, call.request_id, kEmbeddingsEndpoint, call.body,
+                     scope.t0);
+  auto fail = [&](const util::Status& st) {
+    ApiReply r = Fail(scope, std::move(reply), st);
+    audit.Record(r.status, st, false, 0, 0);
+    return r;
+  };
   auto admitted = Admit(/*check_draining=*/true, call.api_key);
-  if (!admitted.ok()) return Fail(scope, std::move(reply), admitted.status());
+  if (!admitted.ok()) return fail(admitted.status());
+  audit.SetTenant(admitted->tenant);
+  if (util::Status st = RequestAudit::Admit(options_.compliance); !st.ok()) return fail(st);
   auto parsed = ParseEmbeddingRequest(call.body);
-  if (!parsed.ok()) return Fail(scope, std::move(reply), parsed.status());
+  if (!parsed.ok()) return fail(parsed.status());
   auto served = ResolveModel(*admitted->gateway, parsed->model);
-  if (!served.ok()) return Fail(scope, std::move(reply), served.status());
+  if (!served.ok()) return fail(served.status());
   parsed->request.model = std::move(served).value();
   parsed->request.request_id = call.request_id;
   parsed->request.tenant = admitted->tenant;
+  audit.SetModel(parsed->request.model, admitted->gateway->Find(parsed->request.model));
   auto result = admitted->gateway->Embed(parsed->request, scope.t0 + options_.request_timeout);
-  if (!result.ok()) return Fail(scope, std::move(reply), result.status());
+  if (!result.ok()) return fail(result.status());
   reply.body = RenderEmbeddings(parsed->request.model, *result, parsed->base64);
+  audit.RecordBody(200, reply.body, result->prompt_tokens);
   Count(kEmbeddingsEndpoint, 200);
   scope.log.Info("POST {} 200 tenant={} inputs={} tokens={} {:.1f} ms", kEmbeddingsEndpoint,
                  admitted->tenant, result->embeddings.size(), result->prompt_tokens,
