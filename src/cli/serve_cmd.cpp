@@ -6,7 +6,8 @@
 // refuse new requests, let running ones finish within the grace period,
 // cancel the rest, flush answers queued for the shared tier, stop the HTTP
 // server, then the scheduler, exit 0. RunServe is that list of steps, each a
-// function below with its contract.
+// function below with its contract. The audit log (cli/serve_audit.h) opens
+// before listening and closes after the scheduler stops.
 #include <signal.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "backend/local.h"
 #include "cache/eviction_policy.h"
 #include "cli/commands.h"
+#include "cli/serve_audit.h"
 #include "cli/serve_backends.h"
 #include "cli/serve_cache.h"
 #include "cli/serve_http.h"
@@ -87,6 +89,7 @@ struct ServeFlags {
   double rt_dwell_s = 10;
   double rt_kv_pressure = 0.1;
   std::string rt_fallback;  // the model id of levels marked FALLBACK
+  AuditFlags audit;         // audit log and response watermark (cli/serve_audit.h)
 };
 
 // The RT-Switcher's options from the flags; InvalidArgument naming the flag
@@ -226,6 +229,7 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   plan.l2_policy = *l2_policy;
   gateway::GatewayOptions check;
   STRATA_RETURN_IF_ERROR(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check));
+  STRATA_RETURN_IF_ERROR(ValidateAuditFlags(f.audit));
   if (!f.chat_format.empty()) {
     plan.chat_format = text::ParseChatFormat(f.chat_format);
     if (!plan.chat_format) {
@@ -269,8 +273,10 @@ struct Listening {
 // OpenForRequests) on `loops`; bind and option errors as HttpServer reports
 // them.
 util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys keys,
-                                         net::EventLoops& loops, obs::MetricsRegistry& metrics,
-                                         const util::Clock& clock, util::Logger& log) {
+                                         net::EventLoops& loops,
+                                         const server::ComplianceOptions& compliance,
+                                         obs::MetricsRegistry& metrics, const util::Clock& clock,
+                                         util::Logger& log) {
   server::ServerOptions so;
   so.host = f.host;
   so.port = f.port;
@@ -281,6 +287,7 @@ util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys ke
   so.request_id_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
   so.model_aliases = f.aliases;
   so.accept_any_model = f.accept_any_model;
+  so.compliance = compliance;
   Listening l;
   STRATA_ASSIGN_OR_RETURN(l.server,
                           server::HttpServer::Create(so, std::move(keys), metrics, clock, log));
@@ -583,8 +590,8 @@ int ShutDown(bool clean, const ServeFlags& f, server::HttpServer& srv, LocalServ
 // destroyed in reverse: gateway, remote backends (the upstream client
 // cancels its calls on the I/O loops, which the stopped server no longer
 // uses), the RT-Switcher's ticker, the local engine's parts, the
-// RT-Switcher, server, the I/O loops (joined), metrics, each after
-// everything that borrows it.
+// RT-Switcher, server, the audit log, the I/O loops (joined), metrics,
+// each after everything that borrows it.
 int RunServe(const Env& env, const ServeFlags& f) {
   auto log = MakeLogger(f.log_level);
   auto plan = ValidateFlags(f);
@@ -601,7 +608,10 @@ int RunServe(const Env& env, const ServeFlags& f) {
   // start share them (a forwarded request stays on its connection's thread).
   auto loops = net::EventLoops::Create(f.http.io_threads);
   if (!loops.ok()) return UsageError(loops.status().message());  // ValidateFlags: does not happen
-  auto srv = StartListening(f, std::move(keys).value(), **loops, metrics, clock, *log);
+  auto compliance = StartCompliance(env, f.audit, metrics, clock, *log);
+  if (!compliance.ok()) return ReportError(compliance.status());
+  auto srv = StartListening(f, std::move(keys).value(), **loops, (*compliance)->options, metrics,
+                            clock, *log);
   if (!srv.ok()) return ReportError(srv.status());
   auto rt = StartRtSwitcher(f, *plan, metrics, clock, *log);
   if (!rt.ok()) return ReportError(rt.status());
@@ -621,7 +631,9 @@ int RunServe(const Env& env, const ServeFlags& f) {
   OpenForRequests(f, *srv, **gw, l, util::SecondsBetween(t0, clock.Now()), metrics, *log);
   const auto watch = l ? WatchModel(env, l->opened, *l->guard, *srv->server, *log) : nullptr;
   const bool clean = WaitAndDrain(signals, f, *srv->server, l ? l->sched.get() : nullptr, *log);
-  return ShutDown(clean, f, *srv->server, l, **gw, *log);
+  const int rc = ShutDown(clean, f, *srv->server, l, **gw, *log);
+  CloseCompliance(**compliance, *log);  // every request has its record by now
+  return rc;
 }
 
 }  // namespace
@@ -679,6 +691,7 @@ Command RegisterServe(CLI::App& app) {
                 "Identical concurrent deterministic requests share one generation (single "
                 "flight; default: on)");
   RegisterCacheFlags(*cmd, f->cache);
+  RegisterAuditFlags(*cmd, f->audit);
   cmd->add_option("--l2-policy", f->l2_policy,
                   "Eviction policy of cached KV prefix blocks (L2): lru, dual-factor or w-tinylfu "
                   "(dual-factor: the best prefix hit rate on the Mooncake replay, LRU a close "
