@@ -43,7 +43,10 @@ void OptionalStringField(std::string& out, std::string_view key, std::string_vie
   }
 }
 
-void AppendNumber(std::string& out, double v) {
+// The shortest text that reads back as `v` (a float as a float: a
+// logprob's digits stop where float precision does); null when not finite.
+template <typename T>
+void AppendNumber(std::string& out, T v) {
   if (!std::isfinite(v)) {
     out += "null";
   } else {
