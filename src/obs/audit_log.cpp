@@ -82,7 +82,7 @@ std::string RenderRequestFields(const AuditRecord& r) {
   } else {
     out += "null";
   }
-  StringField(out, "request_sha256", r.request_sha256);
+  OptionalStringField(out, "request_sha256", r.request_sha256);
   OptionalStringField(out, "response_sha256", r.response_sha256.value_or(""));
   OptionalStringField(out, "watermark", r.watermark);
   Key(out, "duration_ms");

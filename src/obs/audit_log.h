@@ -76,7 +76,7 @@ struct AuditRecord {
   int64_t completion_tokens = 0;
   std::string cache;                 // "miss", "l1", "l3", "coalesced"; "none" when not reached
   std::optional<double> similarity;  // l3: how similar the request was to the stored one
-  std::string request_sha256;        // hex SHA-256 of the request body as received
+  std::string request_sha256;        // hex SHA-256 of the request body as received; "" = never read
   std::optional<std::string> response_sha256;  // hex ResponseDigest; nullopt: no response
   std::string watermark;                       // the x-strata-watermark value; "" = none
   double duration_ms = 0;
