@@ -54,6 +54,13 @@ void AppendNumber(std::string& out, T v) {
   }
 }
 
+// Records that arrive within kBatchDelay of the first unwritten one go out
+// in one write, up to kBatchRecords: a record reaches the file (and would
+// survive a crash of the process, not of the machine) within 2 ms, and a
+// busy server pays one wake-up and one write per batch, not per record.
+constexpr std::chrono::milliseconds kBatchDelay{2};
+constexpr size_t kBatchRecords = 256;
+
 }  // namespace
 
 std::string RenderRequestFields(const AuditRecord& r) {
@@ -133,11 +140,12 @@ class AuditLog::Impl {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (!closed_ && queue_.size() < options_.queue_records) {
-        const bool was_empty = queue_.empty();
         queue_.push_back(std::move(p));
         ++snapshot_.appended;
+        // A writer gathering a batch wakes by itself; a parked one is woken.
+        const bool wake = writer_parked_ || queue_.size() == kBatchRecords;
         lock.unlock();
-        if (was_empty) wake_.notify_one();
+        if (wake) wake_.notify_one();
         return true;
       }
       if (closed_) {
@@ -234,7 +242,15 @@ class AuditLog::Impl {
               *deadline - clock_.Now() + std::chrono::microseconds(999));
           wait = std::clamp(left, std::chrono::milliseconds(0), wait);
         }
+        writer_parked_ = true;
         if (wait.count() > 0) wake_.wait_for(lock, wait, ready);
+        writer_parked_ = false;
+      }
+      if (!queue_.empty() && queue_.size() < kBatchRecords && !closed_ &&
+          flush_requested_ <= flush_done_) {
+        wake_.wait_for(lock, kBatchDelay, [&] {
+          return queue_.size() >= kBatchRecords || closed_ || flush_requested_ > flush_done_;
+        });
       }
       batch.swap(queue_);
       const uint64_t dropped = queue_dropped_;
@@ -295,6 +311,7 @@ class AuditLog::Impl {
   std::vector<PendingRecord> queue_;
   uint64_t queue_dropped_ = 0;  // refused since the writer last took the queue
   bool closed_ = false;
+  bool writer_parked_ = false;    // the writer waits for a record (Append must wake it)
   uint64_t flush_requested_ = 0;  // tickets handed out by Flush
   uint64_t flush_done_ = 0;       // tickets answered
   bool flush_ok_ = false;         // whether the last answered flush synced everything
