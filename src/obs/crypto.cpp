@@ -25,6 +25,18 @@ struct MdCtxDeleter {
   void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
 };
 
+// SHA-256 as OpenSSL 3 fetches it. EVP_sha256() is fetched again on every
+// use (a provider lookup under a lock, several times the cost of hashing a
+// short record); fetched once, it is immutable and shared by every thread.
+const EVP_MD* Sha256Md() {
+  static const EVP_MD* const md = [] {
+    EVP_MD* fetched = EVP_MD_fetch(nullptr, "SHA2-256", nullptr);
+    STRATA_CHECK(fetched != nullptr);
+    return fetched;
+  }();
+  return md;
+}
+
 std::span<const uint8_t> Bytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
@@ -163,7 +175,7 @@ struct Sha256Hasher::Ctx {
 };
 
 Sha256Hasher::Sha256Hasher() : ctx_(std::make_unique<Ctx>()) {
-  STRATA_CHECK(ctx_->md && EVP_DigestInit_ex(ctx_->md.get(), EVP_sha256(), nullptr) == 1);
+  STRATA_CHECK(ctx_->md && EVP_DigestInit_ex(ctx_->md.get(), Sha256Md(), nullptr) == 1);
 }
 
 Sha256Hasher::~Sha256Hasher() = default;
@@ -177,14 +189,14 @@ Sha256Digest Sha256Hasher::Finish() {
   Sha256Digest d{};
   unsigned int len = 0;
   STRATA_CHECK(EVP_DigestFinal_ex(ctx_->md.get(), d.data(), &len) == 1 && len == d.size());
-  STRATA_CHECK(EVP_DigestInit_ex(ctx_->md.get(), EVP_sha256(), nullptr) == 1);
+  STRATA_CHECK(EVP_DigestInit_ex(ctx_->md.get(), Sha256Md(), nullptr) == 1);
   return d;
 }
 
 Sha256Digest Sha256(std::string_view data) {
   Sha256Digest d{};
   unsigned int len = 0;
-  STRATA_CHECK(EVP_Digest(data.data(), data.size(), d.data(), &len, EVP_sha256(), nullptr) == 1 &&
+  STRATA_CHECK(EVP_Digest(data.data(), data.size(), d.data(), &len, Sha256Md(), nullptr) == 1 &&
                len == d.size());
   return d;
 }
@@ -194,7 +206,7 @@ Sha256Digest HmacSha256(std::span<const uint8_t> key, std::string_view data) {
   unsigned int len = 0;
   // An empty key is a valid HMAC key; OpenSSL wants a non-null pointer for it.
   static constexpr uint8_t kEmpty = 0;
-  STRATA_CHECK(HMAC(EVP_sha256(), key.empty() ? &kEmpty : key.data(), static_cast<int>(key.size()),
+  STRATA_CHECK(HMAC(Sha256Md(), key.empty() ? &kEmpty : key.data(), static_cast<int>(key.size()),
                     reinterpret_cast<const unsigned char*>(data.data()), data.size(), d.data(),
                     &len) != nullptr &&
                len == d.size());
