@@ -1,9 +1,11 @@
 #include "obs/crypto.h"
 
 #include <openssl/bio.h>
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <openssl/pem.h>
 
 #include <fmt/format.h>
@@ -37,9 +39,19 @@ const EVP_MD* Sha256Md() {
   return md;
 }
 
-std::span<const uint8_t> Bytes(std::string_view s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+// HMAC as OpenSSL 3 fetches it, once (as Sha256Md).
+EVP_MAC* HmacAlgorithm() {
+  static EVP_MAC* const mac = [] {
+    EVP_MAC* fetched = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+    STRATA_CHECK(fetched != nullptr);
+    return fetched;
+  }();
+  return mac;
 }
+
+struct MacCtxDeleter {
+  void operator()(EVP_MAC_CTX* c) const { EVP_MAC_CTX_free(c); }
+};
 
 std::string KeyIdOf(std::string_view material) {
   const Sha256Digest d = Sha256(material);
@@ -100,11 +112,11 @@ util::StatusOr<std::string> HmacSecret(std::string text, const std::string& path
 
 class HmacSigner final : public Signer, public Verifier {
  public:
-  explicit HmacSigner(std::string secret) : secret_(std::move(secret)), id_(HmacKeyId(secret_)) {}
+  explicit HmacSigner(std::string_view secret) : key_(secret), id_(HmacKeyId(secret)) {}
   SignatureAlgorithm algorithm() const override { return SignatureAlgorithm::kHmacSha256; }
   const std::string& key_id() const override { return id_; }
   std::string Sign(std::string_view message) const override {
-    const Sha256Digest d = HmacSha256(Bytes(secret_), message);
+    const Sha256Digest d = key_.Mac(message);
     return std::string(reinterpret_cast<const char*>(d.data()), d.size());
   }
   bool Verify(std::string_view message, std::string_view signature) const override {
@@ -112,7 +124,7 @@ class HmacSigner final : public Signer, public Verifier {
   }
 
  private:
-  const std::string secret_;
+  const HmacSha256Key key_;
   const std::string id_;
 };
 
@@ -210,6 +222,37 @@ Sha256Digest HmacSha256(std::span<const uint8_t> key, std::string_view data) {
                     reinterpret_cast<const unsigned char*>(data.data()), data.size(), d.data(),
                     &len) != nullptr &&
                len == d.size());
+  return d;
+}
+
+// A keyed context nobody uses but to copy from: copying is a read.
+struct HmacSha256Key::Ctx {
+  std::unique_ptr<EVP_MAC_CTX, MacCtxDeleter> keyed;
+};
+
+HmacSha256Key::HmacSha256Key(std::string_view secret) : ctx_(std::make_unique<Ctx>()) {
+  ctx_->keyed.reset(EVP_MAC_CTX_new(HmacAlgorithm()));
+  char digest[] = "SHA2-256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_construct_end()};
+  static constexpr uint8_t kEmpty = 0;
+  STRATA_CHECK(
+      ctx_->keyed &&
+      EVP_MAC_init(ctx_->keyed.get(),
+                   secret.empty() ? &kEmpty : reinterpret_cast<const unsigned char*>(secret.data()),
+                   secret.size(), params) == 1);
+}
+
+HmacSha256Key::~HmacSha256Key() = default;
+
+Sha256Digest HmacSha256Key::Mac(std::string_view data) const {
+  std::unique_ptr<EVP_MAC_CTX, MacCtxDeleter> c(EVP_MAC_CTX_dup(ctx_->keyed.get()));
+  Sha256Digest d{};
+  size_t len = 0;
+  STRATA_CHECK(c &&
+               EVP_MAC_update(c.get(), reinterpret_cast<const unsigned char*>(data.data()),
+                              data.size()) == 1 &&
+               EVP_MAC_final(c.get(), d.data(), &len, d.size()) == 1 && len == d.size());
   return d;
 }
 

@@ -59,8 +59,7 @@ std::string_view WatermarkCheckName(WatermarkCheck check) {
   return "?";
 }
 
-Watermarker::Watermarker(std::string secret)
-    : secret_(std::move(secret)), key_id_(HmacKeyId(secret_)) {}
+Watermarker::Watermarker(std::string secret) : key_(secret), key_id_(HmacKeyId(secret)) {}
 
 std::string Watermarker::Mac(std::string_view request_id, std::string_view model,
                              const ResponseContent& content) const {
@@ -68,10 +67,7 @@ std::string Watermarker::Mac(std::string_view request_id, std::string_view model
   AppendField(message, request_id);
   AppendField(message, model);
   AppendField(message, CanonicalResponse(content));
-  const Sha256Digest mac = HmacSha256(
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(secret_.data()), secret_.size()),
-      message);
-  return Hex(mac);
+  return Hex(key_.Mac(message));
 }
 
 std::string Watermarker::Mark(std::string_view request_id, std::string_view model,

@@ -74,7 +74,7 @@ class Watermarker {
  private:
   std::string Mac(std::string_view request_id, std::string_view model,
                   const ResponseContent& content) const;
-  const std::string secret_;
+  const HmacSha256Key key_;
   const std::string key_id_;
 };
 
