@@ -186,6 +186,7 @@ struct TokenLogprob {
   std::string text;  // the token's bytes as text (may be partial UTF-8, sanitized)
   std::vector<uint8_t> bytes;
   float logprob = 0.0f;
+  int32_t id = -1;  // the vocabulary id (the local engine's); -1 where a backend does not say
   std::vector<std::pair<std::string, float>> top;  // most likely tokens at that step
 };
 

@@ -311,6 +311,7 @@ class ChoiceSink final : public engine::RequestSink {
     lp.text = util::SanitizeUtf8(piece);
     lp.bytes.assign(piece.begin(), piece.end());
     lp.logprob = static_cast<float>(logits[static_cast<size_t>(token)] - lse);
+    lp.id = token;
     if (top_logprobs_ > 0) {
       std::vector<int32_t> ids(logits.size());
       for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);

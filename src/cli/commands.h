@@ -47,6 +47,10 @@ Command RegisterEvalSampling(CLI::App& app);
 // it has); the returned Command holds the `l3` subcommand itself, and main()
 // runs it before the group's own runner.
 Command RegisterEvalL3(CLI::App& app);
+// `strata audit verify` (cli/audit_cmd.cpp) and `strata watermark verify`
+// (cli/watermark_cmd.cpp).
+Command RegisterAudit(CLI::App& app);
+Command RegisterWatermark(CLI::App& app);
 
 // The model to use: `flag` if set, else $STRATA_MODEL, else
 // ../shared/models/stories260K.gguf (relative to the working directory) if

@@ -6,7 +6,8 @@
 // refuse new requests, let running ones finish within the grace period,
 // cancel the rest, flush answers queued for the shared tier, stop the HTTP
 // server, then the scheduler, exit 0. RunServe is that list of steps, each a
-// function below with its contract.
+// function below with its contract. The audit log (cli/serve_audit.h) opens
+// before listening and closes after the scheduler stops.
 #include <signal.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "backend/local.h"
 #include "cache/eviction_policy.h"
 #include "cli/commands.h"
+#include "cli/serve_audit.h"
 #include "cli/serve_backends.h"
 #include "cli/serve_cache.h"
 #include "cli/serve_config.h"
@@ -204,6 +206,7 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   plan.l2_policy = *l2_policy;
   gateway::GatewayOptions check;
   STRATA_RETURN_IF_ERROR(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check));
+  STRATA_RETURN_IF_ERROR(ValidateAuditFlags(f.audit));
   if (!f.chat_format.empty()) {
     plan.chat_format = text::ParseChatFormat(f.chat_format);
     if (!plan.chat_format) {
@@ -268,6 +271,7 @@ struct Listening {
 util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys keys,
                                          net::EventLoops& loops,
                                          std::shared_ptr<obs::Tracer> tracer,
+                                         const server::ComplianceOptions& compliance,
                                          obs::MetricsRegistry& metrics, const util::Clock& clock,
                                          util::Logger& log) {
   server::ServerOptions so;
@@ -281,6 +285,7 @@ util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys ke
   so.model_aliases = f.aliases;
   so.accept_any_model = f.accept_any_model;
   so.tracer = std::move(tracer);
+  so.compliance = compliance;
   Listening l;
   STRATA_ASSIGN_OR_RETURN(l.server,
                           server::HttpServer::Create(so, std::move(keys), metrics, clock, log));
@@ -605,8 +610,9 @@ int ShutDown(bool clean, const ServeFlags& f, server::HttpServer& srv, LocalServ
 // destroyed in reverse: gateway, remote backends (the upstream client
 // cancels its calls on the I/O loops, which the stopped server no longer
 // uses), the RT-Switcher's ticker, the local engine's parts, the
-// RT-Switcher, server, the I/O loops (joined), the tracing (its last spans
-// sent, its client stopped), metrics, each after everything that borrows it.
+// RT-Switcher, server, the audit log, the I/O loops (joined), the tracing
+// (its last spans sent, its client stopped), metrics, each after everything
+// that borrows it.
 int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd) {
   // The settings: the command line over the configuration file over the defaults.
   ServeFlags f = command_line;
@@ -641,8 +647,10 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
   // start share them (a forwarded request stays on its connection's thread).
   auto loops = net::EventLoops::Create(f.http.io_threads);
   if (!loops.ok()) return UsageError(loops.status().message());  // ValidateFlags: does not happen
-  auto srv =
-      StartListening(f, std::move(keys).value(), **loops, (*tracing)->tracer, metrics, clock, *log);
+  auto compliance = StartCompliance(env, f.audit, metrics, clock, *log);
+  if (!compliance.ok()) return ReportError(compliance.status());
+  auto srv = StartListening(f, std::move(keys).value(), **loops, (*tracing)->tracer,
+                            (*compliance)->options, metrics, clock, *log);
   if (!srv.ok()) return ReportError(srv.status());
   srv->server->SetAdminKey(std::move(admin_key).value());
   auto rt = StartRtSwitcher(f, *plan, metrics, clock, *log);
@@ -675,7 +683,9 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
   const auto watch = l ? WatchModel(env, l->opened, *l->guard, *srv->server, *log) : nullptr;
   const bool clean =
       WaitAndDrain(signals, f, *srv->server, l ? l->sched.get() : nullptr, *reloader, *log);
-  return ShutDown(clean, f, *srv->server, l, **gw, *log);
+  const int rc = ShutDown(clean, f, *srv->server, l, **gw, *log);
+  CloseCompliance(**compliance, *log);  // every request has its record by now
+  return rc;
 }
 
 }  // namespace
@@ -749,6 +759,7 @@ Command RegisterServe(CLI::App& app) {
                 "Identical concurrent deterministic requests share one generation (single "
                 "flight; default: on)");
   RegisterCacheFlags(*cmd, f->cache);
+  RegisterAuditFlags(*cmd, f->audit);
   cmd->add_option("--l2-policy", f->l2_policy,
                   "Eviction policy of cached KV prefix blocks (L2): lru, dual-factor or w-tinylfu "
                   "(dual-factor: the best prefix hit rate on the Mooncake replay, LRU a close "

@@ -476,6 +476,40 @@ std::vector<ServeKnob> MakeServeKnobs() {
   k.push_back(Bind(
       "traces.service_name", "--otlp-service-name",
       [](ServeFlags & f) -> auto& { return f.trace.otlp_service_name; }));
+  // [audit] and [watermark]: compliance (restart: the log is a file the
+  // server holds open, its chain continued)
+  k.push_back(Bind(
+      "audit.log", "--audit-log", [](ServeFlags & f) -> auto& { return f.audit.audit_log; }));
+  k.push_back(Bind(
+      "audit.key_file", "--audit-key-file",
+      [](ServeFlags & f) -> auto& { return f.audit.audit_key_file; }));
+  k.push_back(Bind(
+      "audit.tokens", "--audit-tokens",
+      [](ServeFlags & f) -> auto& { return f.audit.audit_tokens; }));
+  k.push_back(Bind(
+      "audit.fail_closed", "--audit-fail-closed",
+      [](ServeFlags & f) -> auto& { return f.audit.audit_fail_closed; }));
+  k.push_back(Bind("audit.max_file_bytes", "--audit-max-file-bytes",
+                   [](ServeFlags & f) -> auto& { return f.audit.audit_max_file_bytes; },
+                   {.unit = "bytes", .min = 4096, .max = std::ldexp(1.0, 40)}));
+  k.push_back(Bind("audit.sync_ms", "--audit-sync-ms",
+                   [](ServeFlags & f) -> auto& { return f.audit.audit_sync_ms; },
+                   {.unit = "ms", .min = 1, .max = 60000}));
+  k.push_back(Bind("audit.sync_records", "--audit-sync-records",
+                   [](ServeFlags & f) -> auto& { return f.audit.audit_sync_records; },
+                   {.unit = "records", .min = 1, .max = 1e6}));
+  k.push_back(Bind("audit.queue", "--audit-queue",
+                   [](ServeFlags & f) -> auto& { return f.audit.audit_queue; },
+                   {.unit = "records", .min = 16, .max = 1e7}));
+  k.push_back(Bind("audit.checkpoint_records", "--audit-checkpoint-records",
+                   [](ServeFlags & f) -> auto& { return f.audit.audit_checkpoint_records; },
+                   {.unit = "records", .min = 1, .max = 1e9}));
+  k.push_back(Bind("audit.checkpoint_s", "--audit-checkpoint-s",
+                   [](ServeFlags & f) -> auto& { return f.audit.audit_checkpoint_s; },
+                   {.unit = "s", .min = 1, .max = 86400}));
+  k.push_back(Bind(
+      "watermark.key_file", "--watermark-key-file",
+      [](ServeFlags & f) -> auto& { return f.audit.watermark_key_file; }));
   k.push_back(Backends());
   return k;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/serve_audit.h"
 #include "cli/serve_backends.h"
 #include "cli/serve_cache.h"
 #include "cli/serve_http.h"
@@ -65,6 +66,7 @@ struct ServeFlags {
   double rt_dwell_s = 10;
   double rt_kv_pressure = 0.1;
   std::string rt_fallback;  // the model id of levels marked FALLBACK
+  AuditFlags audit;         // audit log and response watermark (cli/serve_audit.h)
 };
 
 // The RT-Switcher's options from the flags; InvalidArgument naming the flag

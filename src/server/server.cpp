@@ -121,7 +121,7 @@ std::string AllowedHeaders(std::string_view requested) {
 // Browsers may read these response headers of strata's.
 constexpr const char* kExposed =
     "x-request-id, request-id, x-strata-cache, x-strata-cache-similarity, x-strata-session-id, "
-    "retry-after, traceresponse";
+    "x-strata-watermark, retry-after, traceresponse";
 constexpr const char* kPreflightMaxAge = "600";  // seconds a browser may reuse a preflight
 
 // One API response being fed from its generation. Owned by the exchange's

@@ -52,6 +52,7 @@
 #include "obs/metrics.h"
 #include "obs/tracer.h"
 #include "server/auth.h"
+#include "server/compliance.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -89,6 +90,7 @@ struct ServerOptions {
   // (server/internal/request_span.h). Null: nothing is recorded, and an
   // incoming traceparent is passed on to remote backends unchanged.
   std::shared_ptr<obs::Tracer> tracer;
+  ComplianceOptions compliance;  // audit log and watermark (server/compliance.h)
 };
 
 // What a reload did (POST /admin/reload answers it as JSON; `strata serve`

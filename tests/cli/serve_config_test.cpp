@@ -87,6 +87,7 @@ TEST(ServeConfig, KnobRangesAreTheRangesTheFlagsEnforce) {
       if (knob.key.rfind("traces.", 0) == 0) flags.trace.otlp_endpoint = "http://127.0.0.1:4318";
       if (knob.key == "traces.batch_spans") flags.trace.otlp_queue_spans = 1 << 20;
       if (knob.key == "traces.queue_spans") flags.trace.otlp_batch_spans = 1;
+      if (knob.key.rfind("audit.", 0) == 0) flags.audit.audit_log = "audit.log";
       config::Value value;
       value.type = knob.type;
       value.i = static_cast<int64_t>(v);

@@ -19,6 +19,7 @@ std::vector<Event> TwoChoices() {
   lp.text = "Hel";
   lp.bytes = {'H', 'e', 'l'};
   lp.logprob = -0.25f;
+  lp.id = 317;
   lp.top = {{"Hel", -0.25f}, {"Hi", -1.5f}};
   d0.logprobs = {lp};
   ev.push_back(d0);
@@ -67,6 +68,7 @@ TEST(StoredCodec, RoundTripsEveryEventField) {
       EXPECT_EQ(a.logprobs[k].text, b.logprobs[k].text);
       EXPECT_EQ(a.logprobs[k].bytes, b.logprobs[k].bytes);
       EXPECT_EQ(a.logprobs[k].logprob, b.logprobs[k].logprob);
+      EXPECT_EQ(a.logprobs[k].id, b.logprobs[k].id);
       EXPECT_EQ(a.logprobs[k].top, b.logprobs[k].top);
     }
     EXPECT_TRUE(b.status.ok());

@@ -10,6 +10,8 @@
 #   openai     ... to a front `strata serve --backend openai:URL` whose
 #              upstream is that server (the front speaks OpenAI to it)
 #   anthropic  the same with `--backend anthropic:URL` (Anthropic Messages)
+#   (every server also runs with --audit-log and --watermark-key-file; each
+#   log must pass `strata audit verify` after its server stopped)
 #   dashboard  GET /dashboard in headless Chromium (Debian's chromium, driven
 #              by playwright-core) against a server with two tenants' keys
 #              and an RT-Switcher that steps down; its screenshot goes to
@@ -108,6 +110,11 @@ if [ -z "$model" ] || [ "$model" = synthetic ]; then
 fi
 echo "model: $model"
 
+# The watermark key every server signs with (watermark.test.js checks it).
+export STRATA_WATERMARK_KEY="$tmp/watermark.key"
+printf 'clients-test-watermark-secret-0123456789\n' >"$STRATA_WATERMARK_KEY"
+export STRATA_BIN="$STRATA"
+
 # --- The servers --------------------------------------------------------------
 # start_server WHAT LOG ARGS...: `strata serve ARGS` on a port the kernel
 # picks (--port 0: no race with other processes; the server logs it as
@@ -117,7 +124,8 @@ echo "model: $model"
 start_server() {
   local what=$1 log=$2
   shift 2
-  "$STRATA" serve "$@" --port 0 --grace 10 >"$log" 2>&1 &
+  "$STRATA" serve "$@" --port 0 --grace 10 --audit-log "$log.audit" \
+    --watermark-key-file "$STRATA_WATERMARK_KEY" >"$log" 2>&1 &
   server_pid=$!
   pids+=("$server_pid")
   server_port=""
@@ -175,6 +183,12 @@ stop_server() {
     echo "FAIL: the log of $what has the lines above"
     bad=1
   fi
+  # Its audit log: every request recorded, the chain intact.
+  if ! "$STRATA" audit verify "$log".audit* >"$log.verify" 2>&1; then
+    echo "FAIL: the audit log of $what does not verify:"
+    cat "$log.verify"
+    bad=1
+  fi
   if [ "$bad" -ne 0 ]; then
     echo "--- log of $what (last 60 lines) ---"
     tail -n 60 "$log"
@@ -190,7 +204,7 @@ run_config() {
   local front_pid="" front_log="$tmp/$1/front.log"
   mkdir -p "$dir"
   local what="[$chain] the server"
-  local files=(openai.test.js anthropic.test.js tools.test.js) extra=()
+  local files=(openai.test.js anthropic.test.js tools.test.js watermark.test.js) extra=()
   case "$chain" in
     direct) ;;
     dashboard)

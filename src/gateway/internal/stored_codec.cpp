@@ -10,7 +10,8 @@
 namespace strata::gateway {
 namespace {
 
-constexpr char kMagic[4] = {'S', 'R', '1', '\x02'};
+// Version 3: each logprob carries its token id.
+constexpr char kMagic[4] = {'S', 'R', '1', '\x03'};
 constexpr int32_t kMaxChoices = 128;
 
 class Writer {
@@ -99,6 +100,7 @@ std::string StoredResponseCodec::Encode(const cache::CachedValue& value) const {
       w.Str(lp.text);
       w.Str(std::string_view(reinterpret_cast<const char*>(lp.bytes.data()), lp.bytes.size()));
       w.F32(lp.logprob);
+      w.I32(lp.id);
       w.U32(static_cast<uint32_t>(lp.top.size()));
       for (const auto& [t, l] : lp.top) {
         w.Str(t);
@@ -149,7 +151,7 @@ util::StatusOr<std::shared_ptr<const cache::CachedValue>> StoredResponseCodec::D
     }
     e.kind = static_cast<Event::Kind>(kind);
     STRATA_ASSIGN_OR_RETURN(e.text, r.Str());
-    STRATA_ASSIGN_OR_RETURN(uint32_t n_lp, r.Count(16));
+    STRATA_ASSIGN_OR_RETURN(uint32_t n_lp, r.Count(20));
     e.logprobs.reserve(n_lp);
     for (uint32_t k = 0; k < n_lp; ++k) {
       TokenLogprob lp;
@@ -157,6 +159,7 @@ util::StatusOr<std::shared_ptr<const cache::CachedValue>> StoredResponseCodec::D
       STRATA_ASSIGN_OR_RETURN(std::string raw, r.Str());
       lp.bytes.assign(raw.begin(), raw.end());
       STRATA_ASSIGN_OR_RETURN(lp.logprob, r.F32());
+      STRATA_ASSIGN_OR_RETURN(lp.id, r.I32());
       STRATA_ASSIGN_OR_RETURN(uint32_t n_top, r.Count(8));
       lp.top.reserve(n_top);
       for (uint32_t t = 0; t < n_top; ++t) {

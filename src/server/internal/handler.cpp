@@ -34,6 +34,13 @@ const char* EndpointLabel(ApiKind k) {
 
 constexpr const char* kEmbeddingsEndpoint = "/v1/embeddings";
 
+// The endpoints whose requests are audited (server/compliance.h).
+bool Audited(std::string_view endpoint) {
+  return endpoint == EndpointLabel(ApiKind::kOpenAIChat) ||
+         endpoint == EndpointLabel(ApiKind::kOpenAICompletion) ||
+         endpoint == EndpointLabel(ApiKind::kAnthropicMessages) || endpoint == kEmbeddingsEndpoint;
+}
+
 int64_t UnixSeconds(const util::Clock& clock) {
   return std::chrono::duration_cast<std::chrono::seconds>(clock.WallNow().time_since_epoch())
       .count();
@@ -192,7 +199,12 @@ std::optional<ApiReply> ApiHandler::Screen(ApiKind kind, const char* endpoint, c
   if (admitted.ok()) return std::nullopt;
   Scope scope(kind, endpoint, call, clock_.Now(), log_);
   scope.span = RequestSpan::Start(call, endpoint, options_.tracer.get(), gateway_.load(), scope.t0);
-  return Fail(scope, NewReply(kind, call.request_id), admitted.status());
+  ApiReply reply = Fail(scope, NewReply(kind, call.request_id), admitted.status());
+  if (Audited(endpoint)) {  // refused from its head: no body read, none hashed
+    RequestAudit(options_.compliance, clock_, call.request_id, endpoint, std::nullopt, scope.t0)
+        .Record(reply.status, admitted.status(), false, 0, 0);
+  }
+  return reply;
 }
 
 util::StatusOr<ApiHandler::Admitted> ApiHandler::Admit(bool check_draining,
@@ -296,12 +308,30 @@ ApiReply ApiHandler::Complete(ApiKind kind, const ApiCall& call) {
   scope.span =
       RequestSpan::Start(call, scope.endpoint, options_.tracer.get(), gateway_.load(), scope.t0);
   ApiReply reply = NewReply(kind, call.request_id);
+  RequestAudit audit(options_.compliance, clock_, call.request_id, scope.endpoint, call.body,
+                     scope.t0);
+  auto fail = [&](const util::Status& st) {
+    ApiReply r = Fail(scope, std::move(reply), st);
+    audit.Record(r.status, st, false, 0, 0);
+    return r;
+  };
   auto admitted = Admit(/*check_draining=*/true, call.api_key);
-  if (!admitted.ok()) return Fail(scope, std::move(reply), admitted.status());
+  if (!admitted.ok()) return fail(admitted.status());
+  audit.SetTenant(admitted->tenant);
+  if (util::Status st = RequestAudit::Admit(options_.compliance); !st.ok()) return fail(st);
   auto parsed = Parse(kind, call, *admitted);
-  if (!parsed.ok()) return Fail(scope, std::move(reply), parsed.status());
+  if (!parsed.ok()) return fail(parsed.status());
   parsed->request.trace = scope.span.trace();
   scope.span.OnParsed(*parsed, *admitted->gateway, admitted->tenant);
+  const backend::Backend* backend = admitted->gateway->Find(parsed->request.model);
+  audit.SetModel(parsed->request.model, backend);
+  audit.SetStream(parsed->stream);
+  if (options_.compliance.audit_tokens && options_.compliance.audit_log != nullptr &&
+      backend != nullptr && backend->kind() == "local" && parsed->request.top_logprobs < 0) {
+    // Token-level audit: the local engine reports each token's id and
+    // logprob; the response shows them only where the client asked.
+    parsed->request.top_logprobs = 0;
+  }
   // The session (a client-chosen, checked name) comes back so a proxy can
   // see it, and labels this request's log lines.
   if (const std::string& session = parsed->request.session_id; !session.empty()) {
@@ -309,16 +339,17 @@ ApiReply ApiHandler::Complete(ApiKind kind, const ApiCall& call) {
     scope.session_note = " session=" + session;
   }
   auto gen = Start(*admitted->gateway, *parsed, reply);
-  if (!gen.ok()) return Fail(scope, std::move(reply), gen.status());
+  if (!gen.ok()) return fail(gen.status());
+  audit.SetGeneration(**gen);
   ResponseMeta meta = Meta(kind, scope, *parsed, **gen);
   scope.span.OnStarted(**gen, meta);
   return Respond(scope, std::move(reply), std::move(gen).value(), std::move(meta), *parsed,
-                 admitted->tenant);
+                 admitted->tenant, std::move(audit));
 }
 
 ApiReply ApiHandler::Respond(Scope& scope, ApiReply reply, std::unique_ptr<gateway::Generation> gen,
                              ResponseMeta meta, const ParsedRequest& parsed,
-                             const std::string& tenant) {
+                             const std::string& tenant, RequestAudit audit) {
   // The timeout in force when the request arrived, whatever a reload does later.
   const auto timeout = std::chrono::duration_cast<std::chrono::seconds>(
       std::chrono::milliseconds(request_timeout_ms_.load()));
@@ -339,7 +370,8 @@ ApiReply ApiHandler::Respond(Scope& scope, ApiReply reply, std::unique_ptr<gatew
                        .timeout = timeout,
                        .defer_head = gen->defers_stream_head(),
                        .tools = !parsed.request.tools.empty(),
-                       .span = std::move(scope.span)};
+                       .span = std::move(scope.span),
+                       .audit = std::move(audit)};
   if (parsed.stream) {
     // Everything from here on travels inside the 200 response.
     reply.headers.emplace_back("Cache-Control", "no-cache");
@@ -399,6 +431,11 @@ Responder::Output Responder::Finish(Output out, const util::Status& status) {
               c_.meta.prompt_tokens, completion_);
   if (c_.stream && !out.whole) {
     if (status.ok()) {
+      // The watermark comes after the last text, where a header cannot go:
+      // an SSE comment, which every client ignores (server/compliance.h).
+      if (const std::string mark = c_.audit.Watermark(); !mark.empty()) {
+        out.frames += ": x-strata-watermark: " + mark + "\n\n";
+      }
       out.frames += RenderStreamEnd(c_.kind, c_.meta, completion_, c_.include_usage);
       Log("done");
     } else {
@@ -406,6 +443,7 @@ Responder::Output Responder::Finish(Output out, const util::Status& status) {
       Log(status.reason() == util::ErrorReason::kTimeout ? "timed out"
                                                          : "failed: " + Describe(status));
     }
+    c_.audit.Record(200, status, false, c_.meta.prompt_tokens, completion_);
     return out;
   }
   if (!status.ok()) {
@@ -417,11 +455,16 @@ Responder::Output Responder::Finish(Output out, const util::Status& status) {
     ApiHandler::Scope scope(c_.kind, c_.endpoint, call, c_.t0, log_);
     scope.session_note = c_.session_note;
     out.reply = handler_.Fail(scope, std::move(reply_), status);
+    c_.audit.Record(out.reply.status, status, false, c_.meta.prompt_tokens, completion_);
     return out;
   }
   out.reply = std::move(reply_);
   out.reply.body = RenderResponse(c_.kind, c_.meta, results_, c_.logprobs);
+  if (const std::string mark = c_.audit.Watermark(); !mark.empty()) {
+    out.reply.headers.emplace_back("x-strata-watermark", mark);
+  }
   handler_.Count(c_.endpoint, 200);
+  c_.audit.Record(200, status, false, c_.meta.prompt_tokens, completion_);
   Log("");
   return out;
 }
@@ -458,8 +501,13 @@ Responder::Output Responder::Pump(size_t max_bytes) {
       }
     }
     if (e->kind == gateway::Event::Kind::kDelta) {
+      c_.audit.OnDelta(*e);
       if (c_.stream) {
-        out.frames += RenderStreamDelta(c_.kind, c_.meta, *e, c_.logprobs, &stream_);
+        // A delta of logprobs alone (token-level audit) shows nothing to a
+        // client that did not ask for them.
+        if (c_.logprobs || !e->text.empty() || !e->tool_calls.empty()) {
+          out.frames += RenderStreamDelta(c_.kind, c_.meta, *e, c_.logprobs, &stream_);
+        }
       } else {
         ChoiceResult& c = results_[static_cast<size_t>(e->index)];
         c.text += e->text;
@@ -535,6 +583,8 @@ void Responder::Abandon(std::string_view why) {
                        completion_);
   c_.span.End(499, util::CancelledError(fmt::format("the client went away ({})", why)),
               c_.meta.prompt_tokens, completion_);
+  c_.audit.Record(c_.stream ? 200 : 499, util::OkStatus(), /*cancelled=*/true,
+                  c_.meta.prompt_tokens, completion_);
   if (c_.stream) {
     Log(fmt::format("client disconnected ({})", why));
     return;
@@ -552,24 +602,35 @@ ApiReply ApiHandler::Embed(const ApiCall& call) {
   scope.span = RequestSpan::Start(call, kEmbeddingsEndpoint, options_.tracer.get(), gateway_.load(),
                                   scope.t0);
   ApiReply reply = NewReply(ApiKind::kOpenAIChat, call.request_id);
+  RequestAudit audit(options_.compliance, clock_, call.request_id, kEmbeddingsEndpoint, call.body,
+                     scope.t0);
+  auto fail = [&](const util::Status& st) {
+    ApiReply r = Fail(scope, std::move(reply), st);
+    audit.Record(r.status, st, false, 0, 0);
+    return r;
+  };
   auto admitted = Admit(/*check_draining=*/true, call.api_key);
-  if (!admitted.ok()) return Fail(scope, std::move(reply), admitted.status());
+  if (!admitted.ok()) return fail(admitted.status());
+  audit.SetTenant(admitted->tenant);
+  if (util::Status st = RequestAudit::Admit(options_.compliance); !st.ok()) return fail(st);
   auto parsed = ParseEmbeddingRequest(call.body);
-  if (!parsed.ok()) return Fail(scope, std::move(reply), parsed.status());
+  if (!parsed.ok()) return fail(parsed.status());
   auto served = ResolveModel(*admitted->gateway, parsed->model);
-  if (!served.ok()) return Fail(scope, std::move(reply), served.status());
+  if (!served.ok()) return fail(served.status());
   parsed->request.model = std::move(served).value();
   parsed->request.request_id = call.request_id;
   parsed->request.tenant = admitted->tenant;
   parsed->request.trace = scope.span.trace();
   scope.span.OnParsedEmbedding(parsed->request.model, *admitted->gateway, admitted->tenant,
                                parsed->request.texts.size() + parsed->request.token_ids.size());
+  audit.SetModel(parsed->request.model, admitted->gateway->Find(parsed->request.model));
   auto result = admitted->gateway->Embed(
       parsed->request, scope.t0 + std::chrono::milliseconds(request_timeout_ms_.load()));
-  if (!result.ok()) return Fail(scope, std::move(reply), result.status());
+  if (!result.ok()) return fail(result.status());
   reply.body = RenderEmbeddings(parsed->request.model, *result, parsed->base64);
   scope.span.AddHeaders(reply);
   scope.span.End(200, util::OkStatus(), result->prompt_tokens, 0);
+  audit.RecordBody(200, reply.body, result->prompt_tokens);
   Count(kEmbeddingsEndpoint, 200);
   scope.log.Info("POST {} 200 tenant={} inputs={} tokens={} {:.1f} ms", kEmbeddingsEndpoint,
                  admitted->tenant, result->embeddings.size(), result->prompt_tokens,

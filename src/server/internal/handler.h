@@ -33,6 +33,7 @@
 #include "obs/metrics.h"
 #include "server/api.h"
 #include "server/auth.h"
+#include "server/internal/audit_hook.h"
 #include "server/internal/request_span.h"
 #include "server/server.h"
 #include "util/clock.h"
@@ -94,6 +95,7 @@ class Responder {
     bool defer_head = false;
     bool tools = false;     // the request offered tools
     RequestSpan span = {};  // the request's root span, ended with the response
+    RequestAudit audit;     // its audit record and watermark (server/compliance.h)
   };
   // What to send now.
   struct Output {
@@ -239,7 +241,8 @@ class ApiHandler {
   ResponseMeta Meta(ApiKind kind, const Scope& scope, const ParsedRequest& parsed,
                     const gateway::Generation& gen) const;
   ApiReply Respond(Scope& scope, ApiReply reply, std::unique_ptr<gateway::Generation> gen,
-                   ResponseMeta meta, const ParsedRequest& parsed, const std::string& tenant);
+                   ResponseMeta meta, const ParsedRequest& parsed, const std::string& tenant,
+                   RequestAudit audit);
   ApiReply Fail(const Scope& scope, ApiReply reply, const util::Status& status);
   // The backend serving the token endpoints' optional "model" (absent: the
   // default), with the id it is served as.
