@@ -392,6 +392,7 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
                           .tokens = e.usage.completion_tokens};
         e.terms = terms_;
         e.traced = traced_;
+        if (replica_ >= 0) e.replica = s_->bases[static_cast<size_t>(replica_)];
         if (e.status.ok()) {
           s_->prompt_tokens->Inc(e.usage.prompt_tokens);
           s_->cached_tokens->Inc(e.usage.cached_tokens);
