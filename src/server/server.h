@@ -49,6 +49,7 @@
 #include "net/http_server.h"
 #include "obs/metrics.h"
 #include "server/auth.h"
+#include "server/snapshots.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -82,6 +83,10 @@ struct ServerOptions {
   // Empty = CORS off: no CORS headers, and OPTIONS is a 405.
   std::vector<std::string> cors_origins;
   uint64_t request_id_seed = 0;  // seeds generated request ids
+  // Borrowed, must outlive the server: record completed generations as
+  // request snapshots and serve GET /v1/snapshots/{id} (server/snapshots.h).
+  // nullptr = off (that route answers 404).
+  const SnapshotRecorder* snapshots = nullptr;
 };
 
 class HttpServer {

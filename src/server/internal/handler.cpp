@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "server/internal/multi_prompt.h"
+#include "server/internal/snapshot_tap.h"
 #include "server/internal/wire.h"
 
 namespace strata::server {
@@ -33,6 +34,11 @@ const char* EndpointLabel(ApiKind k) {
 }
 
 constexpr const char* kEmbeddingsEndpoint = "/v1/embeddings";
+
+int64_t UnixMillis(const util::Clock& clock) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(clock.WallNow().time_since_epoch())
+      .count();
+}
 
 int64_t UnixSeconds(const util::Clock& clock) {
   return std::chrono::duration_cast<std::chrono::seconds>(clock.WallNow().time_since_epoch())
@@ -300,6 +306,10 @@ ApiReply ApiHandler::Complete(ApiKind kind, const ApiCall& call) {
   }
   auto gen = Start(*admitted->gateway, *parsed, reply);
   if (!gen.ok()) return Fail(scope, std::move(reply), gen.status());
+  if (options_.snapshots != nullptr) {  // request snapshots (server/snapshots.h)
+    *gen = TapForSnapshot(std::move(*gen), *options_.snapshots, kind, scope.endpoint, *parsed,
+                          UnixMillis(clock_));
+  }
   ResponseMeta meta = Meta(kind, scope, *parsed, **gen);
   return Respond(scope, std::move(reply), std::move(gen).value(), std::move(meta), *parsed,
                  admitted->tenant);
