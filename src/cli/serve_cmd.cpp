@@ -28,6 +28,7 @@
 #include "cli/serve_backends.h"
 #include "cli/serve_cache.h"
 #include "cli/serve_http.h"
+#include "cli/serve_snapshots.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "gateway/block_eviction_adapter.h"
@@ -73,6 +74,7 @@ struct ServeFlags {
   double l1_ttl_jitter = 0.1;
   bool coalesce = true;
   CacheFlags cache;                       // L3 and admission (cli/serve_cache.h)
+  SnapshotFlags snapshots;                // request snapshots (cli/serve_snapshots.h)
   std::string l2_policy = "dual-factor";  // eviction of cached KV prefix blocks
   std::string rt_switcher = "off";
   std::string rt_levels = gateway::FormatLevels(gateway::DefaultLevels());
@@ -226,6 +228,7 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   plan.l2_policy = *l2_policy;
   gateway::GatewayOptions check;
   STRATA_RETURN_IF_ERROR(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check));
+  STRATA_RETURN_IF_ERROR(ValidateSnapshotFlags(f.snapshots));
   if (!f.chat_format.empty()) {
     plan.chat_format = text::ParseChatFormat(f.chat_format);
     if (!plan.chat_format) {
@@ -269,8 +272,9 @@ struct Listening {
 // OpenForRequests) on `loops`; bind and option errors as HttpServer reports
 // them.
 util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys keys,
-                                         net::EventLoops& loops, obs::MetricsRegistry& metrics,
-                                         const util::Clock& clock, util::Logger& log) {
+                                         net::EventLoops& loops, SnapshotServing* snapshots,
+                                         obs::MetricsRegistry& metrics, const util::Clock& clock,
+                                         util::Logger& log) {
   server::ServerOptions so;
   so.host = f.host;
   so.port = f.port;
@@ -281,6 +285,7 @@ util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys ke
   so.request_id_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
   so.model_aliases = f.aliases;
   so.accept_any_model = f.accept_any_model;
+  so.snapshots = snapshots != nullptr ? snapshots->recorder.get() : nullptr;
   Listening l;
   STRATA_ASSIGN_OR_RETURN(l.server,
                           server::HttpServer::Create(so, std::move(keys), metrics, clock, log));
@@ -601,7 +606,15 @@ int RunServe(const Env& env, const ServeFlags& f) {
   // start share them (a forwarded request stays on its connection's thread).
   auto loops = net::EventLoops::Create(f.http.io_threads);
   if (!loops.ok()) return UsageError(loops.status().message());  // ValidateFlags: does not happen
-  auto srv = StartListening(f, std::move(keys).value(), **loops, metrics, clock, *log);
+  // Before the server: it records into them until it stops.
+  auto snapshots = OpenSnapshots(f.snapshots, env, metrics, clock, *log);
+  if (!snapshots.ok()) {  // a bad key file is a usage error; a directory it cannot make is not
+    return snapshots.status().code() == util::StatusCode::kInvalidArgument
+               ? UsageError(snapshots.status().message())
+               : ReportError(snapshots.status());
+  }
+  auto srv =
+      StartListening(f, std::move(keys).value(), **loops, snapshots->get(), metrics, clock, *log);
   if (!srv.ok()) return ReportError(srv.status());
   auto rt = StartRtSwitcher(f, *plan, metrics, clock, *log);
   if (!rt.ok()) return ReportError(rt.status());
@@ -613,6 +626,11 @@ int RunServe(const Env& env, const ServeFlags& f) {
                                      metrics, clock, *log);
   if (!remotes.ok()) return ReportError(remotes.status());
   LocalServing* l = local->get();
+  if (l != nullptr && *snapshots) {
+    AddLocalModel(**snapshots, env, l->backend->name(), l->opened.path, *l->opened.model,
+                  f.chat_format, f.prompt_special_tokens,
+                  std::min(f.max_tokens_cap, l->eng.options.n_ctx), *log);
+  }
   auto go = GatewayOptionsFor(f, l ? l->eng.options.n_ctx : 0, rt->get(), clock);
   if (!go.ok()) return UsageError(go.status().message());  // ValidateFlags: does not happen
   auto gw = BuildGateway(l, *remotes, metrics, *go, clock, *log);
@@ -679,6 +697,7 @@ Command RegisterServe(CLI::App& app) {
                 "Identical concurrent deterministic requests share one generation (single "
                 "flight; default: on)");
   RegisterCacheFlags(*cmd, f->cache);
+  RegisterSnapshotFlags(*cmd, f->snapshots);
   cmd->add_option("--l2-policy", f->l2_policy,
                   "Eviction policy of cached KV prefix blocks (L2): lru, dual-factor or w-tinylfu "
                   "(dual-factor: the best prefix hit rate on the Mooncake replay, LRU a close "

@@ -13,6 +13,11 @@ SnapshotRecorder::SnapshotRecorder(SnapshotOptions options) : options_(std::move
   STRATA_CHECK_MSG(options_.store != nullptr, "a snapshot recorder needs a store");
 }
 
+void SnapshotRecorder::AddModel(const std::string& name, SnapshotModel model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  options_.models[name] = std::move(model);
+}
+
 bool SnapshotRecorder::Records(std::string_view tenant) const {
   return options_.tenants.empty() || std::find(options_.tenants.begin(), options_.tenants.end(),
                                                tenant) != options_.tenants.end();
@@ -20,13 +25,15 @@ bool SnapshotRecorder::Records(std::string_view tenant) const {
 
 bool SnapshotRecorder::Record(SnapshotRecord record) const {
   record.strata_version = options_.strata_version;
-  if (const auto m = options_.models.find(record.backend.name);
-      m != options_.models.end() && record.backend.kind == "local") {
-    record.backend.model_path = m->second.path;
-    record.backend.chat_format = m->second.chat_format;
-    record.backend.prompt_special_tokens = m->second.prompt_special_tokens;
-    record.backend.max_tokens_cap = m->second.max_tokens_cap;
-    if (m->second.digest) record.backend.model_sha256 = m->second.digest->hex().value_or("");
+  if (record.backend.kind == "local") {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const auto m = options_.models.find(record.backend.name); m != options_.models.end()) {
+      record.backend.model_path = m->second.path;
+      record.backend.chat_format = m->second.chat_format;
+      record.backend.prompt_special_tokens = m->second.prompt_special_tokens;
+      record.backend.max_tokens_cap = m->second.max_tokens_cap;
+      if (m->second.digest) record.backend.model_sha256 = m->second.digest->hex().value_or("");
+    }
   }
   obs::SnapshotMeta meta{
       .tenant = record.tenant, .request_id = record.request_id, .created_ms = record.created_ms};

@@ -26,6 +26,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +60,9 @@ class SnapshotRecorder {
  public:
   explicit SnapshotRecorder(SnapshotOptions options);
 
+  // Adds (or replaces) what snapshots say of the local model served as
+  // `name`: `strata serve` adds it once the model is loaded.
+  void AddModel(const std::string& name, SnapshotModel model);
   // Whether requests of `tenant` are recorded.
   bool Records(std::string_view tenant) const;
   // Adds the local model's facts (path, SHA-256, rendering settings) and
@@ -70,7 +74,8 @@ class SnapshotRecorder {
   util::StatusOr<std::string> Read(const std::string& tenant, const std::string& request_id) const;
 
  private:
-  const SnapshotOptions options_;
+  mutable std::mutex mu_;
+  SnapshotOptions options_;  // guarded by mu_ (models; the rest is fixed)
 };
 
 }  // namespace strata::server
