@@ -102,6 +102,8 @@ SnapshotKey SnapshotKey::FromBytes(std::span<const uint8_t, kSnapshotKeyBytes> k
   SnapshotKey k;
   k.encrypt_ = HmacSha256(key, AsBytes("strata snapshot v1 encryption key"));
   k.name_ = HmacSha256(key, AsBytes("strata snapshot v1 file name key"));
+  const auto id = HmacSha256(key, AsBytes("strata snapshot v1 key id"));
+  std::memcpy(k.id_.data(), id.data(), k.id_.size());
   return k;
 }
 
@@ -148,6 +150,8 @@ util::StatusOr<SnapshotKey> SnapshotKey::Load(util::FileSystem& fs, const std::s
   return key;
 }
 
+std::string SnapshotKey::IdHex() const { return HexEncode(id_); }
+
 std::string SnapshotKey::FileName(std::string_view tenant, std::string_view request_id) const {
   const auto mac = HmacSha256(name_, AsBytes(Owner(tenant, request_id)));
   return HexEncode(std::span<const uint8_t>(mac).first(kSnapshotNameHexDigits / 2)) +
@@ -168,6 +172,7 @@ util::StatusOr<std::string> SealSnapshot(const SnapshotKey& key, const SnapshotM
   PutU16(file, kSnapshotFormatVersion);
   PutU16(file, 0);  // reserved
   PutI64(file, meta.created_ms);
+  file.append(reinterpret_cast<const char*>(key.id_.data()), key.id_.size());
   file.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
   const std::string aad = file + Owner(meta.tenant, meta.request_id);
   file.resize(kSnapshotHeaderBytes + plaintext.size() + kSnapshotTagBytes);
@@ -198,7 +203,7 @@ util::StatusOr<std::string> SealSnapshot(const SnapshotKey& key, const SnapshotM
   return file;
 }
 
-util::StatusOr<int64_t> SnapshotCreatedMs(std::span<const uint8_t> header) {
+util::StatusOr<SnapshotHeader> ParseSnapshotHeader(std::span<const uint8_t> header) {
   if (header.size() < kSnapshotHeaderBytes) {
     return util::DataLossError(
         fmt::format("a snapshot file of {} bytes is shorter than its {}-byte "
@@ -214,14 +219,17 @@ util::StatusOr<int64_t> SnapshotCreatedMs(std::span<const uint8_t> header) {
         fmt::format("snapshot format version {} is not supported (this strata reads version {})",
                     version, kSnapshotFormatVersion));
   }
-  return GetI64(header, 12);
+  SnapshotHeader h;
+  h.created_ms = GetI64(header, 12);
+  std::memcpy(h.key_id.data(), header.data() + 20, h.key_id.size());
+  return h;
 }
 
 util::StatusOr<OpenedSnapshot> OpenSnapshot(const SnapshotKey& key, std::string_view tenant,
                                             std::string_view request_id, std::string_view file) {
   STRATA_RETURN_IF_ERROR(CheckOwner(tenant, request_id));
   const Bytes bytes = AsBytes(file);
-  STRATA_ASSIGN_OR_RETURN(const int64_t created_ms, SnapshotCreatedMs(bytes));
+  STRATA_ASSIGN_OR_RETURN(const SnapshotHeader header, ParseSnapshotHeader(bytes));
   if (bytes.size() < kSnapshotOverheadBytes) {
     return util::DataLossError(
         fmt::format("a snapshot file of {} bytes is shorter than its header and tag ({} bytes)",
@@ -235,13 +243,19 @@ util::StatusOr<OpenedSnapshot> OpenSnapshot(const SnapshotKey& key, std::string_
   }
   const std::string aad =
       std::string(file.substr(0, kSnapshotHeaderBytes)) + Owner(tenant, request_id);
-  const uint8_t* nonce = bytes.data() + 20;
+  if (header.key_id != key.id_) {
+    return util::DataLossError(fmt::format(
+        "snapshot authentication failed: the file was written under another key (key id {}; this "
+        "key's is {})",
+        HexEncode(header.key_id), key.IdHex()));
+  }
+  const uint8_t* nonce = bytes.data() + 28;
   const uint8_t* cipher = bytes.data() + kSnapshotHeaderBytes;
   std::array<uint8_t, kSnapshotTagBytes> tag{};
   std::memcpy(tag.data(), cipher + n, tag.size());
 
   OpenedSnapshot out;
-  out.created_ms = created_ms;
+  out.created_ms = header.created_ms;
   out.plaintext.resize(n);
   auto* plain = reinterpret_cast<unsigned char*>(out.plaintext.data());
   CipherCtx ctx(EVP_CIPHER_CTX_new());

@@ -8,16 +8,17 @@
 // data. Open returns the plaintext only when every byte is as Seal wrote it
 // under the same key, tenant and request id: any other file, a changed
 // byte, a wrong key, or a file copied to another tenant's or request's name
-// is DataLoss "snapshot authentication failed ...", never garbage. A file
-// too short, with another magic or an unknown version is DataLoss naming
-// that. Files are named by an HMAC of tenant and request id under a key
-// derived from the snapshot key (FileName), so names say nothing about who
-// or what without the key. Nothing here logs, and no message contains key
-// material.
+// is DataLoss "snapshot authentication failed ...", never garbage (a file
+// whose header names another key's id says so). A file too short, with
+// another magic or an unknown version is DataLoss naming that. Files are named by an HMAC of tenant
+// and request id under a key derived from the snapshot key (FileName), so names say nothing about
+// who or what without the key. Nothing here logs, and no message contains key material.
 //
 // The key (SnapshotKey) is 32 bytes, given as a file of exactly 32 raw bytes
 // or of 64 hex digits (surrounding whitespace ignored). Two keys are derived
-// from it with HMAC-SHA256: one encrypts, one names files.
+// from it with HMAC-SHA256: one encrypts, one names files; and a key id (8
+// bytes, public) that every file's header carries, so a file can tell
+// which key wrote it without revealing anything of the key.
 //
 // Threading: SnapshotKey is immutable; the functions are thread-safe.
 //
@@ -41,7 +42,9 @@ namespace strata::obs {
 // The file format's constants (docs/formats/snapshot.md).
 inline constexpr char kSnapshotMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'S', 'N'};
 inline constexpr uint16_t kSnapshotFormatVersion = 1;
-inline constexpr size_t kSnapshotHeaderBytes = 32;  // magic, version, reserved, time, nonce
+// magic, version, reserved, creation time, key id, nonce
+inline constexpr size_t kSnapshotHeaderBytes = 40;
+inline constexpr size_t kSnapshotKeyIdBytes = 8;
 inline constexpr size_t kSnapshotNonceBytes = 12;
 inline constexpr size_t kSnapshotTagBytes = 16;
 inline constexpr size_t kSnapshotOverheadBytes = kSnapshotHeaderBytes + kSnapshotTagBytes;
@@ -85,6 +88,9 @@ class SnapshotKey {
   // request_id): 32 hex digits of an HMAC-SHA256 under the naming key, then
   // ".snap".
   std::string FileName(std::string_view tenant, std::string_view request_id) const;
+  // The key's public id, in every file it seals; hex for messages.
+  const std::array<uint8_t, kSnapshotKeyIdBytes>& id() const { return id_; }
+  std::string IdHex() const;
 
  private:
   SnapshotKey() = default;
@@ -95,6 +101,7 @@ class SnapshotKey {
                                                      std::string_view, std::string_view);
   std::array<uint8_t, kSnapshotKeyBytes> encrypt_{};  // AES-256-GCM key
   std::array<uint8_t, kSnapshotKeyBytes> name_{};     // HMAC-SHA256 key of file names
+  std::array<uint8_t, kSnapshotKeyIdBytes> id_{};     // public: which key sealed a file
 };
 
 // The whole file for `plaintext` under `key`. `nonce` must never repeat
@@ -110,10 +117,14 @@ util::StatusOr<std::string> SealSnapshot(const SnapshotKey& key, const SnapshotM
 util::StatusOr<OpenedSnapshot> OpenSnapshot(const SnapshotKey& key, std::string_view tenant,
                                             std::string_view request_id, std::string_view file);
 
-// The creation time a file's header claims (authenticated only by
-// OpenSnapshot): for retention, which must not decrypt every file.
-// DataLoss when `header` is not the start of a snapshot file.
-util::StatusOr<int64_t> SnapshotCreatedMs(std::span<const uint8_t> header);
+// What a file's header claims (authenticated only by OpenSnapshot): for
+// retention, which must not decrypt every file, and to tell which key wrote
+// a file. DataLoss when `header` is not the start of a snapshot file.
+struct SnapshotHeader {
+  int64_t created_ms = 0;
+  std::array<uint8_t, kSnapshotKeyIdBytes> key_id{};
+};
+util::StatusOr<SnapshotHeader> ParseSnapshotHeader(std::span<const uint8_t> header);
 
 // A fresh nonce from OpenSSL's CSPRNG; Internal when it has no entropy.
 util::Status RandomNonce(std::span<uint8_t, kSnapshotNonceBytes> nonce);

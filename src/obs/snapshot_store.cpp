@@ -321,13 +321,14 @@ void SnapshotStore::Sweep() {
   for (const std::string& n : unknown) {
     auto mapped = fs_.MapReadOnly(PathOf(n));
     if (!mapped.ok()) continue;  // gone since the listing
-    auto created = SnapshotCreatedMs((*mapped)->bytes());
-    if (!created.ok()) {
+    auto header = ParseSnapshotHeader((*mapped)->bytes());
+    if (!header.ok()) {
       log_.Warn("snapshot sweep: {} is not a snapshot file ({}); left alone", n,
-                created.status().message());
+                header.status().message());
       continue;
     }
-    found.push_back({n, File{*created, (*mapped)->bytes().size()}});
+    // Another key's files (a rotated key) still count and expire here.
+    found.push_back({n, File{header->created_ms, (*mapped)->bytes().size()}});
   }
   std::lock_guard<std::mutex> lock(index_mu_);
   for (auto& [n, f] : found) {
@@ -396,10 +397,13 @@ SnapshotStoreStats SnapshotStore::stats() const {
           .bytes = get(c.bytes)};
 }
 
-util::StatusOr<OpenedSnapshot> SnapshotStore::Read(util::FileSystem& fs, const std::string& dir,
-                                                   const SnapshotKey& key,
-                                                   const std::string& tenant,
-                                                   const std::string& request_id) {
+namespace {
+
+// The snapshot of (tenant, request_id) in `dir`: NotFound, the file
+// system's error, or what OpenSnapshot says.
+util::StatusOr<OpenedSnapshot> ReadOne(util::FileSystem& fs, const std::string& dir,
+                                       const SnapshotKey& key, const std::string& tenant,
+                                       const std::string& request_id) {
   const std::string path = dir + "/" + key.FileName(tenant, request_id);
   auto size = fs.FileSize(path);
   if (!size.ok()) {
@@ -424,9 +428,40 @@ util::StatusOr<OpenedSnapshot> SnapshotStore::Read(util::FileSystem& fs, const s
   return OpenSnapshot(key, tenant, request_id, *bytes);
 }
 
+}  // namespace
+
+util::StatusOr<OpenedSnapshot> SnapshotStore::Read(util::FileSystem& fs, const std::string& dir,
+                                                   const SnapshotKey& key,
+                                                   const std::string& tenant,
+                                                   const std::string& request_id) {
+  auto opened = ReadOne(fs, dir, key, tenant, request_id);
+  if (opened.ok() || opened.status().code() != util::StatusCode::kNotFound) return opened;
+  // A key names its files: under a wrong key every snapshot looks absent.
+  // The headers say which key wrote them (up to 64 looked at).
+  auto names = fs.ListDir(dir);
+  if (!names.ok()) return opened;
+  size_t looked = 0;
+  std::string other;
+  for (const std::string& n : *names) {
+    if (!IsSnapshotName(n) || looked >= 64) continue;
+    auto mapped = fs.MapReadOnly(dir + "/" + n);
+    if (!mapped.ok()) continue;
+    auto header = ParseSnapshotHeader((*mapped)->bytes());
+    if (!header.ok()) continue;
+    ++looked;
+    if (header->key_id == key.id()) return opened;  // the key is right: it is absent
+    other = HexEncode(header->key_id);
+  }
+  if (other.empty()) return opened;
+  return util::DataLossError(fmt::format(
+      "snapshot authentication failed: the snapshots in {} were written under another key (key id "
+      "{}; this key's is {})",
+      dir, other, key.IdHex()));
+}
+
 util::StatusOr<OpenedSnapshot> SnapshotStore::Get(const std::string& tenant,
                                                   const std::string& request_id) const {
-  auto opened = Read(fs_, options_.dir, key_, tenant, request_id);
+  auto opened = ReadOne(fs_, options_.dir, key_, tenant, request_id);
   if (!opened.ok()) {
     if (opened.status().code() == util::StatusCode::kDataLoss) {
       counters_->auth_failures.fetch_add(1, std::memory_order_relaxed);

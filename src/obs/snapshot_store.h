@@ -140,7 +140,9 @@ class SnapshotStore {
   const SnapshotStoreOptions& options() const { return options_; }
 
   // The snapshot of (tenant, request_id) in `dir`, read without a store (the
-  // replay command): as Get, with no retention check.
+  // replay command): as Get, with no retention check, and when it is absent
+  // and the directory's snapshots were all written under another key (their
+  // headers' key ids), DataLoss saying so.
   static util::StatusOr<OpenedSnapshot> Read(util::FileSystem& fs, const std::string& dir,
                                              const SnapshotKey& key, const std::string& tenant,
                                              const std::string& request_id);

@@ -37,10 +37,11 @@ TEST(SnapshotEnvelope, SealThenOpenGivesThePlaintextAndTimeBack) {
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   EXPECT_EQ(opened->plaintext, kPlain);
   EXPECT_EQ(opened->created_ms, kMeta.created_ms);
-  auto created = SnapshotCreatedMs(std::span<const uint8_t>(
+  auto header = ParseSnapshotHeader(std::span<const uint8_t>(
       reinterpret_cast<const uint8_t*>(file->data()), kSnapshotHeaderBytes));
-  ASSERT_TRUE(created.ok());
-  EXPECT_EQ(*created, kMeta.created_ms);
+  ASSERT_TRUE(header.ok());
+  EXPECT_EQ(header->created_ms, kMeta.created_ms);
+  EXPECT_EQ(header->key_id, key.id());
 }
 
 TEST(SnapshotEnvelope, EveryChangedByteFailsAuthenticationAndNothingLeaks) {
@@ -74,6 +75,18 @@ TEST(SnapshotEnvelope, AWrongKeyTenantOrRequestIdFailsAuthentication) {
     EXPECT_EQ(opened.status().code(), util::StatusCode::kDataLoss);
     EXPECT_NE(opened.status().message().find("authentication failed"), std::string::npos);
   }
+  // The wrong key is named as such (by the key ids, which reveal nothing of the keys).
+  const std::string other = OpenSnapshot(KeyOf(8), "acme", "req-1", file).status().message();
+  EXPECT_NE(other.find("another key (key id " + KeyOf(7).IdHex()), std::string::npos) << other;
+  EXPECT_NE(KeyOf(7).IdHex(), KeyOf(8).IdHex());
+  // A wrong key whose id was forged into the header still fails, on the tag.
+  std::string forged = file;
+  const auto id8 = KeyOf(8).id();
+  forged.replace(20, id8.size(), reinterpret_cast<const char*>(id8.data()), id8.size());
+  auto f = OpenSnapshot(KeyOf(8), "acme", "req-1", forged);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message().find("key id"), std::string::npos);
+  EXPECT_NE(f.status().message().find("authentication failed"), std::string::npos);
 }
 
 TEST(SnapshotEnvelope, AnotherMagicOrVersionIsNamedAsSuch) {

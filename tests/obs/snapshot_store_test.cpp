@@ -251,6 +251,23 @@ TEST_F(SnapshotStoreTest, ASweepCountsFilesItDidNotWriteAndLeavesStrangersAlone)
   EXPECT_EQ(s->stats().files, 0);
 }
 
+TEST_F(SnapshotStoreTest, ReadingUnderAnotherKeySaysSoAndAnAbsentIdIsNotFound) {
+  {
+    auto s = Open();
+    ASSERT_TRUE(Put(*s, "acme", "r1", "x"));
+  }
+  EXPECT_TRUE(SnapshotStore::Read(fs_, "snaps", TestKey(), "acme", "r1").ok());
+  EXPECT_EQ(SnapshotStore::Read(fs_, "snaps", TestKey(), "acme", "r2").status().code(),
+            util::StatusCode::kNotFound);
+  std::array<uint8_t, kSnapshotKeyBytes> raw{};
+  raw.fill(0x33);
+  auto other = SnapshotStore::Read(fs_, "snaps", SnapshotKey::FromBytes(raw), "acme", "r1");
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), util::StatusCode::kDataLoss);
+  EXPECT_NE(other.status().message().find("written under another key"), std::string::npos)
+      << other.status().message();
+}
+
 TEST(SnapshotStore, AFailedWriteIsCountedAndTheRequestUnharmed) {
   FailingWrites fs;
   testing::FakeClock clock;
