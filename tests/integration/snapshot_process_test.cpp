@@ -320,5 +320,48 @@ TEST_F(SnapshotProcessTest, AChoiceOnTheRtSwitchersTermsReplaysOnThem) {
   EXPECT_NE(replay.out.find("identical, 8 tokens"), std::string::npos) << replay.out;
 }
 
+// A remote backend's request: recorded without seeds or token ids (the
+// upstream keeps them), replayed by sending it to --upstream again and
+// comparing texts; without --upstream replay says what to do.
+TEST_F(SnapshotProcessTest, ARemoteBackendsRequestIsSentToTheUpstreamAgain) {
+  const std::string up_log = Path("upstream.log");
+  const pid_t up = testing::Spawn({"serve", "-m", testing::SharedPath(kModel), "--port", "0", "-t",
+                                   "1", "--ctx", "512", "--alias", "remote-tiny"},
+                                  up_log);
+  const int up_port = testing::WaitReady(up, up_log);
+  ASSERT_GT(up_port, 0) << ReadAll(up_log);
+  const std::string upstream = "http://127.0.0.1:" + std::to_string(up_port);
+  const std::string front_log = Path("front.log");
+  const pid_t front = testing::Spawn(
+      {"serve", "--backend", "openai:" + upstream, "--backend-name", "remote-tiny", "--port", "0",
+       "--snapshots", Path("snaps"), "--snapshot-key-file", Path("snap.key")},
+      front_log);
+  const int front_port = testing::WaitReady(front, front_log);
+  ASSERT_GT(front_port, 0) << ReadAll(front_log);
+  Json body = Chat("A kite in the wind", 0, 16);
+  body["model"] = "remote-tiny";
+  const std::string b = body.dump();
+  RawClient c(front_port);
+  ASSERT_TRUE(
+      c.Send("POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nX-Request-ID: remote-1\r\n"
+             "Content-Length: " +
+             std::to_string(b.size()) + "\r\n\r\n" + b));
+  auto r = c.ReadResponse(std::chrono::seconds(60));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  ::kill(front, SIGTERM);
+  EXPECT_EQ(testing::WaitExit(front, std::chrono::seconds(30)), 0) << ReadAll(front_log);
+  const Replay without = RunReplay("remote-1", {"--tenant", "default"});
+  EXPECT_EQ(without.exit, 2);
+  EXPECT_NE(without.out.find("remote backend 'remote-tiny' (openai)"), std::string::npos)
+      << without.out;
+  const Replay again = RunReplay("remote-1", {"--tenant", "default", "--upstream", upstream});
+  EXPECT_EQ(again.exit, 0) << again.out;
+  EXPECT_NE(again.out.find("need not be deterministic"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("identical: 1 choice(s)"), std::string::npos) << again.out;
+  ::kill(up, SIGTERM);
+  EXPECT_EQ(testing::WaitExit(up, std::chrono::seconds(30)), 0);
+}
+
 }  // namespace
 }  // namespace strata
