@@ -37,7 +37,8 @@
 // Threading: thread-safe. Put and Get from any thread; one writer thread
 // (started by Open, joined by the destructor after it writes what is still
 // queued, for at most shutdown_flush) owns the writing, the sweeps and the
-// digests.
+// digests. It runs at nice 10: on a busy machine requests come first and
+// the queue drops more, rather than the writer taking their CPU.
 //
 // Usage:
 //   STRATA_ASSIGN_OR_RETURN(auto store, SnapshotStore::Open({.dir = "snapshots"}, key, fs,
