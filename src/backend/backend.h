@@ -219,6 +219,15 @@ struct Event {
   // sampling=... max_tokens_cap=..."), and whether it is traced.
   std::string terms;
   bool traced = true;
+  // kFinish, what reproduces the choice (request snapshots): the seed its
+  // sampler drew from (the local engine; nullopt for a remote backend), the
+  // ids of every token it generated in order (the local engine; the end-of-
+  // generation token and stop-string tokens included; empty for a remote
+  // backend), and the replica that answered (a remote backend's base URL;
+  // "" for the local engine).
+  std::optional<uint64_t> seed;
+  std::vector<int32_t> token_ids;
+  std::string replica;
 };
 
 // The RT-Switcher as a backend sees it (gateway/rt_control.h implements it):

@@ -171,6 +171,7 @@ class ChoiceSink final : public engine::RequestSink {
 
   bool OnToken(int32_t token) override {
     const auto now = clock_.Now();
+    token_ids_.push_back(token);
     if (n_tokens_++ == 0) {
       first_ = now;
       sink_->OnFirstToken(now - start_);
@@ -245,6 +246,8 @@ class ChoiceSink final : public engine::RequestSink {
                       .tokens = n_tokens_};
     e.terms = terms_.describe;
     e.traced = terms_.traced;
+    e.seed = params_.seed;
+    e.token_ids = std::move(token_ids_);
     // The engine ends the turn or stops on our matcher; which string matched
     // is ours to say (FinishReason).
     if (!status.ok() || reason == engine::FinishReason::kCancelled) {
@@ -359,6 +362,7 @@ class ChoiceSink final : public engine::RequestSink {
   Governor::Terms terms_;                           // taken at admission
   Clock::time_point first_;
   int32_t n_tokens_ = 0;
+  std::vector<int32_t> token_ids_;  // every token generated, for the finish event
   std::optional<TokenLogprob> pending_lp_;
 };
 

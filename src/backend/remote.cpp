@@ -497,6 +497,7 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
         e.traced = traced_;
         span_input_tokens_ = std::max<int64_t>(span_input_tokens_, e.usage.prompt_tokens);
         span_output_tokens_ += e.usage.completion_tokens;
+        if (replica_ >= 0) e.replica = s_->bases[static_cast<size_t>(replica_)];
         if (e.status.ok()) {
           s_->prompt_tokens->Inc(e.usage.prompt_tokens);
           s_->cached_tokens->Inc(e.usage.cached_tokens);

@@ -43,6 +43,7 @@ Command RegisterServe(CLI::App& app);
 // `strata config check FILE` and `strata config defaults`.
 Command RegisterConfig(CLI::App& app);
 Command RegisterEvalSampling(CLI::App& app);
+Command RegisterReplay(CLI::App& app);
 // `strata eval l3` joins the `eval` group (creating it when no command before
 // it has); the returned Command holds the `l3` subcommand itself, and main()
 // runs it before the group's own runner.

@@ -34,6 +34,7 @@
 #include "cli/serve_flags.h"
 #include "cli/serve_http.h"
 #include "cli/serve_reload.h"
+#include "cli/serve_snapshots.h"
 #include "cli/serve_tracing.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
@@ -207,6 +208,7 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   gateway::GatewayOptions check;
   STRATA_RETURN_IF_ERROR(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check));
   STRATA_RETURN_IF_ERROR(ValidateAuditFlags(f.audit));
+  STRATA_RETURN_IF_ERROR(ValidateSnapshotFlags(f.snapshots));
   if (!f.chat_format.empty()) {
     plan.chat_format = text::ParseChatFormat(f.chat_format);
     if (!plan.chat_format) {
@@ -266,14 +268,15 @@ struct Listening {
 };
 
 // Starts the HTTP server without a gateway (/health answers 503 until
-// OpenForRequests) on `loops`, tracing requests with `tracer` (null: off);
-// bind and option errors as HttpServer reports them.
+// OpenForRequests) on `loops`, tracing requests with `tracer` (null: off),
+// auditing them as `compliance` says and recording them into `snapshots`
+// (null: off); bind and option errors as HttpServer reports them.
 util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys keys,
                                          net::EventLoops& loops,
                                          std::shared_ptr<obs::Tracer> tracer,
                                          const server::ComplianceOptions& compliance,
-                                         obs::MetricsRegistry& metrics, const util::Clock& clock,
-                                         util::Logger& log) {
+                                         SnapshotServing* snapshots, obs::MetricsRegistry& metrics,
+                                         const util::Clock& clock, util::Logger& log) {
   server::ServerOptions so;
   so.host = f.host;
   so.port = f.port;
@@ -286,6 +289,7 @@ util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys ke
   so.accept_any_model = f.accept_any_model;
   so.tracer = std::move(tracer);
   so.compliance = compliance;
+  so.snapshots = snapshots != nullptr ? snapshots->recorder.get() : nullptr;
   Listening l;
   STRATA_ASSIGN_OR_RETURN(l.server,
                           server::HttpServer::Create(so, std::move(keys), metrics, clock, log));
@@ -649,8 +653,15 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
   if (!loops.ok()) return UsageError(loops.status().message());  // ValidateFlags: does not happen
   auto compliance = StartCompliance(env, f.audit, metrics, clock, *log);
   if (!compliance.ok()) return ReportError(compliance.status());
+  // Before the server: it records into them until it stops.
+  auto snapshots = OpenSnapshots(f.snapshots, env, metrics, clock, *log);
+  if (!snapshots.ok()) {  // a bad key file is a usage error; a directory it cannot make is not
+    return snapshots.status().code() == util::StatusCode::kInvalidArgument
+               ? UsageError(snapshots.status().message())
+               : ReportError(snapshots.status());
+  }
   auto srv = StartListening(f, std::move(keys).value(), **loops, (*tracing)->tracer,
-                            (*compliance)->options, metrics, clock, *log);
+                            (*compliance)->options, snapshots->get(), metrics, clock, *log);
   if (!srv.ok()) return ReportError(srv.status());
   srv->server->SetAdminKey(std::move(admin_key).value());
   auto rt = StartRtSwitcher(f, *plan, metrics, clock, *log);
@@ -663,6 +674,11 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
                                      metrics, clock, *log);
   if (!remotes.ok()) return ReportError(remotes.status());
   LocalServing* l = local->get();
+  if (l != nullptr && *snapshots) {
+    AddLocalModel(**snapshots, env, l->backend->name(), l->opened.path, *l->opened.model,
+                  f.chat_format, f.prompt_special_tokens,
+                  std::min(f.max_tokens_cap, l->eng.options.n_ctx), *log);
+  }
   auto go = GatewayOptionsFor(f, l ? l->eng.options.n_ctx : 0, rt->get(), clock);
   if (!go.ok()) return UsageError(go.status().message());  // ValidateFlags: does not happen
   auto gw = BuildGateway(l, *remotes, metrics, *go, clock, *log);
@@ -760,6 +776,7 @@ Command RegisterServe(CLI::App& app) {
                 "flight; default: on)");
   RegisterCacheFlags(*cmd, f->cache);
   RegisterAuditFlags(*cmd, f->audit);
+  RegisterSnapshotFlags(*cmd, f->snapshots);
   cmd->add_option("--l2-policy", f->l2_policy,
                   "Eviction policy of cached KV prefix blocks (L2): lru, dual-factor or w-tinylfu "
                   "(dual-factor: the best prefix hit rate on the Mooncake replay, LRU a close "

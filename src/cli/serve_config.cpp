@@ -121,24 +121,26 @@ ServeKnob Bind(std::string key, std::string flag, Access access, Meta m = {}) {
   return out;
 }
 
-// --l3-tenants is one comma-separated flag; in the file it is an array.
-ServeKnob L3Tenants() {
+// A comma-separated flag (--l3-tenants, --snapshot-tenants) is an array in
+// the file; `access` maps a ServeFlags to the flag's string.
+template <typename Access>
+ServeKnob CommaList(std::string key, std::string flag, Access access, Meta m = {}) {
   ServeKnob out;
-  out.knob = MakeKnob("l3.tenants", Type::kStringList, "--l3-tenants", {.reload = kLive});
-  out.flags = {"--l3-tenants"};
-  out.set = [](ServeFlags& f, const config::Value& v) {
+  out.knob = MakeKnob(std::move(key), Type::kStringList, flag, std::move(m));
+  out.flags = {flag};
+  out.set = [access](ServeFlags& f, const config::Value& v) {
     std::string joined;
     for (const std::string& t : v.list) joined += (joined.empty() ? "" : ",") + t;
-    f.cache.l3_tenants = joined;
+    access(f) = joined;
   };
-  out.copy = [](const ServeFlags& from, ServeFlags& to) {
-    to.cache.l3_tenants = from.cache.l3_tenants;
+  out.copy = [access](const ServeFlags& from, ServeFlags& to) {
+    access(to) = access(const_cast<ServeFlags&>(from));  // read only
   };
-  out.get = [](const ServeFlags& f) {
+  out.get = [access](const ServeFlags& f) {
     std::vector<std::string> list;
+    const std::string& s = access(const_cast<ServeFlags&>(f));  // read only
     size_t start = 0;
-    const std::string& s = f.cache.l3_tenants;
-    while (start <= s.size() && !s.empty()) {
+    while (start < s.size()) {
       const size_t comma = s.find(',', start);
       const std::string t = s.substr(start, comma == std::string::npos ? comma : comma - start);
       if (!t.empty()) list.push_back(t);
@@ -345,7 +347,9 @@ std::vector<ServeKnob> MakeServeKnobs() {
   // [l3]
   k.push_back(Bind("l3.mode", "--l3", [](ServeFlags & f) -> auto& { return f.cache.l3; },
                    {.choices = {"off", "opt-in", "on"}, .reload = kLive}));
-  k.push_back(L3Tenants());
+  k.push_back(CommaList("l3.tenants", "--l3-tenants",
+                        [](ServeFlags & f) -> auto& { return f.cache.l3_tenants; },
+                        {.reload = kLive}));
   k.push_back(Bind("l3.bytes", "--l3-bytes",
                    [](ServeFlags & f) -> auto& { return f.cache.l3_bytes; },
                    {.unit = "bytes", .min = 4096, .max = std::ldexp(1.0, 40)}));
@@ -510,6 +514,24 @@ std::vector<ServeKnob> MakeServeKnobs() {
   k.push_back(Bind(
       "watermark.key_file", "--watermark-key-file",
       [](ServeFlags & f) -> auto& { return f.audit.watermark_key_file; }));
+  // [snapshots]: encrypted request snapshots (restart: the store and its writer)
+  k.push_back(Bind(
+      "snapshots.dir", "--snapshots", [](ServeFlags & f) -> auto& { return f.snapshots.dir; }));
+  k.push_back(Bind(
+      "snapshots.key_file", "--snapshot-key-file",
+      [](ServeFlags & f) -> auto& { return f.snapshots.key_file; }));
+  k.push_back(Bind("snapshots.retention", "--snapshot-retention",
+                   [](ServeFlags & f) -> auto& { return f.snapshots.retention; },
+                   {.unit = "s, or a number with s, m, h or d"}));
+  k.push_back(Bind("snapshots.max_bytes", "--snapshot-max-bytes",
+                   [](ServeFlags & f) -> auto& { return f.snapshots.max_bytes; },
+                   {.unit = "bytes", .min = std::ldexp(1.0, 20), .max = std::ldexp(1.0, 50)}));
+  k.push_back(CommaList(
+      "snapshots.tenants", "--snapshot-tenants",
+      [](ServeFlags & f) -> auto& { return f.snapshots.tenants; }));
+  k.push_back(Bind("snapshots.queue", "--snapshot-queue",
+                   [](ServeFlags & f) -> auto& { return f.snapshots.queue; },
+                   {.unit = "snapshots", .min = 1, .max = 65536}));
   k.push_back(Backends());
   return k;
 }

@@ -371,7 +371,10 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const backend::Prepared> prepared, b->Prepare(r));
   metrics_->prompt_tokens.Inc(prepared->prompt_tokens);
   ResponseTiers::Admission a = tiers_->Admit(r, *b, *prepared, *live);
-  if (a.answer) return std::move(a.answer);
+  if (a.answer) {
+    a.answer->set_provenance({{b, prepared}});
+    return std::move(a.answer);
+  }
   auto sink = std::make_shared<ReportingSink>(a.flight, metrics_, log_, r.request_id, r.session_id,
                                               prepared->max_tokens, prepared->prompt_tokens == 0);
   auto run = b->Start(r, prepared, std::move(sink), governor_.get());
@@ -383,9 +386,11 @@ util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionReque
   log_.Debug("[{}] tenant={} backend={} prompt_tokens={} n={} max_tokens={}{}", r.request_id,
              r.tenant, b->name(), prepared->prompt_tokens, r.n, prepared->max_tokens,
              a.refresh ? " (L1 early refresh)" : "");
-  return std::unique_ptr<Generation>(
-      new FlightGeneration(a.flight, a.registered ? tiers_ : nullptr, prepared->prompt_tokens,
-                           CacheOutcome::kMiss, b->defers_stream_head()));
+  auto gen = std::make_unique<FlightGeneration>(a.flight, a.registered ? tiers_ : nullptr,
+                                                prepared->prompt_tokens, CacheOutcome::kMiss,
+                                                b->defers_stream_head());
+  gen->set_provenance({{b, prepared}});
+  return std::unique_ptr<Generation>(std::move(gen));
 }
 
 util::StatusOr<EmbeddingResult> Gateway::Embed(const EmbeddingRequest& r,

@@ -190,9 +190,25 @@ enum class CacheOutcome {
 // "miss", "l1", "l3", "coalesced".
 std::string_view CacheOutcomeName(CacheOutcome outcome);
 
+// What answered a generation Gateway::Start made: the backend (after any
+// RT-Switcher fallback; borrowed, it outlives the gateway's requests) and
+// what it prepared (the local engine's prompt tokens, the effective
+// max_tokens and stop strings). For request snapshots.
+struct Provenance {
+  const backend::Backend* backend = nullptr;
+  std::shared_ptr<const backend::Prepared> prepared;
+};
+
 class Generation {
  public:
   virtual ~Generation() = default;
+  // Set by whoever makes the generation: Gateway::Start one entry, a
+  // generation read as one over several (a prompt array) each part's in
+  // order; empty for any other. Not thread-safe: set before the generation
+  // is handed on.
+  const std::vector<Provenance>& provenance() const { return provenance_; }
+  void set_provenance(std::vector<Provenance> p) { provenance_ = std::move(p); }
+
   // The next event, waiting until `deadline` (DeadlineExceeded after it);
   // OutOfRange once every choice has finished and all events were read.
   // A deadline already past makes it a poll that never waits.
@@ -215,6 +231,9 @@ class Generation {
   // The backend may fail before the first event (backend::Backend::
   // defers_stream_head): a stream's head should wait for that event.
   virtual bool defers_stream_head() const { return false; }
+
+ private:
+  std::vector<Provenance> provenance_;
 };
 
 struct GatewayMetrics;

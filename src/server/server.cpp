@@ -30,6 +30,7 @@ enum class Route {
   kCountTokens,
   kTokenize,
   kDetokenize,
+  kSnapshot,  // GET /v1/snapshots/{request_id}
 };
 
 // One endpoint: its paths (the OpenAI ones also without /v1, as the SDKs
@@ -75,9 +76,18 @@ const Endpoint* EndpointAt(std::string_view path) {
 
 const char* AllowOf(const Endpoint& e) { return e.get ? "GET, HEAD" : "POST"; }
 
+// Request snapshots are read by id, the path's last segment.
+constexpr std::string_view kSnapshotsPrefix = "/v1/snapshots/";
+
 Routed RouteFor(std::string_view method, std::string_view path) {
   const ApiKind shape =
       path.rfind("/v1/messages", 0) == 0 ? ApiKind::kAnthropicMessages : ApiKind::kOpenAIChat;
+  if (path.rfind(kSnapshotsPrefix, 0) == 0) {
+    if (method == "GET" || method == "HEAD") {
+      return {Route::kSnapshot, ApiKind::kOpenAIChat, "/v1/snapshots", nullptr};
+    }
+    return {Route::kNone, shape, "/v1/snapshots", "GET, HEAD"};
+  }
   const Endpoint* e = EndpointAt(path);
   if (e == nullptr) return {Route::kNone, shape, "", nullptr};
   const bool allowed = e->get ? (method == "GET" || method == "HEAD") : method == "POST";
@@ -248,6 +258,13 @@ class HttpServer::Impl final : public net::HttpHandler {
         return NoRoute(head, r);
       case Route::kModels:
         return ToResponse(handler_.ListModels(Call(head, {})), &head);
+      case Route::kSnapshot:
+        // The key is checked before anything else; reading the file waits
+        // for a worker. Served while draining: it starts no generation.
+        if (auto refused = handler_.Screen(r.kind, r.endpoint, Call(head, {}), false)) {
+          return ToResponse(std::move(*refused), &head);
+        }
+        return std::nullopt;
       case Route::kComplete:
       case Route::kEmbed:
       case Route::kCountTokens:
@@ -292,6 +309,9 @@ class HttpServer::Impl final : public net::HttpHandler {
           break;
         case Route::kDetokenize:
           reply = handler_.Detokenize(call);
+          break;
+        case Route::kSnapshot:
+          reply = handler_.ReadSnapshot(call);
           break;
         default:
           reply = handler_.Complete(r.kind, call);

@@ -53,6 +53,7 @@
 #include "obs/tracer.h"
 #include "server/auth.h"
 #include "server/compliance.h"
+#include "server/snapshots.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -91,6 +92,10 @@ struct ServerOptions {
   // incoming traceparent is passed on to remote backends unchanged.
   std::shared_ptr<obs::Tracer> tracer;
   ComplianceOptions compliance;  // audit log and watermark (server/compliance.h)
+  // Borrowed, must outlive the server: record completed generations as
+  // request snapshots and serve GET /v1/snapshots/{id} (server/snapshots.h).
+  // nullptr = off (that route answers 404).
+  const SnapshotRecorder* snapshots = nullptr;
 };
 
 // What a reload did (POST /admin/reload answers it as JSON; `strata serve`

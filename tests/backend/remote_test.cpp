@@ -210,7 +210,8 @@ struct Rig {
     client = std::move(c).value();
     RemoteOptions o;
     o.name = "up";
-    o.routing.replicas = {"http://127.0.0.1:" + std::to_string(*port)};
+    replica = "http://127.0.0.1:" + std::to_string(*port);
+    o.routing.replicas = {replica};
     o.health_path = "";
     o.max_answer_bytes = max_answer_bytes;
     auto b = RemoteBackend::Create(o, *client, *metrics, util::RealClock(), *log);
@@ -223,6 +224,7 @@ struct Rig {
   std::unique_ptr<net::HttpClient> client;
   obs::MetricsRegistry registry;
   std::unique_ptr<RemoteMetrics> metrics = RemoteMetrics::Register(registry);
+  std::string replica;                     // the upstream's base URL
   std::unique_ptr<RemoteBackend> backend;  // destroyed first
 };
 
@@ -279,6 +281,9 @@ TEST(RemoteBackend, AClientThatDoesNotStreamIsSentTheUpstreamsWholeAnswer) {
     EXPECT_TRUE(events[1].status.ok()) << events[1].status.ToString();
     EXPECT_EQ(events[1].usage.prompt_tokens, 3);
     EXPECT_EQ(events[1].usage.completion_tokens, 1);
+    // The finish names the replica that answered (a request snapshot records it).
+    EXPECT_EQ(events[1].replica, rig.replica);
+    EXPECT_FALSE(events[1].seed.has_value());
     EXPECT_EQ(upstream.accept(), stream ? "text/event-stream" : "application/json");
     EXPECT_EQ(upstream.request_id(), r.request_id);
     const std::string body = upstream.body();

@@ -88,6 +88,10 @@ TEST(ServeConfig, KnobRangesAreTheRangesTheFlagsEnforce) {
       if (knob.key == "traces.batch_spans") flags.trace.otlp_queue_spans = 1 << 20;
       if (knob.key == "traces.queue_spans") flags.trace.otlp_batch_spans = 1;
       if (knob.key.rfind("audit.", 0) == 0) flags.audit.audit_log = "audit.log";
+      if (knob.key.rfind("snapshots.", 0) == 0) {
+        flags.snapshots.dir = "snapshots";
+        flags.snapshots.key_file = "snapshot.key";
+      }
       config::Value value;
       value.type = knob.type;
       value.i = static_cast<int64_t>(v);

@@ -206,6 +206,70 @@ TEST_F(GatewayTest, UnseededRequestsDrawFreshSeedsFromTheServersStream) {
   EXPECT_EQ(run(7), run(7));
 }
 
+// What a request snapshot records: each choice's finish carries the seed it
+// sampled with (drawn from the server's stream for an unseeded request) and
+// its token ids, and the generation names the backend and its prepared
+// prompt. Running again with those seeds gives the same tokens.
+TEST_F(GatewayTest, AFinishCarriesTheSeedAndTokensThatReproduceTheChoice) {
+  GatewayOptions go = testing::TinyGatewayOptions();
+  go.unseeded_seed_base = 987;
+  obs::MetricsRegistry metrics;
+  auto gw =
+      std::move(Gateway::Create(*s_.tiny.model, *s_.sched, metrics, go, clock_, *log_)).value();
+  CompletionRequest r = Prompt("Once upon", 12);
+  r.sampling.temperature = 1.2f;
+  r.sampling.top_k = 0;
+  r.n = 3;
+  struct Choice {
+    std::string text;
+    std::optional<uint64_t> seed;
+    std::vector<int32_t> tokens;
+  };
+  auto run = [&](const CompletionRequest& req) {
+    std::vector<Choice> out(static_cast<size_t>(req.n));
+    auto g = gw->Start(req);
+    EXPECT_TRUE(g.ok()) << g.status().ToString();
+    if (!g.ok()) return out;
+    EXPECT_EQ((*g)->provenance().size(), 1u);
+    if ((*g)->provenance().size() == 1) {
+      const Provenance& p = (*g)->provenance()[0];
+      EXPECT_EQ(p.backend, gw->Find(""));
+      EXPECT_EQ(p.prepared->tokens, *gw->Tokenize(req));
+      EXPECT_EQ(p.prepared->max_tokens, 12);
+    }
+    const auto far = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+    while (true) {
+      auto e = (*g)->Next(far);
+      if (!e.ok()) break;
+      Choice& c = out[static_cast<size_t>(e->index)];
+      if (e->kind == Event::Kind::kDelta) {
+        c.text += e->text;
+      } else {
+        c.seed = e->seed;
+        c.tokens = e->token_ids;
+        EXPECT_EQ(static_cast<int32_t>(c.tokens.size()), e->usage.completion_tokens);
+        EXPECT_TRUE(e->replica.empty());
+      }
+    }
+    return out;
+  };
+  const std::vector<Choice> first = run(r);
+  ASSERT_TRUE(first[0].seed.has_value());
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(first[i].seed, *first[0].seed + i);  // choice i samples with base + i
+    EXPECT_FALSE(first[i].tokens.empty());
+  }
+  CompletionRequest again = r;
+  again.sampling.seed = *first[0].seed;
+  again.fixed_seed = true;
+  const std::vector<Choice> second = run(again);
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(second[i].tokens, first[i].tokens) << i;
+    EXPECT_EQ(second[i].text, first[i].text) << i;
+    EXPECT_EQ(second[i].seed, first[i].seed) << i;
+  }
+}
+
 TEST_F(GatewayTest, InvalidRequestsNameTheProblem) {
   CompletionRequest r = Prompt("x", 5);
   r.n = 0;

@@ -108,6 +108,26 @@ backend_bad "--backend-io-threads 0 is outside [1, 64]" --backend-io-threads 0
 backend_bad "--backend-load-bound 0.5 is outside [1, 100]" --backend-load-bound 0.5
 backend_bad "--backend-affinity-floor 0 is outside [1, 1048576]" --backend-affinity-floor 0
 
+# Request snapshots: the flags' bad values and the key file, refused before
+# anything starts; `strata replay`'s arguments and a snapshot that is not there.
+openssl rand -hex 32 > "$tmp/snap.key" 2>/dev/null || printf '%064d\n' 7 > "$tmp/snap.key"
+printf 'too short' > "$tmp/short.key"
+serve_bad "--snapshots needs --snapshot-key-file" --snapshots "$tmp/snaps"
+serve_bad "--snapshot-key-file needs --snapshots DIR" --snapshot-key-file "$tmp/snap.key"
+serve_bad "snapshot key file $tmp/short.key holds 9 bytes" --snapshots "$tmp/snaps" --snapshot-key-file "$tmp/short.key"
+serve_bad "--snapshot-retention '10y' is not a duration" --snapshots "$tmp/snaps" --snapshot-key-file "$tmp/snap.key" --snapshot-retention 10y
+serve_bad "--snapshot-retention '3651d' is not a duration" --snapshots "$tmp/snaps" --snapshot-key-file "$tmp/snap.key" --snapshot-retention 3651d
+serve_bad "--snapshot-max-bytes 1000 is outside [2^20, 2^50]" --snapshots "$tmp/snaps" --snapshot-key-file "$tmp/snap.key" --snapshot-max-bytes 1000
+serve_bad "--snapshot-queue 0 is outside [1, 65536]" --snapshots "$tmp/snaps" --snapshot-key-file "$tmp/snap.key" --snapshot-queue 0
+serve_bad "--snapshot-tenants: 'a b' is not a tenant name" --snapshots "$tmp/snaps" --snapshot-key-file "$tmp/snap.key" --snapshot-tenants "x,a b"
+expect 0 "identical (exit 0), different (1)" -- replay --help
+expect 2 "request id 'a/b' is not" -- replay a/b --snapshots "$tmp/snaps" --snapshot-key-file "$tmp/snap.key"
+expect 2 "--snapshots DIR is required" -- replay r1 --snapshot-key-file "$tmp/snap.key"
+expect 2 "--snapshot-key-file FILE is required" -- replay r1 --snapshots "$tmp/snaps"
+expect 2 "holds 9 bytes" -- replay r1 --snapshots "$tmp/snaps" --snapshot-key-file "$tmp/short.key"
+expect 2 "no snapshot of request 'r1' for tenant 'acme'" -- replay r1 --snapshots "$tmp" --snapshot-key-file "$tmp/snap.key" --tenant acme
+expect 2 "-t 0 is outside" -- replay r1 --snapshots "$tmp" --snapshot-key-file "$tmp/snap.key" -t 0
+
 shared=../shared/models
 if [ -f "$shared/stories260K.gguf" ]; then
   expect 0 "Once upon a time, there was a little girl named Lily" -- generate -m "$shared/stories260K.gguf" --temp 0 -n 12

@@ -16,6 +16,8 @@
 #              by playwright-core) against a server with two tenants' keys
 #              and an RT-Switcher that steps down; its screenshot goes to
 #              build/test-artifacts/dashboard.png
+# Every server records request snapshots (--snapshots), so each SDK flow also
+# goes through the recording hook, which must change nothing a client sees.
 # The tests learn which from STRATA_CHAIN and skip, naming why, only what
 # that chain cannot carry; chain.test.js runs in the chains only.
 # STRATA_CLIENTS_CHAINS="direct openai" runs a subset.
@@ -223,13 +225,18 @@ run_config() {
       ;;
     *) what="[$chain] the upstream" ;;
   esac
-  start_server "$what" "$up_log" -m "$model" --alias test-model -t 2 ${extra[@]+"${extra[@]}"} || return 1
+  # Every request is recorded as a request snapshot (docs/api.md): the
+  # recording must be invisible to the clients, whatever they send.
+  local snaps=(--snapshots "$dir/snapshots" --snapshot-key-file "$tmp/snapshot.key")
+  start_server "$what" "$up_log" -m "$model" --alias test-model -t 2 "${snaps[@]}" \
+    ${extra[@]+"${extra[@]}"} || return 1
   up_pid=$server_pid
   up_port=$server_port
   local base="http://127.0.0.1:$up_port" log="$up_log"
   if [ "$chain" = openai ] || [ "$chain" = anthropic ]; then
     if start_server "[$chain] the front" "$front_log" --backend "$chain:$base" \
-      --backend-name test-model --backend-model test-model; then
+      --backend-name test-model --backend-model test-model \
+      --snapshots "$dir/front-snapshots" --snapshot-key-file "$tmp/snapshot.key"; then
       front_pid=$server_pid
       base="http://127.0.0.1:$server_port"
       log="$front_log"
@@ -253,10 +260,15 @@ run_config() {
     stop_server "[$chain] the front" "$front_pid" "$front_log" || fail=1
   fi
   stop_server "$what" "$up_pid" "$up_log" || fail=1
+  if ! ls "$dir/snapshots/"*.snap >/dev/null 2>&1; then
+    echo "FAIL: [$chain] no request snapshot was recorded"
+    fail=1
+  fi
   return "$fail"
 }
 
 # --- The configurations ---------------------------------------------------------
+openssl rand -hex 32 >"$tmp/snapshot.key" || die "openssl cannot make a snapshot key"
 failed=()
 summary=()
 for chain in ${STRATA_CLIENTS_CHAINS:-direct openai anthropic dashboard}; do

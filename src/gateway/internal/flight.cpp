@@ -153,7 +153,8 @@ StoredResponse::StoredResponse(std::vector<Event> events, int32_t n_choices, int
   bytes_ = sizeof(*this) + events_.capacity() * sizeof(Event);
   for (const Event& e : events_) {
     bytes_ += e.text.capacity() + e.stop_sequence.capacity() + e.status.message().size() +
-              e.terms.capacity() + e.logprobs.capacity() * sizeof(TokenLogprob);
+              e.terms.capacity() + e.logprobs.capacity() * sizeof(TokenLogprob) +
+              e.token_ids.capacity() * sizeof(int32_t) + e.replica.capacity();
     for (const TokenLogprob& lp : e.logprobs) {
       bytes_ += lp.text.capacity() + lp.bytes.capacity() + lp.top.capacity() * sizeof(lp.top[0]);
       for (const auto& t : lp.top) bytes_ += t.first.capacity();

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "server/internal/multi_prompt.h"
+#include "server/internal/snapshot_tap.h"
 #include "server/internal/wire.h"
 
 namespace strata::server {
@@ -39,6 +40,11 @@ bool Audited(std::string_view endpoint) {
   return endpoint == EndpointLabel(ApiKind::kOpenAIChat) ||
          endpoint == EndpointLabel(ApiKind::kOpenAICompletion) ||
          endpoint == EndpointLabel(ApiKind::kAnthropicMessages) || endpoint == kEmbeddingsEndpoint;
+}
+
+int64_t UnixMillis(const util::Clock& clock) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(clock.WallNow().time_since_epoch())
+      .count();
 }
 
 int64_t UnixSeconds(const util::Clock& clock) {
@@ -340,6 +346,10 @@ ApiReply ApiHandler::Complete(ApiKind kind, const ApiCall& call) {
   }
   auto gen = Start(*admitted->gateway, *parsed, reply);
   if (!gen.ok()) return fail(gen.status());
+  if (options_.snapshots != nullptr) {  // request snapshots (server/snapshots.h)
+    *gen = TapForSnapshot(std::move(*gen), *options_.snapshots, kind, scope.endpoint, *parsed,
+                          UnixMillis(clock_));
+  }
   audit.SetGeneration(**gen);
   ResponseMeta meta = Meta(kind, scope, *parsed, **gen);
   scope.span.OnStarted(**gen, meta);

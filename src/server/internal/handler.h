@@ -204,6 +204,11 @@ class ApiHandler {
   ApiReply Detokenize(const ApiCall& call);
   // GET /health: 200 ok, or 503 loading / draining.
   ApiReply Health() const;
+  // GET /v1/snapshots/{request_id}: the caller's tenant's request snapshot
+  // (server/snapshots.h); 400 for an id that cannot be a request id, 404 when
+  // there is none for this tenant or snapshots are off. Reads a file: call
+  // it on a worker thread. In internal/snapshot_read.cpp.
+  ApiReply ReadSnapshot(const ApiCall& call);
 
   // `reply` (its headers kept) turned into the answer for `status` in
   // `kind`'s shape: MapError's HTTP status and Retry-After, RenderError's

@@ -149,7 +149,13 @@ class CombinedGeneration final : public gateway::Generation {
 
 std::unique_ptr<gateway::Generation> CombinePromptGenerations(
     std::vector<std::unique_ptr<gateway::Generation>> parts, int32_t choices_per_part) {
-  return std::make_unique<CombinedGeneration>(std::move(parts), choices_per_part);
+  std::vector<gateway::Provenance> provenance;
+  for (const auto& p : parts) {
+    provenance.insert(provenance.end(), p->provenance().begin(), p->provenance().end());
+  }
+  auto combined = std::make_unique<CombinedGeneration>(std::move(parts), choices_per_part);
+  combined->set_provenance(std::move(provenance));
+  return combined;
 }
 
 }  // namespace strata::server

@@ -8,7 +8,7 @@
 // from its usage (a remote backend) has each finish event carry the sum so
 // far of every part's prompt and cached tokens, so that a reader keeping the
 // largest value it saw (the responder) ends with the total. Cancel cancels
-// every part.
+// every part. Its provenance lists the parts' in order.
 //
 // Threading: Next, Cancel and NotifyWhenReady on the reader's thread (one
 // at a time, as for any Generation); the parts' ready callbacks may run on
