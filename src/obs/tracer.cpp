@@ -47,6 +47,10 @@ Tracer::Tracer(const TracerOptions& options, std::shared_ptr<SpanExporter> expor
       decisions_[s][b] = &family.With({s == 1 ? "true" : "false", b == 0 ? "parent" : "rate"});
     }
   }
+  by_cache_ = &metrics.Counter("strata_requests_traced_total",
+                               "Generation requests by how the cache served them (miss, l1, l3, "
+                               "coalesced) and whether they were traced (recorded as spans).",
+                               {"cache", "traced"});
 }
 
 util::StatusOr<std::shared_ptr<Tracer>> Tracer::Create(const TracerOptions& options,
@@ -59,6 +63,10 @@ util::StatusOr<std::shared_ptr<Tracer>> Tracer::Create(const TracerOptions& opti
   }
   if (exporter == nullptr) return util::InvalidArgumentError("a tracer needs an exporter");
   return std::shared_ptr<Tracer>(new Tracer(options, std::move(exporter), metrics, clock));
+}
+
+void Tracer::CountByCache(std::string_view cache, bool traced) {
+  by_cache_->With({std::string(cache), traced ? "true" : "false"}).Inc();
 }
 
 util::Status Tracer::SetSampleRate(double rate) {

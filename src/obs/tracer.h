@@ -96,6 +96,11 @@ class Tracer : public std::enable_shared_from_this<Tracer> {
   // reload). InvalidArgument, changing nothing, outside [0, 1]. Thread-safe.
   double sample_rate() const { return sample_rate_.load(std::memory_order_relaxed); }
   util::Status SetSampleRate(double rate);
+  // Counts a generation request by how the cache served it (`cache`:
+  // "miss", "l1", "l3", "coalesced") and whether it was traced: the series
+  // strata_requests_traced_total{cache, traced}, whose traced share per
+  // tier is the dashboard's sampled_ratio_by_hit. Thread-safe.
+  void CountByCache(std::string_view cache, bool traced);
   const util::Clock& clock() const { return clock_; }
 
  private:
@@ -113,7 +118,8 @@ class Tracer : public std::enable_shared_from_this<Tracer> {
   const std::shared_ptr<SpanExporter> exporter_;
   const util::Clock& clock_;
   std::atomic<uint64_t> state_;
-  CounterValue* decisions_[2][2] = {};  // [sampled][by]
+  CounterValue* decisions_[2][2] = {};        // [sampled][by]
+  Family<CounterValue>* by_cache_ = nullptr;  // strata_requests_traced_total
 };
 
 // One request's trace context; immutable, shared by everything that works

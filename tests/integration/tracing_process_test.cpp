@@ -691,7 +691,11 @@ TEST_F(TracingProcessTest, TheExportCountersShowOnMetrics) {
        {"strata_trace_spans_exported_total ",
         "strata_trace_spans_dropped_total{reason=\"queue_full\"} 0", "strata_trace_queue_spans ",
         "strata_trace_export_requests_total{result=\"ok\"} ",
-        "strata_trace_requests_total{sampled=\"true\",by=\"rate\"} "}) {
+        "strata_trace_requests_total{sampled=\"true\",by=\"rate\"} ",
+        // Earlier tests sent misses and an L1 hit, all traced: the
+        // dashboard's traced share by cache tier.
+        "strata_requests_traced_total{cache=\"miss\",traced=\"true\"} ",
+        "strata_requests_traced_total{cache=\"l1\",traced=\"true\"} "}) {
     EXPECT_NE(m->body.find(series), std::string::npos) << series;
   }
 }

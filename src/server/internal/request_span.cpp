@@ -87,6 +87,7 @@ RequestSpan RequestSpan::Start(const ApiCall& call, const char* endpoint, obs::T
     return rs;
   }
   const gateway::RtControl* rt = g != nullptr ? g->rt_control() : nullptr;
+  rs.tracer_ = tracer;
   rs.trace_ =
       tracer->StartRequest(parent, std::move(state), rt != nullptr ? rt->trace_sample_rate() : 1.0);
   rs.operation_ = operation;
@@ -144,8 +145,10 @@ void RequestSpan::OnParsedEmbedding(const std::string& model, const gateway::Gat
 }
 
 void RequestSpan::OnStarted(const gateway::Generation& gen, const ResponseMeta& meta) {
+  const std::string_view cache = gateway::CacheOutcomeName(gen.cache_outcome());
+  if (tracer_ != nullptr) tracer_->CountByCache(cache, span_.recording());
   if (!span_.recording()) return;
-  span_.SetString("strata.cache.outcome", gateway::CacheOutcomeName(gen.cache_outcome()));
+  span_.SetString("strata.cache.outcome", cache);
   span_.SetString("gen_ai.response.id", meta.id);
   span_.SetString("gen_ai.response.model", meta.model);
 }

@@ -55,7 +55,8 @@ class RequestSpan {
   void OnParsed(const ParsedRequest& parsed, const gateway::Gateway& g, const std::string& tenant);
   void OnParsedEmbedding(const std::string& model, const gateway::Gateway& g,
                          const std::string& tenant, size_t inputs);
-  // The generation started: how the cache served it, the response's id and model.
+  // The generation started: how the cache served it, the response's id and model;
+  // the request is counted by cache outcome and traced or not (with a tracer).
   void OnStarted(const gateway::Generation& gen, const ResponseMeta& meta);
   // A choice finished (in `kind`'s words for its finish reason).
   void OnFinish(const gateway::Event& finish, ApiKind kind);
@@ -66,6 +67,7 @@ class RequestSpan {
 
  private:
   std::shared_ptr<obs::RequestTrace> trace_;
+  obs::Tracer* tracer_ = nullptr;  // the server's (it outlives every request); null: off
   obs::Span span_;
   std::string operation_;  // gen_ai.operation.name
   std::vector<std::string> finish_reasons_;
