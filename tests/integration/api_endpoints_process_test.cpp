@@ -23,17 +23,12 @@ namespace strata {
 namespace {
 
 using Json = nlohmann::json;
+using testing::HttpRequest;
 using testing::RawClient;
 using testing::RawResponse;
 using testing::ReadAll;
 using testing::Spawn;
 using testing::WaitExit;
-
-std::string Request(const std::string& method, const std::string& path, const std::string& body,
-                    const std::string& extra_headers = "") {
-  return method + " " + path + " HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" +
-         extra_headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-}
 
 Json Parse(const std::string& text) {
   return Json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -42,18 +37,11 @@ Json Parse(const std::string& text) {
 class ApiEndpointsProcessTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
-                                     ("strata_api_endpoints_" + std::to_string(::getpid())));
-    std::filesystem::create_directories(*dir_);
-    model_ = new std::string(testing::MakeDemoModel(
-        dir_->string(), "n_embd=64,n_layers=2,n_heads=4,n_ff=128,n_ctx=4096"));
-    ASSERT_FALSE(model_->empty()) << ReadAll((*dir_ / "mkmodel.log").string());
+    demo_ = new testing::DemoModelDir("strata_api_endpoints",
+                                      "n_embd=64,n_layers=2,n_heads=4,n_ff=128,n_ctx=4096");
+    ASSERT_FALSE(demo_->model.empty()) << demo_->MkmodelLog();
   }
-  static void TearDownTestSuite() {
-    std::filesystem::remove_all(*dir_);
-    delete model_;
-    delete dir_;
-  }
+  static void TearDownTestSuite() { delete demo_; }
   void TearDown() override {
     if (pid_ > 0) testing::Kill(pid_);
   }
@@ -62,9 +50,9 @@ class ApiEndpointsProcessTest : public ::testing::Test {
   // off, so every answer is generated), waited on until ready; its port.
   int Serve(std::vector<std::string> extra, const std::string& ctx = "1024") {
     static int n = 0;
-    log_ = (*dir_ / ("serve_" + std::to_string(++n) + ".log")).string();
-    std::vector<std::string> args = {"serve", "-m",          *model_, "--port", "0",
-                                     "--ctx", ctx,           "-t",    "1",      "--l1-bytes",
+    log_ = (demo_->dir / ("serve_" + std::to_string(++n) + ".log")).string();
+    std::vector<std::string> args = {"serve", "-m",          demo_->model, "--port", "0",
+                                     "--ctx", ctx,           "-t",         "1",      "--l1-bytes",
                                      "0",     "--log-level", "info"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = Spawn(args, log_);
@@ -80,7 +68,7 @@ class ApiEndpointsProcessTest : public ::testing::Test {
   }
   std::optional<RawResponse> Post(const std::string& path, const Json& body,
                                   const std::string& headers = "") {
-    return Ask(Request("POST", path, body.dump(), headers));
+    return Ask(HttpRequest("POST", path, body.dump(), headers));
   }
   std::optional<RawResponse> Get(const std::string& path, const std::string& headers = "") {
     return Ask("GET " + path + " HTTP/1.1\r\nHost: t\r\n" + headers + "\r\n");
@@ -94,14 +82,12 @@ class ApiEndpointsProcessTest : public ::testing::Test {
     return at == std::string::npos ? -1 : std::atof(r->body.c_str() + at + key.size());
   }
 
-  static std::filesystem::path* dir_;
-  static std::string* model_;
+  static testing::DemoModelDir* demo_;
   pid_t pid_ = -1;
   int port_ = -1;
   std::string log_;
 };
-std::filesystem::path* ApiEndpointsProcessTest::dir_ = nullptr;
-std::string* ApiEndpointsProcessTest::model_ = nullptr;
+testing::DemoModelDir* ApiEndpointsProcessTest::demo_ = nullptr;
 
 Json Messages(const std::string& model, const std::string& text, int max_tokens = 3) {
   return {{"model", model},
@@ -220,7 +206,7 @@ TEST_F(ApiEndpointsProcessTest, TokenizeAndDetokenizeRoundTrip) {
   EXPECT_EQ(Parse(missing->body)["error"]["param"], "content") << missing->body;
   for (const char* garbage : {"\xff{[", "[1,2]", "{\"content\": 5}", "{\"tokens\": {}}"}) {
     for (const char* path : {"/tokenize", "/detokenize"}) {
-      auto g = Ask(Request("POST", path, garbage));
+      auto g = Ask(HttpRequest("POST", path, garbage));
       ASSERT_TRUE(g);
       EXPECT_EQ(g->status, 400) << path << " " << garbage << ": " << g->body;
       EXPECT_TRUE(Parse(g->body).contains("error")) << g->body;
@@ -347,8 +333,8 @@ TEST_F(ApiEndpointsProcessTest, AliasesAndAcceptAnyModel) {
   pid_ = -1;
 
   // Several models: which one "any" means is not defined, so it is refused.
-  const std::string log = (*dir_ / "refused.log").string();
-  const pid_t refused = Spawn({"serve", "-m", *model_, "--port", "0", "--backend",
+  const std::string log = (demo_->dir / "refused.log").string();
+  const pid_t refused = Spawn({"serve", "-m", demo_->model, "--port", "0", "--backend",
                                "openai:http://127.0.0.1:9", "--accept-any-model"},
                               log);
   EXPECT_NE(WaitExit(refused, std::chrono::seconds(30)), 0);
@@ -358,7 +344,7 @@ TEST_F(ApiEndpointsProcessTest, AliasesAndAcceptAnyModel) {
 }
 
 TEST_F(ApiEndpointsProcessTest, CorsAnswersAllowedOriginsOnly) {
-  const std::string keys = (*dir_ / "cors_keys.txt").string();
+  const std::string keys = (demo_->dir / "cors_keys.txt").string();
   std::ofstream(keys) << "sk-cors-0123456789 web\n";
   port_ = Serve({"--alias", "demo", "--cors-origin", "http://app.example", "--cors-origin",
                  "http://other.example", "--api-keys", keys});

@@ -23,6 +23,7 @@ namespace strata {
 namespace {
 
 using Json = nlohmann::json;
+using testing::HttpRequest;
 using testing::RawClient;
 using testing::RawResponse;
 using testing::ReadAll;
@@ -30,22 +31,16 @@ using testing::ReadAll;
 constexpr const char* kAdminKey = "admin-key-for-the-test-0123";
 const std::string kBearer = std::string("Authorization: Bearer ") + kAdminKey + "\r\n";
 
-std::string Request(const std::string& method, const std::string& path, const std::string& body,
-                    const std::string& headers = "") {
-  return method + " " + path + " HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" +
-         headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-}
-
 Json Parse(const std::string& text) { return Json::parse(text, nullptr, false); }
 
 void Write(const std::filesystem::path& path, const std::string& text) {
   std::ofstream(path) << text;
 }
 
-// The test's files.
-std::filesystem::path* dir_ = nullptr;
+// The test's files and model.
+testing::DemoModelDir* demo_ = nullptr;
 
-std::string InDir(const std::string& name) { return (*dir_ / name).string(); }
+std::string InDir(const std::string& name) { return (demo_->dir / name).string(); }
 
 // The base configuration; `extra` is appended to its [rt] table (or opens
 // tables of its own).
@@ -61,22 +56,15 @@ std::string Config(const std::string& limits = "max_tokens_cap = 64",
 class ConfigProcessTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
-                                     ("strata_config_" + std::to_string(::getpid())));
-    std::filesystem::create_directories(*dir_);
-    model_ = new std::string(testing::MakeDemoModel(
-        dir_->string(), "n_embd=128,n_layers=4,n_heads=4,n_ff=256,n_ctx=4096"));
-    ASSERT_FALSE(model_->empty()) << ReadAll((*dir_ / "mkmodel.log").string());
+    demo_ = new testing::DemoModelDir("strata_config",
+                                      "n_embd=128,n_layers=4,n_heads=4,n_ff=256,n_ctx=4096");
+    ASSERT_FALSE(demo_->model.empty()) << demo_->MkmodelLog();
   }
-  static void TearDownTestSuite() {
-    std::filesystem::remove_all(*dir_);
-    delete model_;
-    delete dir_;
-  }
+  static void TearDownTestSuite() { delete demo_; }
   void SetUp() override {
-    Write(*dir_ / "admin.key", std::string(kAdminKey) + "\n");
-    Write(*dir_ / "keys.txt", "key-of-tenant-a-1 a\n");
-    Write(*dir_ / "c.toml", Config());
+    Write(demo_->dir / "admin.key", std::string(kAdminKey) + "\n");
+    Write(demo_->dir / "keys.txt", "key-of-tenant-a-1 a\n");
+    Write(demo_->dir / "c.toml", Config());
   }
   void TearDown() override {
     if (pid_ > 0) testing::Kill(pid_);
@@ -85,10 +73,10 @@ class ConfigProcessTest : public ::testing::Test {
   // `strata serve --config c.toml` from the test's directory, plus `extra`.
   int Serve(std::vector<std::string> extra = {}) {
     static int n = 0;  // a log of its own: the last one may still name its port
-    log_ = (*dir_ / ("serve_" + std::to_string(++n) + ".log")).string();
-    std::vector<std::string> args = {"serve",       "-m",       *model_,
+    log_ = (demo_->dir / ("serve_" + std::to_string(++n) + ".log")).string();
+    std::vector<std::string> args = {"serve",       "-m",       demo_->model,
                                      "--port",      "0",        "-t",
-                                     "1",           "--config", (*dir_ / "c.toml").string(),
+                                     "1",           "--config", (demo_->dir / "c.toml").string(),
                                      "--log-level", "info"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = testing::Spawn(args, log_);
@@ -102,15 +90,15 @@ class ConfigProcessTest : public ::testing::Test {
     return c.ReadResponse(std::chrono::seconds(60));
   }
   std::optional<RawResponse> Reload(const std::string& headers = kBearer) {
-    return Ask(Request("POST", "/admin/reload", "", headers));
+    return Ask(HttpRequest("POST", "/admin/reload", "", headers));
   }
   std::optional<RawResponse> Chat(int max_tokens, const std::string& key = "key-of-tenant-a-1") {
     const Json body = {{"model", "demo"},
                        {"messages", {{{"role", "user"}, {"content", "hello"}}}},
                        {"max_tokens", max_tokens},
                        {"temperature", 0}};
-    return Ask(Request("POST", "/v1/chat/completions", body.dump(),
-                       "Authorization: Bearer " + key + "\r\n"));
+    return Ask(HttpRequest("POST", "/v1/chat/completions", body.dump(),
+                           "Authorization: Bearer " + key + "\r\n"));
   }
   // Waits until the server's log holds `needle` (a SIGHUP reload is logged
   // when it is done).
@@ -123,12 +111,10 @@ class ConfigProcessTest : public ::testing::Test {
     return false;
   }
 
-  static std::string* model_;
   pid_t pid_ = -1;
   int port_ = -1;
   std::string log_;
 };
-std::string* ConfigProcessTest::model_ = nullptr;
 
 TEST_F(ConfigProcessTest, TheFileIsInForceAndFlagsWinOverIt) {
   ASSERT_GT(Serve({"--l1-ttl", "7"}), 0);
@@ -143,10 +129,11 @@ TEST_F(ConfigProcessTest, TheFileIsInForceAndFlagsWinOverIt) {
 }
 
 TEST_F(ConfigProcessTest, AnInvalidFileRefusesToStartNamingEachLine) {
-  Write(*dir_ / "c.toml", "[l1]\nttl = -1\ntll = 3\n");
-  log_ = (*dir_ / "bad.log").string();
+  Write(demo_->dir / "c.toml", "[l1]\nttl = -1\ntll = 3\n");
+  log_ = (demo_->dir / "bad.log").string();
   const pid_t pid = testing::Spawn(
-      {"serve", "-m", *model_, "--port", "0", "--config", (*dir_ / "c.toml").string()}, log_);
+      {"serve", "-m", demo_->model, "--port", "0", "--config", (demo_->dir / "c.toml").string()},
+      log_);
   EXPECT_EQ(testing::WaitExit(pid, std::chrono::seconds(20)), 2);
   const std::string log = ReadAll(log_);
   EXPECT_NE(log.find("c.toml:2: l1.ttl: -1 is outside"), std::string::npos) << log;
@@ -181,7 +168,7 @@ TEST_F(ConfigProcessTest, ReloadNeedsTheAdminKey) {
 TEST_F(ConfigProcessTest, ALiveKnobChangesForNewRequestsAndARestartKnobIsNamed) {
   ASSERT_GT(Serve(), 0);
   ASSERT_EQ(Chat(40)->status, 200);
-  Write(*dir_ / "c.toml", Config("max_tokens_cap = 32", "\n[engine]\nparallel = 3\n"));
+  Write(demo_->dir / "c.toml", Config("max_tokens_cap = 32", "\n[engine]\nparallel = 3\n"));
   auto r = Reload();
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -202,7 +189,7 @@ TEST_F(ConfigProcessTest, ALiveKnobChangesForNewRequestsAndARestartKnobIsNamed) 
 
 TEST_F(ConfigProcessTest, ARunningRequestFinishesOnTheConfigItStartedWith) {
   ASSERT_GT(Serve(), 0);
-  Write(*dir_ / "c.toml", Config("max_tokens_cap = 2000"));
+  Write(demo_->dir / "c.toml", Config("max_tokens_cap = 2000"));
   ASSERT_EQ(Reload()->status, 200);
   RawClient stream(port_);
   const Json body = {{"model", "demo"},
@@ -212,10 +199,10 @@ TEST_F(ConfigProcessTest, ARunningRequestFinishesOnTheConfigItStartedWith) {
                      {"ignore_eos", true},
                      {"stream", true},
                      {"stream_options", {{"include_usage", true}}}};
-  ASSERT_TRUE(stream.Send(Request("POST", "/v1/chat/completions", body.dump(),
-                                  "Authorization: Bearer key-of-tenant-a-1\r\n")));
+  ASSERT_TRUE(stream.Send(HttpRequest("POST", "/v1/chat/completions", body.dump(),
+                                      "Authorization: Bearer key-of-tenant-a-1\r\n")));
   ASSERT_TRUE(stream.ReadUntil("data: ", std::chrono::seconds(30)));
-  Write(*dir_ / "c.toml", Config("max_tokens_cap = 8"));
+  Write(demo_->dir / "c.toml", Config("max_tokens_cap = 8"));
   ASSERT_EQ(Reload()->status, 200);
   const bool reloaded_mid_stream = !stream.ReadUntil("[DONE]", std::chrono::milliseconds(0));
   auto rest = stream.ReadResponse(std::chrono::seconds(120));
@@ -228,7 +215,7 @@ TEST_F(ConfigProcessTest, ARunningRequestFinishesOnTheConfigItStartedWith) {
 
 TEST_F(ConfigProcessTest, AnInvalidFileChangesNothingAndSaysWhy) {
   ASSERT_GT(Serve(), 0);
-  Write(*dir_ / "c.toml", "[limits]\nmax_tokens_cap = 0\n[l1]\nttl = 5\nttll = 1\n");
+  Write(demo_->dir / "c.toml", "[limits]\nmax_tokens_cap = 0\n[l1]\nttl = 5\nttll = 1\n");
   auto r = Reload();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
@@ -241,7 +228,7 @@ TEST_F(ConfigProcessTest, AnInvalidFileChangesNothingAndSaysWhy) {
   EXPECT_EQ(Chat(64)->status, 200);  // the cap is still 64
   EXPECT_EQ(Chat(65)->status, 400);
   // A combination the flags refuse is refused on reload too, in the file's words.
-  Write(*dir_ / "c.toml", Config("max_tokens_cap = 64", "ttft_floor = 2\nttft_slo = 1\n"));
+  Write(demo_->dir / "c.toml", Config("max_tokens_cap = 64", "ttft_floor = 2\nttft_slo = 1\n"));
   auto combo = Reload();
   ASSERT_TRUE(combo);
   EXPECT_EQ(combo->status, 400);
@@ -254,13 +241,13 @@ TEST_F(ConfigProcessTest, AnInvalidFileChangesNothingAndSaysWhy) {
 TEST_F(ConfigProcessTest, SighupRotatesTheApiKeys) {
   ASSERT_GT(Serve(), 0);
   EXPECT_EQ(Chat(4)->status, 200);
-  Write(*dir_ / "keys.txt", "key-of-tenant-b-2 b\n");
+  Write(demo_->dir / "keys.txt", "key-of-tenant-b-2 b\n");
   ASSERT_EQ(::kill(pid_, SIGHUP), 0);
   ASSERT_TRUE(LogHas("reload (SIGHUP): 0 changes applied"));
   EXPECT_EQ(Chat(4)->status, 401);
   EXPECT_EQ(Chat(4, "key-of-tenant-b-2")->status, 200);
   // A SIGHUP with a broken file keeps the server up, on what it had.
-  Write(*dir_ / "c.toml", "[l1\n");
+  Write(demo_->dir / "c.toml", "[l1\n");
   ASSERT_EQ(::kill(pid_, SIGHUP), 0);
   ASSERT_TRUE(LogHas("reload (SIGHUP) refused, nothing changed"));
   EXPECT_EQ(Chat(4, "key-of-tenant-b-2")->status, 200);
@@ -272,8 +259,9 @@ TEST_F(ConfigProcessTest, TheRtSwitcherLevelsChangeLive) {
   ASSERT_TRUE(state);
   ASSERT_EQ(state->status, 200) << state->body;
   EXPECT_NE(state->body.find("max_tokens cap none"), std::string::npos) << state->body;
-  Write(*dir_ / "c.toml", Config("max_tokens_cap = 64", "")
-                              .replace(Config().find("1:entropy:0:0:0"), 15, "1:entropy:0:24:0"));
+  Write(demo_->dir / "c.toml",
+        Config("max_tokens_cap = 64", "")
+            .replace(Config().find("1:entropy:0:0:0"), 15, "1:entropy:0:24:0"));
   auto r = Reload();
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -300,7 +288,7 @@ TEST_F(ConfigProcessTest, TheDashboardIsBehindTheAdminKey) {
   EXPECT_EQ(state->status, 401);
   // Without an admin key but with tenants, the dashboard is refused outright.
   testing::Kill(pid_);
-  Write(*dir_ / "c.toml", "[auth]\napi_keys_file = \"" + InDir("keys.txt") + "\"\n");
+  Write(demo_->dir / "c.toml", "[auth]\napi_keys_file = \"" + InDir("keys.txt") + "\"\n");
   ASSERT_GT(Serve(), 0);
   auto refused = Ask("GET /dashboard HTTP/1.1\r\nHost: t\r\n" + basic + "\r\n");
   ASSERT_TRUE(refused);

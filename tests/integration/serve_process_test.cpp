@@ -24,18 +24,13 @@
 namespace strata {
 namespace {
 
+using testing::HttpRequest;
 using testing::RawClient;
 using testing::RawResponse;
 using testing::ReadAll;
 using testing::Spawn;
 using testing::WaitExit;
 using Clock = std::chrono::steady_clock;
-
-std::string Request(const std::string& method, const std::string& path, const std::string& body,
-                    const std::string& extra_headers = "") {
-  return method + " " + path + " HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" +
-         extra_headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-}
 
 std::string Gzip(const std::string& data) {
   z_stream z{};
@@ -64,18 +59,11 @@ long RssKib(pid_t pid) {
 class ServeProcessTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
-                                     ("strata_serve_process_" + std::to_string(::getpid())));
-    std::filesystem::create_directories(*dir_);
-    model_ = new std::string(testing::MakeDemoModel(
-        dir_->string(), "n_embd=128,n_layers=4,n_heads=4,n_ff=256,n_ctx=4096"));
-    ASSERT_FALSE(model_->empty()) << ReadAll((*dir_ / "mkmodel.log").string());
+    demo_ = new testing::DemoModelDir("strata_serve_process",
+                                      "n_embd=128,n_layers=4,n_heads=4,n_ff=256,n_ctx=4096");
+    ASSERT_FALSE(demo_->model.empty()) << demo_->MkmodelLog();
   }
-  static void TearDownTestSuite() {
-    std::filesystem::remove_all(*dir_);
-    delete model_;
-    delete dir_;
-  }
+  static void TearDownTestSuite() { delete demo_; }
   void TearDown() override {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);
@@ -87,10 +75,10 @@ class ServeProcessTest : public ::testing::Test {
   // /health is 200; the port it listens on.
   int Serve(std::vector<std::string> extra, std::string model = "") {
     static int n = 0;  // every server of the suite logs to its own file
-    log_ = (*dir_ / ("serve_" + std::to_string(++n) + ".log")).string();
+    log_ = (demo_->dir / ("serve_" + std::to_string(++n) + ".log")).string();
     std::vector<std::string> args = {"serve",
                                      "-m",
-                                     model.empty() ? *model_ : model,
+                                     model.empty() ? demo_->model : model,
                                      "--port",
                                      "0",
                                      "--log-level",
@@ -115,13 +103,11 @@ class ServeProcessTest : public ::testing::Test {
     return c.ReadResponse();
   }
 
-  static std::filesystem::path* dir_;
-  static std::string* model_;
+  static testing::DemoModelDir* demo_;
   pid_t pid_ = -1;
   std::string log_;
 };
-std::filesystem::path* ServeProcessTest::dir_ = nullptr;
-std::string* ServeProcessTest::model_ = nullptr;
+testing::DemoModelDir* ServeProcessTest::demo_ = nullptr;
 
 const char kChat[] =
     R"({"model":"demo","max_tokens":4,"messages":[{"role":"user","content":"hello"}]})";
@@ -133,7 +119,8 @@ TEST_F(ServeProcessTest, LimitsHoldBeforeAnythingIsParsed) {
 
   // A 100 MB gzip bomb (about 100 KB on the wire): 413 while inflating.
   const std::string bomb = Gzip(std::string(100u << 20, ' '));
-  auto r = Ask(port, Request("POST", "/v1/chat/completions", bomb, "Content-Encoding: gzip\r\n"));
+  auto r =
+      Ask(port, HttpRequest("POST", "/v1/chat/completions", bomb, "Content-Encoding: gzip\r\n"));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 413) << r->body;
   EXPECT_NE(r->body.find(R"("code":null)"), std::string::npos) << r->body;  // body_too_large
@@ -160,7 +147,7 @@ TEST_F(ServeProcessTest, LimitsHoldBeforeAnythingIsParsed) {
 
   // An unknown encoding: 415; a body announced past the limit: 413 at once.
   auto enc =
-      Ask(port, Request("POST", "/v1/chat/completions", kChat, "Content-Encoding: zstd\r\n"));
+      Ask(port, HttpRequest("POST", "/v1/chat/completions", kChat, "Content-Encoding: zstd\r\n"));
   ASSERT_TRUE(enc);
   EXPECT_EQ(enc->status, 415);
   auto announced = Ask(port,
@@ -170,13 +157,13 @@ TEST_F(ServeProcessTest, LimitsHoldBeforeAnythingIsParsed) {
   EXPECT_EQ(announced->status, 413);
 
   // The server still answers normally.
-  auto ok = Ask(port, Request("POST", "/v1/chat/completions", kChat));
+  auto ok = Ask(port, HttpRequest("POST", "/v1/chat/completions", kChat));
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;
 }
 
 TEST_F(ServeProcessTest, TheKeyIsCheckedBeforeTheBodyIsRead) {
-  const std::string keys = (*dir_ / "keys.txt").string();
+  const std::string keys = (demo_->dir / "keys.txt").string();
   std::ofstream(keys) << "sk-good-key-1 team-a\n";
   const int port = Serve({"--api-keys", keys});
   ASSERT_GT(port, 0);
@@ -187,8 +174,8 @@ TEST_F(ServeProcessTest, TheKeyIsCheckedBeforeTheBodyIsRead) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
   EXPECT_NE(r->body.find("authentication_error"), std::string::npos) << r->body;
-  auto good = Ask(port, Request("POST", "/v1/chat/completions", kChat,
-                                "Authorization: Bearer sk-good-key-1\r\n"));
+  auto good = Ask(port, HttpRequest("POST", "/v1/chat/completions", kChat,
+                                    "Authorization: Bearer sk-good-key-1\r\n"));
   ASSERT_TRUE(good);
   EXPECT_EQ(good->status, 200);
 }
@@ -224,7 +211,7 @@ TEST_F(ServeProcessTest, SlowClientsStarveNeitherHealthNorTheApi) {
     // A functional bound (the latency figures are in bench/net.sh): far
     // below the 30 s a thread-per-connection server took under this flood.
     EXPECT_LT(health_ms, 5000);
-    auto api = Ask(port, Request("POST", "/v1/chat/completions", kChat));
+    auto api = Ask(port, HttpRequest("POST", "/v1/chat/completions", kChat));
     ASSERT_TRUE(api);
     EXPECT_EQ(api->status, 200) << api->body;
     for (int i = 0; i < 300; i += 30) crowd[static_cast<size_t>(3 * i)]->Send("s");  // trickle
@@ -234,8 +221,8 @@ TEST_F(ServeProcessTest, SlowClientsStarveNeitherHealthNorTheApi) {
 TEST_F(ServeProcessTest, APortInUseIsAnErrorNotASharedPort) {
   const int port = Serve({});
   ASSERT_GT(port, 0);
-  const std::string log = (*dir_ / "second.log").string();
-  const pid_t second = Spawn({"serve", "-m", *model_, "--port", std::to_string(port)}, log);
+  const std::string log = (demo_->dir / "second.log").string();
+  const pid_t second = Spawn({"serve", "-m", demo_->model, "--port", std::to_string(port)}, log);
   const int rc = WaitExit(second, std::chrono::seconds(30));
   if (rc < 0) ::kill(second, SIGKILL);
   EXPECT_EQ(rc, 1) << ReadAll(log);
@@ -248,7 +235,7 @@ TEST_F(ServeProcessTest, ShutdownCutsAStreamWithAnErrorAndExitsWithinGracePlusOn
   const int port = Serve({"--grace", "0"});
   ASSERT_GT(port, 0);
   RawClient stream(port);
-  ASSERT_TRUE(stream.Send(Request(
+  ASSERT_TRUE(stream.Send(HttpRequest(
       "POST", "/v1/completions",
       R"({"model":"demo","prompt":"once","max_tokens":4000,"ignore_eos":true,"stream":true})")));
   ASSERT_TRUE(stream.ReadUntil("data: {", std::chrono::seconds(10)));
@@ -275,17 +262,17 @@ TEST_F(ServeProcessTest, ShutdownCutsAStreamWithAnErrorAndExitsWithinGracePlusOn
 }
 
 TEST_F(ServeProcessTest, AModelTruncatedUnderTheServerFailsRequestsNotTheProcess) {
-  const std::string copy = (*dir_ / "served.gguf").string();
-  std::filesystem::copy_file(*model_, copy, std::filesystem::copy_options::overwrite_existing);
+  const std::string copy = (demo_->dir / "served.gguf").string();
+  std::filesystem::copy_file(demo_->model, copy, std::filesystem::copy_options::overwrite_existing);
   const int port = Serve({}, copy);
   ASSERT_GT(port, 0);
-  auto before = Ask(port, Request("POST", "/v1/chat/completions", kChat));
+  auto before = Ask(port, HttpRequest("POST", "/v1/chat/completions", kChat));
   ASSERT_TRUE(before);
   EXPECT_EQ(before->status, 200);
   std::filesystem::resize_file(copy, 4096);
   const std::string fresh =
       R"({"model":"demo","max_tokens":8,"no_cache":true,"messages":[{"role":"user","content":"again"}]})";
-  auto during = Ask(port, Request("POST", "/v1/chat/completions", fresh));
+  auto during = Ask(port, HttpRequest("POST", "/v1/chat/completions", fresh));
   ASSERT_TRUE(during);
   EXPECT_EQ(during->status, 503) << during->body;
   EXPECT_NE(during->body.find("model_changed"), std::string::npos) << during->body;

@@ -25,9 +25,9 @@ using testing::RawResponse;
 using testing::ReadAll;
 using testing::Spawn;
 
-std::string Request(const std::string& path, const std::string& body) {
-  return "POST " + path + " HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" +
-         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+std::string Request(const std::string& path, const std::string& body,
+                    const std::string& extra_headers = "") {
+  return testing::HttpRequest("POST", path, body, extra_headers);
 }
 
 Json Parse(const std::string& text) {
@@ -37,23 +37,16 @@ Json Parse(const std::string& text) {
 class StructuredOutputProcessTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
-                                     ("strata_structured_" + std::to_string(::getpid())));
-    std::filesystem::create_directories(*dir_);
-    model_ = new std::string(testing::MakeDemoModel(
-        dir_->string(), "n_embd=64,n_layers=2,n_heads=4,n_ff=128,n_ctx=2048"));
-    ASSERT_FALSE(model_->empty()) << ReadAll((*dir_ / "mkmodel.log").string());
+    demo_ = new testing::DemoModelDir("strata_structured",
+                                      "n_embd=64,n_layers=2,n_heads=4,n_ff=128,n_ctx=2048");
+    ASSERT_FALSE(demo_->model.empty()) << demo_->MkmodelLog();
   }
-  static void TearDownTestSuite() {
-    std::filesystem::remove_all(*dir_);
-    delete model_;
-    delete dir_;
-  }
+  static void TearDownTestSuite() { delete demo_; }
   void SetUp() override {
     static int n = 0;  // one log per server: a finished one's "ready" must not be read
-    log_ = (*dir_ / ("serve_" + std::to_string(++n) + ".log")).string();
-    pid_ = Spawn({"serve", "-m", *model_, "--port", "0", "--ctx", "1024", "-t", "1", "--l1-bytes",
-                  "0", "--alias", "demo", "--log-level", "info"},
+    log_ = (demo_->dir / ("serve_" + std::to_string(++n) + ".log")).string();
+    pid_ = Spawn({"serve", "-m", demo_->model, "--port", "0", "--ctx", "1024", "-t", "1",
+                  "--l1-bytes", "0", "--alias", "demo", "--log-level", "info"},
                  log_);
     port_ = testing::WaitReady(pid_, log_);
     ASSERT_GT(port_, 0) << ReadAll(log_);
@@ -68,14 +61,12 @@ class StructuredOutputProcessTest : public ::testing::Test {
     return c.ReadResponse(std::chrono::seconds(120));
   }
 
-  static std::filesystem::path* dir_;
-  static std::string* model_;
+  static testing::DemoModelDir* demo_;
   pid_t pid_ = -1;
   int port_ = -1;
   std::string log_;
 };
-std::filesystem::path* StructuredOutputProcessTest::dir_ = nullptr;
-std::string* StructuredOutputProcessTest::model_ = nullptr;
+testing::DemoModelDir* StructuredOutputProcessTest::demo_ = nullptr;
 
 Json Chat(Json extra) {
   Json body = {{"model", "demo"},

@@ -146,9 +146,8 @@ struct Proc {
 };
 
 std::string Request(const std::string& path, const std::string& body,
-                    const std::string& extra_headers) {
-  return "POST " + path + " HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" +
-         extra_headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+                    const std::string& extra_headers = "") {
+  return testing::HttpRequest("POST", path, body, extra_headers);
 }
 
 std::optional<RawResponse> Post(int port, const std::string& path, const std::string& body,
@@ -213,16 +212,13 @@ void ExpectLinked(const std::vector<Collected>& spans, const std::string& root_p
 class TracingProcessTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
-                                     ("strata_tracing_process_" + std::to_string(::getpid())));
-    std::filesystem::create_directories(*dir_);
-    model_ = new std::string(testing::MakeDemoModel(
-        dir_->string(), "n_embd=64,n_layers=2,n_heads=4,n_ff=128,n_ctx=1024"));
-    ASSERT_FALSE(model_->empty()) << ReadAll((*dir_ / "mkmodel.log").string());
+    demo_ = new testing::DemoModelDir("strata_tracing_process",
+                                      "n_embd=64,n_layers=2,n_heads=4,n_ff=128,n_ctx=1024");
+    ASSERT_FALSE(demo_->model.empty()) << demo_->MkmodelLog();
     collector_ = new Collector();
     ASSERT_TRUE(collector_->Start().ok());
     upstream_ = new Proc(
-        Start({"-m", *model_, "--alias", "demo", "--ctx", "512", "--otlp-endpoint",
+        Start({"-m", demo_->model, "--alias", "demo", "--ctx", "512", "--otlp-endpoint",
                collector_->url(), "--otlp-service-name", "upstream", "--otlp-interval-ms", "20"},
               "upstream"));
     ASSERT_GT(upstream_->port, 0) << ReadAll(upstream_->log);
@@ -240,9 +236,7 @@ class TracingProcessTest : public ::testing::Test {
       delete p;
     }
     delete collector_;
-    std::filesystem::remove_all(*dir_);
-    delete model_;
-    delete dir_;
+    delete demo_;
   }
   void TearDown() override {
     for (pid_t pid : pids_) testing::Kill(pid);
@@ -256,7 +250,7 @@ class TracingProcessTest : public ::testing::Test {
   static Proc Start(std::vector<std::string> args, const std::string& name) {
     static int n = 0;
     Proc p;
-    p.log = (*dir_ / (name + "_" + std::to_string(++n) + ".log")).string();
+    p.log = (demo_->dir / (name + "_" + std::to_string(++n) + ".log")).string();
     std::vector<std::string> full = {"serve", "--port", "0", "--log-level", "info"};
     full.insert(full.end(), args.begin(), args.end());
     p.pid = testing::Spawn(full, p.log);
@@ -291,15 +285,13 @@ class TracingProcessTest : public ::testing::Test {
     });
   }
 
-  static std::filesystem::path* dir_;
-  static std::string* model_;
+  static testing::DemoModelDir* demo_;
   static Collector* collector_;
   static Proc* upstream_;
   static Proc* front_;
   std::vector<pid_t> pids_;
 };
-std::filesystem::path* TracingProcessTest::dir_ = nullptr;
-std::string* TracingProcessTest::model_ = nullptr;
+testing::DemoModelDir* TracingProcessTest::demo_ = nullptr;
 Collector* TracingProcessTest::collector_ = nullptr;
 Proc* TracingProcessTest::upstream_ = nullptr;
 Proc* TracingProcessTest::front_ = nullptr;
@@ -581,7 +573,7 @@ TEST_F(TracingProcessTest, AnErrorEndsTheRootSpanWithItsReasonButNotTheBody) {
 TEST_F(TracingProcessTest, TheRateIsTheFlagTimesTheRtSwitchersTraceRate) {
   // Level 0 of this ladder traces half of what --trace-sample says.
   Proc p = Serve({"-m",
-                  *model_,
+                  demo_->model,
                   "--alias",
                   "demo",
                   "--ctx",
@@ -663,8 +655,8 @@ TEST_F(TracingProcessTest, WithoutAnEndpointNothingIsExportedAndTheContextPasses
 TEST_F(TracingProcessTest, ShutdownSendsTheSpansStillQueued) {
   // A minute's interval: nothing is sent before the server is told to stop.
   Proc p =
-      Serve({"-m", *model_, "--alias", "demo", "--ctx", "512", "--otlp-endpoint", collector_->url(),
-             "--otlp-service-name", "stopping", "--otlp-interval-ms", "60000"},
+      Serve({"-m", demo_->model, "--alias", "demo", "--ctx", "512", "--otlp-endpoint",
+             collector_->url(), "--otlp-service-name", "stopping", "--otlp-interval-ms", "60000"},
             "stopping");
   ASSERT_GT(p.port, 0);
   auto r = Post(p.port, "/v1/completions",

@@ -24,6 +24,14 @@
 
 namespace strata::testing {
 
+// A whole HTTP/1.1 request with a JSON body (Host, Content-Type and
+// Content-Length set); `headers` are more "Name: value\r\n" lines.
+inline std::string HttpRequest(const std::string& method, const std::string& path,
+                               const std::string& body, const std::string& headers = "") {
+  return method + " " + path + " HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" +
+         headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
 struct RawResponse {
   int status = 0;
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -87,6 +88,28 @@ inline std::string MakeDemoModel(const std::string& dir, const std::string& dims
   const pid_t pid = Spawn(args, dir + "/mkmodel.log");
   return WaitExit(pid, std::chrono::seconds(120)) == 0 ? model : "";
 }
+
+// A test suite's scratch directory (NAME_PID under the system's temporary
+// directory) holding a demo model written by MakeDemoModel with `dims`;
+// removed, with everything in it, when this goes. `model` is "" when
+// mkmodel failed (MkmodelLog says why).
+struct DemoModelDir {
+  DemoModelDir(const std::string& name, const std::string& dims)
+      : dir(std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(dir);
+    model = MakeDemoModel(dir.string(), dims);
+  }
+  ~DemoModelDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  DemoModelDir(const DemoModelDir&) = delete;
+  DemoModelDir& operator=(const DemoModelDir&) = delete;
+  std::string MkmodelLog() const { return ReadAll((dir / "mkmodel.log").string()); }
+
+  const std::filesystem::path dir;
+  std::string model;
+};
 
 // SIGKILL and reap; a no-op for pid <= 0.
 inline void Kill(pid_t pid) {
