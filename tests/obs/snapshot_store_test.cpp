@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "testing/fake_clock.h"
 #include "testing/mem_file_system.h"
@@ -233,7 +234,13 @@ TEST_F(SnapshotStoreTest, ASweepCountsFilesItDidNotWriteAndLeavesStrangersAlone)
   }
   fs_.Put("snaps/README", "not a snapshot");
   fs_.Put("snaps/0123456789abcdef0123456789abcdef.snap", "short");  // a stray, not ours
-  auto s = Open();  // its first sweep runs on the writer thread
+  auto s = Open();
+  // Its first sweep runs on the writer thread: wait for it to have counted
+  // the file, so that it cannot be the first to see the temporary file below.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (s->stats().files != 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
   s->Sweep();
   EXPECT_EQ(s->stats().files, 1);
   EXPECT_EQ(s->stats().bytes, static_cast<int64_t>(1000 + kSnapshotOverheadBytes));
