@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "config/internal/text_screen.h"
+
 // toml++ compiled into this file alone, without exceptions: parse returns a
 // result that says where the syntax is wrong instead of throwing, and the
 // sanitizer and fuzzer builds see its code too.
@@ -314,6 +316,13 @@ bool LooksLikeSecret(std::string_view v) {
 
 ParseResult Parse(std::string_view text, const Schema& schema) {
   ParseResult out;
+  if (auto problem = internal::ScreenText(text)) {
+    out.errors.push_back({.line = problem->line,
+                          .column = problem->column,
+                          .key = "",
+                          .message = std::move(problem->message)});
+    return out;
+  }
   toml::parse_result parsed = toml::parse(text);
   if (!parsed) {
     const toml::parse_error& e = parsed.error();

@@ -146,6 +146,61 @@ TEST(ConfigParse, ASyntaxErrorHasLineAndColumn) {
   EXPECT_NE(FormatDiagnostic("f.toml", r.errors[0]).find("f.toml:3:"), std::string::npos);
 }
 
+// toml++ 3.3 reaches __builtin_unreachable when it asks whether many
+// non-ASCII characters (Latin-1, Cyrillic, ...) are whitespace; the reader
+// refuses them where TOML allows no such character, before toml++ looks.
+TEST(ConfigParse, NonAsciiOutsideStringsIsASyntaxErrorWithItsLine) {
+  for (const char* text : {"[l\xd0\xa2]\nttl = 5\n", "[l1]\nttl = 5\xc3\xa9\n",
+                           "[l1]\n\xc2\xa1ttl = 5\n", "[l1]\nttl =\xe3\x80\x81 5\n"}) {
+    const ParseResult r = Parse(text, TestSchema());
+    ASSERT_EQ(r.errors.size(), 1u) << text;
+    EXPECT_NE(r.errors[0].message.find("non-ASCII"), std::string::npos) << r.errors[0].message;
+    EXPECT_GT(r.errors[0].column, 0);
+  }
+  EXPECT_EQ(Parse("[l1]\nttl = 5\xc3\xa9\n", TestSchema()).errors[0].line, 2);
+}
+
+TEST(ConfigParse, NonAsciiInStringsAndCommentsIsRead) {
+  const ParseResult r = Parse(
+      "# r\xc3\xa9glages \xd0\x96\n[l3]\nmode = \"on\" # \xe3\x80\x82\n"
+      "[server]\ncors_origins = ['\xc3\xa9', \"\xd0\x96\\\"\xc2\xa1\", \"\"\"x\n\xc3\xa9\"\"\"\"\", "
+      "\'\'\'\xc2\xa1\'\'\'\'\']\n",
+      TestSchema());
+  ASSERT_TRUE(r.ok()) << All(r);
+  const Value* origins = r.document.Get("server.cors_origins");
+  ASSERT_NE(origins, nullptr);
+  EXPECT_EQ(origins->list, (std::vector<std::string>{"\xc3\xa9", "\xd0\x96\"\xc2\xa1",
+                                                      "x\n\xc3\xa9\"\"", "\xc2\xa1\'\'"}));
+}
+
+TEST(ConfigParse, NonAsciiAfterABackslashInAMultiLineStringIsRefused) {
+  const ParseResult escaped = Parse("model = \"\"\"a\\\xc3\xa9\"\"\"\n", TestSchema());
+  ASSERT_EQ(escaped.errors.size(), 1u);
+  EXPECT_NE(escaped.errors[0].message.find("backslash"), std::string::npos);
+  const ParseResult continued = Parse("model = \"\"\"a \\\n   \xc3\xa9\"\"\"\n", TestSchema());
+  ASSERT_EQ(continued.errors.size(), 1u);
+  EXPECT_EQ(continued.errors[0].line, 2);
+  // ASCII after the continuation is read as TOML says: the whitespace goes.
+  const ParseResult ok = Parse("model = \"\"\"a \\\n   b\xc3\xa9\"\"\"\n", TestSchema());
+  ASSERT_TRUE(ok.ok()) << All(ok);
+  EXPECT_EQ(ok.document.Get("model")->s, "a b\xc3\xa9");
+}
+
+TEST(ConfigParse, UnclosedStringsEndingTheFileAreSyntaxErrors) {
+  for (const char* text : {"model = \'\'\'\'", "model = \"\"\"\"\"", "model = \"\"\"a\\",
+                           "model = \"a\\", "model = \'", "model = \'\'\'x\'\'"}) {
+    const ParseResult r = Parse(text, TestSchema());
+    EXPECT_EQ(r.errors.size(), 1u) << text;
+  }
+}
+
+TEST(ConfigParse, InvalidUtf8IsRefusedWithItsLine) {
+  const ParseResult r = Parse("[l1]\nttl = 5\nmode = \"\xff\"\n", TestSchema());
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0].line, 3);
+  EXPECT_NE(r.errors[0].message.find("UTF-8"), std::string::npos);
+}
+
 TEST(ConfigParse, ADuplicateKeyIsASyntaxError) {
   const ParseResult r = Parse("[l1]\nttl = 5\nttl = 6\n", TestSchema());
   ASSERT_EQ(r.errors.size(), 1u);
