@@ -163,14 +163,15 @@ TEST(ConfigParse, NonAsciiOutsideStringsIsASyntaxErrorWithItsLine) {
 TEST(ConfigParse, NonAsciiInStringsAndCommentsIsRead) {
   const ParseResult r = Parse(
       "# r\xc3\xa9glages \xd0\x96\n[l3]\nmode = \"on\" # \xe3\x80\x82\n"
-      "[server]\ncors_origins = ['\xc3\xa9', \"\xd0\x96\\\"\xc2\xa1\", \"\"\"x\n\xc3\xa9\"\"\"\"\", "
+      "[server]\ncors_origins = ['\xc3\xa9', \"\xd0\x96\\\"\xc2\xa1\", "
+      "\"\"\"x\n\xc3\xa9\"\"\"\"\", "
       "\'\'\'\xc2\xa1\'\'\'\'\']\n",
       TestSchema());
   ASSERT_TRUE(r.ok()) << All(r);
   const Value* origins = r.document.Get("server.cors_origins");
   ASSERT_NE(origins, nullptr);
   EXPECT_EQ(origins->list, (std::vector<std::string>{"\xc3\xa9", "\xd0\x96\"\xc2\xa1",
-                                                      "x\n\xc3\xa9\"\"", "\xc2\xa1\'\'"}));
+                                                     "x\n\xc3\xa9\"\"", "\xc2\xa1\'\'"}));
 }
 
 TEST(ConfigParse, NonAsciiAfterABackslashInAMultiLineStringIsRefused) {
