@@ -8,7 +8,7 @@
 #
 # A module may include only modules above it: a row names modules from the
 # rows before it.
-set(STRATA_MODULES util net kernels format text grammar model engine sampling cache obs config backend gateway server cli)
+set(STRATA_MODULES util net kernels format text grammar model engine sampling cache obs config session backend gateway server cli)
 
 set(STRATA_MAY_INCLUDE_util "")
 set(STRATA_MAY_INCLUDE_net util)
@@ -22,6 +22,7 @@ set(STRATA_MAY_INCLUDE_sampling util)
 set(STRATA_MAY_INCLUDE_cache util)
 set(STRATA_MAY_INCLUDE_obs util)
 set(STRATA_MAY_INCLUDE_config util)
+set(STRATA_MAY_INCLUDE_session util)
 set(STRATA_MAY_INCLUDE_backend engine sampling cache obs net model grammar text format kernels util)
 set(STRATA_MAY_INCLUDE_gateway backend engine sampling cache obs model text format kernels util)
 set(STRATA_MAY_INCLUDE_server gateway backend obs net util)

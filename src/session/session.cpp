@@ -1,0 +1,15 @@
+#include "session/session.h"
+
+#include <algorithm>
+
+namespace strata::session {
+
+bool ValidSessionId(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '@' || c == '-';
+  });
+}
+
+}  // namespace strata::session
