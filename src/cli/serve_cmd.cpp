@@ -209,6 +209,7 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   STRATA_RETURN_IF_ERROR(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check));
   STRATA_RETURN_IF_ERROR(ValidateAuditFlags(f.audit));
   STRATA_RETURN_IF_ERROR(ValidateSnapshotFlags(f.snapshots));
+  STRATA_RETURN_IF_ERROR(ValidateSessionFlags(f.sessions));
   if (!f.chat_format.empty()) {
     plan.chat_format = text::ParseChatFormat(f.chat_format);
     if (!plan.chat_format) {
@@ -269,14 +270,14 @@ struct Listening {
 
 // Starts the HTTP server without a gateway (/health answers 503 until
 // OpenForRequests) on `loops`, tracing requests with `tracer` (null: off),
-// auditing them as `compliance` says and recording them into `snapshots`
-// (null: off); bind and option errors as HttpServer reports them.
-util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys keys,
-                                         net::EventLoops& loops,
-                                         std::shared_ptr<obs::Tracer> tracer,
-                                         const server::ComplianceOptions& compliance,
-                                         SnapshotServing* snapshots, obs::MetricsRegistry& metrics,
-                                         const util::Clock& clock, util::Logger& log) {
+// auditing them as `compliance` says, recording them into `snapshots`
+// (null: off) and keeping their sessions in `sessions` (null: off); bind and
+// option errors as HttpServer reports them.
+util::StatusOr<Listening> StartListening(
+    const ServeFlags& f, server::ApiKeys keys, net::EventLoops& loops,
+    std::shared_ptr<obs::Tracer> tracer, const server::ComplianceOptions& compliance,
+    SnapshotServing* snapshots, session::SessionStore* sessions, obs::MetricsRegistry& metrics,
+    const util::Clock& clock, util::Logger& log) {
   server::ServerOptions so;
   so.host = f.host;
   so.port = f.port;
@@ -290,6 +291,7 @@ util::StatusOr<Listening> StartListening(const ServeFlags& f, server::ApiKeys ke
   so.tracer = std::move(tracer);
   so.compliance = compliance;
   so.snapshots = snapshots != nullptr ? snapshots->recorder.get() : nullptr;
+  so.sessions = sessions;
   Listening l;
   STRATA_ASSIGN_OR_RETURN(l.server,
                           server::HttpServer::Create(so, std::move(keys), metrics, clock, log));
@@ -660,8 +662,12 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
                ? UsageError(snapshots.status().message())
                : ReportError(snapshots.status());
   }
+  // Before the server, which reads and writes it until it stops.
+  auto sessions = OpenSessions(f.sessions, *log);
+  if (!sessions.ok()) return ReportError(sessions.status());
   auto srv = StartListening(f, std::move(keys).value(), **loops, (*tracing)->tracer,
-                            (*compliance)->options, snapshots->get(), metrics, clock, *log);
+                            (*compliance)->options, snapshots->get(), sessions->get(), metrics,
+                            clock, *log);
   if (!srv.ok()) return ReportError(srv.status());
   srv->server->SetAdminKey(std::move(admin_key).value());
   auto rt = StartRtSwitcher(f, *plan, metrics, clock, *log);
@@ -777,6 +783,7 @@ Command RegisterServe(CLI::App& app) {
   RegisterCacheFlags(*cmd, f->cache);
   RegisterAuditFlags(*cmd, f->audit);
   RegisterSnapshotFlags(*cmd, f->snapshots);
+  RegisterSessionFlags(*cmd, f->sessions);
   cmd->add_option("--l2-policy", f->l2_policy,
                   "Eviction policy of cached KV prefix blocks (L2): lru, dual-factor or w-tinylfu "
                   "(dual-factor: the best prefix hit rate on the Mooncake replay, LRU a close "

@@ -532,6 +532,24 @@ std::vector<ServeKnob> MakeServeKnobs() {
   k.push_back(Bind("snapshots.queue", "--snapshot-queue",
                    [](ServeFlags & f) -> auto& { return f.snapshots.queue; },
                    {.unit = "snapshots", .min = 1, .max = 65536}));
+  // [sessions]: durable sessions (restart: the store)
+  k.push_back(Bind(
+      "sessions.store", "--sessions", [](ServeFlags & f) -> auto& { return f.sessions.store; }));
+  k.push_back(Bind("sessions.max_turns", "--session-max-turns",
+                   [](ServeFlags & f) -> auto& { return f.sessions.max_turns; },
+                   {.unit = "turns", .min = 1, .max = 1e6}));
+  k.push_back(Bind("sessions.max_bytes", "--session-max-bytes",
+                   [](ServeFlags & f) -> auto& { return f.sessions.max_bytes; },
+                   {.unit = "bytes", .min = 1024, .max = std::ldexp(1.0, 32)}));
+  k.push_back(Bind("sessions.per_tenant", "--sessions-per-tenant",
+                   [](ServeFlags & f) -> auto& { return f.sessions.max_per_tenant; },
+                   {.unit = "sessions", .min = 1, .max = 1e9}));
+  k.push_back(Bind("sessions.ttl", "--session-ttl",
+                   [](ServeFlags & f) -> auto& { return f.sessions.ttl; },
+                   {.unit = "s, or a number with s, m, h or d; 0 = never"}));
+  k.push_back(Bind("sessions.dependency_wait_ms", "--session-dependency-wait-ms",
+                   [](ServeFlags & f) -> auto& { return f.sessions.dependency_wait_ms; },
+                   {.unit = "ms", .min = 0, .max = 60000}));
   k.push_back(Backends());
   return k;
 }

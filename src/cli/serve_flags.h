@@ -13,6 +13,7 @@
 #include "cli/serve_backends.h"
 #include "cli/serve_cache.h"
 #include "cli/serve_http.h"
+#include "cli/serve_sessions.h"
 #include "cli/serve_snapshots.h"
 #include "cli/serve_tracing.h"
 #include "gateway/gateway.h"
@@ -54,6 +55,7 @@ struct ServeFlags {
   bool coalesce = true;
   CacheFlags cache;                       // L3 and admission (cli/serve_cache.h)
   SnapshotFlags snapshots;                // request snapshots (cli/serve_snapshots.h)
+  SessionFlags sessions;                  // durable sessions (cli/serve_sessions.h)
   std::string l2_policy = "dual-factor";  // eviction of cached KV prefix blocks
   std::string rt_switcher = "off";
   std::string rt_levels = gateway::FormatLevels(gateway::DefaultLevels());

@@ -64,6 +64,8 @@ constexpr ErrorRow kErrorTable[] = {
     {ErrorReason::kUpstreamTimeout, {},       {504, kServer,  "upstream_timeout",        kApi,                  false}},
     {ErrorReason::kUpstreamError, {},         {502, kServer,  "upstream_error",          kApi,                  false}},
     {ErrorReason::kUpstreamProtocol, {},      {502, kServer,  "upstream_protocol_error", kApi,                  false}},
+    {ErrorReason::kSessionConflict, {},       {409, kInvalid, "session_conflict",        kInvalid,              false}},
+    {ErrorReason::kSessionLimit, {},          {400, kInvalid, "session_limit",           kInvalid,              false}},
     // code, for a Status without a reason
     {{}, StatusCode::kInvalidArgument,        {400, kInvalid, nullptr,                   kInvalid,              false}},
     {{}, StatusCode::kOutOfRange,             {400, kInvalid, nullptr,                   kInvalid,              false}},

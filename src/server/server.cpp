@@ -30,7 +30,10 @@ enum class Route {
   kCountTokens,
   kTokenize,
   kDetokenize,
-  kSnapshot,  // GET /v1/snapshots/{request_id}
+  kSnapshot,       // GET /v1/snapshots/{request_id}
+  kSessionList,    // GET /v1/sessions
+  kSessionRead,    // GET /v1/sessions/{id}
+  kSessionDelete,  // DELETE /v1/sessions/{id}
 };
 
 // One endpoint: its paths (the OpenAI ones also without /v1, as the SDKs
@@ -76,8 +79,9 @@ const Endpoint* EndpointAt(std::string_view path) {
 
 const char* AllowOf(const Endpoint& e) { return e.get ? "GET, HEAD" : "POST"; }
 
-// Request snapshots are read by id, the path's last segment.
+// Request snapshots are read by id, the path's last segment; so are sessions.
 constexpr std::string_view kSnapshotsPrefix = "/v1/snapshots/";
+constexpr std::string_view kSessionsPrefix = "/v1/sessions/";
 
 Routed RouteFor(std::string_view method, std::string_view path) {
   const ApiKind shape =
@@ -87,6 +91,21 @@ Routed RouteFor(std::string_view method, std::string_view path) {
       return {Route::kSnapshot, ApiKind::kOpenAIChat, "/v1/snapshots", nullptr};
     }
     return {Route::kNone, shape, "/v1/snapshots", "GET, HEAD"};
+  }
+  if (path == "/v1/sessions") {
+    if (method == "GET" || method == "HEAD") {
+      return {Route::kSessionList, ApiKind::kOpenAIChat, "/v1/sessions", nullptr};
+    }
+    return {Route::kNone, shape, "/v1/sessions", "GET, HEAD"};
+  }
+  if (path.rfind(kSessionsPrefix, 0) == 0) {
+    if (method == "GET" || method == "HEAD") {
+      return {Route::kSessionRead, ApiKind::kOpenAIChat, "/v1/sessions", nullptr};
+    }
+    if (method == "DELETE") {
+      return {Route::kSessionDelete, ApiKind::kOpenAIChat, "/v1/sessions", nullptr};
+    }
+    return {Route::kNone, shape, "/v1/sessions", "GET, HEAD, DELETE"};
   }
   const Endpoint* e = EndpointAt(path);
   if (e == nullptr) return {Route::kNone, shape, "", nullptr};
@@ -259,8 +278,12 @@ class HttpServer::Impl final : public net::HttpHandler {
       case Route::kModels:
         return ToResponse(handler_.ListModels(Call(head, {})), &head);
       case Route::kSnapshot:
-        // The key is checked before anything else; reading the file waits
-        // for a worker. Served while draining: it starts no generation.
+      case Route::kSessionList:
+      case Route::kSessionRead:
+      case Route::kSessionDelete:
+        // The key is checked before anything else; reading the file (or
+        // the session store) waits for a worker. Served while draining: it
+        // starts no generation.
         if (auto refused = handler_.Screen(r.kind, r.endpoint, Call(head, {}), false)) {
           return ToResponse(std::move(*refused), &head);
         }
@@ -312,6 +335,15 @@ class HttpServer::Impl final : public net::HttpHandler {
           break;
         case Route::kSnapshot:
           reply = handler_.ReadSnapshot(call);
+          break;
+        case Route::kSessionList:
+          reply = handler_.ListSessions(call);
+          break;
+        case Route::kSessionRead:
+          reply = handler_.ReadSession(call);
+          break;
+        case Route::kSessionDelete:
+          reply = handler_.DeleteSession(call);
           break;
         default:
           reply = handler_.Complete(r.kind, call);
@@ -499,6 +531,10 @@ class HttpServer::Impl final : public net::HttpHandler {
   ApiCall Call(const net::RequestHead& head, std::string_view body) {
     ApiCall call{.method = head.method,
                  .path = std::string(head.path()),
+                 .query = head.target.size() > head.path().size()
+                              ? head.target.substr(head.path().size() + 1)
+                              : std::string(),
+                 .if_match = std::string(head.headers.GetOr("If-Match")),
                  .body = body,
                  .request_id = handler_.RequestId(head.headers.GetOr("X-Request-ID")),
                  .api_key = std::string(head.headers.GetOr("x-api-key"))};

@@ -54,6 +54,7 @@
 #include "server/auth.h"
 #include "server/compliance.h"
 #include "server/snapshots.h"
+#include "session/session.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -96,6 +97,11 @@ struct ServerOptions {
   // request snapshots and serve GET /v1/snapshots/{id} (server/snapshots.h).
   // nullptr = off (that route answers 404).
   const SnapshotRecorder* snapshots = nullptr;
+  // Borrowed, must outlive the server: durable sessions (L6). A chat
+  // request with a session_id is answered on the stored conversation and
+  // its turn stored (server/internal/session_turns.h), and /v1/sessions
+  // reads and deletes them. nullptr = off: session_id only labels.
+  session::SessionStore* sessions = nullptr;
 };
 
 // What a reload did (POST /admin/reload answers it as JSON; `strata serve`

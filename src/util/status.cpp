@@ -116,6 +116,10 @@ std::string_view ErrorReasonName(ErrorReason reason) {
       return "upstream_protocol_error";
     case ErrorReason::kMethodNotAllowed:
       return "method_not_allowed";
+    case ErrorReason::kSessionConflict:
+      return "session_conflict";
+    case ErrorReason::kSessionLimit:
+      return "session_limit";
   }
   return "none";
 }

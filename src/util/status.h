@@ -103,6 +103,9 @@ enum class ErrorReason : uint8_t {
   kUpstreamError,        // the upstream failed (5xx, or refused strata's credential)
   kUpstreamProtocol,     // the upstream's answer is not what its API defines, or broke mid-stream
   kMethodNotAllowed,     // the path is an endpoint, but not for this method
+  // Durable sessions (session/session.h):
+  kSessionConflict,  // the session moved on: a precondition failed, or the history differs
+  kSessionLimit,     // a session's turns or bytes, or a tenant's sessions, would exceed a limit
 };
 
 // The reason's stable name, for logs and API bodies: "context_length_exceeded",

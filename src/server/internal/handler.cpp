@@ -1,10 +1,12 @@
 #include "server/internal/handler.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include <fmt/format.h>
 
 #include "server/internal/multi_prompt.h"
+#include "server/internal/session_turns.h"
 #include "server/internal/snapshot_tap.h"
 #include "server/internal/wire.h"
 
@@ -344,8 +346,18 @@ ApiReply ApiHandler::Complete(ApiKind kind, const ApiCall& call) {
     reply.headers.emplace_back("x-strata-session-id", session);
     scope.session_note = " session=" + session;
   }
+  // Durable sessions: a chat answered on the stored conversation, its turn
+  // stored before the client sees the end of the answer.
+  std::optional<SessionTurn> turn;
+  if (options_.sessions != nullptr && !parsed->request.session_id.empty() &&
+      !parsed->request.completion()) {
+    auto planned = PlanSession(*parsed, admitted->tenant, call);
+    if (!planned.ok()) return fail(planned.status());
+    turn = std::move(*planned);
+  }
   auto gen = Start(*admitted->gateway, *parsed, reply);
   if (!gen.ok()) return fail(gen.status());
+  if (turn) *gen = TapForSession(std::move(*gen), *options_.sessions, std::move(*turn));
   if (options_.snapshots != nullptr) {  // request snapshots (server/snapshots.h)
     *gen = TapForSnapshot(std::move(*gen), *options_.snapshots, kind, scope.endpoint, *parsed,
                           UnixMillis(clock_));
@@ -355,6 +367,48 @@ ApiReply ApiHandler::Complete(ApiKind kind, const ApiCall& call) {
   scope.span.OnStarted(**gen, meta);
   return Respond(scope, std::move(reply), std::move(gen).value(), std::move(meta), *parsed,
                  admitted->tenant, std::move(audit));
+}
+
+util::StatusOr<SessionTurn> ApiHandler::PlanSession(ParsedRequest& parsed,
+                                                    const std::string& tenant,
+                                                    const ApiCall& call) {
+  backend::Request& r = parsed.request;
+  SessionTurn turn{.tenant = tenant,
+                   .session_id = r.session_id,
+                   .request_id = call.request_id,
+                   .depends_on = 0,
+                   .expected_turns = std::nullopt,
+                   .added = {}};
+  if (!call.if_match.empty()) {
+    std::string_view v = call.if_match;
+    if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+    uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || end != v.data() + v.size() || v.empty()) {
+      return util::InvalidFieldError("If-Match",
+                                     "must be the session's number of turns, as GET "
+                                     "/v1/sessions/{id} gives it in its ETag");
+    }
+    turn.expected_turns = n;
+  }
+  std::vector<backend::ChatMessage> stored;
+  auto session = options_.sessions->Read(tenant, r.session_id);
+  if (session.ok()) {
+    STRATA_ASSIGN_OR_RETURN(stored, StoredMessages(*session));
+    turn.depends_on = session->clock;
+  } else if (session.status().code() != util::StatusCode::kNotFound) {
+    return session.status();
+  }
+  const uint64_t turns = session.ok() ? session->turns.size() : 0;
+  if (turn.expected_turns && *turn.expected_turns != turns) {
+    return SessionError(
+        util::AbortedError(fmt::format("session '{}' has {} turns, If-Match expected {}",
+                                       r.session_id, turns, *turn.expected_turns)));
+  }
+  STRATA_ASSIGN_OR_RETURN(TurnPlan plan, PlanTurn(r.session_id, stored, r.messages));
+  r.messages = std::move(plan.full);
+  turn.added = std::move(plan.added);
+  return turn;
 }
 
 ApiReply ApiHandler::Respond(Scope& scope, ApiReply reply, std::unique_ptr<gateway::Generation> gen,

@@ -35,6 +35,7 @@
 #include "server/auth.h"
 #include "server/internal/audit_hook.h"
 #include "server/internal/request_span.h"
+#include "server/internal/session_turns.h"
 #include "server/server.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -48,11 +49,13 @@ class Responder;
 
 // One request as the transport read it.
 struct ApiCall {
-  std::string method;      // "POST"
-  std::string path;        // "/v1/chat/completions"
-  std::string_view body;   // borrowed until the handler returns
-  std::string request_id;  // from ApiHandler::RequestId
-  std::string api_key;     // x-api-key, else the Bearer token of Authorization; empty if none
+  std::string method;         // "POST"
+  std::string path;           // "/v1/chat/completions"
+  std::string query = {};     // what followed '?' in the target ("limit=10&after=s1"), or ""
+  std::string if_match = {};  // If-Match: a session's expected number of turns ("3" or "\"3\"")
+  std::string_view body;      // borrowed until the handler returns
+  std::string request_id;     // from ApiHandler::RequestId
+  std::string api_key;        // x-api-key, else the Bearer token of Authorization; empty if none
   // Every traceparent and tracestate field's value (W3C Trace Context), in
   // order; borrowed like `body`.
   std::vector<std::string_view> traceparent = {};
@@ -209,6 +212,13 @@ class ApiHandler {
   // there is none for this tenant or snapshots are off. Reads a file: call
   // it on a worker thread. In internal/snapshot_read.cpp.
   ApiReply ReadSnapshot(const ApiCall& call);
+  // Durable sessions (session/session.h), the caller's tenant's only:
+  // GET /v1/sessions?limit=N&after=ID, GET and DELETE /v1/sessions/{id}.
+  // 404 when sessions are off or the tenant has no such session. Read and
+  // write the store: call them on a worker thread. In internal/session_api.cpp.
+  ApiReply ListSessions(const ApiCall& call);
+  ApiReply ReadSession(const ApiCall& call);
+  ApiReply DeleteSession(const ApiCall& call);
 
   // `reply` (its headers kept) turned into the answer for `status` in
   // `kind`'s shape: MapError's HTTP status and Retry-After, RenderError's
@@ -245,6 +255,11 @@ class ApiHandler {
                                                              ApiReply& reply) const;
   ResponseMeta Meta(ApiKind kind, const Scope& scope, const ParsedRequest& parsed,
                     const gateway::Generation& gen) const;
+  // A chat request's session_id on a server with sessions: the stored
+  // conversation put in front of its messages (server/internal/
+  // session_turns.h), and the turn to store when it is answered.
+  util::StatusOr<SessionTurn> PlanSession(ParsedRequest& parsed, const std::string& tenant,
+                                          const ApiCall& call);
   ApiReply Respond(Scope& scope, ApiReply reply, std::unique_ptr<gateway::Generation> gen,
                    ResponseMeta meta, const ParsedRequest& parsed, const std::string& tenant,
                    RequestAudit audit);

@@ -1,0 +1,227 @@
+#include "server/internal/session_turns.h"
+
+#include <fmt/format.h>
+
+#include "server/internal/wire.h"
+
+namespace strata::server {
+namespace {
+
+bool SameMessage(const backend::ChatMessage& a, const backend::ChatMessage& b) {
+  if (a.role != b.role || a.content != b.content || a.tool_call_id != b.tool_call_id ||
+      a.name != b.name || a.is_error != b.is_error || a.tool_calls.size() != b.tool_calls.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.tool_calls.size(); ++i) {
+    const auto& x = a.tool_calls[i];
+    const auto& y = b.tool_calls[i];
+    if (x.id != y.id || x.name != y.name || x.arguments != y.arguments) return false;
+  }
+  return true;
+}
+
+util::Status Conflict(std::string message) {
+  return util::AbortedError(std::move(message)).WithReason(util::ErrorReason::kSessionConflict);
+}
+
+class SessionTap final : public gateway::Generation {
+ public:
+  SessionTap(std::unique_ptr<gateway::Generation> inner, session::SessionStore& store,
+             SessionTurn turn)
+      : inner_(std::move(inner)), store_(store), turn_(std::move(turn)) {
+    set_provenance(inner_->provenance());
+  }
+
+  util::StatusOr<gateway::Event> Next(std::chrono::steady_clock::time_point deadline) override {
+    auto e = inner_->Next(deadline);
+    if (!e.ok() || e->index != 0 || stored_) return e;
+    if (e->kind == gateway::Event::Kind::kDelta) {
+      answer_.content += e->text;
+      for (const gateway::ToolCallDelta& t : e->tool_calls) {
+        if (!t.id.empty() || static_cast<size_t>(t.index) >= answer_.tool_calls.size()) {
+          answer_.tool_calls.push_back({t.id, t.name, ""});
+        }
+        answer_.tool_calls.back().arguments += t.arguments;
+      }
+      return e;
+    }
+    stored_ = true;
+    if (!e->status.ok() || e->finish == gateway::FinishReason::kCancelled) return e;
+    util::Status st = Store();
+    if (!st.ok()) e->status = std::move(st);
+    return e;
+  }
+  void NotifyWhenReady(std::function<void()> ready) override {
+    inner_->NotifyWhenReady(std::move(ready));
+  }
+  void Cancel() override { inner_->Cancel(); }
+  int32_t prompt_tokens() const override { return inner_->prompt_tokens(); }
+  int32_t n_choices() const override { return inner_->n_choices(); }
+  gateway::CacheOutcome cache_outcome() const override { return inner_->cache_outcome(); }
+  std::optional<double> cache_similarity() const override { return inner_->cache_similarity(); }
+  bool defers_stream_head() const override { return inner_->defers_stream_head(); }
+
+ private:
+  util::Status Store() {
+    session::AppendRequest r;
+    r.tenant = turn_.tenant;
+    r.session_id = turn_.session_id;
+    r.depends_on = turn_.depends_on;
+    r.expected_turns = turn_.expected_turns;
+    r.writer = turn_.request_id;
+    r.op_id = turn_.request_id;
+    for (const backend::ChatMessage& m : turn_.added) r.messages.push_back(MessageJson(m));
+    answer_.role = "assistant";
+    r.messages.push_back(MessageJson(answer_));
+    auto stored = store_.Append(r);
+    return stored.ok() ? util::OkStatus() : SessionError(stored.status());
+  }
+
+  const std::unique_ptr<gateway::Generation> inner_;
+  session::SessionStore& store_;
+  const SessionTurn turn_;
+  backend::ChatMessage answer_;
+  bool stored_ = false;  // choice 0 has finished (stored or not)
+};
+
+}  // namespace
+
+std::string MessageJson(const backend::ChatMessage& m) {
+  wire::Json j = {{"role", m.role}, {"content", m.content}};
+  if (!m.tool_calls.empty()) {
+    wire::Json calls = wire::Json::array();
+    for (const auto& c : m.tool_calls) {
+      calls.push_back({{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
+    }
+    j["tool_calls"] = std::move(calls);
+  }
+  if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+  if (!m.name.empty()) j["name"] = m.name;
+  if (m.is_error) j["is_error"] = true;
+  return wire::Dump(j);
+}
+
+util::StatusOr<backend::ChatMessage> MessageFromJson(std::string_view json) {
+  const wire::Json j = wire::Json::parse(json, nullptr, /*allow_exceptions=*/false);
+  const auto bad = [] {
+    return util::DataLossError("session store: a stored message is not the JSON strata writes");
+  };
+  if (!j.is_object() || !j.contains("role") || !j["role"].is_string() || !j.contains("content") ||
+      !j["content"].is_string()) {
+    return bad();
+  }
+  backend::ChatMessage m;
+  m.role = j["role"].get<std::string>();
+  m.content = j["content"].get<std::string>();
+  if (auto it = j.find("tool_calls"); it != j.end()) {
+    if (!it->is_array()) return bad();
+    for (const auto& c : *it) {
+      if (!c.is_object() || !c.contains("id") || !c["id"].is_string() || !c.contains("name") ||
+          !c["name"].is_string() || !c.contains("arguments") || !c["arguments"].is_string()) {
+        return bad();
+      }
+      m.tool_calls.push_back({c["id"].get<std::string>(), c["name"].get<std::string>(),
+                              c["arguments"].get<std::string>()});
+    }
+  }
+  if (auto it = j.find("tool_call_id"); it != j.end()) {
+    if (!it->is_string()) return bad();
+    m.tool_call_id = it->get<std::string>();
+  }
+  if (auto it = j.find("name"); it != j.end()) {
+    if (!it->is_string()) return bad();
+    m.name = it->get<std::string>();
+  }
+  if (auto it = j.find("is_error"); it != j.end()) {
+    if (!it->is_boolean()) return bad();
+    m.is_error = it->get<bool>();
+  }
+  return m;
+}
+
+util::StatusOr<std::vector<backend::ChatMessage>> StoredMessages(const session::Session& s) {
+  std::vector<backend::ChatMessage> out;
+  for (const session::Turn& t : s.turns) {
+    for (const std::string& m : t.messages) {
+      STRATA_ASSIGN_OR_RETURN(backend::ChatMessage message, MessageFromJson(m));
+      out.push_back(std::move(message));
+    }
+  }
+  return out;
+}
+
+util::StatusOr<TurnPlan> PlanTurn(const std::string& session_id,
+                                  const std::vector<backend::ChatMessage>& stored,
+                                  const std::vector<backend::ChatMessage>& request) {
+  TurnPlan plan;
+  // The whole history, and what follows it.
+  if (request.size() >= stored.size() &&
+      std::equal(stored.begin(), stored.end(), request.begin(), SameMessage)) {
+    if (request.size() == stored.size()) {
+      return util::InvalidFieldError(
+          "messages", fmt::format("the messages repeat session '{}' ({} messages) and add "
+                                  "nothing to answer",
+                                  session_id, stored.size()));
+    }
+    plan.full = request;
+    plan.added.assign(request.begin() + static_cast<std::ptrdiff_t>(stored.size()), request.end());
+    return plan;
+  }
+  // A new turn: system and user messages only.
+  const bool new_turn = std::all_of(request.begin(), request.end(), [](const auto& m) {
+    return m.role == "user" || m.role == "system";
+  });
+  if (!new_turn) {
+    size_t i = 0;
+    while (i < stored.size() && i < request.size() && SameMessage(stored[i], request[i])) ++i;
+    return Conflict(fmt::format(
+        "messages[{}] differs from session '{}', which holds {} messages: send the stored "
+        "history unchanged and then the new messages, or only the new user message(s), or use "
+        "a new session_id",
+        i, session_id, stored.size()));
+  }
+  size_t first = 0;
+  if (!request.empty() && request[0].role == "system") {
+    if (stored.empty() || stored[0].role != "system" || !SameMessage(stored[0], request[0])) {
+      return Conflict(fmt::format(
+          "messages[0] is a system prompt that session '{}' does not start with: a session's "
+          "system prompt is the one of its first turn",
+          session_id));
+    }
+    first = 1;
+  }
+  for (size_t i = first; i < request.size(); ++i) {
+    if (request[i].role == "system") {
+      return Conflict(fmt::format(
+          "messages[{}] is a system message after the start of session '{}'", i, session_id));
+    }
+  }
+  plan.added.assign(request.begin() + static_cast<std::ptrdiff_t>(first), request.end());
+  if (plan.added.empty()) {
+    return util::InvalidFieldError("messages", "a new turn needs at least one user message");
+  }
+  plan.full = stored;
+  plan.full.insert(plan.full.end(), plan.added.begin(), plan.added.end());
+  return plan;
+}
+
+std::unique_ptr<gateway::Generation> TapForSession(std::unique_ptr<gateway::Generation> gen,
+                                                   session::SessionStore& store, SessionTurn turn) {
+  return std::make_unique<SessionTap>(std::move(gen), store, std::move(turn));
+}
+
+util::Status SessionError(const util::Status& st) {
+  switch (st.code()) {
+    case util::StatusCode::kAborted:
+    case util::StatusCode::kFailedPrecondition:
+      return util::Status(util::StatusCode::kAborted, st.message())
+          .WithReason(util::ErrorReason::kSessionConflict);
+    case util::StatusCode::kResourceExhausted:
+      return util::Status(util::StatusCode::kInvalidArgument, st.message())
+          .WithReason(util::ErrorReason::kSessionLimit);
+    default:
+      return st;
+  }
+}
+
+}  // namespace strata::server
