@@ -167,6 +167,20 @@ TEST_F(SessionProcessTest, IfMatchIsAnOptimisticPrecondition) {
   EXPECT_EQ(bad.status, 400) << bad.body;
 }
 
+TEST_F(SessionProcessTest, ARetriedRequestIsStoredOnceAndAReusedIdIsNot) {
+  const std::string id = Id("retry");
+  const std::string same = "X-Request-ID: req-fixed-1\r\n";
+  ASSERT_EQ(Chat(id, Json::array({User("one")}), kKeyA, same).status, 200);
+  // The same request again (a client's retry): its turn is not stored twice.
+  ASSERT_EQ(Chat(id, Json::array({User("one")}), kKeyA, same).status, 200);
+  EXPECT_EQ(Json::parse(Get("/v1/sessions/" + id).body)["turns"], 1);
+  // Another turn under the same request id is stored.
+  ASSERT_EQ(Chat(id, Json::array({User("two")}), kKeyA, same).status, 200);
+  const Json s = Json::parse(Get("/v1/sessions/" + id).body);
+  EXPECT_EQ(s["turns"], 2);
+  EXPECT_EQ(s["messages"][2]["content"], "two");
+}
+
 TEST_F(SessionProcessTest, SessionsAreTheTenantsOwn) {
   const std::string id = Id("mine");
   ASSERT_EQ(Chat(id, Json::array({User("secret plan")})).status, 200);

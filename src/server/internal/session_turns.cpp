@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "server/internal/wire.h"
+#include "util/hash.h"
 
 namespace strata::server {
 namespace {
@@ -69,8 +70,16 @@ class SessionTap final : public gateway::Generation {
     r.depends_on = turn_.depends_on;
     r.expected_turns = turn_.expected_turns;
     r.writer = turn_.request_id;
-    r.op_id = turn_.request_id;
     for (const backend::ChatMessage& m : turn_.added) r.messages.push_back(MessageJson(m));
+    // A retried request (the same X-Request-ID, the same new messages)
+    // stores its turn once; a client that reuses one request id for
+    // different turns still has each stored.
+    util::Hasher added;
+    for (const std::string& m : r.messages) {
+      added.Update(m);
+      added.Update(std::string_view("\n", 1));
+    }
+    r.op_id = fmt::format("{}:{:016x}", turn_.request_id, added.Digest());
     answer_.role = "assistant";
     r.messages.push_back(MessageJson(answer_));
     auto stored = store_.Append(r);
