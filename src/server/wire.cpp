@@ -7,6 +7,7 @@
 
 #include "server/api.h"
 #include "server/internal/wire.h"
+#include "session/session.h"
 
 namespace strata::server {
 namespace wire {
@@ -330,11 +331,7 @@ Status ParseGrammar(const Fields& f, gateway::CompletionRequest& r) {
 Status ParseSessionId(const Fields& f, gateway::CompletionRequest& r) {
   STRATA_ASSIGN_OR_RETURN(auto id, f.String("session_id"));
   if (!id) return util::OkStatus();
-  const bool valid_chars = std::all_of(id->begin(), id->end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-           c == '_' || c == ':' || c == '@' || c == '-';
-  });
-  if (id->empty() || id->size() > 128 || !valid_chars) {
+  if (!session::ValidSessionId(*id)) {
     return f.Error("session_id", "must be 1-128 characters of letters, digits and . _ : @ -");
   }
   r.session_id = std::move(*id);

@@ -30,6 +30,24 @@ std::optional<std::string_view> QueryValue(std::string_view query, std::string_v
   return std::nullopt;
 }
 
+// The id of /v1/sessions/{id}, checked.
+util::StatusOr<std::string> PathSessionId(const ApiCall& call) {
+  std::string id = call.path.substr(std::min(call.path.size(), kSessionsPrefix.size()));
+  if (!session::ValidSessionId(id)) {
+    return util::InvalidFieldError("session_id",
+                                   "must be 1-128 characters of letters, digits and . _ : @ -");
+  }
+  return id;
+}
+
+// The same answer whether the session never existed, expired or is another
+// tenant's: nothing to learn about other tenants' sessions.
+util::Status NotFoundAlike(const util::Status& st, const std::string& id) {
+  return st.code() == util::StatusCode::kNotFound
+             ? util::NotFoundError(fmt::format("no session '{}'", id))
+             : st;
+}
+
 util::Status SessionsOff() {
   return util::NotFoundError(
       "sessions are off on this server (strata serve --sessions rocksdb:DIR turns them on)");
@@ -84,21 +102,12 @@ ApiReply ApiHandler::ReadSession(const ApiCall& call) {
   ApiReply reply = NewReply(ApiKind::kOpenAIChat, call.request_id);
   auto admitted = Admit(/*check_draining=*/false, call.api_key);
   if (!admitted.ok()) return Fail(scope, std::move(reply), admitted.status());
-  const std::string id = call.path.substr(std::min(call.path.size(), kSessionsPrefix.size()));
-  if (!session::ValidSessionId(id)) {
-    return Fail(scope, std::move(reply),
-                util::InvalidFieldError(
-                    "session_id", "must be 1-128 characters of letters, digits and . _ : @ -"));
-  }
+  auto path_id = PathSessionId(call);
+  if (!path_id.ok()) return Fail(scope, std::move(reply), path_id.status());
+  const std::string& id = *path_id;
   if (options_.sessions == nullptr) return Fail(scope, std::move(reply), SessionsOff());
   auto s = options_.sessions->Read(admitted->tenant, id);
-  if (!s.ok()) {
-    // The same answer whether it never existed, expired or is another tenant's.
-    return Fail(scope, std::move(reply),
-                s.status().code() == util::StatusCode::kNotFound
-                    ? util::NotFoundError(fmt::format("no session '{}'", id))
-                    : s.status());
-  }
+  if (!s.ok()) return Fail(scope, std::move(reply), NotFoundAlike(s.status(), id));
   wire::Json messages = wire::Json::array();
   for (const session::Turn& t : s->turns) {
     for (const std::string& m : t.messages) {
@@ -128,20 +137,12 @@ ApiReply ApiHandler::DeleteSession(const ApiCall& call) {
   ApiReply reply = NewReply(ApiKind::kOpenAIChat, call.request_id);
   auto admitted = Admit(/*check_draining=*/false, call.api_key);
   if (!admitted.ok()) return Fail(scope, std::move(reply), admitted.status());
-  const std::string id = call.path.substr(std::min(call.path.size(), kSessionsPrefix.size()));
-  if (!session::ValidSessionId(id)) {
-    return Fail(scope, std::move(reply),
-                util::InvalidFieldError(
-                    "session_id", "must be 1-128 characters of letters, digits and . _ : @ -"));
-  }
+  auto path_id = PathSessionId(call);
+  if (!path_id.ok()) return Fail(scope, std::move(reply), path_id.status());
+  const std::string& id = *path_id;
   if (options_.sessions == nullptr) return Fail(scope, std::move(reply), SessionsOff());
   util::Status st = options_.sessions->Delete(admitted->tenant, id);
-  if (!st.ok()) {
-    return Fail(scope, std::move(reply),
-                st.code() == util::StatusCode::kNotFound
-                    ? util::NotFoundError(fmt::format("no session '{}'", id))
-                    : st);
-  }
+  if (!st.ok()) return Fail(scope, std::move(reply), NotFoundAlike(st, id));
   reply.body = wire::Dump({{"id", id}, {"object", "session.deleted"}, {"deleted", true}});
   Count(kSessionsEndpoint, 200);
   scope.log.Info("DELETE {} 200 tenant={}", call.path, admitted->tenant);
