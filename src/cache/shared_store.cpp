@@ -13,15 +13,15 @@
 
 #include <fmt/format.h>
 
-#include "cache/internal/redis_conn.h"
 #include "cache/simhash.h"
+#include "net/redis.h"
 #include "util/hash.h"
 
 namespace strata::cache {
 
-using internal::RedisCommand;
-using internal::RedisConn;
-using internal::RedisReply;
+using net::RedisCommand;
+using net::RedisConn;
+using net::RedisReply;
 
 // Keys and values carry explicit little-endian integers: instances on other
 // hosts read them. CacheKey bytes are compared as they are, which holds
@@ -79,27 +79,6 @@ std::chrono::milliseconds TtlMs(std::chrono::nanoseconds ttl, double jitter, uti
 }
 
 }  // namespace
-
-util::StatusOr<std::pair<std::string, int>> ParseRedisAddress(std::string_view text) {
-  std::string_view t = text;
-  if (t.rfind("redis://", 0) == 0) t.remove_prefix(8);
-  if (!t.empty() && t.back() == '/') t.remove_suffix(1);
-  auto bad = [&] {
-    return util::InvalidArgumentError(
-        fmt::format("redis address '{}' is not HOST:PORT or redis://HOST:PORT", text));
-  };
-  if (t.empty() || t.find_first_of(" /@?") != std::string_view::npos) return bad();
-  const size_t colon = t.rfind(':');
-  if (colon == std::string_view::npos) return std::pair<std::string, int>(std::string(t), 6379);
-  const std::string_view host = t.substr(0, colon), port_text = t.substr(colon + 1);
-  int port = 0;
-  const auto r = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (host.empty() || r.ec != std::errc() || r.ptr != port_text.data() + port_text.size() ||
-      port < 1 || port > 65535) {
-    return bad();
-  }
-  return std::pair<std::string, int>(std::string(host), port);
-}
 
 // ---------------------------------------------------------------------------
 

@@ -74,10 +74,6 @@ struct SharedStoreOptions {
   NearDupOptions near_dup;
 };
 
-// "HOST:PORT", "redis://HOST:PORT" or "HOST" (port 6379). InvalidArgument
-// naming the text otherwise.
-util::StatusOr<std::pair<std::string, int>> ParseRedisAddress(std::string_view text);
-
 // How a tier's values become bytes and back. Decode gets bytes from Redis:
 // it must check everything and return an error, never crash.
 class ValueCodec {

@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "net/redis.h"
+
 namespace strata::cli {
 
 void RegisterCacheFlags(CLI::App& cmd, CacheFlags& f) {
@@ -76,7 +78,7 @@ util::Status ApplyCacheFlags(const CacheFlags& f, double ttl_jitter, uint64_t se
   }
   go.shared.reset();
   if (!f.redis.empty()) {
-    auto address = cache::ParseRedisAddress(f.redis);
+    auto address = net::ParseRedisAddress(f.redis);
     if (!address.ok()) return util::InvalidArgumentError("--redis: " + address.status().message());
     cache::SharedStoreOptions so;
     so.host = address->first;

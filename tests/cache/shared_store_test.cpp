@@ -10,6 +10,7 @@
 
 #include <thread>
 
+#include "net/redis.h"
 #include "testing/redis_server.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -244,15 +245,15 @@ TEST(SharedStoreOptionsTest, OutOfRangeOptionsAreRejectedByName) {
 }
 
 TEST(ParseRedisAddressTest, AcceptsHostPortAndUrlsAndNamesWhatIsWrong) {
-  EXPECT_EQ(ParseRedisAddress("127.0.0.1:6380").value(),
+  EXPECT_EQ(net::ParseRedisAddress("127.0.0.1:6380").value(),
             (std::pair<std::string, int>{"127.0.0.1", 6380}));
-  EXPECT_EQ(ParseRedisAddress("redis://cache.internal:7000").value(),
+  EXPECT_EQ(net::ParseRedisAddress("redis://cache.internal:7000").value(),
             (std::pair<std::string, int>{"cache.internal", 7000}));
-  EXPECT_EQ(ParseRedisAddress("redis-host").value(),
+  EXPECT_EQ(net::ParseRedisAddress("redis-host").value(),
             (std::pair<std::string, int>{"redis-host", 6379}));
   for (const char* bad : {"", ":6379", "host:", "host:0", "host:70000", "host:12ab",
                           "redis://user@host:1", "a b:1"}) {
-    auto r = ParseRedisAddress(bad);
+    auto r = net::ParseRedisAddress(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("redis address"), std::string::npos);
   }

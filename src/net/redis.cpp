@@ -1,11 +1,13 @@
-#include "cache/internal/redis_conn.h"
+#include "net/redis.h"
 
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
+#include <charconv>
+
 #include <fmt/format.h>
 
-namespace strata::cache::internal {
+namespace strata::net {
 namespace {
 
 timeval ToTimeval(std::chrono::milliseconds d) {
@@ -52,6 +54,27 @@ RedisReply Copy(const redisReply* r) {
 redisContext* Ctx(void* p) { return static_cast<redisContext*>(p); }
 
 }  // namespace
+
+util::StatusOr<std::pair<std::string, int>> ParseRedisAddress(std::string_view text) {
+  std::string_view t = text;
+  if (t.rfind("redis://", 0) == 0) t.remove_prefix(8);
+  if (!t.empty() && t.back() == '/') t.remove_suffix(1);
+  auto bad = [&] {
+    return util::InvalidArgumentError(
+        fmt::format("redis address '{}' is not HOST:PORT or redis://HOST:PORT", text));
+  };
+  if (t.empty() || t.find_first_of(" /@?") != std::string_view::npos) return bad();
+  const size_t colon = t.rfind(':');
+  if (colon == std::string_view::npos) return std::pair<std::string, int>(std::string(t), 6379);
+  const std::string_view host = t.substr(0, colon), port_text = t.substr(colon + 1);
+  int port = 0;
+  const auto r = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (host.empty() || r.ec != std::errc() || r.ptr != port_text.data() + port_text.size() ||
+      port < 1 || port > 65535) {
+    return bad();
+  }
+  return std::pair<std::string, int>(std::string(host), port);
+}
 
 util::StatusOr<std::unique_ptr<RedisConn>> RedisConn::Connect(const std::string& host, int port,
                                                               std::chrono::milliseconds timeout) {
@@ -118,4 +141,4 @@ util::StatusOr<std::vector<RedisReply>> RedisConn::Pipeline(
   return out;
 }
 
-}  // namespace strata::cache::internal
+}  // namespace strata::net

@@ -1,4 +1,5 @@
-// cache/internal/redis_conn.h — one Redis connection (hiredis), private to cache/.
+// net/redis.h — one Redis connection (hiredis): the shared cache tier's
+// and the replicated session store's client.
 //
 // Promise: Connect and every command are bounded by the timeout given at
 // Connect (connect, send and receive each); a command never throws and never
@@ -18,9 +19,11 @@
 #include <string_view>
 #include <vector>
 
+#include <utility>
+
 #include "util/status.h"
 
-namespace strata::cache::internal {
+namespace strata::net {
 
 // A reply, copied out of hiredis's tree.
 struct RedisReply {
@@ -32,6 +35,10 @@ struct RedisReply {
 };
 
 using RedisCommand = std::vector<std::string>;
+
+// "HOST:PORT", "redis://HOST:PORT" or "HOST" (port 6379). InvalidArgument
+// naming the text otherwise.
+util::StatusOr<std::pair<std::string, int>> ParseRedisAddress(std::string_view text);
 
 class RedisConn {
  public:
@@ -54,4 +61,4 @@ class RedisConn {
   bool broken_ = false;
 };
 
-}  // namespace strata::cache::internal
+}  // namespace strata::net
