@@ -90,7 +90,13 @@ ApiHandler::ApiHandler(const ServerOptions& options, ApiKeys keys, obs::MetricsR
                                      "Tokens of the generation requests that ended, by tenant and "
                                      "kind (prompt, completion).",
                                      {"tenant", "kind"})),
-      id_rng_(options.request_id_seed) {}
+      id_rng_(options.request_id_seed) {
+  if (options.sessions != nullptr) {
+    // Four: a turn's store is mostly waiting (on the disk or the network),
+    // and turns of different sessions proceed in parallel in both stores.
+    session_workers_ = std::make_unique<util::WorkQueue>(4, options.max_queued_requests);
+  }
+}
 
 bool ApiHandler::CompletesQuickly(size_t body_bytes) const {
   // 4 KiB of JSON (a typical chat turn, ~1000 tokens) renders and tokenizes
@@ -357,7 +363,10 @@ ApiReply ApiHandler::Complete(ApiKind kind, const ApiCall& call) {
   }
   auto gen = Start(*admitted->gateway, *parsed, reply);
   if (!gen.ok()) return fail(gen.status());
-  if (turn) *gen = TapForSession(std::move(*gen), *options_.sessions, std::move(*turn));
+  if (turn) {
+    *gen = TapForSession(std::move(*gen), *options_.sessions, std::move(*turn),
+                         session_workers_.get());
+  }
   if (options_.snapshots != nullptr) {  // request snapshots (server/snapshots.h)
     *gen = TapForSnapshot(std::move(*gen), *options_.snapshots, kind, scope.endpoint, *parsed,
                           UnixMillis(clock_));

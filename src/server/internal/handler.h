@@ -41,6 +41,7 @@
 #include "util/log.h"
 #include "util/random.h"
 #include "util/status.h"
+#include "util/work_queue.h"
 
 namespace strata::server {
 
@@ -294,6 +295,11 @@ class ApiHandler {
   util::Status broken_why_;  // guarded by broken_mu_
   std::mutex id_mu_;
   util::Rng id_rng_;  // guarded by id_mu_
+  // With durable sessions: the threads that store answered turns (an fsync,
+  // or a round trip to Redis and its replicas), off the I/O threads that
+  // read the answers. Declared last: destroyed first, while the store and
+  // everything else its jobs touch still exist.
+  std::unique_ptr<util::WorkQueue> session_workers_;
 };
 
 // One request's access-log context.

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+
 #include "server/internal/wire.h"
 #include "util/hash.h"
 
@@ -25,15 +29,25 @@ util::Status Conflict(std::string message) {
   return util::AbortedError(std::move(message)).WithReason(util::ErrorReason::kSessionConflict);
 }
 
+// What a tap and its store job share: the job's answer, and whom to tell.
+struct StoreState {
+  std::mutex mu;
+  std::condition_variable done_cv;
+  bool done = false;            // guarded by mu
+  util::Status result;          // guarded by mu
+  std::function<void()> ready;  // guarded by mu: a reader waiting for `done`
+};
+
 class SessionTap final : public gateway::Generation {
  public:
   SessionTap(std::unique_ptr<gateway::Generation> inner, session::SessionStore& store,
-             SessionTurn turn)
-      : inner_(std::move(inner)), store_(store), turn_(std::move(turn)) {
+             SessionTurn turn, util::WorkQueue* workers)
+      : inner_(std::move(inner)), store_(store), turn_(std::move(turn)), workers_(workers) {
     set_provenance(inner_->provenance());
   }
 
   util::StatusOr<gateway::Event> Next(std::chrono::steady_clock::time_point deadline) override {
+    if (held_) return Release(deadline);
     auto e = inner_->Next(deadline);
     if (!e.ok() || e->index != 0 || stored_) return e;
     if (e->kind == gateway::Event::Kind::kDelta) {
@@ -48,12 +62,26 @@ class SessionTap final : public gateway::Generation {
     }
     stored_ = true;
     if (!e->status.ok() || e->finish == gateway::FinishReason::kCancelled) return e;
-    util::Status st = Store();
-    if (!st.ok()) e->status = std::move(st);
-    return e;
+    // Choice 0's finish waits for its turn to be stored; the store (an
+    // fsync, or a round trip to Redis and its replicas) runs on a worker,
+    // never on the thread reading this generation.
+    held_ = std::move(*e);
+    StartStore();
+    return Release(deadline);
   }
   void NotifyWhenReady(std::function<void()> ready) override {
-    inner_->NotifyWhenReady(std::move(ready));
+    if (!held_) {
+      inner_->NotifyWhenReady(std::move(ready));
+      return;
+    }
+    {
+      std::lock_guard lock(state_->mu);
+      if (!state_->done) {
+        state_->ready = std::move(ready);
+        return;
+      }
+    }
+    ready();
   }
   void Cancel() override { inner_->Cancel(); }
   int32_t prompt_tokens() const override { return inner_->prompt_tokens(); }
@@ -63,7 +91,24 @@ class SessionTap final : public gateway::Generation {
   bool defers_stream_head() const override { return inner_->defers_stream_head(); }
 
  private:
-  util::Status Store() {
+  // The held finish once its turn is stored (carrying the store's error, if
+  // any); DeadlineExceeded while the store still runs.
+  util::StatusOr<gateway::Event> Release(std::chrono::steady_clock::time_point deadline) {
+    util::Status result;
+    {
+      std::unique_lock lock(state_->mu);
+      if (!state_->done_cv.wait_until(lock, deadline, [&] { return state_->done; })) {
+        return util::DeadlineExceededError("the session turn is still being stored");
+      }
+      result = state_->result;
+    }
+    gateway::Event e = std::move(*held_);
+    held_.reset();
+    if (!result.ok()) e.status = std::move(result);
+    return e;
+  }
+
+  void StartStore() {
     session::AppendRequest r;
     r.tenant = turn_.tenant;
     r.session_id = turn_.session_id;
@@ -82,15 +127,33 @@ class SessionTap final : public gateway::Generation {
     r.op_id = fmt::format("{}:{:016x}", turn_.request_id, added.Digest());
     answer_.role = "assistant";
     r.messages.push_back(MessageJson(answer_));
-    auto stored = store_.Append(r);
-    return stored.ok() ? util::OkStatus() : SessionError(stored.status());
+    // The job owns what it needs: the tap may be gone (the client left)
+    // before it runs. The store outlives the server and its workers.
+    auto job = [state = state_, store = &store_, r = std::move(r)] {
+      auto stored = store->Append(r);
+      std::function<void()> ready;
+      {
+        std::lock_guard lock(state->mu);
+        state->done = true;
+        state->result = stored.ok() ? util::OkStatus() : SessionError(stored.status());
+        ready = std::move(state->ready);
+      }
+      state->done_cv.notify_all();
+      if (ready) ready();
+    };
+    // No worker free to queue on (or none given): store here, rather than
+    // answer before the turn is stored.
+    if (workers_ == nullptr || !workers_->Submit(job)) job();
   }
 
   const std::unique_ptr<gateway::Generation> inner_;
   session::SessionStore& store_;
   const SessionTurn turn_;
+  util::WorkQueue* const workers_;
+  const std::shared_ptr<StoreState> state_ = std::make_shared<StoreState>();
   backend::ChatMessage answer_;
-  bool stored_ = false;  // choice 0 has finished (stored or not)
+  bool stored_ = false;                 // choice 0 has finished (stored or not)
+  std::optional<gateway::Event> held_;  // choice 0's finish, while its turn is stored
 };
 
 }  // namespace
@@ -215,8 +278,9 @@ util::StatusOr<TurnPlan> PlanTurn(const std::string& session_id,
 }
 
 std::unique_ptr<gateway::Generation> TapForSession(std::unique_ptr<gateway::Generation> gen,
-                                                   session::SessionStore& store, SessionTurn turn) {
-  return std::make_unique<SessionTap>(std::move(gen), store, std::move(turn));
+                                                   session::SessionStore& store, SessionTurn turn,
+                                                   util::WorkQueue* workers) {
+  return std::make_unique<SessionTap>(std::move(gen), store, std::move(turn), workers);
 }
 
 util::Status SessionError(const util::Status& st) {

@@ -13,10 +13,16 @@
 // error it first stores the turn (the new messages and the answer) and only
 // then passes the finish on: a client that saw the end of an answer can
 // count on its turn being stored. When storing fails (a limit, a conflict,
-// the disk), the finish carries that error instead, so the client sees it.
+// the disk, Redis's replicas), the finish carries that error instead, so the
+// client sees it.
 //
 // Threading: PlanTurn is pure. The tap is read by one thread (as any
-// Generation); the store is thread-safe.
+// Generation); the store is thread-safe. The store call (an fsync, or a
+// round trip to Redis that waits for its replicas) runs on `workers`, so the
+// thread reading the tap (an I/O thread) never blocks on it: until it ends,
+// Next answers DeadlineExceeded and NotifyWhenReady fires when it does.
+// Without workers, or with their backlog full, it runs on the reading
+// thread instead.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +35,7 @@
 #include "gateway/gateway.h"
 #include "session/session.h"
 #include "util/status.h"
+#include "util/work_queue.h"
 
 namespace strata::server {
 
@@ -57,7 +64,8 @@ struct SessionTurn {
   std::vector<backend::ChatMessage> added;
 };
 std::unique_ptr<gateway::Generation> TapForSession(std::unique_ptr<gateway::Generation> gen,
-                                                   session::SessionStore& store, SessionTurn turn);
+                                                   session::SessionStore& store, SessionTurn turn,
+                                                   util::WorkQueue* workers);
 
 // A store error as the client sees it: a failed precondition or dependency
 // is 409 kSessionConflict, a limit 400 kSessionLimit.
