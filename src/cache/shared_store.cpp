@@ -34,22 +34,8 @@ namespace {
 
 constexpr char kExactMagic[4] = {'S', 'L', '1', '\x01'};
 
-std::string EscapeTenant(std::string_view t) {
-  std::string out;
-  for (unsigned char c : t) {
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                       c == '_' || c == '.' || c == '-';
-    if (plain) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out += fmt::format("%{:02X}", c);
-    }
-  }
-  return out;
-}
-
 std::string Base(const std::string& prefix, const SharedScope& s) {
-  return fmt::format("{}:{:016x}:{}", prefix, s.model, EscapeTenant(s.tenant));
+  return fmt::format("{}:{:016x}:{}", prefix, s.model, net::RedisKeyPart(s.tenant));
 }
 
 std::string ExactKey(const std::string& prefix, const SharedScope& s, const CacheKey& key) {

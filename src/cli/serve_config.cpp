@@ -550,6 +550,15 @@ std::vector<ServeKnob> MakeServeKnobs() {
   k.push_back(Bind("sessions.dependency_wait_ms", "--session-dependency-wait-ms",
                    [](ServeFlags & f) -> auto& { return f.sessions.dependency_wait_ms; },
                    {.unit = "ms", .min = 0, .max = 60000}));
+  k.push_back(Bind("sessions.replicas", "--session-replicas",
+                   [](ServeFlags & f) -> auto& { return f.sessions.replicas; },
+                   {.unit = "replicas; -1 = a majority", .min = -1, .max = 15}));
+  k.push_back(Bind("sessions.replica_wait_ms", "--session-replica-wait-ms",
+                   [](ServeFlags & f) -> auto& { return f.sessions.replica_wait_ms; },
+                   {.unit = "ms", .min = 1, .max = 60000}));
+  k.push_back(Bind("sessions.redis_timeout_ms", "--session-redis-timeout-ms",
+                   [](ServeFlags & f) -> auto& { return f.sessions.redis_timeout_ms; },
+                   {.unit = "ms", .min = 1, .max = 60000}));
   k.push_back(Backends());
   return k;
 }

@@ -55,6 +55,20 @@ redisContext* Ctx(void* p) { return static_cast<redisContext*>(p); }
 
 }  // namespace
 
+std::string RedisKeyPart(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text) {
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '_' || c == '.' || c == '-';
+    if (plain) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
+
 util::StatusOr<std::pair<std::string, int>> ParseRedisAddress(std::string_view text) {
   std::string_view t = text;
   if (t.rfind("redis://", 0) == 0) t.remove_prefix(8);
@@ -99,6 +113,12 @@ util::StatusOr<std::unique_ptr<RedisConn>> RedisConn::Connect(const std::string&
 }
 
 RedisConn::~RedisConn() { redisFree(Ctx(ctx_)); }
+
+util::Status RedisConn::SetTimeout(std::chrono::milliseconds timeout) {
+  if (broken_) return util::UnavailableError("redis: the connection is broken");
+  if (redisSetTimeout(Ctx(ctx_), ToTimeval(timeout)) != REDIS_OK) return Fail("set the timeout");
+  return util::OkStatus();
+}
 
 util::Status RedisConn::Fail(const char* what) {
   broken_ = true;

@@ -40,6 +40,10 @@ using RedisCommand = std::vector<std::string>;
 // naming the text otherwise.
 util::StatusOr<std::pair<std::string, int>> ParseRedisAddress(std::string_view text);
 
+// `text` as a part of a Redis key: bytes outside [A-Za-z0-9_.-] percent-
+// encoded (%XX), so no tenant name can reach into another's keys.
+std::string RedisKeyPart(std::string_view text);
+
 class RedisConn {
  public:
   // Unavailable naming the address and hiredis's reason.
@@ -52,6 +56,10 @@ class RedisConn {
   // Unavailable (and broken() from then on) on a transport error.
   util::StatusOr<RedisReply> Command(const RedisCommand& argv);
   util::StatusOr<std::vector<RedisReply>> Pipeline(const std::vector<RedisCommand>& commands);
+  // Replaces the timeout of each send and receive from now on (a command
+  // known to wait on the server, as WAIT, needs a longer one). Unavailable
+  // (and broken) when the socket refuses it.
+  util::Status SetTimeout(std::chrono::milliseconds timeout);
   bool broken() const { return broken_; }
 
  private:

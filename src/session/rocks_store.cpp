@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 
+#include "session/internal/checks.h"
 #include "session/record.h"
 
 namespace strata::session {
@@ -33,17 +34,6 @@ util::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
                                 s.ToString());
 }
 
-util::Status ValidateKeyParts(const std::string& tenant, const std::string& id) {
-  if (tenant.empty() || tenant.size() > 256 || tenant.find('\0') != std::string::npos) {
-    return util::InvalidArgumentError("session store: the tenant must be 1-256 bytes without NUL");
-  }
-  if (!ValidSessionId(id)) {
-    return util::InvalidFieldError("session_id",
-                                   "must be 1-128 characters of letters, digits and . _ : @ -");
-  }
-  return util::OkStatus();
-}
-
 class RocksStore final : public SessionStore {
  public:
   RocksStore(std::unique_ptr<rocksdb::DB> db, RocksStoreOptions options)
@@ -54,16 +44,7 @@ class RocksStore final : public SessionStore {
   }
 
   util::StatusOr<Turn> Append(const AppendRequest& r) override {
-    STRATA_RETURN_IF_ERROR(ValidateKeyParts(r.tenant, r.session_id));
-    if (r.writer.empty() || r.writer.size() > 128) {
-      return util::InvalidArgumentError("session store: the writer id must be 1-128 bytes");
-    }
-    if (r.op_id.size() > 256) {
-      return util::InvalidArgumentError("session store: the op id is longer than 256 bytes");
-    }
-    if (r.messages.empty()) {
-      return util::InvalidArgumentError("session store: a turn needs at least one message");
-    }
+    STRATA_RETURN_IF_ERROR(internal::CheckAppend(r));
     Stripe& stripe = StripeOf(r.tenant, r.session_id);
     std::unique_lock lock(stripe.mu);
     STRATA_ASSIGN_OR_RETURN(std::optional<rec::Meta> meta, LiveMeta(r.tenant, r.session_id));
@@ -152,7 +133,7 @@ class RocksStore final : public SessionStore {
   }
 
   util::StatusOr<Session> Read(const std::string& tenant, const std::string& id) override {
-    STRATA_RETURN_IF_ERROR(ValidateKeyParts(tenant, id));
+    STRATA_RETURN_IF_ERROR(internal::CheckKeyParts(tenant, id));
     Stripe& stripe = StripeOf(tenant, id);
     std::unique_lock lock(stripe.mu);
     STRATA_ASSIGN_OR_RETURN(std::optional<rec::Meta> meta, LiveMeta(tenant, id));
@@ -181,16 +162,7 @@ class RocksStore final : public SessionStore {
 
   util::StatusOr<SessionPage> List(const std::string& tenant, const std::string& cursor,
                                    size_t limit) override {
-    if (tenant.empty() || tenant.find('\0') != std::string::npos) {
-      return util::InvalidArgumentError(
-          "session store: the tenant must be 1-256 bytes without NUL");
-    }
-    if (limit == 0 || limit > 1000) {
-      return util::InvalidFieldError("limit", "must be between 1 and 1000");
-    }
-    if (!cursor.empty() && !ValidSessionId(cursor)) {
-      return util::InvalidFieldError("after", "is not a session id");
-    }
+    STRATA_RETURN_IF_ERROR(internal::CheckList(tenant, cursor, limit));
     SessionPage page;
     const std::string prefix = rec::MetaPrefix(tenant);
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator({}));
@@ -217,7 +189,7 @@ class RocksStore final : public SessionStore {
   }
 
   util::Status Delete(const std::string& tenant, const std::string& id) override {
-    STRATA_RETURN_IF_ERROR(ValidateKeyParts(tenant, id));
+    STRATA_RETURN_IF_ERROR(internal::CheckKeyParts(tenant, id));
     Stripe& stripe = StripeOf(tenant, id);
     std::unique_lock lock(stripe.mu);
     STRATA_ASSIGN_OR_RETURN(std::optional<rec::Meta> meta, LiveMeta(tenant, id));
@@ -301,21 +273,7 @@ util::StatusOr<std::unique_ptr<SessionStore>> OpenRocksStore(const RocksStoreOpt
   if (options.dir.empty()) {
     return util::InvalidArgumentError("session store: no directory given");
   }
-  const Limits& l = options.limits;
-  if (l.max_turns < 1 || l.max_turns > 1000000) {
-    return util::InvalidArgumentError("session store: max_turns must be 1-1000000");
-  }
-  if (l.max_bytes < 1024 || l.max_bytes > (1ull << 32)) {
-    return util::InvalidArgumentError("session store: max_bytes must be 1 KiB - 4 GiB");
-  }
-  if (l.max_sessions_per_tenant < 1 || l.max_sessions_per_tenant > 1000000000) {
-    return util::InvalidArgumentError("session store: max_sessions_per_tenant must be 1-1e9");
-  }
-  if (l.ttl.count() < 0 || l.dependency_wait.count() < 0 ||
-      l.dependency_wait > std::chrono::seconds(60)) {
-    return util::InvalidArgumentError(
-        "session store: the TTL must be >= 0 and the dependency wait 0-60 s");
-  }
+  STRATA_RETURN_IF_ERROR(internal::CheckLimits(options.limits));
   rocksdb::Options db_options;
   db_options.create_if_missing = true;
   db_options.paranoid_checks = true;

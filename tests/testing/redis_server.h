@@ -1,5 +1,9 @@
 // tests/testing/redis_server.h — a real redis-server on a free loopback port,
-// started and killed by the test (no persistence: --save '' --appendonly no).
+// started and killed by the test. By default without persistence (--save ''
+// --appendonly no); `extra` arguments go after those and win (for example
+// {"--appendonly", "yes", "--appendfsync", "always"}, or {"--replicaof",
+// "127.0.0.1", "6380"}). Its files go to a scratch directory of its own,
+// removed with it.
 //
 // Usage:
 //   auto redis = testing::RedisServer::Start();
@@ -21,11 +25,13 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace strata::testing {
 
@@ -38,16 +44,20 @@ class RedisServer {
   // nullptr when no redis-server binary is found or it does not start.
   // A free port can be taken by another test between its probe and the
   // server's bind (ctest runs tests in parallel): then a fresh one is tried.
-  static std::unique_ptr<RedisServer> Start() {
+  static std::unique_ptr<RedisServer> Start(std::vector<std::string> extra = {}) {
     const std::optional<std::string> bin = FindBinary();
     if (!bin) return nullptr;
     for (int attempt = 0; attempt < 5; ++attempt) {
-      auto s = std::unique_ptr<RedisServer>(new RedisServer(*bin, FreePort()));
+      auto s = std::unique_ptr<RedisServer>(new RedisServer(*bin, FreePort(), extra));
       if (s->port_ > 0 && s->Launch()) return s;
     }
     return nullptr;
   }
-  ~RedisServer() { Kill(); }
+  ~RedisServer() {
+    Kill();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
 
   int port() const { return port_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
@@ -60,14 +70,21 @@ class RedisServer {
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
-  // Starts again on the same port (empty: nothing was persisted).
+  // Starts again on the same port, on the same files (with --appendonly yes
+  // it comes back with what it had; without, empty).
   bool Restart() {
     Kill();
     return Launch();
   }
 
  private:
-  RedisServer(std::string bin, int port) : bin_(std::move(bin)), port_(port) {}
+  RedisServer(std::string bin, int port, std::vector<std::string> extra)
+      : bin_(std::move(bin)), port_(port), extra_(std::move(extra)) {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("strata_redis_" + std::to_string(::getpid()) + "_" + std::to_string(port));
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+  }
 
   static std::optional<std::string> FindBinary() {
     std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
@@ -119,18 +136,24 @@ class RedisServer {
   }
 
   bool Launch() {
-    const std::string port = std::to_string(port_);
+    // The argument vector is built before fork: the child only execs.
+    std::vector<std::string> args = {
+        "redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save",     "",
+        "--appendonly", "no",     "--daemonize",         "no",     "--dir",     dir_.string()};
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     const pid_t pid = ::fork();
     if (pid < 0) return false;
     if (pid == 0) {
-      // Child (async-signal-safe calls only): quiet, no persistence, loopback only.
+      // Child (async-signal-safe calls only): quiet, loopback only.
       const int null_fd = ::open("/dev/null", O_WRONLY);
       if (null_fd >= 0) {
         ::dup2(null_fd, 1);
         ::dup2(null_fd, 2);
       }
-      ::execl(bin_.c_str(), "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1", "--save",
-              "", "--appendonly", "no", "--daemonize", "no", static_cast<char*>(nullptr));
+      ::execv(bin_.c_str(), argv.data());
       ::_exit(127);
     }
     pid_ = pid;
@@ -151,6 +174,8 @@ class RedisServer {
 
   const std::string bin_;
   const int port_;
+  const std::vector<std::string> extra_;
+  std::filesystem::path dir_;
   pid_t pid_ = -1;
 };
 

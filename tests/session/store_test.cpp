@@ -1,4 +1,7 @@
-// The embedded session store against a real RocksDB in a scratch directory.
+// Both session stores held to one contract (session/session.h): the
+// embedded one against a real RocksDB in a scratch directory, the replicated
+// one against a real redis-server on loopback (its AOF synced on every
+// write), each test run on each.
 #include "session/rocks_store.h"
 
 #include <gtest/gtest.h>
@@ -11,8 +14,11 @@
 #include <set>
 #include <thread>
 
+#include "net/redis.h"
 #include "session/record.h"
+#include "session/redis_store.h"
 #include "testing/fake_clock.h"
+#include "testing/redis_server.h"
 
 namespace strata::session {
 namespace {
@@ -20,22 +26,40 @@ namespace {
 namespace fs = std::filesystem;
 using util::StatusCode;
 
-class RocksStoreTest : public ::testing::Test {
+class SessionStoreTest : public ::testing::TestWithParam<std::string> {
  protected:
+  static void SetUpTestSuite() {
+    redis_ = testing::RedisServer::Start({"--appendonly", "yes", "--appendfsync", "always"});
+  }
+  static void TearDownTestSuite() { redis_.reset(); }
+
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("strata_session_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    dir_ =
+        fs::temp_directory_path() / ("strata_session_" + std::to_string(::getpid()) + "_" + name);
     fs::remove_all(dir_);
+    if (GetParam() == "redis") {
+      if (!redis_) GTEST_SKIP() << testing::RedisServer::kMissing;
+      auto conn = net::RedisConn::Connect("127.0.0.1", redis_->port(), std::chrono::seconds(5));
+      ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+      ASSERT_TRUE((*conn)->Command({"FLUSHALL"}).ok());
+    }
   }
   void TearDown() override {
     store_.reset();
     fs::remove_all(dir_);
   }
 
+  // The store under test, opened (again) with `limits`: a reopen keeps what
+  // the last one stored.
   SessionStore& Open(Limits limits = {}) {
     store_.reset();
-    auto s = OpenRocksStore({.dir = dir_.string(), .limits = limits, .clock = &clock_});
+    auto s =
+        GetParam() == "rocks"
+            ? OpenRocksStore({.dir = dir_.string(), .limits = limits, .clock = &clock_})
+            : OpenRedisStore(
+                  {.nodes = {{"127.0.0.1", redis_->port()}}, .limits = limits, .clock = &clock_});
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(*s);
     return *store_;
@@ -51,12 +75,18 @@ class RocksStoreTest : public ::testing::Test {
             .messages = std::move(messages)};
   }
 
+  static std::unique_ptr<testing::RedisServer> redis_;
   fs::path dir_;
   testing::FakeClock clock_;
   std::unique_ptr<SessionStore> store_;
 };
 
-TEST_F(RocksStoreTest, TurnsReadBackInOrderVerbatim) {
+std::unique_ptr<testing::RedisServer> SessionStoreTest::redis_;
+
+INSTANTIATE_TEST_SUITE_P(Stores, SessionStoreTest, ::testing::Values("rocks", "redis"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST_P(SessionStoreTest, TurnsReadBackInOrderVerbatim) {
   SessionStore& store = Open();
   const std::string user = R"({"role":"user","content":"héllo \"there\""})";
   const std::string answer = R"({"role":"assistant","content":[{"type":"text","text":"hi"}]})";
@@ -79,7 +109,7 @@ TEST_F(RocksStoreTest, TurnsReadBackInOrderVerbatim) {
   EXPECT_EQ(s->bytes, user.size() + answer.size() + second.messages[0].size() + 16);
 }
 
-TEST_F(RocksStoreTest, AcknowledgedTurnsSurviveAReopen) {
+TEST_P(SessionStoreTest, AcknowledgedTurnsSurviveAReopen) {
   {
     SessionStore& store = Open();
     for (uint64_t i = 0; i < 20; ++i) {
@@ -96,7 +126,7 @@ TEST_F(RocksStoreTest, AcknowledgedTurnsSurviveAReopen) {
   EXPECT_EQ(next->clock, 21u);
 }
 
-TEST_F(RocksStoreTest, AnotherTenantNeverSeesOrTouchesASession) {
+TEST_P(SessionStoreTest, AnotherTenantNeverSeesOrTouchesASession) {
   SessionStore& store = Open();
   ASSERT_TRUE(store.Append(Turn("shared-name", 0, "a")).ok());
   EXPECT_EQ(store.Read("other", "shared-name").status().code(), StatusCode::kNotFound);
@@ -119,7 +149,7 @@ TEST_F(RocksStoreTest, AnotherTenantNeverSeesOrTouchesASession) {
   EXPECT_EQ(store.List("acme", "", 100)->sessions.size(), 1u);
 }
 
-TEST_F(RocksStoreTest, AMissingDependencyIsRefusedNamingIt) {
+TEST_P(SessionStoreTest, AMissingDependencyIsRefusedNamingIt) {
   SessionStore& store = Open({.dependency_wait = std::chrono::milliseconds(20)});
   ASSERT_TRUE(store.Append(Turn("s", 0, "a")).ok());
   auto r = store.Append(Turn("s", 3, "b"));
@@ -128,7 +158,7 @@ TEST_F(RocksStoreTest, AMissingDependencyIsRefusedNamingIt) {
   EXPECT_EQ(store.Read("acme", "s")->turns.size(), 1u);
 }
 
-TEST_F(RocksStoreTest, ATurnWaitsForItsDependencyToArrive) {
+TEST_P(SessionStoreTest, ATurnWaitsForItsDependencyToArrive) {
   SessionStore& store = Open({.dependency_wait = std::chrono::seconds(10)});
   std::thread late([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -143,7 +173,7 @@ TEST_F(RocksStoreTest, ATurnWaitsForItsDependencyToArrive) {
   EXPECT_EQ(s->turns[1].writer, "second");
 }
 
-TEST_F(RocksStoreTest, ConcurrentWritersAnsweringOneTurnAreAllKept) {
+TEST_P(SessionStoreTest, ConcurrentWritersAnsweringOneTurnAreAllKept) {
   SessionStore& store = Open();
   ASSERT_TRUE(store.Append(Turn("s", 0, "root")).ok());
   constexpr int kWriters = 8;
@@ -172,7 +202,7 @@ TEST_F(RocksStoreTest, ConcurrentWritersAnsweringOneTurnAreAllKept) {
     EXPECT_EQ(again->turns[i].writer, s->turns[i].writer);
 }
 
-TEST_F(RocksStoreTest, ExpectedTurnsIsAnOptimisticPrecondition) {
+TEST_P(SessionStoreTest, ExpectedTurnsIsAnOptimisticPrecondition) {
   SessionStore& store = Open();
   ASSERT_TRUE(store.Append(Turn("s", 0, "a")).ok());
   AppendRequest stale = Turn("s", 1, "b");
@@ -184,7 +214,7 @@ TEST_F(RocksStoreTest, ExpectedTurnsIsAnOptimisticPrecondition) {
   EXPECT_TRUE(store.Append(stale).ok());
 }
 
-TEST_F(RocksStoreTest, ARepeatedOpIdStoresNothingTwice) {
+TEST_P(SessionStoreTest, ARepeatedOpIdStoresNothingTwice) {
   SessionStore& store = Open();
   AppendRequest r = Turn("s", 0, "a");
   r.op_id = "op-1";
@@ -198,7 +228,7 @@ TEST_F(RocksStoreTest, ARepeatedOpIdStoresNothingTwice) {
   EXPECT_EQ(store.Read("acme", "s")->turns.size(), 1u);
 }
 
-TEST_F(RocksStoreTest, LimitsAreEnforcedWithMessagesThatNameThem) {
+TEST_P(SessionStoreTest, LimitsAreEnforcedWithMessagesThatNameThem) {
   SessionStore& store = Open({.max_turns = 2, .max_bytes = 1024, .max_sessions_per_tenant = 2});
   ASSERT_TRUE(store.Append(Turn("s", 0, "a")).ok());
   ASSERT_TRUE(store.Append(Turn("s", 1, "b")).ok());
@@ -219,7 +249,7 @@ TEST_F(RocksStoreTest, LimitsAreEnforcedWithMessagesThatNameThem) {
   EXPECT_TRUE(store.Append(Turn("u", 0, "a")).ok());
 }
 
-TEST_F(RocksStoreTest, ASessionExpiresItsTtlAfterItsLastTurn) {
+TEST_P(SessionStoreTest, ASessionExpiresItsTtlAfterItsLastTurn) {
   SessionStore& store = Open({.max_sessions_per_tenant = 1, .ttl = std::chrono::seconds(60)});
   ASSERT_TRUE(store.Append(Turn("s", 0, "a")).ok());
   clock_.Advance(std::chrono::seconds(59));
@@ -235,7 +265,7 @@ TEST_F(RocksStoreTest, ASessionExpiresItsTtlAfterItsLastTurn) {
   EXPECT_EQ(fresh->clock, 1u);
 }
 
-TEST_F(RocksStoreTest, ListPagesThroughTheTenantsSessions) {
+TEST_P(SessionStoreTest, ListPagesThroughTheTenantsSessions) {
   SessionStore& store = Open();
   for (const char* id : {"e", "a", "c", "b", "d"}) ASSERT_TRUE(store.Append(Turn(id, 0, "w")).ok());
   std::vector<std::string> seen;
@@ -257,7 +287,7 @@ TEST_F(RocksStoreTest, ListPagesThroughTheTenantsSessions) {
   EXPECT_EQ(store.List("acme", "no/such", 10).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST_F(RocksStoreTest, DeleteRemovesEveryTurnAndOpId) {
+TEST_P(SessionStoreTest, DeleteRemovesEveryTurnAndOpId) {
   SessionStore& store = Open();
   AppendRequest r = Turn("s", 0, "a");
   r.op_id = "op";
@@ -274,7 +304,7 @@ TEST_F(RocksStoreTest, DeleteRemovesEveryTurnAndOpId) {
   EXPECT_EQ(store.Read("acme", "s")->turns.size(), 1u);
 }
 
-TEST_F(RocksStoreTest, BadRequestsAreRefused) {
+TEST_P(SessionStoreTest, BadRequestsAreRefused) {
   SessionStore& store = Open();
   EXPECT_EQ(store.Append(Turn("bad id", 0, "a")).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(store.Append(Turn(std::string(129, 'a'), 0, "a")).status().code(),
@@ -287,12 +317,16 @@ TEST_F(RocksStoreTest, BadRequestsAreRefused) {
   EXPECT_EQ(store.Read("acme", "").status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST_F(RocksStoreTest, OpenRefusesWhatItCannotUse) {
+TEST(RocksStore, OpenRefusesWhatItCannotUse) {
+  const fs::path dir_ =
+      fs::temp_directory_path() / ("strata_session_open_" + std::to_string(::getpid()));
+  fs::remove_all(dir_);
   EXPECT_EQ(OpenRocksStore({.dir = ""}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(OpenRocksStore({.dir = dir_.string(), .limits = {.max_turns = 0}}).status().code(),
             StatusCode::kInvalidArgument);
   // A directory another store holds open is locked.
-  Open();
+  auto first = OpenRocksStore({.dir = dir_.string()});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
   auto second = OpenRocksStore({.dir = dir_.string()});
   EXPECT_EQ(second.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(second.status().message().find(dir_.string()), std::string::npos);
@@ -301,6 +335,8 @@ TEST_F(RocksStoreTest, OpenRefusesWhatItCannotUse) {
   { std::ofstream(file) << "x"; }
   EXPECT_FALSE(OpenRocksStore({.dir = file.string()}).ok());
   fs::remove(file);
+  first->reset();
+  fs::remove_all(dir_);
 }
 
 TEST(SessionRecord, TurnsAndMetaRoundTripAndTruncationsAreDataLoss) {

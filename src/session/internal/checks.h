@@ -1,0 +1,28 @@
+// session/internal/checks.h — the argument checks both session stores make
+// before touching their storage, so they refuse the same things with the
+// same words.
+//
+// Threading: pure functions.
+#pragma once
+
+#include <string>
+
+#include "session/session.h"
+#include "util/status.h"
+
+namespace strata::session::internal {
+
+// kInvalidArgument for a tenant that is empty, over 256 bytes or holds a
+// NUL; kInvalidArgument naming `session_id` for an invalid id.
+util::Status CheckTenant(const std::string& tenant);
+util::Status CheckKeyParts(const std::string& tenant, const std::string& id);
+// The tenant and id, and a writer of 1-128 bytes, an op id of at most 256
+// bytes and at least one message.
+util::Status CheckAppend(const AppendRequest& r);
+// The tenant, a limit of 1-1000 (naming `limit`), a cursor that is a
+// session id or empty (naming `after`).
+util::Status CheckList(const std::string& tenant, const std::string& cursor, size_t limit);
+// Every limit within the range session.h gives it.
+util::Status CheckLimits(const Limits& limits);
+
+}  // namespace strata::session::internal
