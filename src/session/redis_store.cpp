@@ -10,13 +10,14 @@
 #include <fmt/format.h>
 
 #include "net/redis.h"
-#include "session/internal/checks.h"
+#include "session/internal/common.h"
 #include "session/record.h"
 
 namespace strata::session {
 namespace {
 
 namespace rec = record;
+using internal::MillisSinceEpoch;
 using net::RedisCommand;
 using net::RedisConn;
 using net::RedisReply;
@@ -149,10 +150,6 @@ while scanned < 4096 do
 end
 return {string.sub(start, 2), out}
 )lua";
-
-int64_t MillisSinceEpoch(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
 
 // An error reply that means "this node is not (or not yet) the primary you
 // want": find the primary again.

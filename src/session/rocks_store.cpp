@@ -10,19 +10,16 @@
 #include <functional>
 #include <mutex>
 
-#include "session/internal/checks.h"
+#include "session/internal/common.h"
 #include "session/record.h"
 
 namespace strata::session {
 namespace {
 
 namespace rec = record;
+using internal::MillisSinceEpoch;
 
 constexpr size_t kStripes = 64;
-
-int64_t MillisSinceEpoch(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
 
 util::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return util::OkStatus();

@@ -1,4 +1,4 @@
-#include "session/internal/checks.h"
+#include "session/internal/common.h"
 
 namespace strata::session::internal {
 
@@ -59,6 +59,10 @@ util::Status CheckLimits(const Limits& l) {
         "session store: the TTL must be >= 0 and the dependency wait 0-60 s");
   }
   return util::OkStatus();
+}
+
+int64_t MillisSinceEpoch(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
 }  // namespace strata::session::internal

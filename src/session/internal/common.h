@@ -1,10 +1,12 @@
-// session/internal/checks.h — the argument checks both session stores make
+// session/internal/common.h — the argument checks both session stores make
 // before touching their storage, so they refuse the same things with the
 // same words.
 //
 // Threading: pure functions.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "session/session.h"
@@ -24,5 +26,8 @@ util::Status CheckAppend(const AppendRequest& r);
 util::Status CheckList(const std::string& tenant, const std::string& cursor, size_t limit);
 // Every limit within the range session.h gives it.
 util::Status CheckLimits(const Limits& limits);
+
+// Milliseconds since the Unix epoch: a turn's and a session's stamps.
+int64_t MillisSinceEpoch(std::chrono::system_clock::time_point t);
 
 }  // namespace strata::session::internal
