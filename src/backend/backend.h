@@ -120,6 +120,13 @@ struct Request {
   std::vector<int32_t> prompt_ids;
   // A completion (a raw prompt, as text or as token ids), not a chat.
   bool completion() const { return prompt.has_value() || !prompt_ids.empty(); }
+  // Chat, a hint from a durable session: the local engine's token ids of
+  // the conversation so far (its last turn's prompt and answer, as the
+  // engine saw and generated them). The local engine starts the prompt with
+  // them where their text is where the rendered conversation starts, so
+  // the KV blocks of earlier answers are found in L2 even when their text
+  // would tokenize differently; otherwise, and on remote backends, unused.
+  std::vector<int32_t> prefix_tokens;
   // Indices into `messages` after which an Anthropic client put a
   // cache_control breakpoint (passed through to an anthropic backend).
   std::vector<int32_t> cache_breakpoints;

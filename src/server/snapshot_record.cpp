@@ -109,6 +109,9 @@ Json RequestJson(const gateway::CompletionRequest& r) {
       {"fixed_seed", r.fixed_seed},
       {"response_cache", r.response_cache},
       {"l3", r.l3 ? Json(*r.l3) : Json(nullptr)}};
+  // A session's token hint (backend::Request::prefix_tokens): only when
+  // set, so snapshots without it read as before.
+  if (!r.prefix_tokens.empty()) j["prefix_tokens"] = r.prefix_tokens;
   return j;
 }
 
@@ -324,6 +327,9 @@ StatusOr<gateway::CompletionRequest> DecodeRequest(const Json& j) {
     STRATA_ASSIGN_OR_RETURN(r.prompt, q.String("prompt"));
   }
   STRATA_ASSIGN_OR_RETURN(r.prompt_ids, q.Ints("prompt_ids"));
+  if (q.Has("prefix_tokens")) {
+    STRATA_ASSIGN_OR_RETURN(r.prefix_tokens, q.Ints("prefix_tokens"));
+  }
   STRATA_ASSIGN_OR_RETURN(r.cache_breakpoints, q.Ints("cache_breakpoints"));
   if (q.Has("max_tokens")) {
     STRATA_ASSIGN_OR_RETURN(r.max_tokens, q.Int32("max_tokens", 1, INT32_MAX));

@@ -64,13 +64,14 @@ class Reader {
     return true;
   }
   // The record's tag and format version.
-  bool Header(uint8_t tag) {
+  // The tag, and a version in [1, newest] (then in version()).
+  bool Header(uint8_t tag, uint8_t newest) {
     uint8_t t = 0;
-    uint8_t v = 0;
-    if (!Byte(t) || !Byte(v)) return false;
+    if (!Byte(t) || !Byte(version_)) return false;
     if (t != tag) return Fail("has the wrong tag");
-    return v == kVersion ? true : Fail("has an unknown format version");
+    return version_ >= 1 && version_ <= newest ? true : Fail("has an unknown format version");
   }
+  uint8_t version() const { return version_; }
   bool AtEnd() { return pos_ == bytes_.size() ? true : Fail("has bytes after its end"); }
   util::Status status() const {
     return util::DataLossError(std::string("session store: a ") + what_ + " record " + error_);
@@ -85,6 +86,7 @@ class Reader {
   size_t pos_ = 0;
   const char* what_;
   std::string error_;
+  uint8_t version_ = 0;
 };
 
 std::string SessionKey(char prefix, std::string_view tenant, std::string_view session) {
@@ -142,7 +144,7 @@ std::string EncodeTurnRef(uint64_t clock, std::string_view writer) {
 std::string EncodeTurn(const Turn& turn) {
   std::string out;
   out.push_back(static_cast<char>(kTurnTag));
-  out.push_back(static_cast<char>(kVersion));
+  out.push_back(static_cast<char>(kTurnVersion));
   PutVarint(out, turn.clock);
   PutVarint(out, turn.depends_on);
   PutVarint(out, ZigZag(turn.created_ms));
@@ -151,6 +153,7 @@ std::string EncodeTurn(const Turn& turn) {
   for (const std::string& m : turn.messages) PutString(out, m);
   PutVarint(out, turn.tokens.size());
   for (int32_t t : turn.tokens) PutVarint(out, ZigZag(t));
+  PutVarint(out, turn.tokens_from);
   return out;
 }
 
@@ -159,8 +162,8 @@ util::StatusOr<Turn> DecodeTurn(std::string_view bytes) {
   Turn t;
   uint64_t created = 0;
   uint64_t n = 0;
-  if (!r.Header(kTurnTag) || !r.Varint(t.clock) || !r.Varint(t.depends_on) || !r.Varint(created) ||
-      !r.String(t.writer) || !r.Count(n)) {
+  if (!r.Header(kTurnTag, kTurnVersion) || !r.Varint(t.clock) || !r.Varint(t.depends_on) ||
+      !r.Varint(created) || !r.String(t.writer) || !r.Count(n)) {
     return r.status();
   }
   t.created_ms = UnZigZag(created);
@@ -179,6 +182,7 @@ util::StatusOr<Turn> DecodeTurn(std::string_view bytes) {
     }
     t.tokens.push_back(static_cast<int32_t>(v));
   }
+  if (r.version() >= 2 && !r.Varint(t.tokens_from)) return r.status();
   if (!r.AtEnd()) return r.status();
   if (t.clock == 0) return util::DataLossError("session store: a turn record has clock 0");
   return t;
@@ -201,8 +205,8 @@ util::StatusOr<Meta> DecodeMeta(std::string_view bytes) {
   Meta m;
   uint64_t created = 0;
   uint64_t updated = 0;
-  if (!r.Header(kMetaTag) || !r.Varint(m.clock) || !r.Varint(m.turns) || !r.Varint(m.bytes) ||
-      !r.Varint(created) || !r.Varint(updated) || !r.AtEnd()) {
+  if (!r.Header(kMetaTag, kVersion) || !r.Varint(m.clock) || !r.Varint(m.turns) ||
+      !r.Varint(m.bytes) || !r.Varint(created) || !r.Varint(updated) || !r.AtEnd()) {
     return r.status();
   }
   m.created_ms = UnZigZag(created);

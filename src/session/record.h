@@ -23,7 +23,8 @@ inline constexpr char kOpPrefix = 'o';      // o tenant \0 session \0 op_id -> c
 inline constexpr char kTenantPrefix = 'c';  // c tenant -> sessions (8, LE)
 inline constexpr uint8_t kTurnTag = 'T';
 inline constexpr uint8_t kMetaTag = 'M';
-inline constexpr uint8_t kVersion = 1;
+inline constexpr uint8_t kVersion = 1;      // the meta record's
+inline constexpr uint8_t kTurnVersion = 2;  // the turn record's (1: without tokens_from)
 
 struct Meta {
   uint64_t clock = 0;

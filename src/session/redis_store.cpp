@@ -220,6 +220,7 @@ class RedisStore final : public SessionStore {
     turn.writer = r.writer;
     turn.messages = r.messages;
     turn.tokens = r.tokens;
+    turn.tokens_from = r.tokens_from;
     turn.created_ms = MillisSinceEpoch(clock_.WallNow());
     const uint64_t bytes = rec::TurnBytes(turn);
     const std::string value = rec::EncodeTurn(turn);  // clock 0, one byte: the script sets it

@@ -93,6 +93,7 @@ class RocksStore final : public SessionStore {
     turn.writer = r.writer;
     turn.messages = r.messages;
     turn.tokens = r.tokens;
+    turn.tokens_from = r.tokens_from;
     turn.created_ms = MillisSinceEpoch(clock_.WallNow());
     const uint64_t bytes = (meta ? meta->bytes : 0) + rec::TurnBytes(turn);
     if (bytes > limits.max_bytes) {

@@ -12,4 +12,14 @@ bool ValidSessionId(std::string_view id) {
   });
 }
 
+std::vector<int32_t> ConversationTokens(const Session& s) {
+  std::vector<int32_t> tokens;
+  for (const Turn& t : s.turns) {
+    if (t.tokens.empty() || t.tokens_from > tokens.size()) return {};
+    tokens.resize(t.tokens_from);
+    tokens.insert(tokens.end(), t.tokens.begin(), t.tokens.end());
+  }
+  return tokens;
+}
+
 }  // namespace strata::session

@@ -49,9 +49,12 @@ struct Turn {
   std::string writer{};     // who wrote it (a request id): the tie-break of equal clocks
   std::vector<std::string> messages{};
   // The local engine's token ids of the conversation through this turn
-  // (prompt and answer), so the KV prefix blocks are found again; empty for
-  // remote backends.
+  // (prompt and answer), so its KV prefix blocks are found again, stored as
+  // what this turn adds: they replace the conversation's tokens from index
+  // `tokens_from` on (0: they are the whole sequence). ConversationTokens
+  // puts them together. Empty for remote backends.
   std::vector<int32_t> tokens{};
+  uint64_t tokens_from = 0;
   int64_t created_ms = 0;  // wall clock, ms since the Unix epoch
 };
 
@@ -89,7 +92,8 @@ struct AppendRequest {
   // the turn stored the first time.
   std::string op_id{};
   std::vector<std::string> messages{};  // at least one
-  std::vector<int32_t> tokens{};
+  std::vector<int32_t> tokens{};        // as Turn::tokens
+  uint64_t tokens_from = 0;
 };
 
 // Per-session and per-tenant bounds; every field has a default, 0 = no bound
@@ -123,5 +127,13 @@ class SessionStore {
 
 // Whether `id` is a valid session id (1-128 characters of [A-Za-z0-9._:@-]).
 bool ValidSessionId(std::string_view id);
+
+// The token ids of the whole conversation through its last turn: each
+// turn's tokens put in place at its tokens_from. Empty when a turn has none
+// (a remote backend answered it) or does not continue the sequence before
+// it (tokens_from beyond its end). A hint only: the tokens of two turns
+// written concurrently may not match the messages (the local engine checks
+// their text against the rendered conversation before it uses them).
+std::vector<int32_t> ConversationTokens(const Session& s);
 
 }  // namespace strata::session

@@ -316,6 +316,16 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOption
 
 std::vector<int32_t> Tokenizer::EncodeSegments(std::span<const TextSegment> segments,
                                                bool add_special) const {
+  return EncodeFrom(segments, add_special, /*after_special=*/true);
+}
+
+std::vector<int32_t> Tokenizer::EncodeContinuation(std::span<const TextSegment> segments,
+                                                   bool after_special) const {
+  return EncodeFrom(segments, /*add_special=*/false, after_special);
+}
+
+std::vector<int32_t> Tokenizer::EncodeFrom(std::span<const TextSegment> segments, bool add_special,
+                                           bool after_special) const {
   // Split each segment by its own rule, then join raw text that meets across a
   // segment boundary so it is tokenized as one piece.
   std::vector<Fragment> frags;
@@ -335,7 +345,7 @@ std::vector<int32_t> Tokenizer::EncodeSegments(std::span<const TextSegment> segm
   std::vector<int32_t> out;
   out.reserve(total / 3 + 4);
   if (add_special && add_bos_) out.push_back(bos_);
-  bool prev_special = true;  // the first fragment gets the space prefix
+  bool prev_special = after_special;  // the first fragment of a text gets the space prefix
   for (const Fragment& f : frags) {
     if (f.token >= 0) {
       out.push_back(f.token);

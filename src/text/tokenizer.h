@@ -105,6 +105,13 @@ class Tokenizer {
   // tokens this equals Encode of the joined text.
   std::vector<int32_t> EncodeSegments(std::span<const TextSegment> segments,
                                       bool add_special) const;
+  // Encodes text that continues an earlier encoding (a conversation's
+  // stored tokens, then the rest of its text): no BOS or EOS, and
+  // SentencePiece's space prefix before the first piece only when the
+  // earlier tokens ended with a special token (`after_special`), as one
+  // EncodeSegments of the whole text would have put it.
+  std::vector<int32_t> EncodeContinuation(std::span<const TextSegment> segments,
+                                          bool after_special) const;
   std::string Decode(std::span<const int32_t> ids, const DecodeOptions& options = {}) const;
   // The bytes one token contributes to the text (may be part of a UTF-8 character).
   std::string_view Piece(int32_t id, bool render_special = false) const;
@@ -129,6 +136,10 @@ class Tokenizer {
   Tokenizer();
   std::vector<Fragment> SplitSpecial(std::string_view text, bool parse_special) const;
   void EncodeSpm(std::string_view text, std::vector<int32_t>& out) const;
+  // EncodeSegments and EncodeContinuation: `after_special` is whether the
+  // text starts after a special token (or at the start).
+  std::vector<int32_t> EncodeFrom(std::span<const TextSegment> segments, bool add_special,
+                                  bool after_special) const;
   int32_t ByteToken(uint8_t byte) const;
 
   // Per-token data is kept as flat arrays (large vocabularies have 150k+

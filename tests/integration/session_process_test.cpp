@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "testing/raw_http.h"
+#include "testing/shared_data.h"
 #include "testing/strata_process.h"
 
 namespace strata {
@@ -395,6 +396,53 @@ TEST_F(SessionProcessTest, Kill9UnderConcurrentClientsLosesNoAcknowledgedTurn) {
   std::printf(
       "kill -9 cycles %d, acknowledged turns %zu, spawn to ready: median %.0f ms, max %.0f ms\n",
       kCycles, acked, ready_ms[ready_ms.size() / 2], ready_ms.back());
+}
+
+// With a chat template whose generation prompt ends where a stored answer
+// starts (ChatML, from the Qwen2 vocabulary in ../shared), the next turn's
+// prompt starts with the very tokens the engine saw and generated, stored
+// with the turn: the KV blocks of the answer itself are found in L2, though
+// its text would tokenize differently (a random-weight model's answers
+// always do).
+TEST(SessionTokens, TheNextTurnReusesTheKvBlocksOfTheAnswer) {
+  STRATA_REQUIRE_SHARED("models/vocab/ggml-vocab-qwen2.gguf");
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("strata_session_tokens_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string model =
+      testing::MakeDemoModel(dir.string(), "n_embd=64,n_layers=2,n_heads=4,n_ff=128,n_ctx=2048",
+                             {"--vocab", testing::SharedPath("models/vocab/ggml-vocab-qwen2.gguf"),
+                              "--byte-tokens-as-text"});
+  ASSERT_FALSE(model.empty()) << ReadAll((dir / "mkmodel.log").string());
+  const std::string log = (dir / "serve.log").string();
+  const pid_t pid = testing::Spawn({"serve", "-m", model, "--port", "0", "-t", "1", "--sessions",
+                                    "rocksdb:" + (dir / "sessions").string(), "--l1-bytes", "0"},
+                                   log);
+  const int port = testing::WaitReady(pid, log);
+  ASSERT_GT(port, 0) << ReadAll(log);
+  const auto turn = [&](const std::string& text) {
+    const Json body = {{"model", "demo"},
+                       {"messages", Json::array({{{"role", "user"}, {"content", text}}})},
+                       {"max_tokens", 40},
+                       {"temperature", 0},
+                       {"session_id", "tokens"}};
+    RawClient c(port);
+    EXPECT_TRUE(c.Send(HttpRequest("POST", "/v1/chat/completions", body.dump())));
+    auto r = c.ReadResponse(std::chrono::seconds(60));
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+    return r ? Json::parse(r->body)["usage"] : Json();
+  };
+  const Json first = turn("Tell me a story about the cat");
+  const Json second = turn("And then?");
+  const int p1 = first["prompt_tokens"], c1 = first["completion_tokens"];
+  const int cached = second["prompt_tokens_details"]["cached_tokens"];
+  // The engine computed KV for the prompt and every generated token but the
+  // last; L2 keeps whole blocks of 16.
+  EXPECT_GT(cached, p1) << "the answer's KV blocks were not reused";
+  EXPECT_GE(cached, (p1 + c1 - 1) / 16 * 16);
+  testing::Kill(pid);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace

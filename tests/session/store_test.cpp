@@ -95,6 +95,7 @@ TEST_P(SessionStoreTest, TurnsReadBackInOrderVerbatim) {
   EXPECT_EQ(first->clock, 1u);
   AppendRequest second = Turn("s1", 1, "req-2");
   second.tokens = {1, -2, 2147483647, -2147483647 - 1};
+  second.tokens_from = 12;
   ASSERT_TRUE(store.Append(second).ok());
 
   auto s = store.Read("acme", "s1");
@@ -105,6 +106,7 @@ TEST_P(SessionStoreTest, TurnsReadBackInOrderVerbatim) {
   EXPECT_EQ(s->turns[1].clock, 2u);
   EXPECT_EQ(s->turns[1].depends_on, 1u);
   EXPECT_EQ(s->turns[1].tokens, second.tokens);
+  EXPECT_EQ(s->turns[1].tokens_from, 12u);
   EXPECT_EQ(s->clock, 2u);
   EXPECT_EQ(s->bytes, user.size() + answer.size() + second.messages[0].size() + 16);
 }
@@ -345,6 +347,7 @@ TEST(SessionRecord, TurnsAndMetaRoundTripAndTruncationsAreDataLoss) {
          .writer = "req-9",
          .messages = {"{}", std::string(200, 'm')},
          .tokens = {0, -1, 1 << 30},
+         .tokens_from = 17,
          .created_ms = -5};
   const std::string bytes = record::EncodeTurn(t);
   auto back = record::DecodeTurn(bytes);
@@ -354,7 +357,19 @@ TEST(SessionRecord, TurnsAndMetaRoundTripAndTruncationsAreDataLoss) {
   EXPECT_EQ(back->writer, t.writer);
   EXPECT_EQ(back->messages, t.messages);
   EXPECT_EQ(back->tokens, t.tokens);
+  EXPECT_EQ(back->tokens_from, 17u);
   EXPECT_EQ(back->created_ms, t.created_ms);
+  // A version 1 record (no tokens_from, written before it existed) reads
+  // as tokens_from 0; a version past the newest is refused.
+  std::string v1 = bytes.substr(0, bytes.size() - 1);
+  v1[1] = 1;
+  auto old = record::DecodeTurn(v1);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->tokens, t.tokens);
+  EXPECT_EQ(old->tokens_from, 0u);
+  std::string v3 = bytes;
+  v3[1] = 3;
+  EXPECT_EQ(record::DecodeTurn(v3).status().code(), StatusCode::kDataLoss);
   for (size_t n = 0; n < bytes.size(); ++n) {
     EXPECT_EQ(record::DecodeTurn(bytes.substr(0, n)).status().code(), StatusCode::kDataLoss) << n;
   }
@@ -368,6 +383,21 @@ TEST(SessionRecord, TurnsAndMetaRoundTripAndTruncationsAreDataLoss) {
   EXPECT_EQ(mb->updated_ms, 2);
   EXPECT_EQ(record::DecodeMeta(bytes).status().code(), StatusCode::kDataLoss);  // a turn
   EXPECT_EQ(record::DecodeMeta(meta.substr(0, 3)).status().code(), StatusCode::kDataLoss);
+}
+
+TEST(ConversationTokens, TurnsPutTheirTokensInPlace) {
+  Session s;
+  s.turns.push_back({.clock = 1, .tokens = {1, 2, 3, 4}, .tokens_from = 0});
+  s.turns.push_back({.clock = 2, .tokens = {5, 6}, .tokens_from = 4});
+  EXPECT_EQ(ConversationTokens(s), (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
+  // A turn that rewrote the tail (its prompt tokenized the answer anew).
+  s.turns.push_back({.clock = 3, .tokens = {7, 8, 9}, .tokens_from = 5});
+  EXPECT_EQ(ConversationTokens(s), (std::vector<int32_t>{1, 2, 3, 4, 5, 7, 8, 9}));
+  // A turn with no tokens (a remote backend), or one past the end: none.
+  s.turns.push_back({.clock = 4, .tokens = {10}, .tokens_from = 99});
+  EXPECT_TRUE(ConversationTokens(s).empty());
+  s.turns.back() = {.clock = 4};
+  EXPECT_TRUE(ConversationTokens(s).empty());
 }
 
 TEST(SessionRecord, KeysOfOneSessionShareAPrefixNoOtherSessionHas) {

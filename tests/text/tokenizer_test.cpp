@@ -152,6 +152,27 @@ TEST(Tokenizer, AddsBosAndKnowsEndOfGeneration) {
   EXPECT_EQ(tok->Decode(ids), "Hello world");
 }
 
+TEST(Tokenizer, AContinuationGetsNoSpacePrefixButAfterASpecialToken) {
+  STRATA_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
+  std::unique_ptr<format::GgufFile> g;
+  auto tok = LoadVocab("ggml-vocab-llama-spm.gguf", g);
+  const std::vector<int32_t> head = tok->Encode("Hello", {.add_special = true});
+  const text::TextSegment rest[] = {{" world", false}};
+  // Encoded as a text of its own, " world" gets SentencePiece's space prefix
+  // (two spaces in all); as a continuation of "Hello", it does not.
+  std::vector<int32_t> fresh = head, continued = head;
+  const auto own = tok->EncodeSegments(rest, /*add_special=*/false);
+  const auto cont = tok->EncodeContinuation(rest, /*after_special=*/false);
+  fresh.insert(fresh.end(), own.begin(), own.end());
+  continued.insert(continued.end(), cont.begin(), cont.end());
+  EXPECT_EQ(tok->Decode(continued), "Hello world");
+  EXPECT_NE(tok->Decode(fresh), "Hello world");
+  // After a special token the prefix is there, as in one encoding.
+  const text::TextSegment after[] = {{"x", false}};
+  EXPECT_EQ(tok->EncodeContinuation(after, /*after_special=*/true),
+            tok->EncodeSegments(after, /*add_special=*/false));
+}
+
 TEST(Tokenizer, ControlTokensInUserTextStayText) {
   STRATA_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
   std::unique_ptr<format::GgufFile> g;

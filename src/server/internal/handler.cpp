@@ -405,6 +405,7 @@ util::StatusOr<SessionTurn> ApiHandler::PlanSession(ParsedRequest& parsed,
   if (session.ok()) {
     STRATA_ASSIGN_OR_RETURN(stored, StoredMessages(*session));
     turn.depends_on = session->clock;
+    turn.stored_tokens = session::ConversationTokens(*session);
   } else if (session.status().code() != util::StatusCode::kNotFound) {
     return session.status();
   }
@@ -416,6 +417,7 @@ util::StatusOr<SessionTurn> ApiHandler::PlanSession(ParsedRequest& parsed,
   }
   STRATA_ASSIGN_OR_RETURN(TurnPlan plan, PlanTurn(r.session_id, stored, r.messages));
   r.messages = std::move(plan.full);
+  r.prefix_tokens = turn.stored_tokens;  // the local engine's KV blocks of the earlier turns
   turn.added = std::move(plan.added);
   return turn;
 }

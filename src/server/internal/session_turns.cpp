@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -127,6 +128,24 @@ class SessionTap final : public gateway::Generation {
     r.op_id = fmt::format("{}:{:016x}", turn_.request_id, added.Digest());
     answer_.role = "assistant";
     r.messages.push_back(MessageJson(answer_));
+    // The local engine's tokens of the conversation through this answer
+    // (its prompt as the engine saw it, then what it generated), stored as
+    // what they add past the tokens stored before.
+    const std::vector<gateway::Provenance>& from = provenance();
+    if (from.size() == 1 && from[0].prepared != nullptr && !from[0].prepared->tokens.empty()) {
+      std::vector<int32_t> full = from[0].prepared->tokens;
+      full.insert(full.end(), held_->token_ids.begin(), held_->token_ids.end());
+      const std::vector<int32_t>& before = turn_.stored_tokens;
+      const size_t n = std::min(before.size(), full.size());
+      size_t common = 0;
+      while (common < n && before[common] == full[common]) ++common;
+      r.tokens.assign(full.begin() + static_cast<std::ptrdiff_t>(common), full.end());
+      r.tokens_from = common;
+      if (r.tokens.empty()) {  // nothing new (it cannot be, but a turn keeps one token)
+        r.tokens_from = full.size() - 1;
+        r.tokens.push_back(full.back());
+      }
+    }
     // The job owns what it needs: the tap may be gone (the client left)
     // before it runs. The store outlives the server and its workers.
     auto job = [state = state_, store = &store_, r = std::move(r)] {

@@ -10,8 +10,9 @@
 // anything else differs from the stored history and is refused with 409
 // kSessionConflict naming the first message that differs. TapForSession's
 // generation behaves as `gen`, except that when choice 0 finishes without
-// error it first stores the turn (the new messages and the answer) and only
-// then passes the finish on: a client that saw the end of an answer can
+// error it first stores the turn (the new messages and the answer, and on
+// the local engine its prompt and answer token ids) and only then passes
+// the finish on: a client that saw the end of an answer can
 // count on its turn being stored. When storing fails (a limit, a conflict,
 // the disk, Redis's replicas), the finish carries that error instead, so the
 // client sees it.
@@ -56,12 +57,16 @@ util::StatusOr<TurnPlan> PlanTurn(const std::string& session_id,
                                   const std::vector<backend::ChatMessage>& request);
 
 struct SessionTurn {
-  std::string tenant;
-  std::string session_id;
-  std::string request_id;                  // the turn's writer and op id
-  uint64_t depends_on = 0;                 // the clock of the stored conversation it was built on
-  std::optional<uint64_t> expected_turns;  // If-Match
-  std::vector<backend::ChatMessage> added;
+  std::string tenant{};
+  std::string session_id{};
+  std::string request_id{};                  // the turn's writer and op id
+  uint64_t depends_on = 0;                   // the clock of the stored conversation it was built on
+  std::optional<uint64_t> expected_turns{};  // If-Match
+  std::vector<backend::ChatMessage> added{};
+  // The conversation's token ids before this turn (session::
+  // ConversationTokens): the turn stores only what its own tokens (the
+  // local engine's prompt and answer) add past their common prefix.
+  std::vector<int32_t> stored_tokens{};
 };
 std::unique_ptr<gateway::Generation> TapForSession(std::unique_ptr<gateway::Generation> gen,
                                                    session::SessionStore& store, SessionTurn turn,
