@@ -97,6 +97,23 @@ struct ToolCallDelta {
   std::string arguments;
 };
 
+// Adds one event's tool-call pieces to the calls of its choice so far, as a
+// whole response assembles them: a call's first piece (it has an id, or an
+// index past the calls so far) opens a call, the rest extend its
+// arguments. `Call` is any type with string members id, name, arguments.
+template <typename Call, typename Deltas>
+void AppendToolCallDeltas(std::vector<Call>& calls, const Deltas& deltas) {
+  for (const ToolCallDelta& t : deltas) {
+    if (!t.id.empty() || static_cast<size_t>(t.index) >= calls.size()) {
+      Call call{};
+      call.id = t.id;
+      call.name = t.name;
+      calls.push_back(std::move(call));
+    }
+    calls.back().arguments += t.arguments;
+  }
+}
+
 // The normalised request the gateway hands a backend.
 struct Request {
   std::string request_id;

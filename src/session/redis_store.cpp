@@ -215,13 +215,7 @@ class RedisStore final : public SessionStore {
 
   util::StatusOr<Turn> Append(const AppendRequest& r) override {
     STRATA_RETURN_IF_ERROR(internal::CheckAppend(r));
-    Turn turn;
-    turn.depends_on = r.depends_on;
-    turn.writer = r.writer;
-    turn.messages = r.messages;
-    turn.tokens = r.tokens;
-    turn.tokens_from = r.tokens_from;
-    turn.created_ms = MillisSinceEpoch(clock_.WallNow());
+    Turn turn = internal::NewTurn(r, MillisSinceEpoch(clock_.WallNow()));
     const uint64_t bytes = rec::TurnBytes(turn);
     const std::string value = rec::EncodeTurn(turn);  // clock 0, one byte: the script sets it
     const Limits& l = options_.limits;
@@ -295,11 +289,8 @@ class RedisStore final : public SessionStore {
 
   util::StatusOr<Session> Read(const std::string& tenant, const std::string& id) override {
     STRATA_RETURN_IF_ERROR(internal::CheckKeyParts(tenant, id));
-    STRATA_ASSIGN_OR_RETURN(
-        RedisReply reply, Run(Script::kRead,
-                              {Base(tenant), id, std::to_string(MillisSinceEpoch(clock_.WallNow())),
-                               std::to_string(TtlMs())},
-                              /*retry=*/true, /*wait=*/false));
+    STRATA_ASSIGN_OR_RETURN(RedisReply reply, Run(Script::kRead, SessionArgs(tenant, id),
+                                                  /*retry=*/true, /*wait=*/false));
     if (reply.type != RedisReply::Type::kArray) {
       return util::DataLossError("session store: redis answered the read oddly");
     }
@@ -371,11 +362,8 @@ class RedisStore final : public SessionStore {
 
   util::Status Delete(const std::string& tenant, const std::string& id) override {
     STRATA_RETURN_IF_ERROR(internal::CheckKeyParts(tenant, id));
-    STRATA_ASSIGN_OR_RETURN(
-        RedisReply reply, Run(Script::kDelete,
-                              {Base(tenant), id, std::to_string(MillisSinceEpoch(clock_.WallNow())),
-                               std::to_string(TtlMs())},
-                              /*retry=*/true, /*wait=*/true));
+    STRATA_ASSIGN_OR_RETURN(RedisReply reply, Run(Script::kDelete, SessionArgs(tenant, id),
+                                                  /*retry=*/true, /*wait=*/true));
     if (reply.type != RedisReply::Type::kInteger) {
       return util::DataLossError("session store: redis answered the delete oddly");
     }
@@ -402,6 +390,11 @@ class RedisStore final : public SessionStore {
 
   std::string Base(const std::string& tenant) const {
     return options_.prefix + ":{" + net::RedisKeyPart(tenant) + "}";
+  }
+  // The arguments of the read and delete scripts: base, sid, now, ttl.
+  RedisCommand SessionArgs(const std::string& tenant, const std::string& id) const {
+    return {Base(tenant), id, std::to_string(MillisSinceEpoch(clock_.WallNow())),
+            std::to_string(TtlMs())};
   }
   int64_t TtlMs() const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(options_.limits.ttl).count();

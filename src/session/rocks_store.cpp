@@ -87,14 +87,8 @@ class RocksStore final : public SessionStore {
                                           std::to_string(limits.max_turns) + " turns");
     }
 
-    Turn turn;
+    Turn turn = internal::NewTurn(r, MillisSinceEpoch(clock_.WallNow()));
     turn.clock = std::max(r.depends_on, meta ? meta->clock : 0) + 1;
-    turn.depends_on = r.depends_on;
-    turn.writer = r.writer;
-    turn.messages = r.messages;
-    turn.tokens = r.tokens;
-    turn.tokens_from = r.tokens_from;
-    turn.created_ms = MillisSinceEpoch(clock_.WallNow());
     const uint64_t bytes = (meta ? meta->bytes : 0) + rec::TurnBytes(turn);
     if (bytes > limits.max_bytes) {
       return util::ResourceExhaustedError("session '" + r.session_id + "' would hold " +

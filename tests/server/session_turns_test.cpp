@@ -171,13 +171,28 @@ class GatedStore final : public session::SessionStore {
   bool open_ = false;     // guarded by mu_
 };
 
+// The embedded store in a scratch directory of its own, removed with it.
+struct ScratchStore {
+  explicit ScratchStore(const std::string& name)
+      : dir(std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(dir);
+    auto s = session::OpenRocksStore({.dir = dir.string()});
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (s.ok()) store = std::move(*s);
+  }
+  ~ScratchStore() {
+    store.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  const std::filesystem::path dir;
+  std::unique_ptr<session::SessionStore> store;
+};
+
 TEST(TapForSession, TheFinishWaitsForItsTurnStoredOnAWorkerNotOnTheReader) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("strata_tap_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  auto rocks = session::OpenRocksStore({.dir = dir.string()});
-  ASSERT_TRUE(rocks.ok()) << rocks.status().ToString();
-  GatedStore store(std::move(*rocks));
+  ScratchStore scratch("strata_tap_");
+  ASSERT_NE(scratch.store, nullptr);
+  GatedStore store(std::move(scratch.store));
   util::WorkQueue workers(1, 8);
 
   std::deque<gateway::Event> events(2);
@@ -226,15 +241,12 @@ TEST(TapForSession, TheFinishWaitsForItsTurnStoredOnAWorkerNotOnTheReader) {
   ASSERT_EQ(stored->turns.size(), 1u);
   ASSERT_EQ(stored->turns[0].messages.size(), 2u);
   EXPECT_NE(stored->turns[0].messages[1].find("Hello"), std::string::npos);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(TapForSession, AStoreErrorReachesTheClientOnTheFinish) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("strata_tap_err_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  auto store = session::OpenRocksStore({.dir = dir.string()});
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ScratchStore scratch("strata_tap_err_");
+  ASSERT_NE(scratch.store, nullptr);
+  session::SessionStore& store = *scratch.store;
   std::deque<gateway::Event> events(1);
   events[0].kind = gateway::Event::Kind::kFinish;
   events[0].finish = gateway::FinishReason::kEndOfTurn;
@@ -247,12 +259,11 @@ TEST(TapForSession, AStoreErrorReachesTheClientOnTheFinish) {
                    .depends_on = 0,
                    .expected_turns = 5,
                    .added = {TurnMsg("user", "Hi")}};
-  auto tap = TapForSession(std::make_unique<Scripted>(std::move(events)), **store, turn, nullptr);
+  auto tap = TapForSession(std::make_unique<Scripted>(std::move(events)), store, turn, nullptr);
   auto finish = tap->Next(steady_clock::now());
   ASSERT_TRUE(finish.ok());
   EXPECT_EQ(finish->status.reason(), util::ErrorReason::kSessionConflict);
-  EXPECT_EQ((*store)->Read("acme", "s2").status().code(), util::StatusCode::kNotFound);
-  std::filesystem::remove_all(dir);
+  EXPECT_EQ(store.Read("acme", "s2").status().code(), util::StatusCode::kNotFound);
 }
 
 }  // namespace

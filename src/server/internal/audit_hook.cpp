@@ -58,14 +58,7 @@ void RequestAudit::OnDelta(const gateway::Event& e) {
   if (i >= content_.choices.size()) content_.choices.resize(i + 1);
   obs::ResponseContent::Choice& c = content_.choices[i];
   c.text += e.text;
-  // As the whole response assembles them: a call's first piece opens it,
-  // the rest extend its arguments.
-  for (const auto& t : e.tool_calls) {
-    if (!t.id.empty() || static_cast<size_t>(t.index) >= c.tool_calls.size()) {
-      c.tool_calls.push_back({t.id, t.name, ""});
-    }
-    c.tool_calls.back().arguments += t.arguments;
-  }
+  backend::AppendToolCallDeltas(c.tool_calls, e.tool_calls);
   if (options_->audit_tokens && options_->audit_log != nullptr && !e.logprobs.empty()) {
     auto it = std::find_if(record_.tokens.begin(), record_.tokens.end(),
                            [&](const obs::AuditRecord::Tokens& t) { return t.choice == e.index; });

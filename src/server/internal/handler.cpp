@@ -587,13 +587,7 @@ Responder::Output Responder::Pump(size_t max_bytes) {
         ChoiceResult& c = results_[static_cast<size_t>(e->index)];
         c.text += e->text;
         for (auto& lp : e->logprobs) c.logprobs.push_back(std::move(lp));
-        for (auto& t : e->tool_calls) {
-          // A call's first piece opens it; the rest extend its arguments.
-          if (!t.id.empty() || static_cast<size_t>(t.index) >= c.tool_calls.size()) {
-            c.tool_calls.push_back({std::move(t.id), std::move(t.name), ""});
-          }
-          c.tool_calls.back().arguments += t.arguments;
-        }
+        backend::AppendToolCallDeltas(c.tool_calls, e->tool_calls);
       }
       continue;
     }

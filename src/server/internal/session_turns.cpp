@@ -53,12 +53,7 @@ class SessionTap final : public gateway::Generation {
     if (!e.ok() || e->index != 0 || stored_) return e;
     if (e->kind == gateway::Event::Kind::kDelta) {
       answer_.content += e->text;
-      for (const gateway::ToolCallDelta& t : e->tool_calls) {
-        if (!t.id.empty() || static_cast<size_t>(t.index) >= answer_.tool_calls.size()) {
-          answer_.tool_calls.push_back({t.id, t.name, ""});
-        }
-        answer_.tool_calls.back().arguments += t.arguments;
-      }
+      backend::AppendToolCallDeltas(answer_.tool_calls, e->tool_calls);
       return e;
     }
     stored_ = true;

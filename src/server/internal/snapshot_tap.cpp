@@ -59,13 +59,7 @@ class SnapshotTap final : public gateway::Generation {
     SnapshotChoice& c = record_->choices[static_cast<size_t>(e.index)];
     if (e.kind == gateway::Event::Kind::kDelta) {
       c.text += e.text;
-      for (const gateway::ToolCallDelta& t : e.tool_calls) {
-        // A call's first piece opens it; the rest extend its arguments.
-        if (!t.id.empty() || static_cast<size_t>(t.index) >= c.tool_calls.size()) {
-          c.tool_calls.push_back({t.id, t.name, ""});
-        }
-        c.tool_calls.back().arguments += t.arguments;
-      }
+      backend::AppendToolCallDeltas(c.tool_calls, e.tool_calls);
       return;
     }
     if (!e.status.ok() || e.finish == gateway::FinishReason::kCancelled) {

@@ -65,4 +65,15 @@ int64_t MillisSinceEpoch(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
+Turn NewTurn(const AppendRequest& r, int64_t now_ms) {
+  Turn turn;
+  turn.depends_on = r.depends_on;
+  turn.writer = r.writer;
+  turn.messages = r.messages;
+  turn.tokens = r.tokens;
+  turn.tokens_from = r.tokens_from;
+  turn.created_ms = now_ms;
+  return turn;
+}
+
 }  // namespace strata::session::internal

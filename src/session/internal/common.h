@@ -30,4 +30,8 @@ util::Status CheckLimits(const Limits& limits);
 // Milliseconds since the Unix epoch: a turn's and a session's stamps.
 int64_t MillisSinceEpoch(std::chrono::system_clock::time_point t);
 
+// The turn `r` asks to store, made at `now_ms`; its clock is the store's to
+// give (0 here).
+Turn NewTurn(const AppendRequest& r, int64_t now_ms);
+
 }  // namespace strata::session::internal
