@@ -86,6 +86,10 @@ function(strata_test name)
   if(TARGET strata_tests)
     add_dependencies(strata_tests ${name})
   endif()
+  if(("integration" IN_LIST ARG_LABELS OR "golden" IN_LIST ARG_LABELS)
+     AND TARGET strata_release_tests)
+    add_dependencies(strata_release_tests ${name})
+  endif()
 endfunction()
 
 # strata_bench(NAME SOURCES ... DEPS ...): a Google Benchmark executable.

@@ -290,14 +290,23 @@ TEST_F(SessionProcessTest, WithoutSessionsTheApiSaysHowToTurnThemOn) {
 }
 
 // The crash test of the request path: three clients append turns to their
-// own sessions while the server is killed with SIGKILL at a random moment,
+// own sessions while the server is killed with SIGKILL at a random moment
+// (after a random number, 1 to 8, of turns answered in that cycle, then a
+// random 0-30 ms: as random on a slow sanitizer build as on a fast one),
 // 50 times over one store. After each restart every turn a client saw
 // answered (200) is in its session, once, in order; a turn cut off by the
 // kill may be there or not, but never twice. The time from spawning the
 // server to its "ready" line is printed (the cold-start budget is 1.2 s:
 // docs/benchmarks.md records it; a test does not time it).
 TEST_F(SessionProcessTest, Kill9UnderConcurrentClientsLosesNoAcknowledgedTurn) {
+#if defined(__SANITIZE_ADDRESS__)
+  // Under ASan each start takes about 0.6 s: 10 cycles look for memory
+  // errors in recovery; the 50 cycles run on the Release build (scripts/test
+  // runs this test in both).
+  constexpr int kCycles = 10;
+#else
   constexpr int kCycles = 50;
+#endif
   constexpr int kClients = 3;
   // One conversation of one client: its id, and the turns answered 200.
   struct Conversation {
@@ -316,11 +325,13 @@ TEST_F(SessionProcessTest, Kill9UnderConcurrentClientsLosesNoAcknowledgedTurn) {
   }
   std::mt19937 rng(20261205);
   std::vector<double> ready_ms;
+  std::atomic<int> answered{0};  // turns answered 200, all clients, all cycles
   for (int cycle = 0; cycle < kCycles; ++cycle) {
     std::atomic<bool> stop{false};
+    const int kill_after = answered.load() + std::uniform_int_distribution<int>(1, 8)(rng);
     std::vector<std::thread> threads;
     for (int c = 0; c < kClients; ++c) {
-      threads.emplace_back([&stop, &cl = clients[c], c, port = port_] {
+      threads.emplace_back([&stop, &answered, &cl = clients[c], c, port = port_] {
         while (!stop.load()) {
           Conversation& conv = cl.conversations.back();
           const int n = cl.next++;
@@ -340,6 +351,7 @@ TEST_F(SessionProcessTest, Kill9UnderConcurrentClientsLosesNoAcknowledgedTurn) {
           if (!r) return;  // the server died under it
           if (r->status == 200) {
             conv.acked.push_back(n);
+            ++answered;
           } else if (r->status == 400 &&
                      r->body.find("context length exceeded") != std::string::npos) {
             cl.conversations.push_back(
@@ -353,8 +365,14 @@ TEST_F(SessionProcessTest, Kill9UnderConcurrentClientsLosesNoAcknowledgedTurn) {
         }
       });
     }
+    // Waiting for other processes to answer: a deadline, not a timing
+    // assertion (a cycle whose turns all fail is reported below).
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (answered.load() < kill_after && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     std::this_thread::sleep_for(
-        std::chrono::milliseconds(std::uniform_int_distribution<int>(20, 250)(rng)));
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 30)(rng)));
     testing::Kill(pid_);
     stop = true;
     for (std::thread& t : threads) t.join();
@@ -392,7 +410,7 @@ TEST_F(SessionProcessTest, Kill9UnderConcurrentClientsLosesNoAcknowledgedTurn) {
     for (const Conversation& conv : cl.conversations) acked += conv.acked.size();
   }
   std::sort(ready_ms.begin(), ready_ms.end());
-  EXPECT_GT(acked, static_cast<size_t>(10 * kCycles)) << "too few turns to prove anything";
+  EXPECT_GE(acked, static_cast<size_t>(kCycles)) << "cycles ended with no turn answered";
   std::printf(
       "kill -9 cycles %d, acknowledged turns %zu, spawn to ready: median %.0f ms, max %.0f ms\n",
       kCycles, acked, ready_ms[ready_ms.size() / 2], ready_ms.back());
