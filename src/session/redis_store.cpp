@@ -198,7 +198,8 @@ class RedisStore final : public SessionStore {
         replicas_(replicas),
         clock_(options_.clock != nullptr ? *options_.clock : util::RealClock()) {}
 
-  // Finds the primary, checks its AOF and loads the scripts.
+  // Finds the primary, checks its AOF, and says how many replicas it has
+  // against how many must confirm each write.
   util::Status Open() {
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<RedisConn> conn, Connect());
     STRATA_RETURN_IF_ERROR(CheckAof(*conn));
