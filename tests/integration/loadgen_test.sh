@@ -53,19 +53,9 @@ if ! "$STRATA" mkmodel --dims n_embd=64,n_layers=2,n_heads=4,n_ff=128 --type f32
   exit 1
 fi
 
-# A port nobody listens on (bash's /dev/tcp connects when something does);
-# the server may still lose a race for it, so start is retried on other ports.
-free_port() {
-  local p
-  for _ in $(seq 1 50); do
-    p=$((20000 + RANDOM % 20000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return 0
-    fi
-  done
-  return 1
-}
+# free_port (a start that loses the race for its port is retried).
+# shellcheck source=tests/integration/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 port=""
 for attempt in 1 2 3 4 5; do

@@ -87,18 +87,9 @@ print("null" if d is None else d)' "$1"
   fi
 }
 
-# A port nobody listens on; a start that loses the race for it is retried.
-free_port() {
-  local p
-  for _ in $(seq 1 50); do
-    p=$((20000 + RANDOM % 20000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return 0
-    fi
-  done
-  return 1
-}
+# free_port (a start that loses the race for its port is retried).
+# shellcheck source=tests/integration/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 model="$tmp/demo.gguf"
 if ! "$STRATA" mkmodel --dims n_embd=64,n_layers=2,n_heads=4,n_ff=128,n_ctx=512 -o "$model" \
