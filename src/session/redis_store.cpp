@@ -172,6 +172,25 @@ util::StatusOr<int64_t> ToInt(const RedisReply& r, std::string_view what) {
   return v;
 }
 
+// A session's meta fields as a script answers them, from elements[at]:
+// clock, turns, bytes, created, updated.
+util::StatusOr<SessionSummary> MetaFields(const std::string& id,
+                                          const std::vector<RedisReply>& elements, size_t at) {
+  if (elements.size() < at + 5) return util::DataLossError("session store: a short meta record");
+  SessionSummary s{.id = id};
+  int64_t v[5];
+  const char* what[5] = {"clock", "turn count", "byte count", "creation time", "update time"};
+  for (size_t i = 0; i < 5; ++i) {
+    STRATA_ASSIGN_OR_RETURN(v[i], ToInt(elements[at + i], what[i]));
+  }
+  s.clock = static_cast<uint64_t>(v[0]);
+  s.turns = static_cast<uint64_t>(v[1]);
+  s.bytes = static_cast<uint64_t>(v[2]);
+  s.created_ms = v[3];
+  s.updated_ms = v[4];
+  return s;
+}
+
 // The clock in a turn ref: 16 hex digits, then the writer.
 util::StatusOr<uint64_t> RefClock(std::string_view ref) {
   uint64_t v = 0;
@@ -299,14 +318,14 @@ class RedisStore final : public SessionStore {
     if (reply.elements.size() != 6 || reply.elements[5].type != RedisReply::Type::kArray) {
       return util::DataLossError("session store: redis answered the read oddly");
     }
-    Session s{.id = id};
-    STRATA_ASSIGN_OR_RETURN(const int64_t clock, ToInt(reply.elements[0], "clock"));
-    STRATA_ASSIGN_OR_RETURN(const int64_t turns, ToInt(reply.elements[1], "turn count"));
-    STRATA_ASSIGN_OR_RETURN(const int64_t bytes, ToInt(reply.elements[2], "byte count"));
-    STRATA_ASSIGN_OR_RETURN(s.created_ms, ToInt(reply.elements[3], "creation time"));
-    STRATA_ASSIGN_OR_RETURN(s.updated_ms, ToInt(reply.elements[4], "update time"));
-    s.clock = static_cast<uint64_t>(clock);
-    s.bytes = static_cast<uint64_t>(bytes);
+    STRATA_ASSIGN_OR_RETURN(const SessionSummary meta, MetaFields(id, reply.elements, 0));
+    const uint64_t turns = meta.turns;
+    Session s{.id = id,
+              .turns = {},
+              .clock = meta.clock,
+              .bytes = meta.bytes,
+              .created_ms = meta.created_ms,
+              .updated_ms = meta.updated_ms};
     // HGETALL answers field, value, field, value ... in no order: the refs
     // (clock as 16 hex digits, then the writer) sort in causal order.
     std::vector<std::pair<std::string, std::string>> fields;
@@ -347,15 +366,7 @@ class RedisStore final : public SessionStore {
     page.next_cursor = reply.elements[0].str;
     for (const RedisReply& row : reply.elements[1].elements) {
       if (row.type != RedisReply::Type::kArray || row.elements.size() != 6) return odd();
-      SessionSummary s{.id = row.elements[0].str};
-      STRATA_ASSIGN_OR_RETURN(const int64_t clock, ToInt(row.elements[1], "clock"));
-      STRATA_ASSIGN_OR_RETURN(const int64_t turns, ToInt(row.elements[2], "turn count"));
-      STRATA_ASSIGN_OR_RETURN(const int64_t bytes, ToInt(row.elements[3], "byte count"));
-      STRATA_ASSIGN_OR_RETURN(s.created_ms, ToInt(row.elements[4], "creation time"));
-      STRATA_ASSIGN_OR_RETURN(s.updated_ms, ToInt(row.elements[5], "update time"));
-      s.clock = static_cast<uint64_t>(clock);
-      s.turns = static_cast<uint64_t>(turns);
-      s.bytes = static_cast<uint64_t>(bytes);
+      STRATA_ASSIGN_OR_RETURN(SessionSummary s, MetaFields(row.elements[0].str, row.elements, 1));
       page.sessions.push_back(std::move(s));
     }
     return page;
