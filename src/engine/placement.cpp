@@ -1,6 +1,7 @@
 #include "engine/placement.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -281,6 +282,87 @@ util::StatusOr<ModelPlacement> PlanPlacementExhaustively(const Topology& topolog
     runs.back().bytes += model.stages[i].bytes;
   }
   return Describe(model, std::move(runs), best, true);
+}
+
+util::StatusOr<std::vector<int32_t>> ParseCpuList(std::string_view text) {
+  std::vector<int32_t> out;
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  if (text.empty()) return out;
+  const auto bad = [&] {
+    return util::InvalidArgumentError(fmt::format("'{}' is not a CPU list like 0-3,8", text));
+  };
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string_view part = text.substr(at, comma - at);
+    const size_t dash = part.find('-');
+    int32_t lo = 0, hi = 0;
+    const auto num = [](std::string_view t, int32_t& v) {
+      const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
+      return r.ec == std::errc() && r.ptr == t.data() + t.size() && v >= 0 && v < (1 << 20);
+    };
+    if (dash == std::string_view::npos) {
+      if (!num(part, lo)) return bad();
+      hi = lo;
+    } else if (!num(part.substr(0, dash), lo) || !num(part.substr(dash + 1), hi) || hi < lo) {
+      return bad();
+    }
+    for (int32_t c = lo; c <= hi; ++c) out.push_back(c);
+    at = comma + 1;
+  }
+  return out;
+}
+
+util::StatusOr<Topology> ReadNumaTopology(util::FileSystem& fs, const std::string& root) {
+  if (!fs.Exists(root + "/online")) {
+    return util::NotFoundError(root + "/online is missing: no NUMA nodes described");
+  }
+  STRATA_ASSIGN_OR_RETURN(const std::string online, fs.ReadFile(root + "/online"));
+  auto ids = ParseCpuList(online);  // the same list syntax
+  if (!ids.ok() || ids->empty()) {
+    return util::DataLossError(root + "/online: not a list of node numbers");
+  }
+  Topology t;
+  for (int32_t id : *ids) {
+    const std::string dir = fmt::format("{}/node{}", root, id);
+    STRATA_ASSIGN_OR_RETURN(const std::string meminfo, fs.ReadFile(dir + "/meminfo"));
+    const size_t at = meminfo.find("MemTotal:");
+    uint64_t kb = 0;
+    if (at != std::string::npos) {
+      size_t p = at + 9;
+      while (p < meminfo.size() && meminfo[p] == ' ') ++p;
+      std::from_chars(meminfo.data() + p, meminfo.data() + meminfo.size(), kb);
+    }
+    if (kb == 0) return util::DataLossError(dir + "/meminfo: no MemTotal");
+    STRATA_ASSIGN_OR_RETURN(const std::string cpulist, fs.ReadFile(dir + "/cpulist"));
+    auto cpus = ParseCpuList(cpulist);
+    if (!cpus.ok())
+      return util::DataLossError(dir + "/cpulist: " + std::string(cpus.status().message()));
+    t.nodes.push_back({.id = id, .memory_bytes = kb * 1024, .cpus = std::move(*cpus)});
+  }
+  // Each node's distance row lists every online node's, in node order.
+  for (const NumaNode& n : t.nodes) {
+    const std::string path = fmt::format("{}/node{}/distance", root, n.id);
+    STRATA_ASSIGN_OR_RETURN(const std::string text, fs.ReadFile(path));
+    std::vector<int32_t> row;
+    const char* p = text.data();
+    const char* end = text.data() + text.size();
+    while (p < end) {
+      while (p < end && (*p == ' ' || *p == '\n')) ++p;
+      if (p == end) break;
+      int32_t v = 0;
+      const auto r = std::from_chars(p, end, v);
+      if (r.ec != std::errc()) return util::DataLossError(path + ": not a row of numbers");
+      row.push_back(v);
+      p = r.ptr;
+    }
+    if (row.size() != t.nodes.size()) {
+      return util::DataLossError(
+          fmt::format("{}: {} distances for {} nodes", path, row.size(), t.nodes.size()));
+    }
+    t.distance.push_back(std::move(row));
+  }
+  return t;
 }
 
 }  // namespace strata::engine

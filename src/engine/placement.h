@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "util/file_system.h"
 #include "util/status.h"
 
 namespace strata::engine {
@@ -91,5 +92,17 @@ util::StatusOr<PlacementPlan> PlanPlacement(const Topology& topology,
 util::StatusOr<ModelPlacement> PlanPlacementExhaustively(const Topology& topology,
                                                          const PlacementModel& model,
                                                          double headroom = 1.2);
+
+// The machine's NUMA nodes as Linux describes them under `root`
+// (/sys/devices/system/node): `online` names the nodes, and each nodeN has
+// `meminfo` ("Node N MemTotal: K kB"), `distance` (its SLIT row) and
+// `cpulist`. NotFound when `root` has no `online` file (no NUMA support: the
+// caller takes the machine as one node); DataLoss naming the file when one
+// does not parse.
+util::StatusOr<Topology> ReadNumaTopology(util::FileSystem& fs,
+                                          const std::string& root = "/sys/devices/system/node");
+
+// "0-3,8,10-11" as {0, 1, 2, 3, 8, 10, 11}; InvalidArgument otherwise.
+util::StatusOr<std::vector<int32_t>> ParseCpuList(std::string_view text);
 
 }  // namespace strata::engine

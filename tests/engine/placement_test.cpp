@@ -7,6 +7,8 @@
 
 #include <random>
 
+#include "testing/mem_file_system.h"
+
 namespace strata::engine {
 namespace {
 
@@ -175,6 +177,33 @@ TEST(Placement, WhatCannotBePlacedIsRefusedClearly) {
   const PlacementModel empty = Model("empty", {});
   EXPECT_EQ(PlanPlacement(t, std::span(&empty, 1)).status().code(),
             util::StatusCode::kInvalidArgument);
+}
+
+TEST(NumaTopology, ReadsWhatLinuxDescribes) {
+  testing::MemFileSystem fs;
+  const std::string root = "/sys/devices/system/node";
+  fs.Put(root + "/online", "0-1\n");
+  fs.Put(root + "/node0/meminfo", "Node 0 MemTotal:       65536 kB\nNode 0 MemFree: 1 kB\n");
+  fs.Put(root + "/node0/cpulist", "0-3,8-11\n");
+  fs.Put(root + "/node0/distance", "10 21\n");
+  fs.Put(root + "/node1/meminfo", "Node 1 MemTotal:       32768 kB\n");
+  fs.Put(root + "/node1/cpulist", "4-7\n");
+  fs.Put(root + "/node1/distance", "21 10\n");
+  auto t = ReadNumaTopology(fs, root);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->nodes.size(), 2u);
+  EXPECT_EQ(t->nodes[0].memory_bytes, 65536u * 1024);
+  EXPECT_EQ(t->nodes[0].cpus, (std::vector<int32_t>{0, 1, 2, 3, 8, 9, 10, 11}));
+  EXPECT_EQ(t->nodes[1].cpus.size(), 4u);
+  EXPECT_EQ(t->distance, (std::vector<std::vector<int32_t>>{{10, 21}, {21, 10}}));
+
+  fs.Put(root + "/node1/distance", "21\n");  // a row short
+  EXPECT_EQ(ReadNumaTopology(fs, root).status().code(), util::StatusCode::kDataLoss);
+  testing::MemFileSystem none;
+  EXPECT_EQ(ReadNumaTopology(none, root).status().code(), util::StatusCode::kNotFound);
+  EXPECT_FALSE(ParseCpuList("3-1").ok());
+  EXPECT_FALSE(ParseCpuList("a").ok());
+  EXPECT_TRUE(ParseCpuList("")->empty());
 }
 
 }  // namespace

@@ -206,6 +206,23 @@ expect 1 "cannot" -- config check "$tmp/missing.toml"
 expect 2 "FILE is required" -- config check
 expect 2 "config file '$tmp/bad.toml' has 4 problems" -- serve --config "$tmp/bad.toml"
 
+# strata plan: a model split over two small nodes of a topology file, one
+# that fits nowhere, and bad topologies.
+"$STRATA" mkmodel --dims n_embd=256,n_layers=8,n_heads=4,n_ff=512 -o "$tmp/plan.gguf" \
+  --log-level error >/dev/null 2>&1
+printf '{"nodes": [{"id": 0, "memory_gib": 0.02, "cpus": "0-3"}, {"id": 1, "memory_gib": 0.02, "cpus": "4-7"}], "distances": [[10, 21], [21, 10]]}\n' >"$tmp/topo.json"
+expect 0 "2 run(s); 1024 B cross nodes per token" -- plan -m "$tmp/plan.gguf" --topology "$tmp/topo.json" --ctx 64
+expect 0 '"cross_node_bytes_per_token": 1024' -- plan -m "$tmp/plan.gguf" --topology "$tmp/topo.json" --ctx 64 --json
+expect 0 "1 run(s); 0 B cross nodes per token" -- plan -m "$tmp/plan.gguf" --ctx 64
+expect 1 "needs" -- plan -m "$tmp/plan.gguf" --topology "$tmp/topo.json" --ctx 100000
+printf '{"nodes": [{"id": 0}]}\n' >"$tmp/topo_bad.json"
+expect 1 "needs \"memory_gib\"" -- plan -m "$tmp/plan.gguf" --topology "$tmp/topo_bad.json"
+printf '{"nodes": [{"memory_gib": 1}, {"memory_gib": 1}], "distances": [[10, 21], [30, 10]]}\n' >"$tmp/topo_asym.json"
+expect 1 "not symmetric" -- plan -m "$tmp/plan.gguf" --topology "$tmp/topo_asym.json"
+expect 1 "cannot" -- plan -m "$tmp/missing.gguf"
+expect 2 "--model is required" -- plan
+expect 1 "--headroom must be within" -- plan -m "$tmp/plan.gguf" --headroom 0.5
+
 # No model anywhere: the demo model, with its notice.
 (cd "$tmp" && STRATA_MODEL= "$STRATA" generate -n 8 --temp 0 >out.txt 2>err.txt)
 rc=$?
