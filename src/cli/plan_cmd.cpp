@@ -135,25 +135,6 @@ util::StatusOr<engine::Topology> TopologyFile(const Env& env, const std::string&
   return t;
 }
 
-// This machine: Linux's NUMA description, else one node of all its memory.
-util::StatusOr<engine::Topology> MachineTopology(const Env& env) {
-  auto numa = engine::ReadNumaTopology(*env.fs);
-  if (numa.ok() || numa.status().code() != util::StatusCode::kNotFound) return numa;
-  STRATA_ASSIGN_OR_RETURN(const std::string meminfo, env.fs->ReadFile("/proc/meminfo"));
-  const size_t at = meminfo.find("MemTotal:");
-  const uint64_t kb =
-      at == std::string::npos ? 0 : std::strtoull(meminfo.c_str() + at + 9, nullptr, 10);
-  if (kb == 0) return util::DataLossError("/proc/meminfo: no MemTotal");
-  engine::Topology t;
-  engine::NumaNode node{.id = 0, .memory_bytes = kb * 1024, .cpus = {}};
-  for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()); ++c) {
-    node.cpus.push_back(static_cast<int32_t>(c));
-  }
-  t.nodes.push_back(std::move(node));
-  t.distance = {{10}};
-  return t;
-}
-
 std::string CpuRanges(const std::vector<int32_t>& cpus) {
   std::string out;
   for (size_t i = 0; i < cpus.size();) {
@@ -174,7 +155,10 @@ int RunPlan(const Env& env, const PlanFlags& f) {
   if (!(f.headroom >= 1.0 && f.headroom <= 10.0)) {
     return ReportError(util::InvalidArgumentError("--headroom must be within [1, 10]"));
   }
-  auto topology = f.topology.empty() ? MachineTopology(env) : TopologyFile(env, f.topology);
+  auto topology = f.topology.empty()
+                      ? engine::ReadMachineTopology(
+                            *env.fs, static_cast<int32_t>(std::thread::hardware_concurrency()))
+                      : TopologyFile(env, f.topology);
   if (!topology.ok()) return ReportError(topology.status());
   std::vector<engine::PlacementModel> models;
   for (const std::string& path : f.models) {

@@ -313,6 +313,21 @@ util::StatusOr<std::vector<int32_t>> ParseCpuList(std::string_view text) {
   return out;
 }
 
+// The "MemTotal: K kB" of a meminfo file (/proc/meminfo, or a node's with
+// its "Node N " prefix), in bytes; DataLoss naming the file without one.
+util::StatusOr<uint64_t> MemTotalBytes(util::FileSystem& fs, const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(const std::string meminfo, fs.ReadFile(path));
+  const size_t at = meminfo.find("MemTotal:");
+  uint64_t kb = 0;
+  if (at != std::string::npos) {
+    size_t p = at + 9;
+    while (p < meminfo.size() && meminfo[p] == ' ') ++p;
+    std::from_chars(meminfo.data() + p, meminfo.data() + meminfo.size(), kb);
+  }
+  if (kb == 0) return util::DataLossError(path + ": no MemTotal");
+  return kb * 1024;
+}
+
 util::StatusOr<Topology> ReadNumaTopology(util::FileSystem& fs, const std::string& root) {
   if (!fs.Exists(root + "/online")) {
     return util::NotFoundError(root + "/online is missing: no NUMA nodes described");
@@ -325,20 +340,12 @@ util::StatusOr<Topology> ReadNumaTopology(util::FileSystem& fs, const std::strin
   Topology t;
   for (int32_t id : *ids) {
     const std::string dir = fmt::format("{}/node{}", root, id);
-    STRATA_ASSIGN_OR_RETURN(const std::string meminfo, fs.ReadFile(dir + "/meminfo"));
-    const size_t at = meminfo.find("MemTotal:");
-    uint64_t kb = 0;
-    if (at != std::string::npos) {
-      size_t p = at + 9;
-      while (p < meminfo.size() && meminfo[p] == ' ') ++p;
-      std::from_chars(meminfo.data() + p, meminfo.data() + meminfo.size(), kb);
-    }
-    if (kb == 0) return util::DataLossError(dir + "/meminfo: no MemTotal");
+    STRATA_ASSIGN_OR_RETURN(const uint64_t memory, MemTotalBytes(fs, dir + "/meminfo"));
     STRATA_ASSIGN_OR_RETURN(const std::string cpulist, fs.ReadFile(dir + "/cpulist"));
     auto cpus = ParseCpuList(cpulist);
     if (!cpus.ok())
       return util::DataLossError(dir + "/cpulist: " + std::string(cpus.status().message()));
-    t.nodes.push_back({.id = id, .memory_bytes = kb * 1024, .cpus = std::move(*cpus)});
+    t.nodes.push_back({.id = id, .memory_bytes = memory, .cpus = std::move(*cpus)});
   }
   // Each node's distance row lists every online node's, in node order.
   for (const NumaNode& n : t.nodes) {
@@ -363,6 +370,16 @@ util::StatusOr<Topology> ReadNumaTopology(util::FileSystem& fs, const std::strin
     t.distance.push_back(std::move(row));
   }
   return t;
+}
+
+util::StatusOr<Topology> ReadMachineTopology(util::FileSystem& fs, int32_t n_cpus,
+                                             const std::string& root) {
+  auto numa = ReadNumaTopology(fs, root);
+  if (numa.ok() || numa.status().code() != util::StatusCode::kNotFound) return numa;
+  STRATA_ASSIGN_OR_RETURN(const uint64_t memory, MemTotalBytes(fs, "/proc/meminfo"));
+  NumaNode node{.id = 0, .memory_bytes = memory, .cpus = {}};
+  for (int32_t c = 0; c < std::max(1, n_cpus); ++c) node.cpus.push_back(c);
+  return Topology{.nodes = {std::move(node)}, .distance = {{10}}};
 }
 
 }  // namespace strata::engine

@@ -102,6 +102,11 @@ util::StatusOr<ModelPlacement> PlanPlacementExhaustively(const Topology& topolog
 util::StatusOr<Topology> ReadNumaTopology(util::FileSystem& fs,
                                           const std::string& root = "/sys/devices/system/node");
 
+// This machine: ReadNumaTopology's nodes, or, where Linux describes none,
+// one node of /proc/meminfo's MemTotal and `n_cpus` CPUs.
+util::StatusOr<Topology> ReadMachineTopology(util::FileSystem& fs, int32_t n_cpus,
+                                             const std::string& root = "/sys/devices/system/node");
+
 // "0-3,8,10-11" as {0, 1, 2, 3, 8, 10, 11}; InvalidArgument otherwise.
 util::StatusOr<std::vector<int32_t>> ParseCpuList(std::string_view text);
 

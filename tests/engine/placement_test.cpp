@@ -201,6 +201,14 @@ TEST(NumaTopology, ReadsWhatLinuxDescribes) {
   EXPECT_EQ(ReadNumaTopology(fs, root).status().code(), util::StatusCode::kDataLoss);
   testing::MemFileSystem none;
   EXPECT_EQ(ReadNumaTopology(none, root).status().code(), util::StatusCode::kNotFound);
+  // Without a NUMA description the machine is one node of /proc/meminfo.
+  none.Put("/proc/meminfo", "MemTotal:       2048 kB\nMemFree: 1 kB\n");
+  auto one = ReadMachineTopology(none, 3, root);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  ASSERT_EQ(one->nodes.size(), 1u);
+  EXPECT_EQ(one->nodes[0].memory_bytes, 2048u * 1024);
+  EXPECT_EQ(one->nodes[0].cpus, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(ReadMachineTopology(fs, 3, root).status().code(), util::StatusCode::kDataLoss);
   EXPECT_FALSE(ParseCpuList("3-1").ok());
   EXPECT_FALSE(ParseCpuList("a").ok());
   EXPECT_TRUE(ParseCpuList("")->empty());
