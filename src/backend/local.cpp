@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "backend/internal/embedding_sink.h"
+#include "backend/internal/stored_tokens.h"
 #include "backend/stop_matcher.h"
 #include "backend/tool_calls.h"
 #include "grammar/json_schema.h"
@@ -368,52 +369,6 @@ class ChoiceSink final : public engine::RequestSink {
   std::optional<TokenLogprob> pending_lp_;
 };
 
-// A chat's tokens that begin with `stored`, the conversation's own tokens
-// so far (the prompt and answer of its last turn, as the engine saw and
-// generated them: their KV blocks are in L2), followed by the rest of the
-// rendered conversation encoded under each segment's rule. `plain` is the
-// conversation encoded from scratch. nullopt when `stored` cannot stand for
-// the start of it: an id outside the vocabulary, a start other than an
-// encoding's (BOS), text that is not where the conversation starts, or a
-// result that does not decode to exactly the text `plain` decodes to.
-std::optional<std::vector<int32_t>> SpliceStoredTokens(const text::Tokenizer& tok,
-                                                       std::span<const text::TextSegment> parts,
-                                                       std::span<const int32_t> plain,
-                                                       std::span<const int32_t> stored) {
-  if (tok.add_eos()) return std::nullopt;
-  for (int32_t id : stored) {
-    if (!tok.IsValid(id)) return std::nullopt;
-  }
-  const std::vector<int32_t> lead = tok.EncodeSegments({}, /*add_special=*/true);
-  if (stored.size() <= lead.size() || !std::equal(lead.begin(), lead.end(), stored.begin())) {
-    return std::nullopt;
-  }
-  std::string rendered;
-  for (const text::TextSegment& p : parts) rendered.append(p.text);
-  const text::DecodeOptions as_text{.render_special = true};
-  const std::string head = tok.Decode(stored.subspan(lead.size()), as_text);
-  if (head.empty() || head.size() >= rendered.size() || !rendered.starts_with(head)) {
-    return std::nullopt;
-  }
-  std::vector<text::TextSegment> rest;
-  size_t skip = head.size();
-  for (const text::TextSegment& p : parts) {
-    if (skip >= p.text.size()) {
-      skip -= p.text.size();
-      continue;
-    }
-    rest.push_back({p.text.substr(skip), p.parse_special});
-    skip = 0;
-  }
-  const text::TokenType last = tok.Type(stored.back());
-  const std::vector<int32_t> tail = tok.EncodeContinuation(
-      rest, last == text::TokenType::kControl || last == text::TokenType::kUserDefined);
-  std::vector<int32_t> out(stored.begin(), stored.end());
-  out.insert(out.end(), tail.begin(), tail.end());
-  if (tok.Decode(out, as_text) != tok.Decode(plain, as_text)) return std::nullopt;
-  return out;
-}
-
 }  // namespace
 
 LocalBackend::LocalBackend(const model::Model& model, engine::Scheduler& scheduler,
@@ -522,7 +477,7 @@ util::StatusOr<std::vector<int32_t>> LocalBackend::Tokenize(const Request& r) co
   const bool starts_so =
       plain.size() >= stored.size() && std::equal(stored.begin(), stored.end(), plain.begin());
   if (!stored.empty() && !starts_so) {
-    if (auto spliced = SpliceStoredTokens(tok, parts, plain, stored)) return *spliced;
+    if (auto spliced = internal::SpliceStoredTokens(tok, parts, plain, stored)) return *spliced;
   }
   return plain;
 }
