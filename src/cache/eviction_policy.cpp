@@ -36,6 +36,13 @@ class LruPolicy final : public EvictionPolicy {
     if (order_.empty()) return std::nullopt;
     return order_.front();
   }
+  std::optional<uint64_t> VictimAmong(TimePoint,
+                                      const std::function<bool(uint64_t)>& allowed) override {
+    for (uint64_t key : order_) {
+      if (allowed(key)) return key;
+    }
+    return std::nullopt;
+  }
   size_t size() const override { return pos_.size(); }
   std::string_view name() const override { return "lru"; }
 
@@ -78,6 +85,13 @@ class DualFactorPolicy final : public EvictionPolicy {
   std::optional<uint64_t> Victim(TimePoint) override {
     if (order_.empty()) return std::nullopt;
     return std::get<2>(*order_.begin());
+  }
+  std::optional<uint64_t> VictimAmong(TimePoint,
+                                      const std::function<bool(uint64_t)>& allowed) override {
+    for (const auto& entry : order_) {
+      if (allowed(std::get<2>(entry))) return std::get<2>(entry);
+    }
+    return std::nullopt;
   }
   size_t size() const override { return entries_.size(); }
   std::string_view name() const override { return "dual-factor"; }
@@ -207,6 +221,32 @@ class WTinyLfuPolicy final : public EvictionPolicy {
     }
     if (!prot.empty()) return prot.front();
     return lists_[kWindow].front();
+  }
+  // Victim's rule over the allowed entries only: the newest allowed
+  // probationary entry against the oldest other allowed one of the main
+  // area, then the oldest allowed protected one, then the window's.
+  std::optional<uint64_t> VictimAmong(TimePoint,
+                                      const std::function<bool(uint64_t)>& allowed) override {
+    std::vector<uint64_t> probation, prot;
+    for (uint64_t key : lists_[kProbation]) {
+      if (allowed(key)) probation.push_back(key);
+    }
+    for (uint64_t key : lists_[kProtected]) {
+      if (allowed(key)) prot.push_back(key);
+    }
+    if (!probation.empty()) {
+      const uint64_t candidate = probation.back();
+      const uint64_t victim = probation.size() > 1 ? probation.front()
+                              : !prot.empty()      ? prot.front()
+                                                   : candidate;
+      if (victim == candidate) return candidate;
+      return sketch_.Frequency(candidate) > sketch_.Frequency(victim) ? victim : candidate;
+    }
+    if (!prot.empty()) return prot.front();
+    for (uint64_t key : lists_[kWindow]) {
+      if (allowed(key)) return key;
+    }
+    return std::nullopt;
   }
   size_t size() const override { return where_.size(); }
   std::string_view name() const override { return "w-tinylfu"; }

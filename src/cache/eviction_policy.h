@@ -15,13 +15,15 @@
 //    (with periodic halving) decides whether the window's victim may displace
 //    the main area's. The strong baseline.
 // The owner calls Insert/Access/Erase as entries come, are hit and go, then
-// Victim()+Erase until its budget holds. Time comes in as arguments.
+// Victim()+Erase until its budget holds; VictimAmong when some entries
+// cannot go now. Time comes in as arguments.
 //
 // Threading: thread-compatible; the owning cache serialises calls.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -38,6 +40,12 @@ class EvictionPolicy {
   virtual void Erase(uint64_t key) = 0;                                 // no-op if absent
   // The key to evict next (present in the policy), nullopt when empty.
   virtual std::optional<uint64_t> Victim(TimePoint now) = 0;
+  // The key to evict next among those `allowed` accepts (an owner whose
+  // entries may be in use, and in use cannot go: resident models), in the
+  // policy's order; nullopt when none is. With every key allowed it is
+  // Victim(now). Walks the entries: for small sets.
+  virtual std::optional<uint64_t> VictimAmong(TimePoint now,
+                                              const std::function<bool(uint64_t)>& allowed) = 0;
   virtual size_t size() const = 0;
   virtual std::string_view name() const = 0;
 };

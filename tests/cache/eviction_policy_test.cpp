@@ -74,6 +74,42 @@ TEST_P(PolicyConformance, ErasedKeysAreNeverVictims) {
   EXPECT_FALSE(p->Victim(T(30)).has_value());
 }
 
+// VictimAmong(allowed) names what Victim would if the keys it refuses were
+// not in the policy at all: checked against a twin policy given the same
+// history, from which the refused keys are erased.
+TEST_P(PolicyConformance, VictimAmongIsVictimWithoutTheRefusedKeys) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    auto p = Make(16);
+    auto twin = Make(16);
+    util::Rng rng(seed);
+    std::set<uint64_t> present;
+    for (int i = 0; i < 120; ++i) {
+      const uint64_t k = 1 + rng.Below(24);
+      for (EvictionPolicy* q : {p.get(), twin.get()}) {
+        if (present.count(k)) {
+          q->Access(k, T(i));
+        } else {
+          q->Insert(k, 1, T(i));
+        }
+      }
+      present.insert(k);
+    }
+    const auto all = [](uint64_t) { return true; };
+    EXPECT_EQ(p->VictimAmong(T(200), all), p->Victim(T(200))) << "seed " << seed;
+    const uint64_t modulus = 2 + seed % 3;
+    const auto allowed = [modulus](uint64_t key) { return key % modulus == 0; };
+    for (uint64_t k : present) {
+      if (!allowed(k)) twin->Erase(k);
+    }
+    const std::optional<uint64_t> v = p->VictimAmong(T(200), allowed);
+    EXPECT_EQ(v, twin->Victim(T(200))) << "seed " << seed;
+    if (v) {
+      EXPECT_TRUE(allowed(*v));
+    }
+    EXPECT_FALSE(p->VictimAmong(T(200), [](uint64_t) { return false; }).has_value());
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicyConformance,
                          ::testing::Values(PolicyKind::kLru, PolicyKind::kDualFactor,
                                            PolicyKind::kWTinyLfu),
