@@ -45,9 +45,11 @@ util::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model
       "engine: {} threads, {} kernels, context {}, KV cache {} blocks x {} tokens ({:.1f} MiB)",
       o.n_threads, kernels::IsaName(kernels.isa), n_ctx, n_blocks, o.block_size,
       bytes / (1024.0 * 1024.0));
-  return std::unique_ptr<Engine>(
-      new Engine(model, n_ctx, std::make_unique<util::ThreadPool>(o.n_threads),
-                 static_cast<int32_t>(n_blocks), o.block_size, kernels, std::move(eviction)));
+  auto threads = std::make_unique<util::ThreadPool>(o.n_threads);
+  if (!o.cpus.empty()) STRATA_RETURN_IF_ERROR(threads->PinWorkers(o.cpus));
+  return std::unique_ptr<Engine>(new Engine(model, n_ctx, std::move(threads),
+                                            static_cast<int32_t>(n_blocks), o.block_size, kernels,
+                                            std::move(eviction)));
 }
 
 Engine::Engine(const model::Model& model, int32_t n_ctx, std::unique_ptr<util::ThreadPool> threads,

@@ -50,6 +50,10 @@ struct EngineOptions {
   const kernels::KernelTable* kernels = nullptr;  // nullptr = the best for this CPU
   // Which unreferenced cached block to reclaim; nullptr = LRU.
   std::function<std::unique_ptr<BlockEvictionPolicy>(int32_t n_blocks)> block_eviction;
+  // The CPUs the forward pass's workers run on (a NUMA placement: the node
+  // that holds the weights); empty = wherever the OS puts them. The caller,
+  // thread 0, binds itself (the scheduler: SchedulerOptions::cpus).
+  std::vector<int32_t> cpus;
 };
 
 class Engine {

@@ -1,8 +1,11 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <future>
 
 #include <fmt/format.h>
+
+#include "util/thread_pool.h"
 
 namespace strata::engine {
 
@@ -27,7 +30,24 @@ util::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(Engine& engine,
       s->loop_,
       StepLoop::Create(engine, {.max_batch_tokens = o.max_batch_tokens, .health = o.health}, log,
                        s.get()));
-  s->thread_ = std::thread([p = s.get()] { p->Loop(); });
+  if (o.cpus.empty()) {
+    s->thread_ = std::thread([p = s.get()] { p->Loop(); });
+    return s;
+  }
+  // Bound before the loop starts, so that no step runs elsewhere.
+  std::promise<util::Status> bound;
+  std::future<util::Status> bound_status = bound.get_future();
+  s->thread_ = std::thread([p = s.get(), &bound, cpus = o.cpus] {
+    util::Status st = util::PinCurrentThread(cpus);
+    const bool ok = st.ok();
+    bound.set_value(std::move(st));
+    if (ok) p->Loop();
+  });
+  util::Status st = bound_status.get();
+  if (!st.ok()) {
+    s->thread_.join();  // it did not start the loop
+    return st;
+  }
   return s;
 }
 
@@ -207,6 +227,48 @@ void Scheduler::Loop() {
     stats_.running = loop_->n_running();
     PublishPoolStats();
   }
+}
+
+SchedulerStats& operator+=(SchedulerStats& into, const SchedulerStats& s) {
+  into.waiting += s.waiting;
+  into.running += s.running;
+  into.kv_blocks_used += s.kv_blocks_used;
+  into.kv_blocks_total += s.kv_blocks_total;
+  into.prefix_blocks += s.prefix_blocks;
+  into.prefix_bytes += s.prefix_bytes;
+  into.kv_blocks_shared += s.kv_blocks_shared;
+  into.draining = into.draining || s.draining;
+  const SchedulerStats c = CountersOf(s);
+  into.steps += c.steps;
+  into.prompt_tokens += c.prompt_tokens;
+  into.generated_tokens += c.generated_tokens;
+  into.preemptions += c.preemptions;
+  into.submitted += c.submitted;
+  into.refused += c.refused;
+  into.prefix_lookups += c.prefix_lookups;
+  into.prefix_hits += c.prefix_hits;
+  into.prefix_partial_hits += c.prefix_partial_hits;
+  into.prefix_evictions += c.prefix_evictions;
+  into.prefix_prompt_tokens += c.prefix_prompt_tokens;
+  into.prefix_cached_tokens += c.prefix_cached_tokens;
+  return into;
+}
+
+SchedulerStats CountersOf(const SchedulerStats& s) {
+  SchedulerStats c;
+  c.steps = s.steps;
+  c.prompt_tokens = s.prompt_tokens;
+  c.generated_tokens = s.generated_tokens;
+  c.preemptions = s.preemptions;
+  c.submitted = s.submitted;
+  c.refused = s.refused;
+  c.prefix_lookups = s.prefix_lookups;
+  c.prefix_hits = s.prefix_hits;
+  c.prefix_partial_hits = s.prefix_partial_hits;
+  c.prefix_evictions = s.prefix_evictions;
+  c.prefix_prompt_tokens = s.prefix_prompt_tokens;
+  c.prefix_cached_tokens = s.prefix_cached_tokens;
+  return c;
 }
 
 }  // namespace strata::engine

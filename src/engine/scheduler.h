@@ -77,6 +77,15 @@ struct SchedulerStats {
   int64_t prefix_cached_tokens = 0;  // ... of them adopted from the cache
 };
 
+// Several schedulers seen as one (the local models of one server): every
+// field of `s` added to `into`.
+SchedulerStats& operator+=(SchedulerStats& into, const SchedulerStats& s);
+// The monotonic counters of `s` alone (steps, tokens, preemptions, submits,
+// refusals, prefix lookups, hits, partial hits, evictions and tokens), the
+// gauges zero: what a stopped scheduler leaves to a running total, so the
+// counters summed over schedulers never go down when one stops.
+SchedulerStats CountersOf(const SchedulerStats& s);
+
 // What a SchedulerControl allows from now on.
 struct AdmissionLimits {
   int32_t max_running = 0;   // sequences at once; 0 = SchedulerOptions::max_running (the most)
@@ -107,6 +116,9 @@ struct SchedulerOptions {
   // a failure fails the step's requests and refuses new ones with it.
   // Must be thread-safe and cheap (an atomic read).
   std::function<util::Status()> health = nullptr;
+  // The CPUs the scheduler's thread (the forward pass's thread 0) runs on;
+  // empty = wherever the OS puts it. Start fails when it cannot be bound.
+  std::vector<int32_t> cpus = {};
 };
 
 class Scheduler final : private StepObserver {

@@ -1,6 +1,13 @@
 #include "util/thread_pool.h"
 
-#include "util/status.h"
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <mutex>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -16,6 +23,50 @@ namespace {
 // short enough not to burn a core between requests.
 constexpr int kSpinIterations = 4096;
 }  // namespace
+
+Status PinCurrentThread(std::span<const int32_t> cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (cpus.empty()) {
+    if (sched_getaffinity(getpid(), sizeof(set), &set) != 0) {
+      return InternalError("cannot read this process's CPU affinity");
+    }
+  }
+  for (int32_t cpu : cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) {
+      return InvalidArgumentError(fmt::format("CPU {} is outside [0, {})", cpu, CPU_SETSIZE));
+    }
+    CPU_SET(cpu, &set);
+  }
+  if (const int err = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); err != 0) {
+    return InvalidArgumentError(fmt::format(
+        "cannot bind a thread to CPUs {}: this process may not run on them", fmt::join(cpus, ",")));
+  }
+  return OkStatus();
+}
+
+std::vector<int32_t> AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int32_t> out;
+  if (sched_getaffinity(getpid(), sizeof(set), &set) != 0) return out;
+  for (int32_t cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
+  }
+  return out;
+}
+
+Status ThreadPool::PinWorkers(std::span<const int32_t> cpus) {
+  std::mutex mu;
+  Status first;  // guarded by mu
+  RunOnAll([&](int i) {
+    if (i == 0) return;
+    Status st = PinCurrentThread(cpus);
+    std::lock_guard<std::mutex> lock(mu);
+    if (first.ok()) first = std::move(st);
+  });
+  return first;
+}
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));

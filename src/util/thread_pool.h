@@ -18,11 +18,21 @@
 
 #include <atomic>
 #include <cstdint>
+#include <span>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
+#include "util/status.h"
+
 namespace strata::util {
+
+// Binds the calling thread to `cpus` (the kernel's CPU numbers; empty: every
+// CPU the process may use, as its main thread's mask says). InvalidArgument naming a CPU outside
+// [0, 1024) or one the process may not run on.
+Status PinCurrentThread(std::span<const int32_t> cpus);
+// The CPUs this process may run on (its main thread's affinity mask), ascending.
+std::vector<int32_t> AllowedCpus();
 
 class ThreadPool {
  public:
@@ -33,6 +43,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // Binds every worker (not the caller, thread 0) to `cpus`
+  // (PinCurrentThread); the first error, with the workers that could not be
+  // bound left as they were.
+  Status PinWorkers(std::span<const int32_t> cpus);
 
   template <typename F>
   void RunOnAll(F&& fn) {

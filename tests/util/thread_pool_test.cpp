@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <atomic>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 namespace strata::util {
@@ -55,6 +59,43 @@ TEST(ThreadPool, FreshPoolRunsItsFirstJobOnEveryThread) {
     pool.RunOnAll([&](int) { n++; });
     EXPECT_EQ(n.load(), 4);
   }
+}
+
+// The CPUs the calling thread may run on.
+std::vector<int32_t> ThreadCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int32_t> out;
+  if (pthread_getaffinity_np(pthread_self(), sizeof(set), &set) != 0) return out;
+  for (int32_t cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
+  }
+  return out;
+}
+
+TEST(ThreadPool, WorkersAndThreadsAreBoundToTheCpusAsked) {
+  const std::vector<int32_t> allowed = AllowedCpus();
+  ASSERT_FALSE(allowed.empty());
+  const std::vector<int32_t> last = {allowed.back()};
+  ThreadPool pool(3);
+  ASSERT_TRUE(pool.PinWorkers(last).ok());
+  std::vector<std::vector<int32_t>> seen(3);
+  pool.RunOnAll([&](int i) { seen[static_cast<size_t>(i)] = ThreadCpus(); });
+  EXPECT_EQ(seen[0], allowed);  // the caller is left as it was
+  EXPECT_EQ(seen[1], last);
+  EXPECT_EQ(seen[2], last);
+
+  std::thread t([&] {
+    ASSERT_TRUE(PinCurrentThread(last).ok());
+    EXPECT_EQ(ThreadCpus(), last);
+    ASSERT_TRUE(PinCurrentThread({}).ok());  // back to every allowed CPU
+    EXPECT_EQ(ThreadCpus(), allowed);
+    const Status bad = PinCurrentThread(std::vector<int32_t>{-1});
+    EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(PinCurrentThread(std::vector<int32_t>{CPU_SETSIZE - 1}).code(),
+              allowed.back() == CPU_SETSIZE - 1 ? StatusCode::kOk : StatusCode::kInvalidArgument);
+  });
+  t.join();
 }
 
 }  // namespace
