@@ -357,6 +357,10 @@ class Backend {
   // backend: its upstream may refuse or be down); the server then holds a
   // stream's head until the first event.
   virtual bool defers_stream_head() const { return false; }
+  // Whether Prepare (or Embed, or a tokenization) may wait for the model to
+  // load (a local model that is not resident, backend/residency.h): such
+  // calls then stay off the I/O threads.
+  virtual bool may_block() const { return false; }
 
   // The model's vocabulary, for the token endpoints (POST /tokenize,
   // /detokenize, /v1/messages/count_tokens); the local engine has one, a

@@ -396,6 +396,30 @@ util::Status LocalBackend::SetLimits(int32_t max_tokens_cap, int32_t max_embeddi
   return util::OkStatus();
 }
 
+void ExportSchedulerMetrics(obs::MetricsRegistry& metrics,
+                            std::function<engine::SchedulerStats()> read) {
+  auto gauge = [&metrics, &read](const char* name, const char* help, auto field) {
+    metrics.GaugeCallback(name, help, [read, field] { return static_cast<double>(field(read())); });
+  };
+  auto counter = [&metrics, &read](const char* name, const char* help, auto field) {
+    metrics.CounterCallback(name, help,
+                            [read, field] { return static_cast<double>(field(read())); });
+  };
+  using Stats = engine::SchedulerStats;
+  gauge("strata_queue_depth", "Requests waiting for a sequence slot.",
+        [](const Stats& st) { return st.waiting; });
+  gauge("strata_running_sequences", "Requests prefilling or decoding.",
+        [](const Stats& st) { return st.running; });
+  gauge("strata_kv_blocks_used", "KV cache blocks in use.",
+        [](const Stats& st) { return st.kv_blocks_used; });
+  gauge("strata_kv_blocks_free", "KV cache blocks free.",
+        [](const Stats& st) { return st.kv_blocks_total - st.kv_blocks_used; });
+  counter("strata_preemptions_total", "Sequences preempted to free KV blocks.",
+          [](const Stats& st) { return st.preemptions; });
+  counter("strata_engine_steps_total", "Forward passes run by the scheduler.",
+          [](const Stats& st) { return st.steps; });
+}
+
 util::StatusOr<std::unique_ptr<LocalBackend>> LocalBackend::Create(
     const model::Model& model, engine::Scheduler& scheduler, const LocalOptions& options,
     obs::MetricsRegistry& metrics, const util::Clock& clock, util::Logger& log) {
@@ -404,23 +428,12 @@ util::StatusOr<std::unique_ptr<LocalBackend>> LocalBackend::Create(
     return util::InvalidArgumentError("local backend options out of range");
   }
   std::unique_ptr<LocalBackend> b(new LocalBackend(model, scheduler, options, clock, log));
-  // Live engine state, read at render time. The scheduler must outlive any
-  // render of `metrics` (the server stops serving /metrics before it goes).
-  engine::Scheduler* s = &scheduler;
-  metrics.GaugeCallback("strata_queue_depth", "Requests waiting for a sequence slot.",
-                        [s] { return static_cast<double>(s->Stats().waiting); });
-  metrics.GaugeCallback("strata_running_sequences", "Requests prefilling or decoding.",
-                        [s] { return static_cast<double>(s->Stats().running); });
-  metrics.GaugeCallback("strata_kv_blocks_used", "KV cache blocks in use.",
-                        [s] { return static_cast<double>(s->Stats().kv_blocks_used); });
-  metrics.GaugeCallback("strata_kv_blocks_free", "KV cache blocks free.", [s] {
-    const auto st = s->Stats();
-    return static_cast<double>(st.kv_blocks_total - st.kv_blocks_used);
-  });
-  metrics.CounterCallback("strata_preemptions_total", "Sequences preempted to free KV blocks.",
-                          [s] { return static_cast<double>(s->Stats().preemptions); });
-  metrics.CounterCallback("strata_engine_steps_total", "Forward passes run by the scheduler.",
-                          [s] { return static_cast<double>(s->Stats().steps); });
+  if (options.export_metrics) {
+    // The scheduler must outlive any render of `metrics` (the server stops
+    // serving /metrics before it goes).
+    engine::Scheduler* s = &scheduler;
+    ExportSchedulerMetrics(metrics, [s] { return s->Stats(); });
+  }
   for (int32_t id = 0; id < model.tokenizer().n_vocab(); ++id) {
     if (model.tokenizer().IsEog(id)) b->eog_ids_.push_back(id);
   }

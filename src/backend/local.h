@@ -33,6 +33,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -64,7 +65,18 @@ struct LocalOptions {
   // Requests without a seed: nullopt = seed 0 (reproducible, for tests); a
   // value = each such request draws its base seed from a stream started here.
   std::optional<uint64_t> unseeded_seed_base;
+  // Register the scheduler's gauges and counters (ExportSchedulerMetrics)
+  // at Create; off where an owner of several schedulers registers their
+  // sum once (backend/residency.h).
+  bool export_metrics = true;
 };
+
+// The scheduler's live state as metrics (strata_queue_depth,
+// strata_running_sequences, strata_kv_blocks_used/free,
+// strata_preemptions_total, strata_engine_steps_total), each read from
+// `read` at render time; `read` must stay callable for every render.
+void ExportSchedulerMetrics(obs::MetricsRegistry& metrics,
+                            std::function<engine::SchedulerStats()> read);
 
 class LocalBackend final : public Backend {
  public:

@@ -293,7 +293,11 @@ std::optional<cache::SharedStoreStats> Gateway::shared_stats() const {
 bool Gateway::FlushShared(std::chrono::milliseconds timeout) {
   return tiers_->FlushShared(timeout);
 }
-bool Gateway::StartIsCpuBound() const { return !tiers_->has_shared(); }
+bool Gateway::StartIsCpuBound() const {
+  if (tiers_->has_shared()) return false;
+  return std::none_of(backends_.begin(), backends_.end(),
+                      [](const backend::Backend* b) { return b->may_block(); });
+}
 
 util::Status Gateway::Reconfigure(const GatewayLiveOptions& live) {
   if (live.max_tokens_cap < 1 || live.max_tokens_cap > (1 << 24)) {

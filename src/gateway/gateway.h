@@ -292,7 +292,8 @@ class Gateway {
   // Waits until every answer queued for the shared tier is written (tests, shutdown).
   bool FlushShared(std::chrono::milliseconds timeout);
   // Start never waits on anything but CPU work and short locks: true
-  // without the shared tier, whose lookups are network round trips.
+  // without the shared tier, whose lookups are network round trips, and
+  // while no backend may wait for its model to load (Backend::may_block).
   bool StartIsCpuBound() const;
 
  private:

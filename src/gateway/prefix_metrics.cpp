@@ -4,8 +4,13 @@ namespace strata::gateway {
 
 void ExportPrefixCacheMetrics(obs::MetricsRegistry& metrics, const engine::Scheduler& scheduler) {
   const engine::Scheduler* s = &scheduler;
-  auto read = [s](auto field) {
-    return [s, field]() -> double { return static_cast<double>(field(s->Stats())); };
+  ExportPrefixCacheMetrics(metrics, [s] { return s->Stats(); });
+}
+
+void ExportPrefixCacheMetrics(obs::MetricsRegistry& metrics,
+                              std::function<engine::SchedulerStats()> stats) {
+  auto read = [&stats](auto field) {
+    return [stats, field]() -> double { return static_cast<double>(field(stats())); };
   };
   using Stats = engine::SchedulerStats;
   metrics.ChildCallback("strata_cache_hits_total", {"l2"},

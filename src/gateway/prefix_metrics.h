@@ -15,11 +15,17 @@
 // Threading: call once, from the thread that sets the server up.
 #pragma once
 
+#include <functional>
+
 #include "engine/scheduler.h"
 #include "obs/metrics.h"
 
 namespace strata::gateway {
 
 void ExportPrefixCacheMetrics(obs::MetricsRegistry& metrics, const engine::Scheduler& scheduler);
+// The same, read from `stats` (several schedulers summed: backend/residency.h),
+// which must stay callable for every render.
+void ExportPrefixCacheMetrics(obs::MetricsRegistry& metrics,
+                              std::function<engine::SchedulerStats()> stats);
 
 }  // namespace strata::gateway

@@ -66,6 +66,7 @@ constexpr ErrorRow kErrorTable[] = {
     {ErrorReason::kUpstreamProtocol, {},      {502, kServer,  "upstream_protocol_error", kApi,                  false}},
     {ErrorReason::kSessionConflict, {},       {409, kInvalid, "session_conflict",        kInvalid,              false}},
     {ErrorReason::kSessionLimit, {},          {400, kInvalid, "session_limit",           kInvalid,              false}},
+    {ErrorReason::kModelMemory, {},           {503, kServer,  "model_memory",            kOverloaded,           true}},
     // code, for a Status without a reason
     {{}, StatusCode::kInvalidArgument,        {400, kInvalid, nullptr,                   kInvalid,              false}},
     {{}, StatusCode::kOutOfRange,             {400, kInvalid, nullptr,                   kInvalid,              false}},

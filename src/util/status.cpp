@@ -120,6 +120,8 @@ std::string_view ErrorReasonName(ErrorReason reason) {
       return "session_conflict";
     case ErrorReason::kSessionLimit:
       return "session_limit";
+    case ErrorReason::kModelMemory:
+      return "model_memory";
   }
   return "none";
 }

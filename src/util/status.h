@@ -106,6 +106,8 @@ enum class ErrorReason : uint8_t {
   // Durable sessions (session/session.h):
   kSessionConflict,  // the session moved on: a precondition failed, or the history differs
   kSessionLimit,     // a session's turns or bytes, or a tenant's sessions, would exceed a limit
+  // Several local models (backend/residency.h):
+  kModelMemory,  // the model cannot load now: the memory budget is held by models in use
 };
 
 // The reason's stable name, for logs and API bodies: "context_length_exceeded",
