@@ -33,6 +33,7 @@
 #include "cli/serve_config.h"
 #include "cli/serve_flags.h"
 #include "cli/serve_http.h"
+#include "cli/serve_models.h"
 #include "cli/serve_reload.h"
 #include "cli/serve_snapshots.h"
 #include "cli/serve_tracing.h"
@@ -129,6 +130,15 @@ struct ServePlan {
   std::optional<text::ChatFormat> chat_format;  // nullopt = the model's own template
 };
 
+// --accept-any-model with `n_models` served: InvalidArgument unless one.
+util::Status CheckAcceptAnyModel(const ServeFlags& f, size_t n_models) {
+  if (!f.accept_any_model || n_models <= 1) return util::OkStatus();
+  return util::InvalidArgumentError(fmt::format(
+      "--accept-any-model needs exactly one served model, and {} are served: with several, "
+      "a request must name one (drop the flag, or use --alias for the names clients send)",
+      n_models));
+}
+
 // Checks every flag, in the order the user reads them; InvalidArgument with
 // the message `strata serve` prints as a usage error.
 util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
@@ -170,13 +180,18 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   if (f.l1_bytes > (1ull << 40)) {
     return util::InvalidArgumentError(fmt::format("--l1-bytes {} is above 2^40", f.l1_bytes));
   }
-  const size_t n_models =
-      (!f.model.empty() || f.backends.specs.empty() ? 1 : 0) + f.backends.specs.size();
-  if (f.accept_any_model && n_models > 1) {
-    return util::InvalidArgumentError(fmt::format(
-        "--accept-any-model needs exactly one served model, and {} are served: with several, "
-        "a request must name one (drop the flag, or use --alias for the names clients send)",
-        n_models));
+  // The local models a directory holds are counted once they are listed (RunServe).
+  const size_t n_local = f.model.size() + (f.models_dir.empty() ? 0 : 1);
+  STRATA_RETURN_IF_ERROR(CheckAcceptAnyModel(
+      f, (n_local > 0 || f.backends.specs.empty() ? std::max<size_t>(n_local, 1) : 0) +
+             f.backends.specs.size()));
+  if (f.numa != "auto" && f.numa != "off") {
+    return util::InvalidArgumentError(fmt::format("--numa '{}' is not auto or off", f.numa));
+  }
+  if (!f.models_memory.empty()) {
+    auto budget = ParseByteSize(f.models_memory);
+    if (!budget.ok())
+      return util::InvalidArgumentError("--models-memory: " + budget.status().message());
   }
   if (!util::ParseLogLevel(f.log_level)) {
     return util::InvalidArgumentError(
@@ -301,120 +316,6 @@ util::StatusOr<Listening> StartListening(
   return l;
 }
 
-struct OpenedModel {
-  std::string path;  // the GGUF file (its stem names the model without --alias)
-  std::unique_ptr<model::Model> model;
-};
-
-// Resolves -m (ResolveModelPath) and loads the model; file and format errors
-// as Model::Load reports them.
-util::StatusOr<OpenedModel> OpenModel(const Env& env, const std::string& flag, util::Logger& log) {
-  OpenedModel o;
-  STRATA_ASSIGN_OR_RETURN(o.path, ResolveModelPath(env, flag, log));
-  STRATA_ASSIGN_OR_RETURN(o.model, model::Model::Load(*env.fs, o.path, {}, log));
-  return o;
-}
-
-// Whether the served weights are still the file's: false once the watch saw
-// the file change or a read of its mapping found bytes missing. Read after
-// every forward pass (the scheduler's health hook) and by every Submit.
-class ModelGuard {
- public:
-  explicit ModelGuard(const util::MappedFile* mapped) : mapped_(mapped) {}
-  void MarkChanged() { changed_.store(true); }
-  util::Status Check() const {
-    if (!changed_.load(std::memory_order_relaxed) && !(mapped_ && mapped_->faulted())) {
-      return util::OkStatus();
-    }
-    return util::FailedPreconditionError(
-               "the model file changed on disk under the running server; restart strata to "
-               "serve it as it is now")
-        .WithReason(util::ErrorReason::kModelChanged);
-  }
-
- private:
-  const util::MappedFile* const mapped_;  // null: nothing to guard
-  std::atomic<bool> changed_{false};
-};
-
-// Watches the model file once a second (util::FileWatch): the first change
-// marks `guard`, tells the server (health 503 model_changed, new requests
-// refused) and logs why. Null, with a warning, where the file cannot be
-// watched. `guard`, `srv` and `log` must outlive the watch.
-std::unique_ptr<util::FileWatch> WatchModel(const Env& env, const OpenedModel& opened,
-                                            ModelGuard& guard, server::HttpServer& srv,
-                                            util::Logger& log) {
-  const util::MappedFile* mapped = opened.model->gguf().file();
-  if (mapped == nullptr) return nullptr;
-  auto watch = util::FileWatch::Start(
-      *env.fs, opened.path, *mapped, std::chrono::seconds(1),
-      [&guard, &srv, &log](const util::Status& why) {
-        guard.MarkChanged();
-        log.Error("{}; /health now answers 503 and requests get model_changed", why.message());
-        srv.SetBroken(why);
-      });
-  if (!watch.ok()) {
-    log.Warn("not watching the model file: {}", watch.status().message());
-    return nullptr;
-  }
-  return std::move(watch).value();
-}
-
-struct BuiltEngine {
-  engine::EngineOptions options;  // as the engine was created with (for the start-up log)
-  std::unique_ptr<engine::Engine> engine;
-};
-
-// The engine over `m`: the forward pass's thread pool (-t) and the KV block
-// pool, whose cached prefix blocks are the L2 tier (--kv-tokens, --l2-policy);
-// errors as Engine::Create reports them. `m` must outlive the engine.
-util::StatusOr<BuiltEngine> BuildEngine(const ServeFlags& f, const ServePlan& plan,
-                                        const model::Model& m, const util::Clock& clock,
-                                        util::Logger& log) {
-  BuiltEngine b;
-  const int32_t n_ctx = std::min(f.ctx, m.config().n_ctx_train);
-  b.options.n_threads = f.threads;
-  b.options.n_ctx = n_ctx;
-  const int32_t kv_tokens = std::max(n_ctx, f.kv_tokens > 0 ? f.kv_tokens : 8 * n_ctx);
-  b.options.n_kv_blocks = (kv_tokens + b.options.block_size - 1) / b.options.block_size;
-  b.options.block_eviction = gateway::BlockEvictionFactory(plan.l2_policy, clock);
-  STRATA_ASSIGN_OR_RETURN(b.engine, engine::Engine::Create(m, b.options, log));
-  return b;
-}
-
-// The RT-Switcher with --rt-switcher on, nullptr with off. It must outlive the
-// scheduler (whose thread evaluates it), its ticker and the gateway.
-util::StatusOr<std::unique_ptr<gateway::RtControl>> StartRtSwitcher(const ServeFlags& f,
-                                                                    const ServePlan& plan,
-                                                                    obs::MetricsRegistry& metrics,
-                                                                    const util::Clock& clock,
-                                                                    util::Logger& log) {
-  if (f.rt_switcher != "on") return std::unique_ptr<gateway::RtControl>();
-  gateway::RtControlOptions o = plan.rt;
-  o.trace_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
-  STRATA_ASSIGN_OR_RETURN(auto rt, gateway::RtControl::Create(o, metrics, clock, log));
-  log.Info("RT-Switcher: on; levels {}; interval {} s, window {}, TTFT SLO {} s, TPOT SLO {} s",
-           f.rt_levels, f.rt_interval_s, f.rt_window, f.rt_ttft_slo_s, f.rt_tpot_slo_s);
-  return rt;
-}
-
-// Starts the scheduler thread over `eng` (--parallel, --batch-tokens,
-// --queue), steered by `rt` when not null and failing steps once `guard`
-// says the weights went bad; all three must outlive it.
-util::StatusOr<std::unique_ptr<engine::Scheduler>> StartScheduler(const ServeFlags& f,
-                                                                  engine::Engine& eng,
-                                                                  gateway::RtControl* rt,
-                                                                  const ModelGuard& guard,
-                                                                  util::Logger& log) {
-  return engine::Scheduler::Start(eng,
-                                  {.max_running = f.parallel,
-                                   .max_batch_tokens = f.batch_tokens,
-                                   .max_queue = f.queue,
-                                   .control = rt,
-                                   .health = [&guard] { return guard.Check(); }},
-                                  log);
-}
-
 }  // namespace
 
 // The gateway's options: the caps, the response tiers (L1, single flight,
@@ -440,16 +341,21 @@ util::StatusOr<gateway::GatewayOptions> GatewayOptionsFor(const ServeFlags& f, i
 
 namespace {
 
-// Everything the embedded engine needs, in the order it starts; destroyed
-// in reverse (the backend before the scheduler, the scheduler before the
-// RT-Switcher its thread owns, the engine before the model).
-struct LocalServing {
-  OpenedModel opened;
-  std::unique_ptr<ModelGuard> guard;
-  BuiltEngine eng;
-  std::unique_ptr<engine::Scheduler> sched;
-  std::unique_ptr<backend::LocalBackend> backend;
-};
+// The RT-Switcher with --rt-switcher on, nullptr with off. It must outlive the
+// scheduler (whose thread evaluates it), its ticker and the gateway.
+util::StatusOr<std::unique_ptr<gateway::RtControl>> StartRtSwitcher(const ServeFlags& f,
+                                                                    const ServePlan& plan,
+                                                                    obs::MetricsRegistry& metrics,
+                                                                    const util::Clock& clock,
+                                                                    util::Logger& log) {
+  if (f.rt_switcher != "on") return std::unique_ptr<gateway::RtControl>();
+  gateway::RtControlOptions o = plan.rt;
+  o.trace_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
+  STRATA_ASSIGN_OR_RETURN(auto rt, gateway::RtControl::Create(o, metrics, clock, log));
+  log.Info("RT-Switcher: on; levels {}; interval {} s, window {}, TTFT SLO {} s, TPOT SLO {} s",
+           f.rt_levels, f.rt_interval_s, f.rt_window, f.rt_ttft_slo_s, f.rt_tpot_slo_s);
+  return rt;
+}
 
 // Evaluates the RT-Switcher once per interval when no scheduler does (remote
 // backends only): their runs report latencies into it and take its terms,
@@ -482,56 +388,26 @@ class RtTicker {
   std::thread thread_;  // last: starts once the members above exist
 };
 
-// Whether this server runs the embedded engine: with -m, or when no
-// --backend names another model server.
-bool ServesLocal(const ServeFlags& f) { return !f.model.empty() || f.backends.specs.empty(); }
-
-// Loads the model and starts the engine and the scheduler (steered by `rt`
-// when not null; it must outlive the scheduler) under the local backend
-// (named by --alias, else the file's stem); errors as each step reports them.
-util::StatusOr<std::unique_ptr<LocalServing>> StartLocal(
-    const Env& env, const ServeFlags& f, const ServePlan& plan, gateway::RtControl* rt,
-    obs::MetricsRegistry& metrics, const util::Clock& clock, util::Logger& log) {
-  auto l = std::make_unique<LocalServing>();
-  STRATA_ASSIGN_OR_RETURN(l->opened, OpenModel(env, f.model, log));
-  const model::Model& m = *l->opened.model;
-  l->guard = std::make_unique<ModelGuard>(m.gguf().file());
-  STRATA_ASSIGN_OR_RETURN(l->eng, BuildEngine(f, plan, m, clock, log));
-  STRATA_ASSIGN_OR_RETURN(l->sched, StartScheduler(f, *l->eng.engine, rt, *l->guard, log));
-  const int32_t n_ctx = l->eng.options.n_ctx;
-  backend::LocalOptions lo;
-  lo.name =
-      f.aliases.empty() ? std::filesystem::path(l->opened.path).stem().string() : f.aliases.front();
-  lo.max_tokens_cap = std::min(f.max_tokens_cap, n_ctx);
-  lo.max_embedding_inputs = f.max_embedding_inputs;
-  lo.prompt_special_tokens = f.prompt_special_tokens;
-  lo.chat_format = plan.chat_format;
-  // Unseeded requests sample differently each time, as the APIs define.
-  lo.unseeded_seed_base =
-      (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-  STRATA_ASSIGN_OR_RETURN(l->backend,
-                          backend::LocalBackend::Create(m, *l->sched, lo, metrics, clock, log));
-  return l;
-}
-
 // The gateway over the local backend (first, the default) and the remote
 // ones; it opens the cache tiers and, with --redis, the shared tier's
 // connection and writer. The prefix-cache metrics follow its per-tier
 // families. Errors as Gateway::Create reports them.
 util::StatusOr<std::unique_ptr<gateway::Gateway>> BuildGateway(
-    LocalServing* local, const RemoteBackends& remotes, obs::MetricsRegistry& metrics,
+    LocalModels* local, const RemoteBackends& remotes, obs::MetricsRegistry& metrics,
     const gateway::GatewayOptions& go, const util::Clock& clock, util::Logger& log) {
   std::vector<backend::Backend*> backends;
-  if (local != nullptr) backends.push_back(local->backend.get());
+  if (local != nullptr) backends = local->backends();
   for (const auto& b : remotes.backends) backends.push_back(b.get());
   STRATA_ASSIGN_OR_RETURN(auto gw, gateway::Gateway::Create(backends, metrics, go, clock, log));
-  if (local != nullptr) gateway::ExportPrefixCacheMetrics(metrics, *local->sched);
+  if (local != nullptr) {
+    gateway::ExportPrefixCacheMetrics(metrics, [local] { return local->scheduler_stats(); });
+  }
   return gw;
 }
 
 // Logs one line per cache tier: L1 and single flight, L3 and Redis, L2.
 void LogCacheTiers(const ServeFlags& f, const ServePlan& plan, const gateway::GatewayOptions& go,
-                   const LocalServing* local, util::Logger& log) {
+                   const LocalModels* local, util::Logger& log) {
   if (f.l1_bytes > 0) {
     log.Info("response cache (L1): {:.1f} MiB, TTL {} s +/- {:.0f}%; single flight {}",
              static_cast<double>(f.l1_bytes) / (1 << 20), f.l1_ttl_s, f.l1_ttl_jitter * 100,
@@ -541,9 +417,10 @@ void LogCacheTiers(const ServeFlags& f, const ServePlan& plan, const gateway::Ga
   }
   log.Info("{}", DescribeCacheFlags(f.cache, go));
   if (local == nullptr) return;
-  const engine::EngineOptions& eo = local->eng.options;
-  log.Info("prefix cache (L2): {} KV blocks of {} tokens, eviction {}", eo.n_kv_blocks,
-           eo.block_size, cache::PolicyKindName(plan.l2_policy));
+  log.Info("prefix cache (L2): {} KV tokens per model, eviction {}",
+           f.kv_tokens > 0 ? fmt::format("{}", f.kv_tokens) : "8 contexts' worth of",
+           cache::PolicyKindName(plan.l2_policy));
+  for (const std::string& line : local->Describe()) log.Info("{}", line);
 }
 
 // The reloads of SIGHUP and POST /admin/reload over `targets` (the remote
@@ -566,7 +443,7 @@ std::unique_ptr<Reloader> StartReloads(const Env& env, const CLI::App& cmd,
 // Records the load time, hands the gateway to the server (/health: 200) and
 // logs that it is ready. `gw` must outlive the server's use of it (until Stop).
 void OpenForRequests(const ServeFlags& f, const Listening& l, gateway::Gateway& gw,
-                     const LocalServing* local, double load_s, obs::MetricsRegistry& metrics,
+                     const LocalModels* local, double load_s, obs::MetricsRegistry& metrics,
                      util::Logger& log) {
   metrics.Gauge("strata_model_load_seconds", "Seconds from start to ready.").With({}).Set(load_s);
   l.server->SetGateway(&gw);
@@ -575,7 +452,7 @@ void OpenForRequests(const ServeFlags& f, const Listening& l, gateway::Gateway& 
     models += (models.empty() ? "'" : ", '") + name + "'";
   if (local != nullptr) {
     log.Info("ready in {:.0f} ms: {} at http://{}:{}/v1 ({} threads, context {}, {} parallel)",
-             load_s * 1e3, models, f.host, l.port, f.threads, local->eng.options.n_ctx, f.parallel);
+             load_s * 1e3, models, f.host, l.port, f.threads, local->n_ctx(), f.parallel);
     return;
   }
   log.Info("ready in {:.0f} ms: {} at http://{}:{}/v1", load_s * 1e3, models, f.host, l.port);
@@ -583,30 +460,29 @@ void OpenForRequests(const ServeFlags& f, const Listening& l, gateway::Gateway& 
 
 // Waits in this thread for SIGINT or SIGTERM (blocked by BlockStopSignals),
 // reloading on every SIGHUP meanwhile; then refuses new requests and lets
-// running ones finish within --grace (the scheduler's; without one,
-// ShutDown's flush waits for remote answers); true when none had to be
-// cancelled at its end.
+// running ones finish within --grace (the local models' schedulers'; without
+// them, ShutDown's flush waits for remote answers); true when none had to
+// be cancelled at its end.
 bool WaitAndDrain(const sigset_t& signals, const ServeFlags& f, server::HttpServer& srv,
-                  engine::Scheduler* sched, Reloader& reloader, util::Logger& log) {
+                  LocalModels* local, Reloader& reloader, util::Logger& log) {
   int sig = 0;
   while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) (void)reloader.Reload("SIGHUP");
   log.Info("received {}: draining (grace {} s)", sig == SIGTERM ? "SIGTERM" : "SIGINT", f.grace_s);
   srv.StartDraining();
-  return sched == nullptr || sched->Drain(std::chrono::seconds(f.grace_s));
+  return local == nullptr || local->Drain(std::chrono::seconds(f.grace_s));
 }
 
 // Shuts down in order: answers still queued for Redis (briefly), the HTTP
 // server (after the last frames of streams cut at the end of the grace
-// period went out: the process exits within grace + 1 s), the scheduler
-// (joined here); the gateway and what is below it are destroyed by the
-// caller afterwards. Returns the exit code.
-int ShutDown(bool clean, const ServeFlags& f, server::HttpServer& srv, LocalServing* local,
+// period went out: the process exits within grace + 1 s); the gateway and
+// what is below it (the local models and their schedulers) are destroyed by
+// the caller afterwards. Returns the exit code.
+int ShutDown(bool clean, const ServeFlags& f, server::HttpServer& srv, const LocalModels* local,
              gateway::Gateway& gw, util::Logger& log) {
   gw.FlushShared(std::chrono::milliseconds(300));
   // Remote answers have no scheduler to drain them: the grace is spent here.
   srv.Stop(local != nullptr ? std::chrono::milliseconds(500)
                             : std::chrono::milliseconds(f.grace_s * 1000 + 500));
-  if (local != nullptr) local->sched.reset();
   log.Info("stopped{}",
            clean ? "" : " (some requests were cancelled at the end of the grace period)");
   return kExitOk;
@@ -672,20 +548,29 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
   srv->server->SetAdminKey(std::move(admin_key).value());
   auto rt = StartRtSwitcher(f, *plan, metrics, clock, *log);
   if (!rt.ok()) return ReportError(rt.status());
-  auto local = ServesLocal(f) ? StartLocal(env, f, *plan, rt->get(), metrics, clock, *log)
-                              : util::StatusOr<std::unique_ptr<LocalServing>>(nullptr);
+  auto files = LocalModelFiles(env, f, *log);
+  if (!files.ok()) return usage(files.status());
+  if (auto st = CheckAcceptAnyModel(f, files->size() + f.backends.specs.size()); !st.ok()) {
+    return usage(st);
+  }
+  auto local =
+      files->empty()
+          ? util::StatusOr<std::unique_ptr<LocalModels>>(nullptr)
+          : LocalModels::Start(env, f, std::move(files).value(),
+                               {.l2_policy = plan->l2_policy, .chat_format = plan->chat_format},
+                               rt->get(), snapshots->get(), *srv->server, metrics, clock, *log);
   if (!local.ok()) return ReportError(local.status());
-  const auto ticker = *rt && !*local ? std::make_unique<RtTicker>(**rt) : nullptr;
+  LocalModels* l = local->get();
+  // The RT-Switcher is evaluated by a scheduler's thread before each
+  // admission; a ticker keeps its levels moving where no scheduler runs for
+  // good (remote backends only, or local models that load on demand).
+  const auto ticker = *rt && (l == nullptr || l->residency().size() > 1)
+                          ? std::make_unique<RtTicker>(**rt)
+                          : nullptr;
   auto remotes = StartRemoteBackends(f.backends, std::move(remote_options).value(), **loops,
                                      metrics, clock, *log);
   if (!remotes.ok()) return ReportError(remotes.status());
-  LocalServing* l = local->get();
-  if (l != nullptr && *snapshots) {
-    AddLocalModel(**snapshots, env, l->backend->name(), l->opened.path, *l->opened.model,
-                  f.chat_format, f.prompt_special_tokens,
-                  std::min(f.max_tokens_cap, l->eng.options.n_ctx), *log);
-  }
-  auto go = GatewayOptionsFor(f, l ? l->eng.options.n_ctx : 0, rt->get(), clock);
+  auto go = GatewayOptionsFor(f, l ? l->n_ctx() : 0, rt->get(), clock);
   if (!go.ok()) return UsageError(go.status().message());  // ValidateFlags: does not happen
   auto gw = BuildGateway(l, *remotes, metrics, *go, clock, *log);
   if (!gw.ok()) return ReportError(gw.status());
@@ -694,17 +579,15 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
                                      {.server = srv->server.get(),
                                       .gateway = gw->get(),
                                       .rt = rt->get(),
-                                      .local = l ? l->backend.get() : nullptr,
-                                      .local_n_ctx = l ? l->eng.options.n_ctx : 0,
+                                      .local = l,
+                                      .local_n_ctx = l ? l->n_ctx() : 0,
                                       .remotes = {},
                                       .l3_at_start = go->l3_mode != gateway::L3Mode::kOff,
                                       .log = log.get(),
                                       .tracer = (*tracing)->tracer.get()},
                                      *remotes, clock, *log);
   OpenForRequests(f, *srv, **gw, l, util::SecondsBetween(t0, clock.Now()), metrics, *log);
-  const auto watch = l ? WatchModel(env, l->opened, *l->guard, *srv->server, *log) : nullptr;
-  const bool clean =
-      WaitAndDrain(signals, f, *srv->server, l ? l->sched.get() : nullptr, *reloader, *log);
+  const bool clean = WaitAndDrain(signals, f, *srv->server, l, *reloader, *log);
   const int rc = ShutDown(clean, f, *srv->server, l, **gw, *log);
   CloseCompliance(**compliance, *log);  // every request has its record by now
   return rc;
@@ -728,7 +611,27 @@ Command RegisterServe(CLI::App& app) {
   cmd->add_option("--config", f->config,
                   "TOML file of settings (strata config defaults prints every one); flags given "
                   "here override it; SIGHUP or POST /admin/reload re-reads it");
-  cmd->add_option("-m,--model", f->model, "GGUF model file (default as for generate)");
+  cmd->add_option("-m,--model", f->model,
+                  "GGUF model file, or NAME=FILE; repeat to serve several (the first is the "
+                  "default; default: as for generate)");
+  cmd->add_option("--models", f->models_dir,
+                  "Serve every .gguf file in DIR as well, each named by its file name without "
+                  ".gguf");
+  cmd->add_option("--models-memory", f->models_memory,
+                  "Bytes the loaded local models may hold together, weights and KV (e.g. 12GiB); "
+                  "a model loads on first use and the least valuable idle one is unloaded to "
+                  "make room (default: the machine's memory / 1.2)");
+  cmd->add_option("--numa", f->numa,
+                  "auto: on a machine of several NUMA nodes, place each local model's weights and "
+                  "threads as `strata plan` says (first touch, CPU binding); off: leave it to the "
+                  "OS")
+      ->capture_default_str();
+  cmd->add_option("--topology", f->topology,
+                  "JSON file of the NUMA nodes to place local models on (as for strata plan; "
+                  "default: this machine's)");
+  cmd->add_flag("--preload", f->preload,
+                "Load every local model before serving (as many as --models-memory holds); "
+                "without it one model loads at start and several load on first use");
   cmd->add_option("--host", f->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", f->port, "Port (0 = any free port)")->capture_default_str();
   cmd->add_option("-t,--threads", f->threads, "Threads of the forward pass")->capture_default_str();

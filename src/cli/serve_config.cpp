@@ -225,6 +225,16 @@ std::vector<ServeKnob> MakeServeKnobs() {
   k.push_back(Bind(
       "model.path", "--model", [](ServeFlags & f) -> auto& { return f.model; }));
   k.push_back(Bind(
+      "model.dir", "--models", [](ServeFlags & f) -> auto& { return f.models_dir; }));
+  k.push_back(Bind(
+      "model.memory", "--models-memory", [](ServeFlags & f) -> auto& { return f.models_memory; }));
+  k.push_back(Bind(
+      "model.preload", "--preload", [](ServeFlags & f) -> auto& { return f.preload; }));
+  k.push_back(Bind("model.numa", "--numa", [](ServeFlags & f) -> auto& { return f.numa; },
+                   {.choices = {"auto", "off"}}));
+  k.push_back(Bind(
+      "model.topology", "--topology", [](ServeFlags & f) -> auto& { return f.topology; }));
+  k.push_back(Bind(
       "model.aliases", "--alias", [](ServeFlags & f) -> auto& { return f.aliases; }));
   k.push_back(Bind(
       "model.accept_any_model", "--accept-any-model",

@@ -26,7 +26,14 @@ namespace strata::cli {
 
 struct ServeFlags {
   std::string config;  // --config: the TOML file (cli/serve_config.h); "" = flags only
-  std::string model;
+  // -m, repeatable: FILE or NAME=FILE; the first is the default model.
+  std::vector<std::string> model;
+  std::string models_dir;     // --models DIR: every .gguf in it, named by its stem
+  std::string models_memory;  // --models-memory SIZE; "" = the machine's memory / 1.2
+  bool preload = false;       // --preload: load every local model before serving
+  std::string numa =
+      "auto";            // --numa: auto (place models on NUMA nodes when there are several) | off
+  std::string topology;  // --topology FILE: the nodes to place on ("" = this machine's)
   std::string host = "127.0.0.1";
   int port = 8080;
   int32_t threads = 2;

@@ -74,8 +74,7 @@ util::Status Reloader::Apply(const ServeFlags& f, std::vector<std::string>& rere
     STRATA_RETURN_IF_ERROR(targets_.tracer->SetSampleRate(f.trace.trace_sample));
   }
   if (targets_.local != nullptr) {
-    STRATA_RETURN_IF_ERROR(targets_.local->SetLimits(
-        std::min(f.max_tokens_cap, targets_.local_n_ctx), f.max_embedding_inputs));
+    STRATA_RETURN_IF_ERROR(targets_.local->SetLimits(f.max_tokens_cap, f.max_embedding_inputs));
   }
   if (targets_.gateway != nullptr) {
     STRATA_RETURN_IF_ERROR(targets_.gateway->Reconfigure(gateway::LiveOptionsOf(go)));

@@ -30,6 +30,7 @@
 #include "cli/commands.h"
 #include "cli/serve_config.h"
 #include "cli/serve_flags.h"
+#include "cli/serve_models.h"
 #include "config/config.h"
 #include "gateway/gateway.h"
 #include "gateway/rt_control.h"
@@ -45,9 +46,9 @@ namespace strata::cli {
 struct ReloadTargets {
   server::HttpServer* server = nullptr;
   gateway::Gateway* gateway = nullptr;
-  gateway::RtControl* rt = nullptr;  // the RT-Switcher, when on
-  backend::LocalBackend* local = nullptr;
-  int32_t local_n_ctx = 0;                       // the local engine's context (0 without one)
+  gateway::RtControl* rt = nullptr;              // the RT-Switcher, when on
+  LocalModels* local = nullptr;                  // the local models, if any
+  int32_t local_n_ctx = 0;                       // their largest context (0 without one)
   std::vector<backend::RemoteBackend*> remotes;  // in --backend order
   bool l3_at_start = false;                      // the L3 tier exists (it was not off at start)
   util::Logger* log = nullptr;                   // the logger whose level log.level sets

@@ -201,6 +201,10 @@ class Reader {
         }
         return true;
       case Type::kStringList: {
+        if (node.is_string()) {  // one string: a list of one
+          value.list.push_back(node.as_string()->get());
+          return true;
+        }
         const toml::array* a = node.as_array();
         if (a == nullptr) return WrongType(knob, node, key), false;
         for (const toml::node& el : *a) {

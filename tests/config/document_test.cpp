@@ -104,15 +104,24 @@ TEST(ConfigParse, SomethingFarFromEveryKeyGetsNoSuggestion) {
 TEST(ConfigParse, AWrongTypeSaysWhatWasExpectedAndWhatCame) {
   const ParseResult r = Parse(
       "[l1]\nttl = \"10s\"\nbytes = 1.5\n[cache]\ncoalesce = 1\n[server]\ncors_origins = "
-      "\"*\"\n",
+      "5\n",
       TestSchema());
   ASSERT_EQ(r.errors.size(), 4u) << All(r);
   EXPECT_EQ(r.errors[0].line, 2);
   EXPECT_EQ(r.errors[0].message, "expected number, got a string");
   EXPECT_EQ(r.errors[1].message, "expected integer, got a number");
   EXPECT_EQ(r.errors[2].message, "expected boolean, got an integer");
-  EXPECT_EQ(r.errors[3].message, "expected array of strings, got a string");
+  EXPECT_EQ(r.errors[3].message, "expected array of strings, got an integer");
   EXPECT_TRUE(r.document.values.empty());
+}
+
+// A single string where a list of strings goes is a list of one (a file
+// written when the key took one string still reads).
+TEST(ConfigParse, AStringWhereAListGoesIsAListOfOne) {
+  const ParseResult r = Parse("[server]\ncors_origins = \"*\"\n", TestSchema());
+  ASSERT_TRUE(r.ok()) << All(r);
+  ASSERT_EQ(r.document.values.size(), 1u);
+  EXPECT_EQ(r.document.values.begin()->second.list, std::vector<std::string>{"*"});
 }
 
 TEST(ConfigParse, ANumberOutOfRangeNamesTheRangeAndUnit) {
