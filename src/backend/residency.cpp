@@ -285,6 +285,9 @@ util::StatusOr<int32_t> ModelResidency::Add(ModelSpec spec, ModelLoader loader) 
   m->waiting_gauge = &families_.waiting.With(label);
   m->load_seconds = &load_seconds_.With(label);
   models_.push_back(std::move(m));
+  uint64_t all = 0;
+  for (const auto& x : models_) all += x->spec.bytes;
+  all_fit_.store(all <= options_.budget_bytes, std::memory_order_release);
   return i;
 }
 
@@ -299,8 +302,10 @@ int32_t ModelResidency::size() const {
 }
 
 bool ModelResidency::MayLoad(int32_t i) const {
-  // models_ only grows before serving; its elements never move.
-  return !models_[static_cast<size_t>(i)]->resident.load(std::memory_order_acquire);
+  // models_ only grows before serving; its elements never move. A resident
+  // model stays so for good only when every model fits the budget at once.
+  return !all_fit_.load(std::memory_order_acquire) ||
+         !models_[static_cast<size_t>(i)]->resident.load(std::memory_order_acquire);
 }
 
 util::Status ModelResidency::Load(int32_t i) { return Acquire(i).status(); }

@@ -40,6 +40,7 @@
 //   Gateway::Create({(*res)->backend(0), ...}, ...);
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -130,8 +131,9 @@ class ModelResidency {
   // would; the load's error, or Unavailable when it does not fit beside
   // models in use.
   util::Status Load(int32_t i);
-  // Whether a request for model `i` may wait for a load (it is not resident,
-  // or other models compete for the budget).
+  // Whether a request for model `i` may wait for a load: it is not
+  // resident, or the models do not all fit the budget at once (a resident
+  // one may be unloaded before the request holds it).
   bool MayLoad(int32_t i) const;
 
   // Refuses loads from now on (Unavailable, kShuttingDown) and drains every
@@ -186,6 +188,7 @@ class ModelResidency {
   bool loading_ = false;                           // guarded by mu_: one load at a time
   bool draining_ = false;                          // guarded by mu_
   engine::SchedulerStats retired_;                 // guarded by mu_: unloaded counters
+  std::atomic<bool> all_fit_{true};  // every model's bytes fit the budget together (set by Add)
 };
 
 }  // namespace strata::backend

@@ -197,6 +197,7 @@ TEST_F(ResidencyTest, ModelsLoadOnFirstUseAndAnswerAsTheModelItself) {
   auto other = Generate(B(0), Greedy("hello there"));
   ASSERT_TRUE(other.ok());
   EXPECT_NE(*other, *got);
+  EXPECT_FALSE(B(0).may_block());  // both fit the budget: neither leaves again
   EXPECT_EQ(loads_[0], 1);
   EXPECT_EQ(loads_[1], 1);
   EXPECT_EQ(residency_->resident_bytes(), 2 * kModelBytes);
@@ -233,6 +234,8 @@ TEST_F(ResidencyTest, TheDualFactorPolicyChoosesWhichIdleModelLeaves) {
 
 TEST_F(ResidencyTest, AModelInUseIsNeverUnloaded) {
   Start(kModelBytes, 2, milliseconds(300));
+  ASSERT_TRUE(Generate(B(0), Greedy("x", 2)).ok());
+  EXPECT_TRUE(B(0).may_block());  // resident, but a load of m1 may unload it
   // A prepared request holds m0 (its Prepared lives as long as the request).
   auto held = B(0).Prepare(Greedy("hold"));
   ASSERT_TRUE(held.ok());
