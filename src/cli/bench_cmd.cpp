@@ -1,7 +1,7 @@
 // `strata bench`: prompt-processing and generation speed of a model, in a
 // table like llama-bench's and as JSON, with the machine's read bandwidth
-// measured in the same run so decode speed can be read as a fraction of the
-// physical limit.
+// and int8 dot-product peak measured in the same run, so that decode speed
+// reads as a fraction of the bandwidth and prefill as a fraction of the peak.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <memory>
 #include <numeric>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -102,6 +103,78 @@ double MeasureReadBandwidth(util::ThreadPool& pool, const util::Clock& clock) {
   if (sink == 42) std::fputc(' ', stderr);  // keep the reads observable
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];
+}
+
+// The int8 dot-product peak of one core, as the quantized kernels use it:
+// `iters` rounds of 12 independent multiply-accumulates of unsigned by
+// signed bytes into int32 lanes (enough in flight to cover the
+// instruction's latency on two ports). Each returns the int8 operations
+// done (a product and its addition count two).
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) int64_t Int8Avx512Vnni(const uint8_t* in,
+                                                                              int64_t iters,
+                                                                              int64_t* sink) {
+  const __m512i a = _mm512_set1_epi8(static_cast<char>(in[0]));
+  const __m512i b = _mm512_set1_epi8(static_cast<char>(in[1]));
+  __m512i acc[12];
+  for (__m512i& x : acc) x = _mm512_setzero_si512();
+  for (int64_t i = 0; i < iters; ++i) {
+    for (__m512i& x : acc) x = _mm512_dpbusd_epi32(x, a, b);  // 64 products into 16 lanes
+  }
+  __m512i sum = acc[0];
+  for (int k = 1; k < 12; ++k) sum = _mm512_add_epi32(sum, acc[k]);
+  int32_t lanes[16];  // (not _mm512_reduce_add_epi32: GCC 12 warns inside it)
+  _mm512_storeu_si512(lanes, sum);
+  for (int32_t v : lanes) *sink += v;
+  return iters * 12 * 64 * 2;
+}
+
+__attribute__((target("avx2"))) int64_t Int8Avx2(const uint8_t* in, int64_t iters, int64_t* sink) {
+  const __m256i a = _mm256_set1_epi8(static_cast<char>(in[0]));
+  const __m256i b = _mm256_set1_epi8(static_cast<char>(in[1]));
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[12];
+  for (__m256i& x : acc) x = _mm256_setzero_si256();
+  for (int64_t i = 0; i < iters; ++i) {
+    for (__m256i& x : acc) {
+      // 32 products, summed in pairs to int16, then in pairs to int32.
+      x = _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+    }
+  }
+  __m256i sum = acc[0];
+  for (int k = 1; k < 12; ++k) sum = _mm256_add_epi32(sum, acc[k]);
+  int32_t lanes[8];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), sum);
+  for (int32_t v : lanes) *sink += v;
+  return iters * 12 * 32 * 2;
+}
+
+// The int8 multiply-accumulate peak of the pool's threads together, in
+// operations per second (median of 5 timed passes after a warm-up), and the
+// instructions it used; {0, "none"} without AVX2.
+std::pair<double, std::string> MeasureInt8Peak(util::ThreadPool& pool, const util::Clock& clock) {
+  const bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+  if (!vnni && !__builtin_cpu_supports("avx2")) return {0.0, "none"};
+  // Inputs the compiler cannot see: no folding of the loop.
+  volatile uint8_t inputs[2] = {3, 5};
+  const uint8_t in[2] = {inputs[0], inputs[1]};
+  constexpr int64_t kIters = 20'000'000;  // ~20 ms a pass: long enough to time
+  std::vector<double> rates;
+  std::vector<int64_t> sinks(static_cast<size_t>(pool.size()));
+  for (int pass = 0; pass < 6; ++pass) {
+    std::vector<int64_t> ops(static_cast<size_t>(pool.size()));
+    const auto t0 = clock.Now();
+    pool.RunOnAll([&](int t) {
+      int64_t* sink = &sinks[static_cast<size_t>(t)];
+      ops[static_cast<size_t>(t)] =
+          vnni ? Int8Avx512Vnni(in, kIters, sink) : Int8Avx2(in, kIters, sink);
+    });
+    const double s = util::SecondsBetween(t0, clock.Now());
+    const double total = static_cast<double>(std::accumulate(ops.begin(), ops.end(), int64_t{0}));
+    if (pass > 0) rates.push_back(total / s);  // the first pass warms up
+  }
+  if (std::accumulate(sinks.begin(), sinks.end(), int64_t{0}) == 42) std::fputc(' ', stderr);
+  std::sort(rates.begin(), rates.end());
+  return {rates[rates.size() / 2], vnni ? "avx512-vnni" : "avx2"};
 }
 
 // Resident set (current and peak) from /proc/self/status, in bytes.
@@ -219,11 +292,29 @@ int RunBench(const Env& env, const BenchFlags& f) {
     if (t.name == "token_embd.weight" && !c.tied_embeddings) continue;
     step_bytes += static_cast<double>(t.n_bytes);
   }
-  double bandwidth = 0;
+  // Int8 operations one prompt token costs: a multiply and an add per
+  // weight of every matrix it is multiplied by (the embedding table is only
+  // read, unless it doubles as the output head); attention's own products
+  // are left out (a few % at pp512).
+  double token_ops = 0;
+  for (const auto& t : m.gguf().tensors()) {
+    if (t.shape.size() < 2 || (t.name == "token_embd.weight" && !c.tied_embeddings)) continue;
+    token_ops += 2.0 * static_cast<double>(t.n_elements());
+  }
+  double bandwidth = 0, int8_peak = 0;
+  std::string int8_isa = "none";
   if (!f.no_bandwidth) {
     util::ThreadPool pool(f.threads);
     bandwidth = MeasureReadBandwidth(pool, clock);
+    std::tie(int8_peak, int8_isa) = MeasureInt8Peak(pool, clock);
   }
+  // A test's share of the machine's limit: decode against the read
+  // bandwidth (it streams the weights once per token), prefill against the
+  // int8 peak (it multiplies them by a batch of tokens); 0 when unmeasured.
+  auto fraction_of_limit = [&](const TestResult& t) {
+    if (t.n_gen > 0) return bandwidth > 0 ? t.Median() * step_bytes / bandwidth : 0.0;
+    return int8_peak > 0 ? t.Median() * token_ops / int8_peak : 0.0;
+  };
 
   const double file_bytes = static_cast<double>(m.gguf().bytes().size());
   const double kv_bytes = static_cast<double>(eng.kv_pool().bytes());
@@ -250,7 +341,17 @@ int RunBench(const Env& env, const BenchFlags& f) {
           stdout,
           "%s reads %.2f GB/token: %.1f GB/s of a measured %.1f GB/s read bandwidth (%.0f%%)\n",
           t.name.c_str(), step_bytes / 1e9, t.Median() * step_bytes / 1e9, bandwidth / 1e9,
-          100.0 * t.Median() * step_bytes / bandwidth);
+          100.0 * fraction_of_limit(t));
+    }
+  }
+  if (int8_peak > 0) {
+    for (const TestResult& t : results) {
+      if (t.n_prompt == 0) continue;
+      std::fprintf(stdout,
+                   "%s computes %.2f G int8 ops/token: %.1f G ops/s of a measured %.1f G ops/s "
+                   "int8 peak (%s, %d threads) (%.0f%%)\n",
+                   t.name.c_str(), token_ops / 1e9, t.Median() * token_ops / 1e9, int8_peak / 1e9,
+                   int8_isa.c_str(), f.threads, 100.0 * fraction_of_limit(t));
     }
   }
   std::fprintf(stdout,
@@ -272,6 +373,9 @@ int RunBench(const Env& env, const BenchFlags& f) {
     j["threads"] = f.threads;
     j["load_to_first_token_ms"] = load_to_first_ms;
     j["read_bandwidth_bytes_per_s"] = bandwidth;
+    j["int8_peak_ops_per_s"] = int8_peak;
+    j["int8_peak_isa"] = int8_isa;
+    j["prefill_ops_per_token"] = token_ops;
     j["decode_bytes_per_token"] = step_bytes;
     j["rss_bytes"] = rss;
     j["peak_rss_bytes"] = hwm;
@@ -283,7 +387,8 @@ int RunBench(const Env& env, const BenchFlags& f) {
                             {"tokens_per_s", t.tps},
                             {"median", t.Median()},
                             {"min", t.Min()},
-                            {"max", t.Max()}});
+                            {"max", t.Max()},
+                            {"fraction_of_limit", fraction_of_limit(t)}});
     }
     const std::string text = j.dump(2) + "\n";
     if (f.json == "-") {
@@ -310,7 +415,8 @@ Command RegisterBench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-b,--batch", f->batch, "Prompt tokens per forward pass")->capture_default_str();
   cmd->add_option("--json", f->json, "Also write the results as JSON to FILE ('-' = stdout)");
-  cmd->add_flag("--no-bandwidth", f->no_bandwidth, "Skip the memory bandwidth measurement");
+  cmd->add_flag("--no-bandwidth", f->no_bandwidth,
+                "Skip measuring the machine's limits (read bandwidth, int8 peak)");
   cmd->add_option("--log-level", f->log_level, "debug, info, warn, error or off")
       ->capture_default_str();
   auto cf = std::make_shared<BenchCacheFlags>();

@@ -34,13 +34,14 @@ util::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(Engine& engine,
     s->thread_ = std::thread([p = s.get()] { p->Loop(); });
     return s;
   }
-  // Bound before the loop starts, so that no step runs elsewhere.
-  std::promise<util::Status> bound;
-  std::future<util::Status> bound_status = bound.get_future();
-  s->thread_ = std::thread([p = s.get(), &bound, cpus = o.cpus] {
+  // Bound before the loop starts, so that no step runs elsewhere. The
+  // promise is the thread's as much as ours: shared, not on this stack.
+  auto bound = std::make_shared<std::promise<util::Status>>();
+  std::future<util::Status> bound_status = bound->get_future();
+  s->thread_ = std::thread([p = s.get(), bound, cpus = o.cpus] {
     util::Status st = util::PinCurrentThread(cpus);
     const bool ok = st.ok();
-    bound.set_value(std::move(st));
+    bound->set_value(std::move(st));
     if (ok) p->Loop();
   });
   util::Status st = bound_status.get();

@@ -11,6 +11,7 @@
 #include "testing/scheduler_gate.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
+#include "util/thread_pool.h"
 
 namespace strata::engine {
 namespace {
@@ -118,6 +119,33 @@ TEST_F(SchedulerTest, ConcurrentRequestsGetTheTokensTheyWouldGetAlone) {
     EXPECT_EQ(sinks[i]->usage().completion_tokens, 12);
   }
   EXPECT_EQ((*sched)->Stats().kv_blocks_used, 0);
+}
+
+// A scheduler and engine bound to one CPU (a NUMA placement) compute the
+// same tokens; a CPU the process may not use fails the start.
+TEST_F(SchedulerTest, BoundToCpusItComputesTheSameAndRefusesCpusItMayNotUse) {
+  const std::vector<int32_t> one = {util::AllowedCpus().back()};
+  EngineOptions o;
+  o.n_threads = 2;
+  o.n_ctx = 256;
+  o.n_kv_blocks = 256;
+  o.block_size = 4;
+  o.cpus = one;
+  auto engine = Engine::Create(*tiny_.model, o, *log_);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  auto sched = Scheduler::Start(**engine, {.cpus = one}, *log_);
+  ASSERT_TRUE(sched.ok()) << sched.status().ToString();
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE((*sched)->Submit({Prompt(9, 1), 8, false, sink}).ok());
+  sink->Wait();
+  EXPECT_EQ(sink->tokens(), Alone(Prompt(9, 1), 8));
+
+  auto other = MakeEngine(256, 256);
+  auto refused = Scheduler::Start(*other, {.cpus = {-1}}, *log_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), util::StatusCode::kInvalidArgument);
+  o.cpus = {-1};
+  EXPECT_FALSE(Engine::Create(*tiny_.model, o, *log_).ok());
 }
 
 TEST_F(SchedulerTest, PreemptionUnderKvPressureKeepsOutputsExact) {
