@@ -1,11 +1,12 @@
 // `strata serve`: the OpenAI- and Anthropic-compatible HTTP server.
 //
 // Start-up order: block SIGINT/SIGTERM (every thread inherits the mask), start
-// listening (so /health answers 503 while the model loads), load the model,
-// start the scheduler and gateway, open for requests. Shutdown on a signal:
-// refuse new requests, let running ones finish within the grace period,
-// cancel the rest, flush answers queued for the shared tier, stop the HTTP
-// server, then the scheduler, exit 0. RunServe is that list of steps, each a
+// listening (so /health answers 503 while the model loads), open the local
+// models and load those that load at start, each with its engine and
+// scheduler (cli/serve_models.h), start the gateway, open for requests.
+// Shutdown on a signal: refuse new requests, let running ones finish within
+// the grace period, cancel the rest, flush answers queued for the shared
+// tier, stop the HTTP server, then the schedulers, exit 0. RunServe is that list of steps, each a
 // function below with its contract. The audit log (cli/serve_audit.h) opens
 // before listening and closes after the scheduler stops.
 #include <signal.h>

@@ -294,43 +294,6 @@ util::StatusOr<uint64_t> ModelsBudget(const Env& env, const ServeFlags& f, util:
   return budget;
 }
 
-// The NUMA nodes to place local models on: --topology's, or this
-// machine's; nullopt (nothing to place) with --numa off or on one node.
-// InvalidArgument for a topology file that does not read, or names CPUs
-// this process may not run on.
-util::StatusOr<std::optional<engine::Topology>> NumaTopology(const Env& env, const ServeFlags& f,
-                                                             util::Logger& log) {
-  if (f.numa == "off") return std::optional<engine::Topology>();
-  const std::vector<int32_t> allowed = util::AllowedCpus();
-  util::StatusOr<engine::Topology> t =
-      f.topology.empty()
-          ? engine::ReadMachineTopology(*env.fs, static_cast<int32_t>(allowed.size()))
-          : TopologyFile(env, f.topology);
-  if (!t.ok()) {
-    if (!f.topology.empty())
-      return util::InvalidArgumentError("--topology: " + t.status().message());
-    log.Warn("not placing models on NUMA nodes: {}", t.status().message());
-    return std::optional<engine::Topology>();
-  }
-  if (t->nodes.size() < 2) {
-    log.Debug("one NUMA node: the models' memory and threads are left to the OS");
-    return std::optional<engine::Topology>();
-  }
-  for (const engine::NumaNode& n : t->nodes) {
-    for (int32_t cpu : n.cpus) {
-      if (!std::binary_search(allowed.begin(), allowed.end(), cpu)) {
-        return util::InvalidArgumentError(fmt::format(
-            "NUMA node {} lists CPU {}, which this process may not run on (it may use {})", n.id,
-            cpu, CpuRanges(allowed)));
-      }
-    }
-    if (n.cpus.empty()) {
-      return util::InvalidArgumentError(fmt::format("NUMA node {} has no CPUs listed", n.id));
-    }
-  }
-  return std::optional<engine::Topology>(std::move(t).value());
-}
-
 // Where each model goes on `t` (engine/placement.h): all together as if
 // every one were loaded; where they do not fit so, each on the whole
 // machine alone (the residency keeps fewer loaded at once). A model that
@@ -375,6 +338,68 @@ bool ValidModelName(std::string_view name) {
 }
 
 }  // namespace
+
+util::StatusOr<std::optional<engine::Topology>> NumaTopology(const Env& env, const ServeFlags& f,
+                                                             const std::vector<int32_t>& allowed,
+                                                             util::Logger& log,
+                                                             const std::string& root) {
+  if (f.numa == "off") return std::optional<engine::Topology>();
+  util::StatusOr<engine::Topology> t =
+      f.topology.empty()
+          ? engine::ReadMachineTopology(*env.fs, static_cast<int32_t>(allowed.size()), root)
+          : TopologyFile(env, f.topology);
+  if (!t.ok()) {
+    if (!f.topology.empty())
+      return util::InvalidArgumentError("--topology: " + t.status().message());
+    log.Warn("not placing models on NUMA nodes: {}", t.status().message());
+    return std::optional<engine::Topology>();
+  }
+  if (f.topology.empty()) {
+    // This machine's nodes as this process may use them: its CPUs only (a
+    // cpuset or a container may allow fewer), and no node without one (a
+    // memory-only node cannot be touched first from its own CPUs). The
+    // distance matrix keeps the rows and columns of the nodes kept.
+    engine::Topology usable;
+    std::vector<size_t> kept;
+    for (size_t i = 0; i < t->nodes.size(); ++i) {
+      engine::NumaNode n = t->nodes[i];
+      std::erase_if(n.cpus, [&](int32_t cpu) {
+        return !std::binary_search(allowed.begin(), allowed.end(), cpu);
+      });
+      if (n.cpus.empty()) continue;
+      kept.push_back(i);
+      usable.nodes.push_back(std::move(n));
+    }
+    const bool square = t->distance.size() == t->nodes.size();
+    for (size_t i : kept) {
+      std::vector<int32_t> row;
+      for (size_t j : kept) {
+        row.push_back(square && t->distance[i].size() == t->nodes.size() ? t->distance[i][j]
+                      : i == j                                           ? 10
+                                                                         : 20);
+      }
+      usable.distance.push_back(std::move(row));
+    }
+    *t = std::move(usable);
+  }
+  if (t->nodes.size() < 2) {
+    log.Debug("one NUMA node: the models' memory and threads are left to the OS");
+    return std::optional<engine::Topology>();
+  }
+  for (const engine::NumaNode& n : t->nodes) {
+    if (n.cpus.empty()) {
+      return util::InvalidArgumentError(fmt::format("NUMA node {} has no CPUs listed", n.id));
+    }
+    for (int32_t cpu : n.cpus) {
+      if (!std::binary_search(allowed.begin(), allowed.end(), cpu)) {
+        return util::InvalidArgumentError(fmt::format(
+            "NUMA node {} lists CPU {}, which this process may not run on (it may use {})", n.id,
+            cpu, CpuRanges(allowed)));
+      }
+    }
+  }
+  return std::optional<engine::Topology>(std::move(t).value());
+}
 
 util::StatusOr<uint64_t> ParseByteSize(std::string_view text) {
   std::string s(text);
@@ -482,7 +507,7 @@ util::StatusOr<std::unique_ptr<LocalModels>> LocalModels::Start(
                           {.budget_bytes = budget, .max_wait = std::chrono::seconds(f.timeout_s)},
                           metrics, clock, log));
   STRATA_ASSIGN_OR_RETURN(const std::optional<engine::Topology> topology,
-                          NumaTopology(env, f, log));
+                          NumaTopology(env, f, util::AllowedCpus(), log));
   std::vector<engine::PlacementModel> stages;  // with a topology: each model's, in order
   std::vector<std::shared_ptr<LoaderState>> states;
   // One model loads before the server opens, as several do with --preload.

@@ -33,6 +33,7 @@
 #include "cli/commands.h"
 #include "cli/serve_flags.h"
 #include "cli/serve_snapshots.h"
+#include "engine/placement.h"
 #include "gateway/rt_control.h"
 #include "obs/metrics.h"
 #include "server/server.h"
@@ -59,6 +60,16 @@ util::StatusOr<std::vector<LocalModelFile>> LocalModelFiles(const Env& env, cons
 // "12GiB", "512M", "1.5G", "4096": bytes (K, M, G, T with or without "iB"
 // or "B" are powers of 1024); InvalidArgument otherwise or at 0.
 util::StatusOr<uint64_t> ParseByteSize(std::string_view text);
+
+// The NUMA nodes to place local models on: --topology's, or this machine's
+// (read under `root`, /sys/devices/system/node) as far as this process may
+// use them — each node's CPUs among `allowed` (ascending), nodes without one dropped;
+// nullopt (nothing to place) with --numa off or fewer than two nodes.
+// InvalidArgument for a topology file that does not read, or that names a
+// CPU outside `allowed`.
+util::StatusOr<std::optional<engine::Topology>> NumaTopology(
+    const Env& env, const ServeFlags& f, const std::vector<int32_t>& allowed, util::Logger& log,
+    const std::string& root = "/sys/devices/system/node");
 
 struct LocalModelOptions {
   cache::PolicyKind l2_policy = cache::PolicyKind::kDualFactor;

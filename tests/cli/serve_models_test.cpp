@@ -1,8 +1,11 @@
 // The local models' flags of `strata serve` (cli/serve_models.h): sizes,
-// names and files, on an in-memory file system.
+// names and files, and the NUMA nodes to place on, on an in-memory file
+// system (a fake sysfs for the machine's nodes).
 #include "cli/serve_models.h"
 
 #include <gtest/gtest.h>
+
+#include <fmt/format.h>
 
 #include "testing/mem_file_system.h"
 #include "util/log.h"
@@ -112,6 +115,76 @@ TEST_F(LocalModelFilesTest, OnlyRemoteBackendsMeansNoLocalModel) {
   auto files = Files(f);
   ASSERT_TRUE(files.ok());
   EXPECT_TRUE(files->empty());
+}
+
+// A fake /sys/devices/system/node of `cpus.size()` nodes of 4 GiB each.
+void WriteNodes(testing::MemFileSystem& fs, const std::vector<std::string>& cpus) {
+  const std::string root = "/sys/node";
+  ASSERT_TRUE(fs.CreateDirs(root).ok());
+  ASSERT_TRUE(fs.WriteFileAtomic(root + "/online", fmt::format("0-{}\n", cpus.size() - 1)).ok());
+  for (size_t i = 0; i < cpus.size(); ++i) {
+    const std::string dir = fmt::format("{}/node{}", root, i);
+    ASSERT_TRUE(fs.CreateDirs(dir).ok());
+    ASSERT_TRUE(
+        fs.WriteFileAtomic(dir + "/meminfo", fmt::format("Node {} MemTotal: 4194304 kB\n", i))
+            .ok());
+    std::string distance;
+    for (size_t j = 0; j < cpus.size(); ++j)
+      distance += i == j ? "10 " : fmt::format("{} ", 20 + j);
+    ASSERT_TRUE(fs.WriteFileAtomic(dir + "/distance", distance + "\n").ok());
+    ASSERT_TRUE(fs.WriteFileAtomic(dir + "/cpulist", cpus[i] + "\n").ok());
+  }
+}
+
+TEST(NumaTopology, TheMachinesNodesAreKeptToTheCpusThisProcessMayUse) {
+  testing::MemFileSystem fs;
+  Env env;
+  env.fs = &fs;
+  auto log = util::NewStderrLogger(util::LogLevel::kOff);
+  ServeFlags f;
+  // Three nodes; the process may use CPUs 0-3 and 8-9: node 1 has none of
+  // them (a cpuset), node 2 only two.
+  WriteNodes(fs, {"0-3", "4-7", "8-11"});
+  auto t = NumaTopology(env, f, {0, 1, 2, 3, 8, 9}, *log, "/sys/node");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(t->has_value());
+  const engine::Topology& nodes = **t;
+  ASSERT_EQ(nodes.nodes.size(), 2u);
+  EXPECT_EQ(nodes.nodes[0].id, 0);
+  EXPECT_EQ(nodes.nodes[1].id, 2);
+  EXPECT_EQ(nodes.nodes[1].cpus, (std::vector<int32_t>{8, 9}));
+  // The distances of the nodes kept: node 0 to node 2 was 22.
+  EXPECT_EQ(nodes.distance, (std::vector<std::vector<int32_t>>{{10, 22}, {20, 10}}));
+
+  // One usable node, or --numa off: nothing to place.
+  auto one = NumaTopology(env, f, {0, 1}, *log, "/sys/node");
+  ASSERT_TRUE(one.ok());
+  EXPECT_FALSE(one->has_value());
+  f.numa = "off";
+  auto off = NumaTopology(env, f, {0, 1, 2, 3, 8, 9}, *log, "/sys/node");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->has_value());
+}
+
+TEST(NumaTopology, ATopologyFileMayNameOnlyCpusThisProcessMayUse) {
+  testing::MemFileSystem fs;
+  Env env;
+  env.fs = &fs;
+  auto log = util::NewStderrLogger(util::LogLevel::kOff);
+  ASSERT_TRUE(fs.WriteFileAtomic("/t.json", R"({"nodes": [{"memory_gib": 1, "cpus": "0"},
+                                                           {"memory_gib": 1, "cpus": "5"}]})")
+                  .ok());
+  ServeFlags f;
+  f.topology = "/t.json";
+  auto bad = NumaTopology(env, f, {0, 1}, *log, "/sys/node");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("CPU 5"), std::string::npos) << bad.status().message();
+  auto good = NumaTopology(env, f, {0, 5}, *log, "/sys/node");
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  ASSERT_TRUE(good->has_value());
+  EXPECT_EQ((*good)->nodes.size(), 2u);
+  f.topology = "/missing.json";
+  EXPECT_FALSE(NumaTopology(env, f, {0, 5}, *log, "/sys/node").ok());
 }
 
 }  // namespace
