@@ -573,6 +573,7 @@ util::StatusOr<std::unique_ptr<LocalModels>> LocalModels::Start(
           "--preload: model '{}' ({:.0f} MiB) does not fit beside those loaded before it "
           "in --models-memory {:.0f} MiB; it loads on its first request",
           s.name, MiB(s.bytes), MiB(budget));
+      states[i]->opened.reset();  // its first load maps it again
       continue;
     }
     STRATA_RETURN_IF_ERROR(lm->residency_->Load(static_cast<int32_t>(i)));
