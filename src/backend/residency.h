@@ -26,8 +26,10 @@
 // strata_model_load_duration_seconds{model} (histogram), strata_model_resident{model}
 // (0/1), strata_model_resident_bytes{model}, strata_model_requests_waiting{model},
 // strata_models_memory_budget_bytes, strata_models_resident_bytes; and the
-// schedulers' gauges and counters (backend/local.h, gateway/prefix_metrics.h)
-// summed over the resident models, counters kept across unloads.
+// schedulers' gauges and counters (ExportSchedulerMetrics, backend/local.h)
+// summed over the resident models, counters kept across unloads
+// (scheduler_stats(), which the caller also hands to the L2 series of
+// gateway/prefix_metrics.h).
 //
 // Threading: thread-safe. mu_ guards the models' states; it is never held
 // while a model loads or unloads (a load runs on the requesting thread, an
