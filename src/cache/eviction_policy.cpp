@@ -209,50 +209,53 @@ class WTinyLfuPolicy final : public EvictionPolicy {
     if (where_.empty()) return std::nullopt;
     const auto& probation = lists_[kProbation];
     const auto& prot = lists_[kProtected];
-    if (!probation.empty()) {
-      // The newest probationary entry (the candidate from the window) stays
-      // only if it is accessed more often than the one it would displace.
-      const uint64_t candidate = probation.back();
-      const uint64_t victim = probation.size() > 1 ? probation.front()
-                              : !prot.empty()      ? prot.front()
-                                                   : candidate;
-      if (victim == candidate) return candidate;
-      return sketch_.Frequency(candidate) > sketch_.Frequency(victim) ? victim : candidate;
+    if (auto v = Decide(probation.empty() ? std::nullopt : std::optional(probation.front()),
+                        probation.empty() ? std::nullopt : std::optional(probation.back()),
+                        prot.empty() ? std::nullopt : std::optional(prot.front()))) {
+      return v;
     }
-    if (!prot.empty()) return prot.front();
     return lists_[kWindow].front();
   }
-  // Victim's rule over the allowed entries only: the newest allowed
-  // probationary entry against the oldest other allowed one of the main
-  // area, then the oldest allowed protected one, then the window's.
+  // Victim's rule over the allowed entries only.
   std::optional<uint64_t> VictimAmong(TimePoint,
                                       const std::function<bool(uint64_t)>& allowed) override {
-    std::vector<uint64_t> probation, prot;
-    for (uint64_t key : lists_[kProbation]) {
-      if (allowed(key)) probation.push_back(key);
+    auto first = [&](const std::list<uint64_t>& list) -> std::optional<uint64_t> {
+      for (uint64_t key : list) {
+        if (allowed(key)) return key;
+      }
+      return std::nullopt;
+    };
+    const auto& probation = lists_[kProbation];
+    std::optional<uint64_t> newest;
+    for (auto it = probation.rbegin(); it != probation.rend() && !newest; ++it) {
+      if (allowed(*it)) newest = *it;
     }
-    for (uint64_t key : lists_[kProtected]) {
-      if (allowed(key)) prot.push_back(key);
-    }
-    if (!probation.empty()) {
-      const uint64_t candidate = probation.back();
-      const uint64_t victim = probation.size() > 1 ? probation.front()
-                              : !prot.empty()      ? prot.front()
-                                                   : candidate;
-      if (victim == candidate) return candidate;
-      return sketch_.Frequency(candidate) > sketch_.Frequency(victim) ? victim : candidate;
-    }
-    if (!prot.empty()) return prot.front();
-    for (uint64_t key : lists_[kWindow]) {
-      if (allowed(key)) return key;
-    }
-    return std::nullopt;
+    if (auto v = Decide(first(probation), newest, first(lists_[kProtected]))) return v;
+    return first(lists_[kWindow]);
   }
   size_t size() const override { return where_.size(); }
   std::string_view name() const override { return "w-tinylfu"; }
 
  private:
   enum Segment { kWindow = 0, kProbation = 1, kProtected = 2 };
+  // The main area's victim among the entries that may go, given the oldest
+  // and newest probationary ones and the oldest protected one (nullopt:
+  // none): the newest probationary entry (the candidate from the window)
+  // stays only if it is accessed more often than the one it would displace.
+  // Nullopt when the main area has none (the window's oldest goes then).
+  std::optional<uint64_t> Decide(std::optional<uint64_t> probation_oldest,
+                                 std::optional<uint64_t> probation_newest,
+                                 std::optional<uint64_t> protected_oldest) const {
+    if (probation_newest) {
+      const uint64_t candidate = *probation_newest;
+      const uint64_t victim = *probation_oldest != candidate ? *probation_oldest
+                              : protected_oldest             ? *protected_oldest
+                                                             : candidate;
+      if (victim == candidate) return candidate;
+      return sketch_.Frequency(candidate) > sketch_.Frequency(victim) ? victim : candidate;
+    }
+    return protected_oldest;
+  }
   void Push(Segment s, uint64_t key) {
     lists_[s].push_back(key);
     where_[key] = {s, std::prev(lists_[s].end())};

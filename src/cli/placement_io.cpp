@@ -14,15 +14,14 @@ using Json = nlohmann::json;
 
 util::StatusOr<ModelLayout> ModelLayoutOf(const format::GgufFile& g, const std::string& name,
                                           int32_t ctx) {
-  const std::string& path = name;  // for messages
   STRATA_ASSIGN_OR_RETURN(const std::string_view arch, g.GetStringOr("general.architecture", ""));
-  if (arch.empty()) return util::InvalidArgumentError(path + ": no general.architecture");
+  if (arch.empty()) return util::InvalidArgumentError(name + ": no general.architecture");
   const std::string a(arch);
   STRATA_ASSIGN_OR_RETURN(const uint64_t n_embd, g.GetUint(a + ".embedding_length"));
   STRATA_ASSIGN_OR_RETURN(const uint64_t n_head, g.GetUint(a + ".attention.head_count"));
   STRATA_ASSIGN_OR_RETURN(const uint64_t n_head_kv,
                           g.GetUintOr(a + ".attention.head_count_kv", n_head));
-  if (n_head == 0 || n_embd == 0) return util::InvalidArgumentError(path + ": no attention heads");
+  if (n_head == 0 || n_embd == 0) return util::InvalidArgumentError(name + ": no attention heads");
   STRATA_ASSIGN_OR_RETURN(const uint64_t head_dim,
                           g.GetUintOr(a + ".attention.key_length", n_embd / n_head));
   const uint64_t kv_bytes = static_cast<uint64_t>(ctx) * n_head_kv * head_dim * 2 * sizeof(float);
@@ -54,7 +53,7 @@ util::StatusOr<ModelLayout> ModelLayoutOf(const format::GgufFile& g, const std::
     add(fmt::format("blk.{}", n), group.bytes + kv_bytes, std::move(group.data));
   }
   if (rest.bytes > 0) add("output", rest.bytes, std::move(rest.data));
-  if (m.stages.empty()) return util::InvalidArgumentError(path + ": no tensors");
+  if (m.stages.empty()) return util::InvalidArgumentError(name + ": no tensors");
   return out;
 }
 
