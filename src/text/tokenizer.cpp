@@ -11,6 +11,7 @@
 
 #include "text/internal/bpe.h"
 #include "text/internal/string_table.h"
+#include "text/internal/wordpiece.h"
 #include "util/utf8.h"
 
 namespace strata::text {
@@ -73,13 +74,16 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const format::GgufFile&
     t->kind_ = TokenizerKind::kSpm;
   } else if (model_kind == "gpt2") {
     t->kind_ = TokenizerKind::kBpe;
+  } else if (model_kind == "bert") {
+    t->kind_ = TokenizerKind::kWpm;
   } else {
     return util::UnimplementedError(
         fmt::format("tokenizer '{}' (tokenizer.ggml.model) is not supported; supported: llama "
-                    "(SentencePiece), gpt2 (byte-level BPE)",
+                    "(SentencePiece), gpt2 (byte-level BPE), bert (WordPiece)",
                     model_kind));
   }
   const bool bpe = t->kind_ == TokenizerKind::kBpe;
+  const bool wpm = t->kind_ == TokenizerKind::kWpm;
   internal::PreTokenizerSpec pre;
   if (bpe) {
     // Absent in files converted before pre-tokenizers were recorded: "default".
@@ -145,9 +149,18 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const format::GgufFile&
   };
   // SentencePiece vocabularies have conventional ids when the keys are absent;
   // BPE vocabularies have none.
-  STRATA_ASSIGN_OR_RETURN(t->bos_, special_id("tokenizer.ggml.bos_token_id", bpe ? -1 : 1));
-  STRATA_ASSIGN_OR_RETURN(t->eos_, special_id("tokenizer.ggml.eos_token_id", bpe ? -1 : 2));
-  STRATA_ASSIGN_OR_RETURN(t->unk_, special_id("tokenizer.ggml.unknown_token_id", bpe ? -1 : 0));
+  if (wpm) {
+    // BERT: [CLS] text [SEP]. The converter writes cls_token_id and
+    // seperator_token_id (sic); BERT's own ids are the fallback.
+    STRATA_ASSIGN_OR_RETURN(int32_t bos, special_id("tokenizer.ggml.bos_token_id", 101));
+    STRATA_ASSIGN_OR_RETURN(t->bos_, special_id("tokenizer.ggml.cls_token_id", bos));
+    STRATA_ASSIGN_OR_RETURN(t->eos_, special_id("tokenizer.ggml.seperator_token_id", 102));
+    STRATA_ASSIGN_OR_RETURN(t->unk_, special_id("tokenizer.ggml.unknown_token_id", 100));
+  } else {
+    STRATA_ASSIGN_OR_RETURN(t->bos_, special_id("tokenizer.ggml.bos_token_id", bpe ? -1 : 1));
+    STRATA_ASSIGN_OR_RETURN(t->eos_, special_id("tokenizer.ggml.eos_token_id", bpe ? -1 : 2));
+    STRATA_ASSIGN_OR_RETURN(t->unk_, special_id("tokenizer.ggml.unknown_token_id", bpe ? -1 : 0));
+  }
   STRATA_ASSIGN_OR_RETURN(int32_t eot, special_id("tokenizer.ggml.eot_token_id", -1));
   STRATA_ASSIGN_OR_RETURN(int32_t eom, special_id("tokenizer.ggml.eom_token_id", -1));
   // Only validated: nothing here pads.
@@ -156,10 +169,13 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const format::GgufFile&
   // pre-tokenizers defaults to BOS as the reference does.
   STRATA_ASSIGN_OR_RETURN(t->add_bos_,
                           gguf.GetBoolOr("tokenizer.ggml.add_bos_token", bpe ? pre.add_bos : true));
-  STRATA_ASSIGN_OR_RETURN(t->add_eos_, gguf.GetBoolOr("tokenizer.ggml.add_eos_token", false));
+  STRATA_ASSIGN_OR_RETURN(
+      t->add_eos_,
+      gguf.GetBoolOr(wpm ? "tokenizer.ggml.add_sep_token" : "tokenizer.ggml.add_eos_token", wpm));
   STRATA_ASSIGN_OR_RETURN(t->add_space_prefix_,
                           gguf.GetBoolOr("tokenizer.ggml.add_space_prefix", true));
   if (bpe) t->add_space_prefix_ = false;  // byte-level BPE encodes spaces as they are
+  if (wpm) t->add_space_prefix_ = true;   // every word starts with "▁", decoded as a space
   if (t->add_bos_ && t->bos_ < 0) {
     return InvalidArgumentError("tokenizer asks for a BOS token but has no bos_token_id");
   }
@@ -178,6 +194,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const format::GgufFile&
     STRATA_ASSIGN_OR_RETURN(t->bpe_, internal::BpeModel::Build(*t->texts_, static_cast<int32_t>(n),
                                                                merges->strings(), pre, t->unk_));
   }
+  if (wpm) t->wpm_ = std::make_unique<const internal::WordPieceModel>(*t->texts_, t->unk_);
   t->byte_tokens_.assign(256, -1);
   for (int32_t i = 0; i < t->n_vocab_; ++i) {
     if (t->Type(i) != TokenType::kByte) continue;
@@ -354,6 +371,10 @@ std::vector<int32_t> Tokenizer::EncodeFrom(std::span<const TextSegment> segments
     }
     if (kind_ == TokenizerKind::kBpe) {
       bpe_->Encode(f.text, *texts_, out);
+      continue;
+    }
+    if (kind_ == TokenizerKind::kWpm) {
+      wpm_->Encode(f.text, out);
       continue;
     }
     std::string raw;

@@ -8,10 +8,15 @@
 //   pre-tokenizer `tokenizer.ggml.pre` names (GPT-2, Llama 3 and Qwen2
 //   patterns), each piece's bytes become GPT-2 byte characters, and
 //   `tokenizer.ggml.merges` apply by rank. Every byte sequence is representable.
+// - `tokenizer.ggml.model = bert` (kWpm, WordPiece): text is lower-cased,
+//   stripped of accents and split into words and punctuation, and each word
+//   cut greedily into the longest vocabulary pieces (internal/wordpiece.h);
+//   add_special wraps the tokens in [CLS] ... [SEP]. Lossy: Decode gives the
+//   normalised words back, not the text.
 // Special tokens in the text are split out first, for both kinds: user-defined
 // ones always, control ones only when `parse_special` is set, so user text can
 // never smuggle in a control token.
-// Round trip: Decode(Encode(s)) == s for valid UTF-8 text s; for kSpm s must
+// Round trip (kSpm, kBpe): Decode(Encode(s)) == s for valid UTF-8 text s; for kSpm s must
 // not itself contain the space marker "▁" (U+2581). Invalid UTF-8 is tokenized
 // as the reference does: kSpm groups bytes by their lead byte's length, kBpe
 // reads each invalid byte as U+FFFD. Detokenizer streams text while holding
@@ -53,11 +58,13 @@ enum class TokenType : int32_t {
 enum class TokenizerKind {
   kSpm,  // tokenizer.ggml.model = llama
   kBpe,  // tokenizer.ggml.model = gpt2
+  kWpm,  // tokenizer.ggml.model = bert
 };
 
 namespace internal {
 class BpeModel;
 class StringTable;
+class WordPieceModel;
 }  // namespace internal
 
 struct EncodeOptions {
@@ -156,7 +163,8 @@ class Tokenizer {
   std::vector<bool> eog_;
   int32_t bos_ = -1, eos_ = -1, unk_ = -1;
   bool add_bos_ = true, add_eos_ = false, add_space_prefix_ = true;
-  std::unique_ptr<const internal::BpeModel> bpe_;  // kBpe only: pre-tokenizer and merges
+  std::unique_ptr<const internal::BpeModel> bpe_;        // kBpe only: pre-tokenizer and merges
+  std::unique_ptr<const internal::WordPieceModel> wpm_;  // kWpm only
 };
 
 // Streams decoded text: Push returns the text that became complete, holding

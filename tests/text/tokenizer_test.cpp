@@ -15,6 +15,7 @@
 #include "text/internal/bpe.h"
 #include "text/internal/string_table.h"
 #include "text/internal/unicode.h"
+#include "text/internal/wordpiece.h"
 #include "util/file_system.h"
 
 namespace strata::text {
@@ -139,6 +140,46 @@ TEST(Tokenizer, ReproducesLlama3BpeExactly) {
 TEST(Tokenizer, ReproducesQwen2Exactly) {
   STRATA_REQUIRE_SHARED("models/vocab/ggml-vocab-qwen2.gguf");
   ExpectReferenceTokenization("ggml-vocab-qwen2.gguf", /*check_round_trip=*/true);
+}
+
+TEST(Tokenizer, ReproducesBertWordPieceExactly) {
+  STRATA_REQUIRE_SHARED("models/vocab/ggml-vocab-bert-bge.gguf");
+  // Lossy (lower case, no accents): no round trip.
+  ExpectReferenceTokenization("ggml-vocab-bert-bge.gguf", /*check_round_trip=*/false);
+}
+
+TEST(Tokenizer, BertWrapsTextInClsAndSepAndDecodesWords) {
+  STRATA_REQUIRE_SHARED("models/vocab/ggml-vocab-bert-bge.gguf");
+  std::unique_ptr<format::GgufFile> g;
+  auto tok = LoadVocab("ggml-vocab-bert-bge.gguf", g);
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(tok->kind(), text::TokenizerKind::kWpm);
+  const auto ids = tok->Encode("Hello, World!", {.add_special = true});
+  EXPECT_EQ(Ids(ids), "101 7592 1010 2088 999 102 ");
+  EXPECT_EQ(tok->Decode(ids), "hello , world !");
+  // A word no piece covers is one [UNK]; control characters vanish; accents fall away.
+  EXPECT_EQ(Ids(tok->Encode("\x01"
+                            "caf\xC3\xA9",
+                            {.add_special = false})),
+            Ids(tok->Encode("cafe", {.add_special = false})));
+  // [SEP] written in user text stays text unless special tokens are parsed.
+  EXPECT_EQ(Ids(tok->Encode("[SEP]", {.add_special = false, .parse_special = true})), "102 ");
+  EXPECT_NE(Ids(tok->Encode("[SEP]", {.add_special = false})), "102 ");
+}
+
+TEST(WordPiece, SplitsPunctuationSymbolsAndIdeographs) {
+  using text::internal::WordPieceWords;
+  EXPECT_EQ(WordPieceWords("  Hi,there  $5 \xE4\xB8\xAD\xE6\x96\x87ok "),
+            (std::vector<std::string>{"hi", ",", "there", "$", "5", "\xE4\xB8\xAD", "\xE6\x96\x87",
+                                      "ok"}));
+  EXPECT_TRUE(WordPieceWords(" \t\n").empty());
+  // A non-ASCII symbol stays inside its word; U+00A0 separates words.
+  EXPECT_EQ(WordPieceWords("a\xE2\x82\xAC"
+                           "b\xC2\xA0"
+                           "C"),
+            (std::vector<std::string>{"a\xE2\x82\xAC"
+                                      "b",
+                                      "c"}));
 }
 
 TEST(Tokenizer, AddsBosAndKnowsEndOfGeneration) {

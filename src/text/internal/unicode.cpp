@@ -118,4 +118,65 @@ CharClass Classify(char32_t cp) {
   }
 }
 
+Category CategoryOf(char32_t cp) {
+  if (cp > kMaxCodePoint) return Category::kUnassigned;
+  if (cp >= 0x2EBF0 && cp <= 0x2EE5D) return Category::kLetter;  // see Classify
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+      return Category::kLetter;
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+      return Category::kMark;
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_NO:
+      return Category::kNumber;
+    case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_PD:
+    case UTF8PROC_CATEGORY_PS:
+    case UTF8PROC_CATEGORY_PE:
+    case UTF8PROC_CATEGORY_PI:
+    case UTF8PROC_CATEGORY_PF:
+    case UTF8PROC_CATEGORY_PO:
+      return Category::kPunctuation;
+    case UTF8PROC_CATEGORY_SM:
+    case UTF8PROC_CATEGORY_SC:
+    case UTF8PROC_CATEGORY_SK:
+    case UTF8PROC_CATEGORY_SO:
+      return Category::kSymbol;
+    case UTF8PROC_CATEGORY_ZS:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP:
+      return Category::kSeparator;
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CS:
+      return Category::kControl;
+    default:
+      return Category::kUnassigned;
+  }
+}
+
+char32_t FirstOfDecomposition(char32_t cp) {
+  if (cp < 0xC0 || cp > kMaxCodePoint) return cp;  // nothing below U+00C0 decomposes
+  utf8proc_int32_t buf[8];
+  int last_boundclass = 0;
+  const utf8proc_ssize_t n =
+      utf8proc_decompose_char(static_cast<utf8proc_int32_t>(cp), buf, 8,
+                              static_cast<utf8proc_option_t>(UTF8PROC_DECOMPOSE), &last_boundclass);
+  return n >= 1 ? static_cast<char32_t>(buf[0]) : cp;
+}
+
+char32_t SimpleLowercase(char32_t cp) {
+  if (cp < 0x80) return (cp >= 'A' && cp <= 'Z') ? cp + ('a' - 'A') : cp;
+  if (cp > kMaxCodePoint) return cp;
+  return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp)));
+}
+
 }  // namespace strata::text::internal

@@ -10,6 +10,10 @@
 // point classifies as in the reference's Unicode 15.1 tables. Characters
 // assigned by later Unicode versions read as kOther until utf8proc knows them.
 //
+// WordPiece (wordpiece.h) also needs the general category, the first code
+// point of a canonical decomposition and the simple lowercase mapping, all
+// as UnicodeData.txt states them (the reference's tables come from it).
+//
 // Threading: pure functions.
 #pragma once
 
@@ -53,5 +57,25 @@ enum class CharClass : unsigned char {
 
 // The class of a code point; anything above kMaxCodePoint is kOther.
 CharClass Classify(char32_t cp);
+
+// General categories, grouped as the reference's flags group them.
+enum class Category : unsigned char {
+  kLetter,       // L*
+  kMark,         // M*
+  kNumber,       // N*
+  kPunctuation,  // P*
+  kSymbol,       // S*
+  kSeparator,    // Z*
+  kControl,      // Cc, Cf, Co, Cs
+  kUnassigned,   // Cn, and anything above kMaxCodePoint
+};
+Category CategoryOf(char32_t cp);
+
+// The first code point of cp's full canonical decomposition (NFD); cp itself
+// when it has none.
+char32_t FirstOfDecomposition(char32_t cp);
+
+// The simple (one code point) lowercase mapping; cp itself when it has none.
+char32_t SimpleLowercase(char32_t cp);
 
 }  // namespace strata::text::internal
