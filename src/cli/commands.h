@@ -37,6 +37,7 @@ struct Command {
 
 Command RegisterGenerate(CLI::App& app);
 Command RegisterInspect(CLI::App& app);
+Command RegisterEmbed(CLI::App& app);
 Command RegisterPlan(CLI::App& app);
 Command RegisterMkModel(CLI::App& app);
 Command RegisterBench(CLI::App& app);

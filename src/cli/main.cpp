@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {
       RegisterServe(app),     RegisterGenerate(app),     RegisterBench(app),  RegisterMkModel(app),
       RegisterInspect(app),   RegisterEvalSampling(app), RegisterConfig(app), RegisterAudit(app),
-      RegisterWatermark(app), RegisterReplay(app),       RegisterPlan(app)};
+      RegisterWatermark(app), RegisterReplay(app),       RegisterPlan(app),   RegisterEmbed(app)};
   // Subcommands that join a group registered above (`eval l3` under `eval`);
   // they run instead of the group's own runner when parsed.
   const std::vector<Command> members = {RegisterEvalL3(app)};

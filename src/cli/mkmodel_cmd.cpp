@@ -127,7 +127,8 @@ int RunMkModel(const Env& env, const MkModelFlags& f) {
     vocab = std::move(v).value();
     o.vocab = vocab.get();
     o.byte_tokens_as_text = f.byte_tokens_as_text;
-  } else if (f.shape != "demo" && f.shape != "") {
+  } else if (f.shape != "demo" && f.shape != "" && o.shape.architecture != "bert" &&
+             o.shape.architecture != "nomic-bert") {
     log->Warn(
         "no --vocab: using the small built-in vocabulary, so the output head is far smaller "
         "than a real model's; give e.g. --vocab ../shared/models/vocab/ggml-vocab-llama-spm.gguf");
@@ -153,10 +154,12 @@ Command RegisterMkModel(CLI::App& app) {
   auto f = std::make_shared<MkModelFlags>();
   CLI::App* cmd = app.add_subcommand(
       "mkmodel", "Write a random-weight GGUF model of a realistic shape (for benchmarks)");
-  cmd->add_option("--shape", f->shape, "Named shape: demo, llama-100m, llama-1b, qwen2-0.5b");
+  cmd->add_option("--shape", f->shape,
+                  "Named shape: demo, llama-100m, llama-1b, qwen2-0.5b; encoders: bge-small, "
+                  "minilm-l6, nomic-embed");
   cmd->add_option("--dims", f->dims,
                   "Custom shape: n_embd=..,n_layers=..,n_heads=..,n_ff=..[,n_kv_heads=..]"
-                  "[,n_ctx=..][,arch=llama|qwen2][,tied=0|1]");
+                  "[,n_ctx=..][,arch=llama|qwen2|bert|nomic-bert][,tied=0|1]");
   cmd->add_option("--type", f->type, "f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m")
       ->capture_default_str();
   cmd->add_option("--vocab", f->vocab,

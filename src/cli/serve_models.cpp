@@ -513,6 +513,14 @@ util::StatusOr<std::unique_ptr<LocalModels>> LocalModels::Start(
   // One model loads before the server opens, as several do with --preload.
   const bool load_at_start = f.preload || files.size() == 1;
   for (LocalModelFile& file : files) {
+    // A sentence encoder (bert, nomic-bert) is small and serves embeddings
+    // only: it loads now and stays loaded, outside the residency budget's
+    // decoders.
+    STRATA_ASSIGN_OR_RETURN(bool is_encoder, IsEncoderFile(env, file));
+    if (is_encoder) {
+      STRATA_RETURN_IF_ERROR(lm->AddEncoder(env, f, file, log));
+      continue;
+    }
     // Opened once to learn what the backend answers without the weights.
     auto opened = model::Model::Load(*env.fs, file.path, {.prefetch = load_at_start}, log);
     if (!opened.ok()) {
@@ -553,6 +561,7 @@ util::StatusOr<std::unique_ptr<LocalModels>> LocalModels::Start(
     lm->specs_.push_back(std::move(spec));
   }
   for (const backend::ModelSpec& s : lm->specs_) lm->n_ctx_ = std::max(lm->n_ctx_, s.n_ctx);
+  for (const auto& e : lm->encoders_) lm->n_ctx_ = std::max(lm->n_ctx_, e.backend->n_ctx());
   if (topology) {
     const std::vector<std::optional<engine::ModelPlacement>> placed =
         PlanModels(*topology, stages, log);
@@ -583,9 +592,38 @@ util::StatusOr<std::unique_ptr<LocalModels>> LocalModels::Start(
 
 LocalModels::~LocalModels() = default;
 
+util::StatusOr<bool> LocalModels::IsEncoderFile(const Env& env, const LocalModelFile& file) {
+  auto gguf = format::GgufFile::Open(*env.fs, file.path);
+  if (!gguf.ok()) {
+    return util::Status(gguf.status().code(),
+                        fmt::format("model '{}': {}", file.name, gguf.status().message()));
+  }
+  auto arch = (*gguf)->GetStringOr("general.architecture", "");
+  return arch.ok() && model::Encoder::IsEncoderArchitecture(*arch);
+}
+
+util::Status LocalModels::AddEncoder(const Env& env, const ServeFlags& f,
+                                     const LocalModelFile& file, util::Logger& log) {
+  auto encoder = model::Encoder::Load(*env.fs, file.path, log);
+  if (!encoder.ok()) {
+    return util::Status(encoder.status().code(),
+                        fmt::format("model '{}': {}", file.name, encoder.status().message()));
+  }
+  LoadedEncoder e;
+  e.path = file.path;
+  e.encoder = std::move(encoder).value();
+  e.backend = std::make_unique<backend::EncoderBackend>(
+      *e.encoder,
+      backend::EncoderBackendOptions{
+          .name = file.name, .threads = f.threads, .max_embedding_inputs = f.max_embedding_inputs});
+  encoders_.push_back(std::move(e));
+  return util::OkStatus();
+}
+
 std::vector<backend::Backend*> LocalModels::backends() const {
   std::vector<backend::Backend*> out;
   for (int32_t i = 0; i < residency_->size(); ++i) out.push_back(residency_->backend(i));
+  for (const auto& e : encoders_) out.push_back(e.backend.get());
   return out;
 }
 
@@ -597,6 +635,7 @@ util::Status LocalModels::SetLimits(int32_t max_tokens_cap, int32_t max_embeddin
   }
   limits_->max_tokens_cap = max_tokens_cap;
   limits_->max_embedding_inputs = max_embedding_inputs;
+  for (const auto& e : encoders_) e.backend->SetMaxEmbeddingInputs(max_embedding_inputs);
   util::Status status;
   residency_->ForEachResident([&](backend::LoadedModel& m) {
     auto& local = static_cast<backend::LocalBackend&>(m.backend());
@@ -619,6 +658,13 @@ std::vector<std::string> LocalModels::Describe() const {
                                 specs_[i].name, i == 0 ? " (default)" : "", specs_[i].path,
                                 specs_[i].n_ctx, MiB(stats[i].bytes),
                                 stats[i].resident ? "" : " when loaded (loads on first use)"));
+  }
+  for (size_t i = 0; i < encoders_.size(); ++i) {
+    const model::EncoderConfig& c = encoders_[i].encoder->config();
+    lines.push_back(fmt::format(
+        "model '{}'{}: {}, {} encoder (embeddings only), {} dimensions, context {}, {:.0f} MiB",
+        encoders_[i].backend->name(), specs_.empty() && i == 0 ? " (default)" : "",
+        encoders_[i].path, c.architecture, c.n_embd, c.n_ctx_train, MiB(c.weight_bytes)));
   }
   return lines;
 }

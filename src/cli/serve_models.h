@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/encoder.h"
 #include "backend/residency.h"
 #include "cache/eviction_policy.h"
 #include "cli/commands.h"
@@ -35,6 +36,7 @@
 #include "cli/serve_snapshots.h"
 #include "engine/placement.h"
 #include "gateway/rt_control.h"
+#include "model/encoder.h"
 #include "obs/metrics.h"
 #include "server/server.h"
 #include "text/chat_template.h"
@@ -111,8 +113,20 @@ class LocalModels {
 
  private:
   LocalModels() = default;
+  // Whether the file is a sentence encoder (general.architecture bert or
+  // nomic-bert); errors name the model.
+  static util::StatusOr<bool> IsEncoderFile(const Env& env, const LocalModelFile& file);
+  util::Status AddEncoder(const Env& env, const ServeFlags& f, const LocalModelFile& file,
+                          util::Logger& log);
+
+  struct LoadedEncoder {
+    std::string path;
+    std::unique_ptr<model::Encoder> encoder;
+    std::unique_ptr<backend::EncoderBackend> backend;  // borrows encoder
+  };
   std::unique_ptr<backend::ModelResidency> residency_;
   std::vector<backend::ModelSpec> specs_;
+  std::vector<LoadedEncoder> encoders_;  // always loaded; after the decoders in backends()
   int32_t n_ctx_ = 0;
   const util::Clock* clock_ = nullptr;
   std::shared_ptr<Limits> limits_;  // shared with the loaders

@@ -66,6 +66,32 @@ Vocab BuiltinVocab() {
   return v;
 }
 
+// A small WordPiece vocabulary for encoders: BERT's special tokens, then every
+// letter, digit and punctuation mark as a word start ("▁a") and as a
+// continuation ("a"), then the built-in words. No text twice (the reference
+// refuses a vocabulary with duplicates).
+Vocab BuiltinWordPieceVocab() {
+  Vocab v;
+  std::set<std::string> seen;
+  auto add = [&](std::string text, int32_t type) {
+    if (!seen.insert(text).second) return;
+    v.tokens.push_back(std::move(text));
+    v.scores.push_back(0.0f);
+    v.types.push_back(type);
+  };
+  for (std::string_view t : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}) add(std::string(t), 3);
+  std::string chars;
+  for (char c = 'a'; c <= 'z'; ++c) chars.push_back(c);
+  for (char c = '0'; c <= '9'; ++c) chars.push_back(c);
+  chars += ".,!?'\"-:;()$%&*+/<=>@[]^_`{|}~#\\";
+  for (char c : chars) add(std::string(kSpace) + c, 1);
+  for (char c : chars) add(std::string(1, c), 1);
+  for (std::string_view w : kWords) add(std::string(kSpace) + std::string(w), 1);
+  return v;
+}
+
+bool IsEncoder(const std::string& arch) { return arch == "bert" || arch == "nomic-bert"; }
+
 bool UseMoreBits(int32_t layer, int32_t n_layers) {
   return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
 }
@@ -133,6 +159,30 @@ std::optional<SyntheticShape> NamedShape(std::string_view name) {
     s.tied_embeddings = false;
     return s;
   }
+  if (name == "bge-small" || name == "minilm-l6") {
+    s.architecture = "bert";
+    s.n_embd = 384;
+    s.n_layers = name == "bge-small" ? 12 : 6;
+    s.n_heads = 12;
+    s.n_kv_heads = 12;
+    s.n_ff = 1536;
+    s.n_ctx = 512;
+    s.tied_embeddings = false;
+    s.pooling_type = name == "bge-small" ? 2 : 1;
+    return s;
+  }
+  if (name == "nomic-embed") {
+    s.architecture = "nomic-bert";
+    s.n_embd = 768;
+    s.n_layers = 12;
+    s.n_heads = 12;
+    s.n_kv_heads = 12;
+    s.n_ff = 3072;
+    s.n_ctx = 2048;
+    s.rope_freq_base = 1000.0f;
+    s.tied_embeddings = false;
+    return s;
+  }
   if (name == "qwen2-0.5b") {
     s.architecture = "qwen2";
     s.n_embd = 896;
@@ -149,7 +199,7 @@ std::optional<SyntheticShape> NamedShape(std::string_view name) {
 }
 
 std::vector<std::string> NamedShapeNames() {
-  return {"demo", "llama-100m", "llama-1b", "qwen2-0.5b"};
+  return {"demo", "llama-100m", "llama-1b", "qwen2-0.5b", "bge-small", "minilm-l6", "nomic-embed"};
 }
 
 std::optional<std::pair<kernels::TensorType, QuantMix>> ParseTypeSpec(std::string_view spec) {
@@ -201,9 +251,16 @@ kernels::TensorType TypeForTensor(kernels::TensorType base, QuantMix mix, const 
 util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
                                  const SyntheticOptions& options, util::Logger& log) {
   const SyntheticShape& s = options.shape;
-  if (s.architecture != "llama" && s.architecture != "qwen2") {
-    return util::InvalidArgumentError(fmt::format(
-        "synthetic models: architecture '{}' is not supported (llama, qwen2)", s.architecture));
+  if (s.architecture != "llama" && s.architecture != "qwen2" && !IsEncoder(s.architecture)) {
+    return util::InvalidArgumentError(
+        fmt::format("synthetic models: architecture '{}' is not supported (llama, qwen2, bert, "
+                    "nomic-bert)",
+                    s.architecture));
+  }
+  const bool encoder = IsEncoder(s.architecture);
+  if (encoder && (s.n_kv_heads != s.n_heads || (s.pooling_type != 1 && s.pooling_type != 2))) {
+    return util::InvalidArgumentError(
+        "synthetic encoders: n_kv_heads must equal n_heads and pooling be 1 (mean) or 2 (CLS)");
   }
   if (s.n_embd <= 0 || s.n_layers <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_ff <= 0 ||
       s.n_embd % s.n_heads != 0 || s.n_heads % s.n_kv_heads != 0 ||
@@ -225,10 +282,17 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
   w.SetUint32(arch + ".block_count", static_cast<uint32_t>(s.n_layers));
   w.SetUint32(arch + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
   w.SetUint32(arch + ".attention.head_count", static_cast<uint32_t>(s.n_heads));
-  w.SetUint32(arch + ".attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
-  w.SetUint32(arch + ".rope.dimension_count", static_cast<uint32_t>(s.n_embd / s.n_heads));
-  w.SetFloat32(arch + ".rope.freq_base", s.rope_freq_base);
-  w.SetFloat32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  if (encoder) {
+    w.SetFloat32(arch + ".attention.layer_norm_epsilon", 1e-12f);
+    w.SetBool(arch + ".attention.causal", false);
+    w.SetUint32(arch + ".pooling_type", s.pooling_type);
+    if (arch == "nomic-bert") w.SetFloat32(arch + ".rope.freq_base", s.rope_freq_base);
+  } else {
+    w.SetUint32(arch + ".attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+    w.SetUint32(arch + ".rope.dimension_count", static_cast<uint32_t>(s.n_embd / s.n_heads));
+    w.SetFloat32(arch + ".rope.freq_base", s.rope_freq_base);
+    w.SetFloat32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  }
 
   int64_t n_vocab = 0;
   if (options.vocab != nullptr) {
@@ -253,6 +317,19 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
           fmt::format("vocabulary '{}' has no tokenizer.ggml.tokens", options.vocab->name()));
     }
     n_vocab = static_cast<int64_t>(toks->size());
+  } else if (encoder) {
+    Vocab v = BuiltinWordPieceVocab();
+    n_vocab = static_cast<int64_t>(v.tokens.size());
+    w.SetString("tokenizer.ggml.model", "bert");
+    w.SetStringArray("tokenizer.ggml.tokens", v.tokens);
+    w.SetInt32Array("tokenizer.ggml.token_type", v.types);
+    w.SetUint32("tokenizer.ggml.token_type_count", 2);
+    w.SetUint32("tokenizer.ggml.padding_token_id", 0);
+    w.SetUint32("tokenizer.ggml.unknown_token_id", 1);
+    w.SetUint32("tokenizer.ggml.cls_token_id", 2);
+    w.SetUint32("tokenizer.ggml.bos_token_id", 2);  // what llama.cpp reads as [CLS]
+    w.SetUint32("tokenizer.ggml.seperator_token_id", 3);
+    w.SetUint32("tokenizer.ggml.mask_token_id", 4);
   } else {
     Vocab v = BuiltinVocab();
     n_vocab = static_cast<int64_t>(v.tokens.size());
@@ -292,8 +369,58 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
     if (is_ones) return w.AddTensor(name, {n}, kernels::TensorType::kF32, ones);
     return w.AddTensor(name, {n}, kernels::TensorType::kF32, random_rows(0.02f));
   };
-  STRATA_RETURN_IF_ERROR(matrix("token_embd.weight", -1, E, n_vocab, sd_out));
-  for (int32_t l = 0; l < s.n_layers; ++l) {
+  if (encoder) {
+    // Scales near a trained BERT's: embeddings ~0.05, matrices ~0.04, norm
+    // weights 1 ± 0.1, biases ~0.02.
+    auto around_one = [&](const std::string& name, int64_t n) {
+      auto noise = random_rows(0.1f);
+      return w.AddTensor(name, {n}, kernels::TensorType::kF32,
+                         [noise](int64_t row, std::span<float> out) {
+                           noise(row, out);
+                           for (float& x : out) x += 1.0f;
+                         });
+    };
+    auto layer_norm = [&](const std::string& name) -> util::Status {
+      STRATA_RETURN_IF_ERROR(around_one(name + ".weight", E));
+      return vector(name + ".bias", E, false);
+    };
+    const float sd_embd = 0.05f, sd_mat = 0.04f;
+    STRATA_RETURN_IF_ERROR(matrix("token_embd.weight", -1, E, n_vocab, sd_embd));
+    // Quantizers keep position and token-type embeddings in F32.
+    STRATA_RETURN_IF_ERROR(
+        w.AddTensor("token_types.weight", {E, 2}, kernels::TensorType::kF32, random_rows(sd_embd)));
+    if (arch == "bert") {
+      STRATA_RETURN_IF_ERROR(w.AddTensor("position_embd.weight", {E, s.n_ctx},
+                                         kernels::TensorType::kF32, random_rows(sd_embd)));
+    }
+    STRATA_RETURN_IF_ERROR(layer_norm("token_embd_norm"));
+    for (int32_t l = 0; l < s.n_layers; ++l) {
+      const std::string b = fmt::format("blk.{}.", l);
+      if (arch == "bert") {
+        for (const char* m : {"attn_q", "attn_k", "attn_v"}) {
+          STRATA_RETURN_IF_ERROR(matrix(b + m + ".weight", l, E, E, sd_mat));
+          STRATA_RETURN_IF_ERROR(vector(b + m + ".bias", E, false));
+        }
+      } else {
+        STRATA_RETURN_IF_ERROR(matrix(b + "attn_qkv.weight", l, E, 3 * E, sd_mat));
+      }
+      STRATA_RETURN_IF_ERROR(matrix(b + "attn_output.weight", l, E, E, sd_mat));
+      if (arch == "bert") STRATA_RETURN_IF_ERROR(vector(b + "attn_output.bias", E, false));
+      STRATA_RETURN_IF_ERROR(layer_norm(b + "attn_output_norm"));
+      STRATA_RETURN_IF_ERROR(matrix(b + "ffn_up.weight", l, E, F, sd_mat));
+      if (arch == "bert") {
+        STRATA_RETURN_IF_ERROR(vector(b + "ffn_up.bias", F, false));
+      } else {
+        STRATA_RETURN_IF_ERROR(matrix(b + "ffn_gate.weight", l, E, F, sd_mat));
+      }
+      STRATA_RETURN_IF_ERROR(matrix(b + "ffn_down.weight", l, F, E, sd_mat));
+      if (arch == "bert") STRATA_RETURN_IF_ERROR(vector(b + "ffn_down.bias", E, false));
+      STRATA_RETURN_IF_ERROR(layer_norm(b + "layer_output_norm"));
+    }
+  } else {
+    STRATA_RETURN_IF_ERROR(matrix("token_embd.weight", -1, E, n_vocab, sd_out));
+  }
+  for (int32_t l = 0; !encoder && l < s.n_layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
     STRATA_RETURN_IF_ERROR(vector(b + "attn_norm.weight", E, true));
     STRATA_RETURN_IF_ERROR(matrix(b + "attn_q.weight", l, E, E, sd));
@@ -310,8 +437,8 @@ util::Status WriteSyntheticModel(util::FileSystem& fs, const std::string& path,
     STRATA_RETURN_IF_ERROR(matrix(b + "ffn_up.weight", l, E, F, sd));
     STRATA_RETURN_IF_ERROR(matrix(b + "ffn_down.weight", l, F, E, sd));
   }
-  STRATA_RETURN_IF_ERROR(vector("output_norm.weight", E, true));
-  if (!s.tied_embeddings) {
+  if (!encoder) STRATA_RETURN_IF_ERROR(vector("output_norm.weight", E, true));
+  if (!encoder && !s.tied_embeddings) {
     STRATA_RETURN_IF_ERROR(matrix("output.weight", -1, E, n_vocab, sd_out));
   }
   log.Info("writing synthetic model '{}' ({} {} layers, n_embd {}, vocab {}, {}) to {}",

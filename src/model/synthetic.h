@@ -1,10 +1,13 @@
 // model/synthetic.h — random-weight models of a chosen shape, written as GGUF.
 //
-// Promise: WriteSyntheticModel writes a complete, loadable GGUF (architecture
-// llama or qwen2) whose weights are drawn from a seeded generator: the same
-// options give the same bytes, whatever the thread count. Its vocabulary is
-// copied from a vocabulary GGUF when one is given, else a small built-in
-// SentencePiece vocabulary (bytes, letters, common English words). Such models
+// Promise: WriteSyntheticModel writes a complete, loadable GGUF (decoders:
+// architecture llama or qwen2, loaded by Model; sentence encoders: bert or
+// nomic-bert, loaded by Encoder) whose weights are drawn from a seeded
+// generator: the same options give the same bytes, whatever the thread count.
+// Its vocabulary is copied from a vocabulary GGUF when one is given, else a
+// small built-in one (bytes, letters, common English words): SentencePiece for
+// decoders, WordPiece for encoders. Encoder norms and biases are random too
+// (scales near 1), so every tensor a forward pass reads shapes its output. Such models
 // generate gibberish: they exist so strata runs without a downloaded model and
 // so benchmarks run on realistic shapes, whose speed does not depend on whether
 // the weights were trained. Quantization mixes follow the rules GGUF
@@ -30,7 +33,8 @@
 namespace strata::model {
 
 struct SyntheticShape {
-  std::string architecture = "llama";  // llama | qwen2 (q/k/v biases, NEOX rotation)
+  std::string architecture = "llama";  // llama | qwen2 (q/k/v biases, NEOX rotation) |
+                                       // bert | nomic-bert (encoders)
   int32_t n_embd = 256;
   int32_t n_layers = 4;
   int32_t n_heads = 8;
@@ -39,12 +43,16 @@ struct SyntheticShape {
   int32_t n_ctx = 2048;
   float rope_freq_base = 10000.0f;
   bool tied_embeddings = true;
+  uint32_t pooling_type = 1;  // encoders: 1 mean, 2 CLS
 };
 
 // Named shapes: "demo" (the built-in demo), "llama-100m" (~100M parameters
 // with a 32k vocabulary), "llama-1b" (TinyLlama 1.1B: 2048 wide, 22 layers, 32
 // heads, 4 KV heads), "qwen2-0.5b" (Qwen2.5 0.5B: 896 wide, 24 layers, 14
-// heads, 2 KV heads, tied embeddings).
+// heads, 2 KV heads, tied embeddings); encoders "bge-small" (bert: 384 wide, 12
+// layers, 12 heads, FFN 1536, 512 positions, CLS pooling), "minilm-l6" (bert:
+// all-MiniLM-L6-v2, 6 layers, mean pooling) and "nomic-embed" (nomic-bert:
+// nomic-embed-text-v1.5, 768 wide, 12 layers, FFN 3072, 2048 positions, mean).
 std::optional<SyntheticShape> NamedShape(std::string_view name);
 std::vector<std::string> NamedShapeNames();
 

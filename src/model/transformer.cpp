@@ -27,6 +27,17 @@ std::string ShapeString(std::span<const int64_t> shape) {
 
 }  // namespace
 
+uint64_t FingerprintOf(const format::GgufFile& g) {
+  util::Hasher h(0x5354524154414d31ULL);
+  h.Update(g.bytes().subspan(0, g.data_offset()));
+  for (const auto& t : g.tensors()) {
+    const size_t k = std::min<size_t>(64, t.data.size());
+    h.Update(t.data.subspan(0, k));
+    h.Update(t.data.subspan(t.data.size() - k, k));
+  }
+  return h.Digest();
+}
+
 Model::Model() : weights_(std::make_unique<ModelWeights>()) {}
 Model::~Model() = default;
 
@@ -63,16 +74,7 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<format::GgufFil
   TensorLoader loader(g, m->weights_->owned, log);
   STRATA_RETURN_IF_ERROR(a.load_tensors(a, loader, c, *m->weights_));
 
-  // Fingerprint: the header (metadata and tensor table) plus the first and last
-  // bytes of every tensor, so files that differ only in weights differ here too.
-  util::Hasher h(0x5354524154414d31ULL);
-  h.Update(g.bytes().subspan(0, g.data_offset()));
-  for (const auto& t : g.tensors()) {
-    const size_t k = std::min<size_t>(64, t.data.size());
-    h.Update(t.data.subspan(0, k));
-    h.Update(t.data.subspan(t.data.size() - k, k));
-  }
-  m->fingerprint_ = h.Digest();
+  m->fingerprint_ = FingerprintOf(g);
 
   for (const auto& t : g.tensors()) {
     c.n_params += t.n_elements();

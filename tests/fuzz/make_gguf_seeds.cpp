@@ -3,6 +3,7 @@
 //   build/release/tests/make_gguf_seeds tests/fuzz/corpus/gguf
 #include <cstdio>
 #include <string>
+#include <tuple>
 
 #include "format/gguf_writer.h"
 #include "model/synthetic.h"
@@ -32,6 +33,20 @@ int main(int argc, char** argv) {
                             std::pair{kernels::TensorType::kQ8_0, "tiny_q8_0.gguf"}}) {
     model::SyntheticOptions o;
     o.shape = shape;
+    o.type = type;
+    o.name = "seed";
+    failures += !model::WriteSyntheticModel(*fs, dir + "/" + name, o, *log).ok();
+  }
+
+  // Sentence encoders: a bert (F32) and a nomic-bert (Q8_0) with the built-in WordPiece vocabulary.
+  for (auto [arch, type, name] :
+       {std::tuple{"bert", kernels::TensorType::kF32, "tiny_bert.gguf"},
+        std::tuple{"nomic-bert", kernels::TensorType::kQ8_0, "tiny_nomic_bert.gguf"}}) {
+    model::SyntheticOptions o;
+    o.shape = shape;
+    o.shape.architecture = arch;
+    o.shape.n_kv_heads = shape.n_heads;
+    o.shape.n_ctx = 16;
     o.type = type;
     o.name = "seed";
     failures += !model::WriteSyntheticModel(*fs, dir + "/" + name, o, *log).ok();

@@ -225,6 +225,53 @@ TEST_F(ModelsProcessTest, ADirectoryOfModelsIsServedByFileName) {
   EXPECT_NE(unknown.find("model_not_found"), std::string::npos) << unknown;
 }
 
+// A BERT-family encoder beside a chat model: served by its name for
+// /v1/embeddings (unit vectors of its width, the same for the same text),
+// refused for chat with the reason, and checked like any input.
+TEST_F(ModelsProcessTest, AnEncoderServesEmbeddingsByNameBesideAChatModel) {
+  testing::DemoModelDir enc("strata_models_encoder",
+                            "arch=bert,n_embd=64,n_layers=2,n_heads=4,n_ff=128,n_ctx=32");
+  ASSERT_FALSE(enc.model.empty()) << enc.MkmodelLog();
+  ASSERT_GT(Serve({"-m", "chat=" + small_->model, "-m", "embed=" + enc.model}), 0);
+  EXPECT_EQ(ModelIds(), (std::vector<std::string>{"chat", "embed"}));
+  auto embed = [&](const Json& input) {
+    const Json body = {{"model", "embed"}, {"input", input}};
+    return Ask(HttpRequest("POST", "/v1/embeddings", body.dump()));
+  };
+  auto r = embed(Json::array({"the cat saw the dog", "what is a model", "the cat saw the dog"}));
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json j = Json::parse(r->body);
+  ASSERT_EQ(j["data"].size(), 3u);
+  const std::vector<float> a = j["data"][0]["embedding"], b = j["data"][1]["embedding"],
+                           c = j["data"][2]["embedding"];
+  ASSERT_EQ(a.size(), 64u);
+  double norm = 0.0, ab = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    norm += a[i] * a[i];
+    ab += a[i] * b[i];
+  }
+  EXPECT_NEAR(norm, 1.0, 1e-4);
+  EXPECT_LT(ab, 0.99);
+  EXPECT_EQ(a, c);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 7 + 6 + 7);
+
+  const Json chat = {{"model", "embed"},
+                     {"messages", Json::array({{{"role", "user"}, {"content", "hi"}}})}};
+  auto refused = Ask(HttpRequest("POST", "/v1/chat/completions", chat.dump()));
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->status, 400);
+  EXPECT_NE(refused->body.find("is an embedding model"), std::string::npos) << refused->body;
+  std::string long_text;
+  for (int i = 0; i < 40; ++i) long_text += "fun ";
+  auto too_long = embed(long_text);
+  ASSERT_TRUE(too_long.has_value());
+  EXPECT_EQ(too_long->status, 400);
+  EXPECT_NE(too_long->body.find("context_length_exceeded"), std::string::npos) << too_long->body;
+  // The chat model still answers.
+  EXPECT_EQ(Complete("chat").rfind("HTTP", 0), std::string::npos);
+}
+
 // The CPUs a thread of `pid` may run on ("0", "1", "0-1"): each thread's
 // Cpus_allowed_list.
 std::vector<std::string> ThreadCpus(pid_t pid) {

@@ -61,4 +61,9 @@ class TensorLoader {
   util::Logger& log_;
 };
 
+// Identifies a file's weights and vocabulary: its header (metadata and tensor
+// table) plus the first and last bytes of every tensor, so files that differ
+// only in weights differ here too.
+uint64_t FingerprintOf(const format::GgufFile& gguf);
+
 }  // namespace strata::model

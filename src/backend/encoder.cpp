@@ -1,0 +1,107 @@
+#include "backend/encoder.h"
+
+#include <fmt/format.h>
+
+namespace strata::backend {
+
+EncoderBackend::EncoderBackend(const model::Encoder& encoder, const EncoderBackendOptions& options)
+    : encoder_(encoder),
+      name_(options.name),
+      max_inputs_(options.max_embedding_inputs),
+      pool_(std::max(1, options.threads)) {}
+
+util::Status EncoderBackend::NotAnEmbeddingRequest() const {
+  return util::InvalidArgumentError(
+             fmt::format("model '{}' is an embedding model ({}): it serves POST /v1/embeddings "
+                         "only",
+                         name_, encoder_.config().architecture))
+      .WithReason(util::ErrorReason::kUnsupportedByBackend);
+}
+
+util::StatusOr<std::shared_ptr<const Prepared>> EncoderBackend::Prepare(const Request&) const {
+  return NotAnEmbeddingRequest();
+}
+
+util::StatusOr<std::shared_ptr<Run>> EncoderBackend::Start(const Request&,
+                                                           std::shared_ptr<const Prepared>,
+                                                           std::shared_ptr<Sink>, Governor*) {
+  return NotAnEmbeddingRequest();
+}
+
+util::StatusOr<EmbeddingResult> EncoderBackend::Embed(
+    const EmbeddingRequest& r, std::chrono::steady_clock::time_point deadline) {
+  const text::Tokenizer& tok = encoder_.tokenizer();
+  std::vector<std::vector<int32_t>> inputs;
+  for (const auto& t : r.texts) inputs.push_back(tok.Encode(t, {.add_special = true}));
+  for (const auto& ids : r.token_ids) inputs.push_back(ids);
+  if (inputs.empty()) return util::InvalidFieldError("input", "'input' must not be empty");
+  const int32_t max_inputs = max_inputs_.load(std::memory_order_relaxed);
+  if (static_cast<int32_t>(inputs.size()) > max_inputs) {
+    return util::InvalidFieldError(
+        "input",
+        fmt::format("'input' has {} items; at most {} are allowed", inputs.size(), max_inputs));
+  }
+  const int32_t n_ctx = encoder_.config().n_ctx_train;
+  EmbeddingResult out;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].empty()) {
+      return util::InvalidFieldError(fmt::format("input[{}]", i),
+                                     fmt::format("'input[{}]' is empty", i));
+    }
+    if (static_cast<int32_t>(inputs[i].size()) > n_ctx) {
+      return util::OutOfRangeError(fmt::format("context length exceeded: input[{}] has {} tokens "
+                                               "and the encoder's context is {}",
+                                               i, inputs[i].size(), n_ctx))
+          .WithReason(util::ErrorReason::kContextLengthExceeded);
+    }
+    for (int32_t id : inputs[i]) {
+      if (!tok.IsValid(id)) {
+        return util::InvalidFieldError(
+            fmt::format("input[{}]", i),
+            fmt::format("'input[{}]' holds token id {} outside the vocabulary", i, id));
+      }
+    }
+    out.prompt_tokens += static_cast<int32_t>(inputs[i].size());
+  }
+  std::unique_lock lock(pool_mu_, std::defer_lock);
+  if (!lock.try_lock_until(deadline)) {
+    return util::DeadlineExceededError("the encoder stayed busy past the request's deadline");
+  }
+  for (const auto& ids : inputs) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      return util::DeadlineExceededError("embedding ran past the request's deadline");
+    }
+    STRATA_ASSIGN_OR_RETURN(model::Embedding e, encoder_.EmbedTokens(ids, pool_));
+    out.embeddings.push_back(std::move(e.vector));
+  }
+  return out;
+}
+
+util::StatusOr<std::vector<int32_t>> EncoderBackend::EncodeText(std::string_view text,
+                                                                bool add_special,
+                                                                bool parse_special) const {
+  return encoder_.tokenizer().Encode(text,
+                                     {.add_special = add_special, .parse_special = parse_special});
+}
+
+util::StatusOr<std::string> EncoderBackend::DecodeTokens(std::span<const int32_t> ids) const {
+  const text::Tokenizer& tok = encoder_.tokenizer();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!tok.IsValid(ids[i])) {
+      return util::InvalidFieldError(
+          "tokens", fmt::format("'tokens[{}]' is {}: outside the vocabulary [0, {})", i, ids[i],
+                                tok.n_vocab()));
+    }
+  }
+  return tok.Decode(ids, {.render_special = true});
+}
+
+util::StatusOr<std::string> EncoderBackend::TokenBytes(int32_t id) const {
+  const text::Tokenizer& tok = encoder_.tokenizer();
+  if (!tok.IsValid(id)) {
+    return util::InvalidArgumentError(fmt::format("token {} is outside the vocabulary", id));
+  }
+  return std::string(tok.Piece(id, /*render_special=*/true));
+}
+
+}  // namespace strata::backend
