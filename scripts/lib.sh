@@ -5,7 +5,7 @@
 STRATA_PACKAGES=(
   g++ cmake ninja-build pkg-config ccache
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libxxhash-dev libutf8proc-dev
-  libtomlplusplus-dev librocksdb-dev
+  libtomlplusplus-dev librocksdb-dev libfaiss-dev
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev libboost1.81-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libhiredis-dev redis-server
