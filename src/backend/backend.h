@@ -179,6 +179,9 @@ struct Request {
   // L3 for this request: true asks for near-duplicate answers, false refuses
   // them (and does not fill L3); nullopt = the tenant's default.
   std::optional<bool> l3;
+  // The semantic tiers (L4/L5) likewise: true asks for answers of requests
+  // of similar meaning, false refuses them; nullopt = the tenant's default.
+  std::optional<bool> semantic;
   // The request's trace (obs/tracer.h; null: none). The gateway and the
   // backend make their spans under it when it is recording (tier lookups,
   // the local engine's queue wait, prefill and decode, a remote backend's

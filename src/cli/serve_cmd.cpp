@@ -223,6 +223,7 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   plan.l2_policy = *l2_policy;
   gateway::GatewayOptions check;
   STRATA_RETURN_IF_ERROR(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, 0, check));
+  STRATA_RETURN_IF_ERROR(ApplySemanticFlags(f.semantic, f.l1_ttl_jitter, 0, check));
   STRATA_RETURN_IF_ERROR(ValidateAuditFlags(f.audit));
   STRATA_RETURN_IF_ERROR(ValidateSnapshotFlags(f.snapshots));
   STRATA_RETURN_IF_ERROR(ValidateSessionFlags(f.sessions));
@@ -335,6 +336,7 @@ util::StatusOr<gateway::GatewayOptions> GatewayOptionsFor(const ServeFlags& f, i
   go.l1_seed = static_cast<uint64_t>(clock.WallNow().time_since_epoch().count());
   go.coalesce = f.coalesce;
   STRATA_RETURN_IF_ERROR(ApplyCacheFlags(f.cache, f.l1_ttl_jitter, go.l1_seed, go));
+  STRATA_RETURN_IF_ERROR(ApplySemanticFlags(f.semantic, f.l1_ttl_jitter, go.l1_seed, go));
   go.rt_control = rt;
   go.rt_fallback_model = f.rt_fallback;
   return go;
@@ -393,12 +395,18 @@ class RtTicker {
 // ones; it opens the cache tiers and, with --redis, the shared tier's
 // connection and writer. The prefix-cache metrics follow its per-tier
 // families. Errors as Gateway::Create reports them.
-util::StatusOr<std::unique_ptr<gateway::Gateway>> BuildGateway(
-    LocalModels* local, const RemoteBackends& remotes, obs::MetricsRegistry& metrics,
-    const gateway::GatewayOptions& go, const util::Clock& clock, util::Logger& log) {
+// The served backends: the local models (the default first), then the remote ones.
+std::vector<backend::Backend*> ServedBackends(LocalModels* local, const RemoteBackends& remotes) {
   std::vector<backend::Backend*> backends;
   if (local != nullptr) backends = local->backends();
   for (const auto& b : remotes.backends) backends.push_back(b.get());
+  return backends;
+}
+
+util::StatusOr<std::unique_ptr<gateway::Gateway>> BuildGateway(
+    LocalModels* local, const RemoteBackends& remotes, obs::MetricsRegistry& metrics,
+    const gateway::GatewayOptions& go, const util::Clock& clock, util::Logger& log) {
+  const std::vector<backend::Backend*> backends = ServedBackends(local, remotes);
   STRATA_ASSIGN_OR_RETURN(auto gw, gateway::Gateway::Create(backends, metrics, go, clock, log));
   if (local != nullptr) {
     gateway::ExportPrefixCacheMetrics(metrics, [local] { return local->scheduler_stats(); });
@@ -573,6 +581,14 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
   if (!remotes.ok()) return ReportError(remotes.status());
   auto go = GatewayOptionsFor(f, l ? l->n_ctx() : 0, rt->get(), clock);
   if (!go.ok()) return UsageError(go.status().message());  // ValidateFlags: does not happen
+  // Declared before the gateway, which borrows it.
+  auto semantic = StartEncoder(env, f.semantic, f.threads, ServedBackends(l, *remotes), *go, *log);
+  if (!semantic.ok()) return ReportError(semantic.status());
+  if (go->semantic_mode != gateway::L3Mode::kOff) {
+    log->Info("semantic cache (L4/L5): {}, encoder {}, similarity >= {}, {} entries, {} index",
+              gateway::L3ModeName(go->semantic_mode), (*semantic)->description,
+              f.semantic.similarity, f.semantic.entries, f.semantic.ann);
+  }
   auto gw = BuildGateway(l, *remotes, metrics, *go, clock, *log);
   if (!gw.ok()) return ReportError(gw.status());
   LogCacheTiers(f, *plan, *go, l, *log);
@@ -685,6 +701,7 @@ Command RegisterServe(CLI::App& app) {
                 "Identical concurrent deterministic requests share one generation (single "
                 "flight; default: on)");
   RegisterCacheFlags(*cmd, f->cache);
+  RegisterSemanticFlags(*cmd, f->semantic);
   RegisterAuditFlags(*cmd, f->audit);
   RegisterSnapshotFlags(*cmd, f->snapshots);
   RegisterSessionFlags(*cmd, f->sessions);

@@ -368,6 +368,30 @@ std::vector<ServeKnob> MakeServeKnobs() {
   k.push_back(Bind("l3.similarity", "--l3-similarity",
                    [](ServeFlags & f) -> auto& { return f.cache.l3_similarity; },
                    {.min = 0, .max = 1, .min_exclusive = true, .reload = kLive}));
+  // [semantic]
+  k.push_back(Bind("semantic.mode", "--semantic",
+                   [](ServeFlags & f) -> auto& { return f.semantic.mode; },
+                   {.choices = {"off", "opt-in", "on"}, .reload = kLive}));
+  k.push_back(CommaList("semantic.tenants", "--semantic-tenants",
+                        [](ServeFlags & f) -> auto& { return f.semantic.tenants; },
+                        {.reload = kLive}));
+  k.push_back(Bind(
+      "semantic.encoder", "--encoder", [](ServeFlags & f) -> auto& { return f.semantic.encoder; }));
+  k.push_back(Bind("semantic.similarity", "--semantic-similarity",
+                   [](ServeFlags & f) -> auto& { return f.semantic.similarity; },
+                   {.min = 0.65, .max = 1, .min_exclusive = true, .reload = kLive}));
+  k.push_back(Bind("semantic.entries", "--semantic-entries",
+                   [](ServeFlags & f) -> auto& { return f.semantic.entries; },
+                   {.min = 1, .max = std::ldexp(1.0, 26)}));
+  k.push_back(Bind("semantic.ttl", "--semantic-ttl",
+                   [](ServeFlags & f) -> auto& { return f.semantic.ttl_s; },
+                   {.unit = "s", .min = 1, .max = 30 * 86400}));
+  k.push_back(Bind("semantic.ann", "--semantic-ann",
+                   [](ServeFlags & f) -> auto& { return f.semantic.ann; },
+                   {.choices = {"hnsw", "ivf", "lsh", "flat"}}));
+  k.push_back(Bind("semantic.encode_timeout_ms", "--semantic-encode-timeout-ms",
+                   [](ServeFlags & f) -> auto& { return f.semantic.encode_timeout_ms; },
+                   {.unit = "ms", .min = 1, .max = 60000}));
   // [redis]
   k.push_back(Bind(
       "redis.address", "--redis", [](ServeFlags & f) -> auto& { return f.cache.redis; }));

@@ -13,6 +13,7 @@
 #include "cli/serve_backends.h"
 #include "cli/serve_cache.h"
 #include "cli/serve_http.h"
+#include "cli/serve_semantic.h"
 #include "cli/serve_sessions.h"
 #include "cli/serve_snapshots.h"
 #include "cli/serve_tracing.h"
@@ -61,6 +62,7 @@ struct ServeFlags {
   double l1_ttl_jitter = 0.1;
   bool coalesce = true;
   CacheFlags cache;                       // L3 and admission (cli/serve_cache.h)
+  SemanticFlags semantic;                 // L4/L5 and the encoder (cli/serve_semantic.h)
   SnapshotFlags snapshots;                // request snapshots (cli/serve_snapshots.h)
   SessionFlags sessions;                  // durable sessions (cli/serve_sessions.h)
   std::string l2_policy = "dual-factor";  // eviction of cached KV prefix blocks

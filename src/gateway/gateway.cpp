@@ -22,6 +22,8 @@ std::string_view CacheOutcomeName(CacheOutcome outcome) {
       return "l1";
     case CacheOutcome::kL3:
       return "l3";
+    case CacheOutcome::kSemantic:
+      return "semantic";
     case CacheOutcome::kCoalesced:
       return "coalesced";
   }
@@ -56,6 +58,9 @@ GatewayLiveOptions LiveOptionsOf(const GatewayOptions& o) {
           .l3_tenants = o.l3_tenants,
           .l3_ttl = o.l3.ttl,
           .l3_min_similarity = o.l3.min_similarity,
+          .semantic_mode = o.semantic_mode,
+          .semantic_tenants = o.semantic_tenants,
+          .semantic_min_similarity = o.semantic.min_similarity,
           .admission = o.l1.admission.enabled || o.l3.admission.enabled,
           .rt_fallback_model = o.rt_fallback_model};
 }
@@ -287,6 +292,9 @@ util::StatusOr<std::vector<int32_t>> Gateway::Tokenize(const CompletionRequest& 
 
 std::optional<cache::ResponseCacheStats> Gateway::l1_stats() const { return tiers_->l1_stats(); }
 std::optional<cache::NearDupStats> Gateway::l3_stats() const { return tiers_->l3_stats(); }
+std::optional<cache::SemanticStats> Gateway::semantic_stats() const {
+  return tiers_->semantic_stats();
+}
 std::optional<cache::SharedStoreStats> Gateway::shared_stats() const {
   return tiers_->shared_stats();
 }
@@ -294,7 +302,9 @@ bool Gateway::FlushShared(std::chrono::milliseconds timeout) {
   return tiers_->FlushShared(timeout);
 }
 bool Gateway::StartIsCpuBound() const {
-  if (tiers_->has_shared()) return false;
+  // The shared tier's lookups are network round trips; the semantic tier's
+  // encoder runs a forward pass (or calls an embeddings API).
+  if (tiers_->has_shared() || tiers_->has_semantic()) return false;
   return std::none_of(backends_.begin(), backends_.end(),
                       [](const backend::Backend* b) { return b->may_block(); });
 }

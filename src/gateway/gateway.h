@@ -41,6 +41,18 @@
 // the weighted-LCS similarity and its guards). Such an answer is marked
 // (CacheOutcome::kL3 and Generation::cache_similarity).
 //
+// Semantic tiers (L4/L5): a deterministic request whose tenant policy or own
+// "semantic" field allows it (the same modes as L3) may be answered with the
+// stored answer of an earlier request whose text means the same: its text
+// (the last message, or the prompt) is embedded by the semantic encoder (a
+// backend's /v1/embeddings: a sentence encoder, a remote embeddings API or
+// the chat model's pooled hidden states), cache::SemanticIndex screens the
+// namespace's nearest vectors (L4) and re-ranks them by exact cosine with the
+// L3 guards (L5). The namespace is L3's: everything else, earlier messages
+// included, matches exactly. Such an answer is marked (CacheOutcome::
+// kSemantic and Generation::cache_similarity). An encoder that fails or is
+// late never fails a request: the tier is skipped for it.
+//
 // Shared tier (GatewayOptions::shared, Redis): an L1 or L3 miss is looked up
 // in Redis next (on the calling thread, bounded by the shared tier's
 // timeout); a hit there is copied into the local tier and served as l1 or
@@ -74,6 +86,7 @@
 #include "backend/local.h"
 #include "cache/near_dup.h"
 #include "cache/response_cache.h"
+#include "cache/semantic.h"
 #include "cache/shared_store.h"
 #include "engine/scheduler.h"
 #include "model/transformer.h"
@@ -88,7 +101,8 @@ namespace strata::gateway {
 
 class RtControl;
 
-// Who may be answered by the near-duplicate tier (L3).
+// Who may be answered by an approximate tier: near-duplicate (L3) or
+// semantic (L4/L5), each with its own mode.
 enum class L3Mode {
   kOff,    // no L3 at all
   kOptIn,  // a request that asks ("cache": {"l3": true}) or whose tenant is in l3_tenants
@@ -132,6 +146,17 @@ struct GatewayOptions {
   // Budget (max_bytes, max_entries), TTL and jitter, similarity, admission.
   cache::NearDupOptions l3;
   uint64_t l3_seed = 0;  // seeds the L3's TTL jitter and admission draws
+  // Semantic tiers (L4/L5); off by default. semantic.dim must be the
+  // encoder's vector width. The encoder is borrowed and must outlive the
+  // gateway; it may be one of the served backends.
+  L3Mode semantic_mode = L3Mode::kOff;
+  std::vector<std::string> semantic_tenants;  // tenants answered by default in kOptIn
+  cache::SemanticOptions semantic;
+  backend::Backend* semantic_encoder = nullptr;
+  // How long a request waits for its text's vector before it goes on without
+  // the semantic tier.
+  std::chrono::milliseconds semantic_encode_timeout{500};
+  uint64_t semantic_seed = 0;  // seeds the TTL jitter
   // The shared tier (Redis) for L1 and L3, whichever are on; nullopt = local
   // tiers only. Its L3 layout and threshold are taken from `l3`.
   std::optional<cache::SharedStoreOptions> shared;
@@ -156,10 +181,13 @@ struct GatewayLiveOptions {
   double l1_ttl_jitter = 0.1;                                  // [0, 0.9]
   L3Mode l3_mode = L3Mode::kOff;  // may leave kOff only if L3 was on at creation
   std::vector<std::string> l3_tenants;
-  std::chrono::seconds l3_ttl{0};   // 0 = as l1_ttl; [0, 30 days]
-  double l3_min_similarity = 0.93;  // (0, 1]
-  bool admission = false;           // both tiers
-  std::string rt_fallback_model;    // "" or a served model; needs the RT-Switcher
+  std::chrono::seconds l3_ttl{0};       // 0 = as l1_ttl; [0, 30 days]
+  double l3_min_similarity = 0.93;      // (0, 1]
+  L3Mode semantic_mode = L3Mode::kOff;  // may leave kOff only if it was on at creation
+  std::vector<std::string> semantic_tenants;
+  double semantic_min_similarity = 0.9;  // τ5, (coarse threshold, 1]
+  bool admission = false;                // both tiers
+  std::string rt_fallback_model;         // "" or a served model; needs the RT-Switcher
 };
 // The live part of `options`.
 GatewayLiveOptions LiveOptionsOf(const GatewayOptions& options);
@@ -185,9 +213,10 @@ enum class CacheOutcome {
   kMiss,       // generated for this request (also: not cacheable, or opted out)
   kL1,         // replayed from the exact response cache
   kL3,         // a near-duplicate's response
+  kSemantic,   // the response of a request of similar meaning (L4/L5)
   kCoalesced,  // shared the generation of an identical request in flight
 };
-// "miss", "l1", "l3", "coalesced".
+// "miss", "l1", "l3", "semantic", "coalesced".
 std::string_view CacheOutcomeName(CacheOutcome outcome);
 
 // What answered a generation Gateway::Start made: the backend (after any
@@ -226,7 +255,8 @@ class Generation {
   virtual int32_t n_choices() const = 0;
   // Known when Start returns; constant.
   virtual CacheOutcome cache_outcome() const { return CacheOutcome::kMiss; }
-  // kL3 answers: the similarity of this request's text to the stored one's.
+  // kL3 and kSemantic answers: the similarity of this request's text to the
+  // stored one's (weighted LCS for L3, the vectors' cosine for semantic).
   virtual std::optional<double> cache_similarity() const { return std::nullopt; }
   // The backend may fail before the first event (backend::Backend::
   // defers_stream_head): a stream's head should wait for that event.
@@ -285,6 +315,8 @@ class Gateway {
   std::optional<cache::ResponseCacheStats> l1_stats() const;
   // The L3's counters; nullopt when L3 is off.
   std::optional<cache::NearDupStats> l3_stats() const;
+  // The semantic tiers' counters; nullopt when they are off.
+  std::optional<cache::SemanticStats> semantic_stats() const;
   // The RT-Switcher steering this gateway; nullptr when it is off.
   const RtControl* rt_control() const { return options_.rt_control; }
   // The shared tier's counters; nullopt without Redis.

@@ -79,10 +79,15 @@ struct ResponseTiers::Plan {
   bool use_l1 = false;
   bool use_coalesce = false;
   std::shared_ptr<const NearDupRequest> near;  // the L3 view, when L3 may answer
-  cache::CacheKey key;                         // set when any of the three is used
-  uint64_t fingerprint = 0;                    // the backend's
-  int32_t n_prompt = 0;                        // 0: known only from the backend's usage
-  bool any() const { return use_l1 || use_coalesce || near != nullptr; }
+  // The semantic view (the same scope and text), when L4/L5 may answer; the
+  // lookup fills `vector` (the text's embedding), which the answer is stored with.
+  std::shared_ptr<const NearDupRequest> semantic;
+  std::shared_ptr<std::vector<float>> vector;
+  double semantic_min_similarity = 1;
+  cache::CacheKey key;       // set when any of the three is used
+  uint64_t fingerprint = 0;  // the backend's
+  int32_t n_prompt = 0;      // 0: known only from the backend's usage
+  bool any() const { return use_l1 || use_coalesce || near != nullptr || semantic != nullptr; }
 };
 
 namespace {
@@ -199,6 +204,27 @@ util::StatusOr<std::shared_ptr<ResponseTiers>> ResponseTiers::Create(const Gatew
         t->l3_, cache::NearDupIndex::Create(options.l3, clock, util::Rng(options.l3_seed),
                                             t->l3_observer_.get()));
   }
+  if (options.semantic_mode != L3Mode::kOff) {
+    if (options.semantic_encoder == nullptr) {
+      return util::InvalidArgumentError("the semantic tier needs an encoder");
+    }
+    t->semantic_observer_ = std::make_unique<TierMetrics>(families, "semantic");
+    STRATA_ASSIGN_OR_RETURN(
+        t->semantic_,
+        cache::SemanticIndex::Create(options.semantic, clock, util::Rng(options.semantic_seed),
+                                     t->semantic_observer_.get()));
+    t->encode_failures_ =
+        &metrics
+             .Counter("strata_semantic_encode_failures_total",
+                      "Requests the semantic tier skipped because the encoder failed or was "
+                      "late (the request goes on without it).")
+             .With({});
+    t->encode_seconds_ = &metrics
+                              .Histogram("strata_semantic_encode_seconds",
+                                         "Time to embed a request's text for the semantic tier.",
+                                         {}, obs::ExponentialBuckets(0.0005, 2, 14))
+                              .With({});
+  }
   if (options.shared && (t->l1_ || t->l3_)) {
     cache::SharedStoreOptions so = *options.shared;
     so.near_dup.bands = options.l3.bands;
@@ -256,6 +282,11 @@ std::optional<cache::NearDupStats> ResponseTiers::l3_stats() const {
   return l3_->stats();
 }
 
+std::optional<cache::SemanticStats> ResponseTiers::semantic_stats() const {
+  if (!semantic_) return std::nullopt;
+  return semantic_->stats();
+}
+
 std::optional<cache::SharedStoreStats> ResponseTiers::shared_stats() const {
   if (!shared_) return std::nullopt;
   return shared_->stats();
@@ -269,6 +300,16 @@ util::Status ResponseTiers::Reconfigure(const GatewayLiveOptions& live) {
   if (!l3_ && live.l3_mode != L3Mode::kOff) {
     return util::InvalidArgumentError(
         "l3 mode: the L3 tier was off at start; turning it on needs a restart");
+  }
+  if (!semantic_ && live.semantic_mode != L3Mode::kOff) {
+    return util::InvalidArgumentError(
+        "semantic mode: the semantic tier was off at start; turning it on needs a restart");
+  }
+  if (semantic_ && !(live.semantic_min_similarity > options_.semantic.coarse_similarity &&
+                     live.semantic_min_similarity <= 1)) {
+    return util::InvalidArgumentError(fmt::format("semantic min_similarity {} is outside ({}, 1]",
+                                                  live.semantic_min_similarity,
+                                                  options_.semantic.coarse_similarity));
   }
   if (live.l3_ttl.count() < 0 || live.l3_ttl > std::chrono::hours(24 * 30)) {
     return util::InvalidArgumentError(
@@ -293,7 +334,20 @@ util::Status ResponseTiers::Reconfigure(const GatewayLiveOptions& live) {
     STRATA_RETURN_IF_ERROR(
         l3_->Reconfigure(live.l3_min_similarity, live.l3_ttl, live.l1_ttl_jitter, live.admission));
   }
+  if (semantic_) {
+    STRATA_RETURN_IF_ERROR(semantic_->Reconfigure(live.semantic_min_similarity,
+                                                  options_.semantic.ttl, live.l1_ttl_jitter));
+  }
   return util::OkStatus();
+}
+
+bool ResponseTiers::SemanticAllowed(const CompletionRequest& r,
+                                    const GatewayLiveOptions& live) const {
+  if (!semantic_ || live.semantic_mode == L3Mode::kOff) return false;
+  if (r.semantic) return *r.semantic;
+  if (live.semantic_mode == L3Mode::kOn) return true;
+  return std::find(live.semantic_tenants.begin(), live.semantic_tenants.end(), r.tenant) !=
+         live.semantic_tenants.end();
 }
 
 bool ResponseTiers::L3Allowed(const CompletionRequest& r, const GatewayLiveOptions& live) const {
@@ -318,11 +372,20 @@ ResponseTiers::Plan ResponseTiers::Classify(const CompletionRequest& r, const ba
   const bool deterministic = r.sampling.temperature == 0.0f || r.fixed_seed;
   plan.use_l1 = r.response_cache && deterministic && l1_ != nullptr;
   plan.use_coalesce = r.response_cache && deterministic && live.coalesce;
-  // L3 needs a text with words to compare; the same rule as L1 otherwise.
-  if (deterministic && L3Allowed(r, live)) {
+  // L3 and the semantic tiers need a text with words to compare; the same
+  // rule as L1 otherwise.
+  const bool l3 = deterministic && L3Allowed(r, live);
+  const bool semantic = deterministic && SemanticAllowed(r, live);
+  if (l3 || semantic) {
     if (auto n = MakeNearDupRequest(r, plan.fingerprint, p.stops, options_.l3.prepare,
                                     /*remote=*/p.tokens.empty())) {
-      plan.near = std::make_shared<const NearDupRequest>(std::move(*n));
+      auto view = std::make_shared<const NearDupRequest>(std::move(*n));
+      if (l3) plan.near = view;
+      if (semantic) {
+        plan.semantic = view;
+        plan.vector = std::make_shared<std::vector<float>>();
+        plan.semantic_min_similarity = live.semantic_min_similarity;
+      }
     }
   }
   if (plan.any()) plan.key = ResponseKey(r, b, p);
@@ -475,7 +538,53 @@ std::unique_ptr<Generation> ResponseTiers::FindCached(const CompletionRequest& r
       remote_misses_[1]->Inc();
     }
   }
+  if (plan.semantic && !*refresh) return FindSemantic(r, plan);
   return nullptr;
+}
+
+std::unique_ptr<Generation> ResponseTiers::FindSemantic(const CompletionRequest& r,
+                                                        const Plan& plan) {
+  const NearDupRequest& view = *plan.semantic;
+  const auto started = clock_.Now();
+  backend::EmbeddingRequest er;
+  er.request_id = r.request_id;
+  er.tenant = r.tenant;
+  er.model = options_.semantic_encoder->name();
+  er.texts = {view.raw};
+  // Backends take deadlines on the steady clock (the injected clock may be another).
+  auto embedded = options_.semantic_encoder->Embed(
+      er, std::chrono::steady_clock::now() + options_.semantic_encode_timeout);
+  encode_seconds_->Observe(util::SecondsBetween(started, clock_.Now()));
+  if (!embedded.ok() || embedded->embeddings.size() != 1) {
+    // Never fails the request: it goes on without the semantic tier (and
+    // its answer is not stored there).
+    encode_failures_->Inc();
+    log_.Debug("[{}] tenant={} semantic tier skipped: the encoder answered {}", r.request_id,
+               r.tenant, embedded.ok() ? "no vector" : embedded.status().ToString());
+    return nullptr;
+  }
+  *plan.vector = std::move(embedded->embeddings[0]);
+  obs::Span span = LookupSpan(r, clock_, "semantic", plan.key.hash, {});
+  const std::string ns = cache::SemanticNamespace(view.tenant, view.scope);
+  auto found = semantic_->Lookup(ns, *plan.vector, &view.text, plan.semantic_min_similarity);
+  if (!found.ok()) {  // a vector of another width: the encoder changed under the tier
+    encode_failures_->Inc();
+    log_.Warn("[{}] semantic tier skipped: {}", r.request_id, found.status().ToString());
+    plan.vector->clear();
+    span.End();
+    return nullptr;
+  }
+  const bool hit = found->match && found->match->value;
+  span.SetBool("cache.hit", hit);
+  span.SetInt("cache.candidates", static_cast<int64_t>(found->screened));
+  if (hit) span.SetDouble("cache.similarity", found->match->similarity);
+  span.End();
+  if (!hit) return nullptr;
+  log_.Debug("[{}] tenant={} semantic hit, similarity {:.3f} ({} candidates)", r.request_id,
+             r.tenant, found->match->similarity, found->screened);
+  return std::make_unique<ReplayGeneration>(
+      std::static_pointer_cast<const StoredResponse>(found->match->value), found->match->similarity,
+      plan.n_prompt, CacheOutcome::kSemantic);
 }
 
 Flight::Hook ResponseTiers::StoreHook(const CompletionRequest& r, const Plan& plan) {
@@ -486,10 +595,10 @@ Flight::Hook ResponseTiers::StoreHook(const CompletionRequest& r, const Plan& pl
   const std::chrono::nanoseconds l1_ttl = plan.l1_ttl;
   const std::chrono::nanoseconds l3_ttl = plan.l3_ttl;
   return [tiers = shared_from_this(), key = plan.key, n_choices = r.n, n_prompt = plan.n_prompt,
-          use_l1 = plan.use_l1, near = plan.near,
+          use_l1 = plan.use_l1, near = plan.near, semantic = plan.semantic, vector = plan.vector,
           scope = cache::SharedScope{r.tenant, plan.fingerprint}, l1_ttl,
           l3_ttl](const Flight& f, bool succeeded, const std::vector<Event>& log) {
-    if (succeeded && (use_l1 || near)) {
+    if (succeeded && (use_l1 || near || semantic)) {
       // A remote backend learns the prompt's size from its usage.
       int32_t prompt = n_prompt;
       for (const Event& e : log) {
@@ -508,6 +617,10 @@ Flight::Hook ResponseTiers::StoreHook(const CompletionRequest& r, const Plan& pl
                                   std::shared_ptr<const cache::NearDupText>(near, &near->text),
                                   stored, l3_ttl);
         }
+      }
+      if (semantic && vector && !vector->empty()) {
+        (void)tiers->semantic_->Insert(cache::SemanticNamespace(semantic->tenant, semantic->scope),
+                                       *vector, &semantic->text, key.hash, stored);
       }
     }
     tiers->flights_.Finish(f.key(), &f);

@@ -108,7 +108,8 @@ Json RequestJson(const gateway::CompletionRequest& r) {
       {"ignore_eos", r.ignore_eos},
       {"fixed_seed", r.fixed_seed},
       {"response_cache", r.response_cache},
-      {"l3", r.l3 ? Json(*r.l3) : Json(nullptr)}};
+      {"l3", r.l3 ? Json(*r.l3) : Json(nullptr)},
+      {"semantic", r.semantic ? Json(*r.semantic) : Json(nullptr)}};
   // A session's token hint (backend::Request::prefix_tokens): only when
   // set, so snapshots without it read as before.
   if (!r.prefix_tokens.empty()) j["prefix_tokens"] = r.prefix_tokens;
@@ -370,6 +371,9 @@ StatusOr<gateway::CompletionRequest> DecodeRequest(const Json& j) {
   STRATA_ASSIGN_OR_RETURN(r.response_cache, q.Bool("response_cache"));
   if (q.Has("l3")) {
     STRATA_ASSIGN_OR_RETURN(r.l3, q.Bool("l3"));
+  }
+  if (q.Has("semantic")) {
+    STRATA_ASSIGN_OR_RETURN(r.semantic, q.Bool("semantic"));
   }
   return r;
 }

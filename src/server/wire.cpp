@@ -286,7 +286,8 @@ Status ParseLogitBias(const Fields& f, gateway::CompletionRequest& r) {
 // request; "cache": {"prefix": false} the KV prefix cache (L2) only,
 // "cache": {"l1": false} the response cache (L1) and single flight only;
 // "cache": {"l3": true} asks for near-duplicate answers (L3), false refuses
-// them whatever the tenant's default.
+// them whatever the tenant's default; "cache": {"semantic": ...} the same for
+// answers of similar meaning (L4/L5).
 Status ParseCacheControls(const Fields& f, gateway::CompletionRequest& r) {
   STRATA_ASSIGN_OR_RETURN(auto no_cache, f.Bool("no_cache"));
   const bool none = no_cache && *no_cache;
@@ -294,15 +295,16 @@ Status ParseCacheControls(const Fields& f, gateway::CompletionRequest& r) {
     r.prefix_cache = false;
     r.response_cache = false;
     r.l3 = false;
+    r.semantic = false;
   }
   if (f.Has("cache")) {
     const Json& c = f.Get("cache");
     if (!c.is_object()) return f.Error("cache", "must be an object");
     Fields cf(c, "cache.");
     for (auto it = c.begin(); it != c.end(); ++it) {
-      if (it.key() != "prefix" && it.key() != "l1" && it.key() != "l3") {
+      if (it.key() != "prefix" && it.key() != "l1" && it.key() != "l3" && it.key() != "semantic") {
         return FieldError("cache." + it.key().substr(0, 64),
-                          "is not a cache control: 'cache' takes prefix, l1 and l3");
+                          "is not a cache control: 'cache' takes prefix, l1, l3 and semantic");
       }
     }
     STRATA_ASSIGN_OR_RETURN(auto prefix, cf.Bool("prefix"));
@@ -311,6 +313,8 @@ Status ParseCacheControls(const Fields& f, gateway::CompletionRequest& r) {
     if (l1) r.response_cache = *l1 && r.response_cache;
     STRATA_ASSIGN_OR_RETURN(auto l3, cf.Bool("l3"));
     if (l3 && !none) r.l3 = *l3;
+    STRATA_ASSIGN_OR_RETURN(auto semantic, cf.Bool("semantic"));
+    if (semantic && !none) r.semantic = *semantic;
   }
   return util::OkStatus();
 }

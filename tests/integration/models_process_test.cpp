@@ -272,6 +272,45 @@ TEST_F(ModelsProcessTest, AnEncoderServesEmbeddingsByNameBesideAChatModel) {
   EXPECT_EQ(Complete("chat").rfind("HTTP", 0), std::string::npos);
 }
 
+// The semantic tier over HTTP with a served encoder (--encoder backend:NAME):
+// a rewording of an answered request is answered from the tier, marked with
+// its similarity; a request that refuses it is generated; an encoder that
+// does not exist stops the start with the reason.
+TEST_F(ModelsProcessTest, TheSemanticTierAnswersARewordingThroughAServedEncoder) {
+  testing::DemoModelDir enc("strata_models_semantic",
+                            "arch=bert,n_embd=64,n_layers=2,n_heads=4,n_ff=128,n_ctx=32");
+  ASSERT_FALSE(enc.model.empty()) << enc.MkmodelLog();
+  ASSERT_GT(Serve({"-m", "chat=" + small_->model, "-m", "embed=" + enc.model, "--semantic", "on",
+                   "--encoder", "backend:embed", "--semantic-similarity", "0.98"}),
+            0);
+  auto ask = [&](const std::string& text, const Json& cache = nullptr) {
+    Json body = {{"model", "chat"},
+                 {"messages", Json::array({{{"role", "user"}, {"content", text}}})},
+                 {"max_tokens", 4},
+                 {"temperature", 0}};
+    if (!cache.is_null()) body["cache"] = cache;
+    return Ask(HttpRequest("POST", "/v1/chat/completions", body.dump()));
+  };
+  auto first = ask("the little bird saw the dog in the park");
+  ASSERT_TRUE(first.has_value());
+  ASSERT_EQ(first->status, 200) << first->body;
+  EXPECT_EQ(first->Header("x-strata-cache"), "miss");
+  auto second = ask("The little bird saw the dog, in the park!");
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->Header("x-strata-cache"), "semantic") << second->body;
+  EXPECT_GE(std::atof(second->Header("x-strata-cache-similarity").c_str()), 0.98);
+  EXPECT_EQ(Json::parse(second->body)["choices"][0]["message"]["content"],
+            Json::parse(first->body)["choices"][0]["message"]["content"]);
+  auto refused = ask("The little bird saw the dog in the park.", {{"semantic", false}});
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->Header("x-strata-cache"), "miss");
+  EXPECT_EQ(Metric("strata_cache_hits_total", "tier=\"semantic\""), 1);
+
+  const std::string log =
+      Refused({"-m", "chat=" + small_->model, "--semantic", "on", "--encoder", "backend:nothing"});
+  EXPECT_NE(log.find("no served model is named 'nothing'"), std::string::npos) << log;
+}
+
 // The CPUs a thread of `pid` may run on ("0", "1", "0-1"): each thread's
 // Cpus_allowed_list.
 std::vector<std::string> ThreadCpus(pid_t pid) {

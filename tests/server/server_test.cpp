@@ -575,8 +575,10 @@ TEST_F(ServerTest, LogitBiasForcesAndBansTokensAndBadMapsAre400s) {
   error(R"(,"logit_bias":{"7":1,"07":2})", "logit_bias", "token 7 twice");
   error(R"(,"logit_bias":{"99999999":1})", "logit_bias", "vocabulary");
   error(R"(,"cache":{"l2":false})", "cache.l2", "is not a cache control");
-  // null and {} are no bias.
-  for (const char* none : {R"(,"logit_bias":null)", R"(,"logit_bias":{})"}) {
+  error(R"(,"cache":{"semantic":1})", "cache.semantic", "boolean");
+  // null and {} are no bias; "semantic" is a cache control like "l3".
+  for (const char* none : {R"(,"logit_bias":null)", R"(,"logit_bias":{})",
+                           R"(,"cache":{"semantic":true,"l3":false})"}) {
     const std::string body =
         R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"max_tokens":2)" +
         std::string(none) + "}";

@@ -157,10 +157,14 @@ class ReplayGeneration final : public Generation {
  public:
   explicit ReplayGeneration(std::shared_ptr<const StoredResponse> stored)
       : stored_(std::move(stored)) {}
-  // A near-duplicate's answer (kL3) for a request of `prompt_tokens` tokens.
+  // An approximate tier's answer (kL3 or kSemantic) for a request of
+  // `prompt_tokens` tokens.
   ReplayGeneration(std::shared_ptr<const StoredResponse> stored, double similarity,
-                   int32_t prompt_tokens)
-      : stored_(std::move(stored)), similarity_(similarity), prompt_tokens_(prompt_tokens) {}
+                   int32_t prompt_tokens, CacheOutcome outcome = CacheOutcome::kL3)
+      : stored_(std::move(stored)),
+        similarity_(similarity),
+        prompt_tokens_(prompt_tokens),
+        outcome_(outcome) {}
   util::StatusOr<Event> Next(std::chrono::steady_clock::time_point) override;
   // Every stored event is readable: runs `ready` at once.
   void NotifyWhenReady(std::function<void()> ready) override { ready(); }
@@ -169,15 +173,14 @@ class ReplayGeneration final : public Generation {
     return prompt_tokens_ ? *prompt_tokens_ : stored_->prompt_tokens();
   }
   int32_t n_choices() const override { return stored_->n_choices(); }
-  CacheOutcome cache_outcome() const override {
-    return similarity_ ? CacheOutcome::kL3 : CacheOutcome::kL1;
-  }
+  CacheOutcome cache_outcome() const override { return outcome_; }
   std::optional<double> cache_similarity() const override { return similarity_; }
 
  private:
   const std::shared_ptr<const StoredResponse> stored_;
   const std::optional<double> similarity_;      // set for L3 answers
   const std::optional<int32_t> prompt_tokens_;  // set for L3 answers
+  const CacheOutcome outcome_ = CacheOutcome::kL1;
   size_t next_ = 0;
 };
 

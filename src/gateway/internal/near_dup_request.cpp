@@ -77,6 +77,7 @@ std::optional<NearDupRequest> MakeNearDupRequest(const CompletionRequest& r, uin
                           util::Hash64(scope_key.bytes, 0x4c33'7363'6f70'6532ULL));
   out.ns = cache::NearDupNamespace(r.tenant, out.scope);
   out.text = std::move(prepared).value();
+  out.raw = std::string(text);
   return out;
 }
 

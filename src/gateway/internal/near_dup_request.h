@@ -28,6 +28,7 @@ struct NearDupRequest {
   std::string scope;  // 32 hex digits: 128-bit hash of everything that must match exactly
   std::string ns;     // cache::NearDupNamespace(tenant, scope)
   cache::NearDupText text;
+  std::string raw;  // the compared text as the request gave it (for an encoder)
 };
 
 // Writes every SamplingParams field into `b` (shared by the L1 key and the L3

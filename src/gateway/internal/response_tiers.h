@@ -29,6 +29,7 @@
 #include "backend/backend.h"
 #include "cache/near_dup.h"
 #include "cache/response_cache.h"
+#include "cache/semantic.h"
 #include "cache/shared_store.h"
 #include "cache/single_flight.h"
 #include "gateway/gateway.h"
@@ -75,9 +76,11 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
 
   std::optional<cache::ResponseCacheStats> l1_stats() const;
   std::optional<cache::NearDupStats> l3_stats() const;
+  std::optional<cache::SemanticStats> semantic_stats() const;
   std::optional<cache::SharedStoreStats> shared_stats() const;
   bool FlushShared(std::chrono::milliseconds timeout);
   bool has_shared() const { return shared_ != nullptr; }
+  bool has_semantic() const { return semantic_ != nullptr; }
 
  private:
   struct Plan;  // one request's classification and key
@@ -85,6 +88,9 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
   Plan Classify(const CompletionRequest& r, const backend::Backend& b, const backend::Prepared& p,
                 const GatewayLiveOptions& live) const;
   bool L3Allowed(const CompletionRequest& r, const GatewayLiveOptions& live) const;
+  bool SemanticAllowed(const CompletionRequest& r, const GatewayLiveOptions& live) const;
+  // The semantic tiers' answer to `plan` (filling plan.vector for the store hook).
+  std::unique_ptr<Generation> FindSemantic(const CompletionRequest& r, const Plan& plan);
   std::unique_ptr<Generation> FindCached(const CompletionRequest& r, const Plan& plan,
                                          bool* refresh);
   Flight::Hook StoreHook(const CompletionRequest& r, const Plan& plan);
@@ -92,10 +98,14 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
   const GatewayOptions options_;
   const util::Clock& clock_;
   util::Logger& log_;
-  std::unique_ptr<TierMetrics> l1_observer_;  // declared first: outlives l1_, which calls it
-  std::unique_ptr<cache::ResponseCache> l1_;  // null when off
-  std::unique_ptr<TierMetrics> l3_observer_;  // outlives l3_, which calls it
-  std::unique_ptr<cache::NearDupIndex> l3_;   // null when off
+  std::unique_ptr<TierMetrics> l1_observer_;        // declared first: outlives l1_, which calls it
+  std::unique_ptr<cache::ResponseCache> l1_;        // null when off
+  std::unique_ptr<TierMetrics> l3_observer_;        // outlives l3_, which calls it
+  std::unique_ptr<cache::NearDupIndex> l3_;         // null when off
+  std::unique_ptr<TierMetrics> semantic_observer_;  // outlives semantic_
+  std::unique_ptr<cache::SemanticIndex> semantic_;  // null when off
+  obs::CounterValue* encode_failures_ = nullptr;    // strata_semantic_encode_failures_total
+  obs::HistogramValue* encode_seconds_ = nullptr;   // strata_semantic_encode_seconds
   // The shared tier (Redis); null without it. It borrows the codec (declared
   // first, so destroyed after it) and the gateway's logger. Destroying it
   // joins its writer thread, bounded by one command's timeout.

@@ -1,0 +1,63 @@
+// cli/serve_semantic.h — the semantic tiers (L4/L5) of `strata serve`: their
+// flags, and the encoder that turns request texts into vectors.
+//
+// Promise: ApplySemanticFlags validates the flags (InvalidArgument naming the
+// flag) and fills the semantic part of the gateway's options. StartEncoder
+// resolves --encoder — FILE.gguf (a bert or nomic-bert file, loaded here and
+// run on its own pool), backend:NAME (a served backend's /v1/embeddings: a
+// sentence encoder served with -m, or a remote embeddings API), or `model`
+// (the default served model's pooled hidden states, also the default) —,
+// embeds a probe text to learn the vector width, and sets the gateway's
+// encoder and width. Errors name the flag and the cause.
+//
+// Threading: used by the starting thread only; the encoder is then used by
+// request threads (EncoderBackend is thread-safe).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "backend/encoder.h"
+#include "cli/commands.h"
+#include "gateway/gateway.h"
+#include "model/encoder.h"
+#include "util/log.h"
+#include "util/status.h"
+
+namespace strata::cli {
+
+struct SemanticFlags {
+  std::string mode = "off";    // off | opt-in | on
+  std::string tenants;         // comma-separated: semantic answers by default for these
+  std::string encoder;         // FILE.gguf | backend:NAME | model; "" = model
+  double similarity = 0.9;     // τ5
+  uint64_t entries = 100'000;  // entries over all tenants
+  double ttl_s = 600;          // seconds an entry lives (jittered as --l1-ttl-jitter)
+  std::string ann = "hnsw";    // flat | hnsw | ivf | lsh
+  int32_t encode_timeout_ms = 500;
+};
+
+void RegisterSemanticFlags(CLI::App& cmd, SemanticFlags& flags);
+
+// Fills go.semantic_mode, semantic_tenants and go.semantic (all but the
+// width, which StartEncoder learns).
+util::Status ApplySemanticFlags(const SemanticFlags& flags, double ttl_jitter, uint64_t seed,
+                                gateway::GatewayOptions& go);
+
+// The encoder --encoder names, when the tier is on; holds what it loaded.
+struct SemanticEncoder {
+  std::unique_ptr<model::Encoder> encoder;           // FILE.gguf only
+  std::unique_ptr<backend::EncoderBackend> backend;  // FILE.gguf only
+  std::string description;                           // for the start-up log
+};
+
+// `served`: the gateway's backends, the default first. With the tier off,
+// returns an empty SemanticEncoder and changes nothing.
+util::StatusOr<std::unique_ptr<SemanticEncoder>> StartEncoder(
+    const Env& env, const SemanticFlags& flags, int32_t threads,
+    const std::vector<backend::Backend*>& served, gateway::GatewayOptions& go, util::Logger& log);
+
+}  // namespace strata::cli

@@ -1,0 +1,199 @@
+// The semantic tiers (L4/L5) through the gateway: a tiny random-weight chat
+// model answers, a random-weight BERT encoder (a real model::Encoder behind
+// backend::EncoderBackend) embeds the request texts. Who may be answered by
+// a stored answer of similar meaning, what must match exactly, and that an
+// encoder failure never fails a request.
+#include <gtest/gtest.h>
+
+#include "backend/encoder.h"
+#include "gateway/gateway.h"
+#include "model/encoder.h"
+#include "model/synthetic.h"
+#include "testing/fake_clock.h"
+#include "testing/mem_file_system.h"
+#include "testing/serving_stack.h"
+#include "util/log.h"
+
+namespace strata::gateway {
+namespace semantic_test {
+
+// The same words as kAsked with other case and punctuation (the encoder
+// lower-cases and splits punctuation off: nearly the same tokens).
+constexpr const char* kAsked = "the little bird saw the dog in the park";
+constexpr const char* kParaphrase = "The little bird saw the dog, in the park!";
+constexpr const char* kOther = "what is a model and why is it fast";
+constexpr double kThreshold = 0.98;  // random weights: unrelated texts reach ~0.95
+
+struct Observed {
+  CacheOutcome outcome = CacheOutcome::kMiss;
+  std::optional<double> similarity;
+  std::string text;
+  bool ok = false;
+};
+
+class SemanticGatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs_ = std::make_unique<testing::MemFileSystem>();
+    model::SyntheticOptions o;
+    o.shape.architecture = "bert";
+    o.shape.n_embd = 64;
+    o.shape.n_layers = 2;
+    o.shape.n_heads = 4;
+    o.shape.n_kv_heads = 4;
+    o.shape.n_ff = 128;
+    o.shape.n_ctx = 24;  // a longer text makes the encoder fail
+    ASSERT_TRUE(model::WriteSyntheticModel(*fs_, "enc.gguf", o, *log_).ok());
+    auto enc = model::Encoder::Load(*fs_, "enc.gguf", *log_);
+    ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+    encoder_ = std::move(enc).value();
+    backend_ = std::make_unique<backend::EncoderBackend>(
+        *encoder_, backend::EncoderBackendOptions{.name = "enc", .threads = 1});
+    Build(L3Mode::kOptIn, {"always"});
+  }
+  void TearDown() override { s_.Stop(); }
+  void Build(L3Mode mode, std::vector<std::string> tenants, bool l1 = true) {
+    s_.Stop();
+    metrics_ = std::make_unique<obs::MetricsRegistry>();
+    GatewayOptions go = testing::TinyGatewayOptions();
+    go.l1.max_bytes = l1 ? 8u << 20 : 0;
+    go.coalesce = true;
+    go.semantic_mode = mode;
+    go.semantic_tenants = std::move(tenants);
+    go.semantic.dim = 64;
+    go.semantic.min_similarity = kThreshold;
+    go.semantic_encoder = backend_.get();
+    testing::StartServingStack(s_, go, *metrics_, clock_, *log_);
+  }
+  Observed Run(const CompletionRequest& r) {
+    Observed o;
+    auto g = s_.gw->Start(r);
+    EXPECT_TRUE(g.ok()) << g.status().ToString();
+    if (!g.ok()) return o;
+    o.outcome = (*g)->cache_outcome();
+    o.similarity = (*g)->cache_similarity();
+    o.ok = true;
+    const auto far = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+    while (true) {
+      auto e = (*g)->Next(far);
+      if (!e.ok()) break;
+      if (e->kind == Event::Kind::kDelta) o.text += e->text;
+      if (e->kind == Event::Kind::kFinish) o.ok = o.ok && e->status.ok();
+    }
+    return o;
+  }
+  static CompletionRequest Chat(const std::string& text, bool ask = true) {
+    CompletionRequest r;
+    r.tenant = "alpha";
+    r.messages = {{"system", "You are terse."}, {"user", text}};
+    r.max_tokens = 8;
+    r.sampling.temperature = 0.0f;
+    if (ask) r.semantic = true;
+    return r;
+  }
+  double Metric(const std::string& series) const {
+    const std::string text = metrics_->Render();
+    const size_t at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + series.size() + 2));
+  }
+
+  std::unique_ptr<util::Logger> log_ = util::NewNullLogger();
+  std::unique_ptr<testing::MemFileSystem> fs_;
+  std::unique_ptr<model::Encoder> encoder_;
+  std::unique_ptr<backend::EncoderBackend> backend_;
+  testing::FakeClock clock_;
+  std::unique_ptr<obs::MetricsRegistry> metrics_;
+  testing::ServingStack s_;
+};
+
+TEST_F(SemanticGatewayTest, ATextOfTheSameMeaningGetsTheStoredAnswerMarkedWithItsSimilarity) {
+  const Observed first = Run(Chat(kAsked));
+  ASSERT_TRUE(first.ok);
+  EXPECT_EQ(first.outcome, CacheOutcome::kMiss);
+  const Observed second = Run(Chat(kParaphrase));
+  EXPECT_EQ(second.outcome, CacheOutcome::kSemantic);
+  ASSERT_TRUE(second.similarity.has_value());
+  EXPECT_GE(*second.similarity, kThreshold);
+  EXPECT_EQ(second.text, first.text);
+  EXPECT_EQ(Run(Chat(kOther)).outcome, CacheOutcome::kMiss);
+  EXPECT_EQ(Run(Chat(kAsked)).outcome, CacheOutcome::kL1) << "the exact tier comes first";
+  EXPECT_EQ(CacheOutcomeName(CacheOutcome::kSemantic), "semantic");
+  EXPECT_EQ(s_.gw->semantic_stats()->hits, 1u);
+  EXPECT_EQ(Metric("strata_cache_hits_total{tier=\"semantic\"}"), 1);
+}
+
+TEST_F(SemanticGatewayTest, TenantsAndConversationsNeverShareAnswers) {
+  Run(Chat(kAsked));
+  CompletionRequest other = Chat(kParaphrase);
+  other.tenant = "beta";
+  EXPECT_EQ(Run(other).outcome, CacheOutcome::kMiss);
+  CompletionRequest history = Chat(kParaphrase);
+  history.messages.insert(history.messages.begin() + 1, {{"user", "hi"}, {"assistant", "hello"}});
+  EXPECT_EQ(Run(history).outcome, CacheOutcome::kMiss) << "another conversation so far";
+  CompletionRequest system = Chat(kParaphrase);
+  system.messages.front().content = "You are verbose.";
+  EXPECT_EQ(Run(system).outcome, CacheOutcome::kMiss);
+  CompletionRequest longer = Chat(kParaphrase);
+  longer.max_tokens = 9;
+  EXPECT_EQ(Run(longer).outcome, CacheOutcome::kMiss);
+}
+
+TEST_F(SemanticGatewayTest, OnlyRequestsThatAskOrWhoseTenantDefaultsToItAreAnswered) {
+  Run(Chat(kAsked));
+  EXPECT_EQ(Run(Chat(kParaphrase, /*ask=*/false)).outcome, CacheOutcome::kMiss);
+  CompletionRequest refused = Chat("The little bird saw the dog in the park.");  // would hit
+  refused.semantic = false;
+  EXPECT_EQ(Run(refused).outcome, CacheOutcome::kMiss);
+  CompletionRequest listed = Chat(kAsked, false);
+  listed.tenant = "always";
+  Run(listed);
+  listed.messages.back().content = kParaphrase;
+  EXPECT_EQ(Run(listed).outcome, CacheOutcome::kSemantic);
+  // Sampling without a fixed seed neither reads nor fills the tier.
+  CompletionRequest sampled = Chat(kOther);
+  sampled.sampling.temperature = 0.9f;
+  const uint64_t lookups = s_.gw->semantic_stats()->lookups;
+  Run(sampled);
+  EXPECT_EQ(s_.gw->semantic_stats()->lookups, lookups);
+}
+
+TEST_F(SemanticGatewayTest, GuardsKeepNumbersApart) {
+  Run(Chat("the dog saw 2 birds in the park"));
+  EXPECT_EQ(Run(Chat("The dog saw 3 birds in the park!")).outcome, CacheOutcome::kMiss);
+}
+
+TEST_F(SemanticGatewayTest, AnEncoderFailureNeverFailsTheRequest) {
+  // Longer than the encoder's 24 tokens: it refuses, the request is generated.
+  const std::string text =
+      "the dog saw the bird and the cat saw the dog and the bird saw the cat in the park "
+      "with her friend";
+  const Observed o = Run(Chat(text));
+  EXPECT_TRUE(o.ok);
+  EXPECT_EQ(o.outcome, CacheOutcome::kMiss);
+  EXPECT_EQ(Metric("strata_semantic_encode_failures_total"), 1);
+  EXPECT_EQ(s_.gw->semantic_stats()->inserts, 0u) << "no vector, nothing stored";
+}
+
+TEST_F(SemanticGatewayTest, ModesAndThresholdChangeLiveButTheTierCannotBeTurnedOnLive) {
+  Build(L3Mode::kOn, {});
+  Run(Chat(kAsked, false));
+  EXPECT_EQ(Run(Chat(kParaphrase, false)).outcome, CacheOutcome::kSemantic);
+  GatewayLiveOptions live = s_.gw->live_options();
+  live.semantic_min_similarity = 1.0;  // only identical vectors
+  ASSERT_TRUE(s_.gw->Reconfigure(live).ok());
+  CompletionRequest again = Chat(kParaphrase, false);
+  again.max_tokens = 7;
+  Run(Chat(kAsked, false));
+  EXPECT_NE(Run(again).outcome, CacheOutcome::kSemantic);
+  live.semantic_min_similarity = 0.5;  // below the screen's threshold
+  EXPECT_FALSE(s_.gw->Reconfigure(live).ok());
+  Build(L3Mode::kOff, {});
+  EXPECT_FALSE(s_.gw->semantic_stats().has_value());
+  live = s_.gw->live_options();
+  live.semantic_mode = L3Mode::kOn;
+  EXPECT_FALSE(s_.gw->Reconfigure(live).ok());
+}
+
+}  // namespace semantic_test
+}  // namespace strata::gateway
