@@ -38,6 +38,7 @@ struct Command {
 Command RegisterGenerate(CLI::App& app);
 Command RegisterInspect(CLI::App& app);
 Command RegisterEmbed(CLI::App& app);
+Command RegisterTrainEncoder(CLI::App& app);
 Command RegisterPlan(CLI::App& app);
 Command RegisterMkModel(CLI::App& app);
 Command RegisterBench(CLI::App& app);
@@ -50,6 +51,8 @@ Command RegisterReplay(CLI::App& app);
 // it has); the returned Command holds the `l3` subcommand itself, and main()
 // runs it before the group's own runner.
 Command RegisterEvalL3(CLI::App& app);
+// `strata eval semantic`, in the same group.
+Command RegisterEvalSemantic(CLI::App& app);
 // `strata audit verify` (cli/audit_cmd.cpp) and `strata watermark verify`
 // (cli/watermark_cmd.cpp).
 Command RegisterAudit(CLI::App& app);

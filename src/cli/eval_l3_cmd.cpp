@@ -599,16 +599,7 @@ int RunEvalL3(const Env& env, const EvalL3Flags& f) {
   // Mock prompts: its paraphrase pairs are the positives; negatives are each
   // `similar` against the next pair's `origin` (same domain, other question)
   // and the two prompts of each Arena-Hard v0.1 topic cluster.
-  std::vector<Pair> mock_pairs = *mock;
-  for (size_t i = 0; i < mock->size(); ++i) {
-    mock_pairs.push_back({(*mock)[i].b, (*mock)[(i + 1) % mock->size()].a, 0});
-  }
-  for (size_t i = 0; i + 1 < arena1->size(); ++i) {
-    if (!(*arena1)[i].cluster.empty() && (*arena1)[i].cluster == (*arena1)[i + 1].cluster) {
-      mock_pairs.push_back({(*arena1)[i].prompt, (*arena1)[i + 1].prompt, 0});
-      ++i;
-    }
-  }
+  const std::vector<Pair> mock_pairs = MockPairs(*mock, *arena1);
   datasets[2].name = "GPTCache mock";
   datasets[2].dev_source = "mock_data.json + arena-hard v0.1 clusters, even items";
   datasets[2].test_source = "mock_data.json + arena-hard v0.1 clusters, odd items";

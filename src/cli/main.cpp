@@ -26,12 +26,14 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "strata " STRATA_VERSION);
   const std::vector<Command> commands = {
-      RegisterServe(app),     RegisterGenerate(app),     RegisterBench(app),  RegisterMkModel(app),
-      RegisterInspect(app),   RegisterEvalSampling(app), RegisterConfig(app), RegisterAudit(app),
-      RegisterWatermark(app), RegisterReplay(app),       RegisterPlan(app),   RegisterEmbed(app)};
+      RegisterServe(app),       RegisterGenerate(app), RegisterBench(app),
+      RegisterMkModel(app),     RegisterInspect(app),  RegisterEvalSampling(app),
+      RegisterConfig(app),      RegisterAudit(app),    RegisterWatermark(app),
+      RegisterReplay(app),      RegisterPlan(app),     RegisterEmbed(app),
+      RegisterTrainEncoder(app)};
   // Subcommands that join a group registered above (`eval l3` under `eval`);
   // they run instead of the group's own runner when parsed.
-  const std::vector<Command> members = {RegisterEvalL3(app)};
+  const std::vector<Command> members = {RegisterEvalL3(app), RegisterEvalSemantic(app)};
 
   // A first word that names no command gets a plain answer, not a parser message.
   if (argc > 1 && argv[1][0] != '-') {

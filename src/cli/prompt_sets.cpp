@@ -128,4 +128,18 @@ util::StatusOr<std::vector<ArenaPrompt>> LoadArena(util::FileSystem& fs, const s
   return out;
 }
 
+std::vector<Pair> MockPairs(const std::vector<Pair>& mock, const std::vector<ArenaPrompt>& arena1) {
+  std::vector<Pair> out = mock;
+  for (size_t i = 0; i < mock.size(); ++i) {
+    out.push_back({mock[i].b, mock[(i + 1) % mock.size()].a, 0});
+  }
+  for (size_t i = 0; i + 1 < arena1.size(); ++i) {
+    if (!arena1[i].cluster.empty() && arena1[i].cluster == arena1[i + 1].cluster) {
+      out.push_back({arena1[i].prompt, arena1[i + 1].prompt, 0});
+      ++i;
+    }
+  }
+  return out;
+}
+
 }  // namespace strata::cli

@@ -39,4 +39,10 @@ util::StatusOr<std::vector<Pair>> LoadMock(util::FileSystem& fs, const std::stri
 // Arena-Hard question.jsonl: one {"prompt", "cluster"?} object per line.
 util::StatusOr<std::vector<ArenaPrompt>> LoadArena(util::FileSystem& fs, const std::string& path);
 
+// GPTCache's mock paraphrases as labelled pairs: each (origin, similar) a
+// positive; negatives are each `similar` against the next pair's `origin`
+// (same domain, another question) and the two prompts of each Arena-Hard
+// v0.1 topic cluster.
+std::vector<Pair> MockPairs(const std::vector<Pair>& mock, const std::vector<ArenaPrompt>& arena1);
+
 }  // namespace strata::cli

@@ -599,23 +599,32 @@ util::StatusOr<bool> LocalModels::IsEncoderFile(const Env& env, const LocalModel
                         fmt::format("model '{}': {}", file.name, gguf.status().message()));
   }
   auto arch = (*gguf)->GetStringOr("general.architecture", "");
-  return arch.ok() && model::Encoder::IsEncoderArchitecture(*arch);
+  return arch.ok() &&
+         (model::Encoder::IsEncoderArchitecture(*arch) || *arch == model::kHashEncoderArchitecture);
 }
 
 util::Status LocalModels::AddEncoder(const Env& env, const ServeFlags& f,
                                      const LocalModelFile& file, util::Logger& log) {
-  auto encoder = model::Encoder::Load(*env.fs, file.path, log);
-  if (!encoder.ok()) {
-    return util::Status(encoder.status().code(),
-                        fmt::format("model '{}': {}", file.name, encoder.status().message()));
-  }
+  auto named = [&](const util::Status& st) {
+    return util::Status(st.code(), fmt::format("model '{}': {}", file.name, st.message()));
+  };
   LoadedEncoder e;
   e.path = file.path;
-  e.encoder = std::move(encoder).value();
-  e.backend = std::make_unique<backend::EncoderBackend>(
-      *e.encoder,
-      backend::EncoderBackendOptions{
-          .name = file.name, .threads = f.threads, .max_embedding_inputs = f.max_embedding_inputs});
+  const backend::EncoderBackendOptions options{
+      .name = file.name, .threads = f.threads, .max_embedding_inputs = f.max_embedding_inputs};
+  auto gguf = format::GgufFile::Open(*env.fs, file.path);
+  if (!gguf.ok()) return named(gguf.status());
+  if (model::IsHashEncoderFile(**gguf)) {
+    auto hash = model::HashEncoder::FromGguf(**gguf, log);
+    if (!hash.ok()) return named(hash.status());
+    e.hash = std::move(hash).value();
+    e.backend = std::make_unique<backend::EncoderBackend>(*e.hash, options);
+  } else {
+    auto encoder = model::Encoder::FromGguf(std::move(gguf).value(), log);
+    if (!encoder.ok()) return named(encoder.status());
+    e.encoder = std::move(encoder).value();
+    e.backend = std::make_unique<backend::EncoderBackend>(*e.encoder, options);
+  }
   encoders_.push_back(std::move(e));
   return util::OkStatus();
 }
@@ -660,11 +669,15 @@ std::vector<std::string> LocalModels::Describe() const {
                                 stats[i].resident ? "" : " when loaded (loads on first use)"));
   }
   for (size_t i = 0; i < encoders_.size(); ++i) {
-    const model::EncoderConfig& c = encoders_[i].encoder->config();
-    lines.push_back(fmt::format(
-        "model '{}'{}: {}, {} encoder (embeddings only), {} dimensions, context {}, {:.0f} MiB",
-        encoders_[i].backend->name(), specs_.empty() && i == 0 ? " (default)" : "",
-        encoders_[i].path, c.architecture, c.n_embd, c.n_ctx_train, MiB(c.weight_bytes)));
+    const LoadedEncoder& e = encoders_[i];
+    const std::string what =
+        e.encoder
+            ? fmt::format("{} encoder, {} dimensions, context {}, {:.0f} MiB",
+                          e.encoder->config().architecture, e.encoder->config().n_embd,
+                          e.encoder->config().n_ctx_train, MiB(e.encoder->config().weight_bytes))
+            : fmt::format("hash encoder, {} dimensions", e.hash->config().dim);
+    lines.push_back(fmt::format("model '{}'{}: {}, {} (embeddings only)", e.backend->name(),
+                                specs_.empty() && i == 0 ? " (default)" : "", e.path, what));
   }
   return lines;
 }

@@ -121,8 +121,9 @@ class LocalModels {
 
   struct LoadedEncoder {
     std::string path;
-    std::unique_ptr<model::Encoder> encoder;
-    std::unique_ptr<backend::EncoderBackend> backend;  // borrows encoder
+    std::unique_ptr<model::Encoder> encoder;           // bert, nomic-bert
+    std::unique_ptr<model::HashEncoder> hash;          // strata-hash
+    std::unique_ptr<backend::EncoderBackend> backend;  // borrows one of the two
   };
   std::unique_ptr<backend::ModelResidency> residency_;
   std::vector<backend::ModelSpec> specs_;

@@ -105,6 +105,19 @@ util::StatusOr<std::unique_ptr<SemanticEncoder>> StartEncoder(
     }
     out->description =
         fmt::format("the embeddings of served model '{}' ({})", name, encoder->kind());
+  } else if (auto g = format::GgufFile::Open(*env.fs, spec);
+             g.ok() && model::IsHashEncoderFile(**g)) {
+    auto loaded = model::HashEncoder::FromGguf(**g, log);
+    if (!loaded.ok()) {
+      return util::Status(loaded.status().code(),
+                          fmt::format("--encoder {}: {}", spec, loaded.status().message()));
+    }
+    out->hash = std::move(loaded).value();
+    out->backend = std::make_unique<backend::EncoderBackend>(
+        *out->hash, backend::EncoderBackendOptions{
+                        .name = "semantic-encoder", .threads = 1, .max_embedding_inputs = 1});
+    encoder = out->backend.get();
+    out->description = fmt::format("{} (strata-hash {})", spec, out->hash->name());
   } else {
     auto loaded = model::Encoder::Load(*env.fs, spec, log);
     if (!loaded.ok()) {

@@ -4,11 +4,11 @@
 // Promise: ApplySemanticFlags validates the flags (InvalidArgument naming the
 // flag) and fills the semantic part of the gateway's options. StartEncoder
 // resolves --encoder — FILE.gguf (a bert or nomic-bert file, loaded here and
-// run on its own pool), backend:NAME (a served backend's /v1/embeddings: a
-// sentence encoder served with -m, or a remote embeddings API), or `model`
-// (the default served model's pooled hidden states, also the default) —,
-// embeds a probe text to learn the vector width, and sets the gateway's
-// encoder and width. Errors name the flag and the cause.
+// run on its own pool, or a strata-hash file from `strata train-encoder`), backend:NAME (a served
+// backend's /v1/embeddings: a sentence encoder served with -m, or a remote embeddings API), or
+// `model` (the default served model's pooled hidden states, also the default) —, embeds a probe
+// text to learn the vector width, and sets the gateway's encoder and width. Errors name the flag
+// and the cause.
 //
 // Threading: used by the starting thread only; the encoder is then used by
 // request threads (EncoderBackend is thread-safe).
@@ -49,7 +49,8 @@ util::Status ApplySemanticFlags(const SemanticFlags& flags, double ttl_jitter, u
 
 // The encoder --encoder names, when the tier is on; holds what it loaded.
 struct SemanticEncoder {
-  std::unique_ptr<model::Encoder> encoder;           // FILE.gguf only
+  std::unique_ptr<model::Encoder> encoder;           // FILE.gguf of a bert or nomic-bert
+  std::unique_ptr<model::HashEncoder> hash;          // FILE.gguf of a strata-hash
   std::unique_ptr<backend::EncoderBackend> backend;  // FILE.gguf only
   std::string description;                           // for the start-up log
 };
