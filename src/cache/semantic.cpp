@@ -124,6 +124,7 @@ struct SemanticIndex::State {
     size_t live = 0;
     std::unordered_map<uint64_t, uint64_t> by_payload;  // payload -> entry id
     std::unique_ptr<faiss::Index> ann;                  // null: scanned exactly
+    size_t built_at = 0;  // live entries when `ann` was built (IVF retrains at 4x)
   };
 
   State(const SemanticOptions& o, const util::Clock& c, util::Rng r, TierObserver* obs)
@@ -251,7 +252,10 @@ struct SemanticIndex::State {
     n.rows = std::move(rows);
     n.slots = std::move(slots);
     n.ann.reset();
-    if (n.live >= options.ann_min_entries) n.ann = NewAnn(n);
+    if (n.live >= options.ann_min_entries && options.ann != AnnKind::kFlat) {
+      n.ann = NewAnn(n);
+      n.built_at = n.live;
+    }
     ++stats.rebuilds;
   }
 
@@ -420,10 +424,15 @@ util::StatusOr<std::vector<std::pair<std::string, uint64_t>>> SemanticIndex::Ins
   n.slots.push_back(id);
   ++n.live;
   n.by_payload[payload] = id;
-  if (n.ann != nullptr) {
+  if (n.ann != nullptr && s.options.ann == AnnKind::kIvf && n.live >= 4 * n.built_at) {
+    // IVF's lists were sized for the namespace it was trained on: retrain as
+    // it grows (amortised: every 4x).
+    s.Compact(n);
+  } else if (n.ann != nullptr) {
     n.ann->add(1, n.rows.data() + first);
   } else if (s.options.ann != AnnKind::kFlat && n.live >= s.options.ann_min_entries) {
     n.ann = s.NewAnn(n);
+    n.built_at = n.live;
   }
   const size_t bytes = s.EntryBytes(e);
   s.entries.emplace(id, std::move(e));

@@ -55,7 +55,7 @@ namespace strata::cache {
 enum class AnnKind {
   kFlat,  // exact inner-product scan (the baseline; what GPTCache and RedisVL do)
   kHnsw,  // FAISS IndexHNSWFlat, inner product
-  kIvf,   // FAISS IndexIVFFlat, inner product (trained once the namespace is large)
+  kIvf,   // FAISS IndexIVFFlat, inner product (trained when built, retrained at 4x growth)
   kLsh,   // FAISS IndexLSH: random-projection bits, Hamming distance
 };
 std::optional<AnnKind> ParseAnnKind(std::string_view name);  // "flat", "hnsw", "ivf", "lsh"

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/bench_cache.h"
+#include "cli/bench_semantic.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "model/transformer.h"
@@ -457,7 +458,23 @@ Command RegisterBench(CLI::App& app) {
       ->capture_default_str();
   cache_cmd->add_option("--data", cf->data_dir, "Directory holding traces/")->capture_default_str();
   cache_cmd->add_option("--json", cf->json, "Also write the results as JSON to FILE");
-  return {cmd, [f, cf, cache_cmd](const Env& env) {
+  auto sf = std::make_shared<BenchSemanticFlags>();
+  CLI::App* semantic_cmd = cmd->add_subcommand(
+      "semantic",
+      "Lookup latency, recall and candidates of the semantic index per size and index kind");
+  semantic_cmd->add_option("--sizes", sf->sizes, "Comma-separated entry counts")
+      ->capture_default_str();
+  semantic_cmd->add_option("--kinds", sf->kinds, "Comma-separated: hnsw, ivf, lsh, flat")
+      ->capture_default_str();
+  semantic_cmd->add_option("--dim", sf->dim, "Vector width")->capture_default_str();
+  semantic_cmd->add_option("--queries", sf->queries, "Lookups per index (half near, half not)")
+      ->capture_default_str();
+  semantic_cmd->add_option("--similarity", sf->similarity, "tau5 of the lookups")
+      ->capture_default_str();
+  semantic_cmd->add_option("--seed", sf->seed, "Vector seed")->capture_default_str();
+  semantic_cmd->add_option("--json", sf->json, "Also write the results as JSON to FILE");
+  return {cmd, [f, cf, cache_cmd, sf, semantic_cmd](const Env& env) {
+            if (semantic_cmd->parsed()) return RunBenchSemantic(env, *sf);
             return cache_cmd->parsed() ? RunBenchCache(env, *cf) : RunBench(env, *f);
           }};
 }
