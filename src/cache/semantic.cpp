@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <numbers>
@@ -477,6 +478,173 @@ SemanticStats SemanticIndex::stats() const {
   st.entries = state_->entries.size();
   st.namespaces = state_->namespaces.size();
   return st;
+}
+
+namespace {
+
+constexpr std::string_view kFileMagic = "STRATA-SEMANTIC\n";
+constexpr uint32_t kFileVersion = 1;
+
+template <typename T>
+void Put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+void PutBytes(std::string& out, std::string_view b) {
+  Put<uint32_t>(out, static_cast<uint32_t>(b.size()));
+  out.append(b);
+}
+
+// Reads what Save wrote, checking every length against what is left.
+class Reader {
+ public:
+  explicit Reader(std::string_view data) : d_(data) {}
+  template <typename T>
+  util::StatusOr<T> Get(std::string_view what) {
+    if (d_.size() - at_ < sizeof(T)) return Damaged(what);
+    T v;
+    std::memcpy(&v, d_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+  util::StatusOr<std::string_view> Bytes(std::string_view what) {
+    STRATA_ASSIGN_OR_RETURN(uint32_t n, Get<uint32_t>(what));
+    if (d_.size() - at_ < n) return Damaged(what);
+    std::string_view v = d_.substr(at_, n);
+    at_ += n;
+    return v;
+  }
+  bool done() const { return at_ == d_.size(); }
+  util::Status Damaged(std::string_view what) const {
+    return util::DataLossError(
+        fmt::format("semantic tier file: {} is cut short or damaged at byte {}", what, at_));
+  }
+
+ private:
+  std::string_view d_;
+  size_t at_ = 0;
+};
+
+}  // namespace
+
+util::Status SemanticIndex::Save(util::FileSystem& fs, const std::string& path,
+                                 const ValueCodec& codec) const {
+  std::string out(kFileMagic);
+  Put<uint32_t>(out, kFileVersion);
+  Put<uint32_t>(out, static_cast<uint32_t>(state_->options.dim));
+  size_t count = 0;
+  std::string body;
+  {
+    std::lock_guard lock(state_->mu);
+    const TimePoint now = state_->clock.Now();
+    for (const auto& [id, e] : state_->entries) {
+      if (!e.value || e.expiry <= now) continue;
+      const auto& n = state_->namespaces.at(e.ns);
+      PutBytes(body, e.ns);
+      Put<uint64_t>(body, e.payload);
+      const int64_t ttl_ms =
+          e.expiry == TimePoint::max()
+              ? -1
+              : std::chrono::duration_cast<std::chrono::milliseconds>(e.expiry - now).count();
+      Put<int64_t>(body, ttl_ms);
+      body.append(reinterpret_cast<const char*>(n.rows.data() + e.slot * state_->dim()),
+                  static_cast<size_t>(state_->dim()) * sizeof(float));
+      PutBytes(body, e.text ? EncodeNearDupText(*e.text) : std::string());
+      PutBytes(body, codec.Encode(*e.value));
+      ++count;
+    }
+  }
+  Put<uint64_t>(out, count);
+  out += body;
+  const std::string tmp = path + ".tmp";
+  STRATA_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(tmp));
+  STRATA_RETURN_IF_ERROR(file->Append(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(out.data()), out.size())));
+  STRATA_RETURN_IF_ERROR(file->Sync());
+  STRATA_RETURN_IF_ERROR(file->Close());
+  return fs.Rename(tmp, path);
+}
+
+util::StatusOr<size_t> SemanticIndex::Load(util::FileSystem& fs, const std::string& path,
+                                           const ValueCodec& codec) {
+  STRATA_ASSIGN_OR_RETURN(const std::string data, fs.ReadFile(path));
+  if (!std::string_view(data).starts_with(kFileMagic)) {
+    return util::DataLossError(fmt::format("{} is not a semantic tier file", path));
+  }
+  Reader r(std::string_view(data).substr(kFileMagic.size()));
+  STRATA_ASSIGN_OR_RETURN(uint32_t version, r.Get<uint32_t>("the version"));
+  if (version != kFileVersion) {
+    return util::DataLossError(
+        fmt::format("{}: version {} is not {}", path, version, kFileVersion));
+  }
+  STRATA_ASSIGN_OR_RETURN(uint32_t dim, r.Get<uint32_t>("the width"));
+  if (static_cast<int32_t>(dim) != state_->options.dim) {
+    return util::InvalidArgumentError(
+        fmt::format("{} holds vectors of {} floats; the semantic tier holds {} (another encoder)",
+                    path, dim, state_->options.dim));
+  }
+  STRATA_ASSIGN_OR_RETURN(uint64_t count, r.Get<uint64_t>("the entry count"));
+  struct Loaded {
+    std::string ns;
+    uint64_t payload = 0;
+    int64_t ttl_ms = -1;
+    std::vector<float> vector;
+    std::optional<NearDupText> text;
+    std::shared_ptr<const CachedValue> value;
+  };
+  std::vector<Loaded> entries;
+  for (uint64_t i = 0; i < count; ++i) {
+    Loaded l;
+    STRATA_ASSIGN_OR_RETURN(std::string_view ns, r.Bytes("a namespace"));
+    l.ns = std::string(ns);
+    STRATA_ASSIGN_OR_RETURN(l.payload, r.Get<uint64_t>("a payload"));
+    STRATA_ASSIGN_OR_RETURN(l.ttl_ms, r.Get<int64_t>("a TTL"));
+    l.vector.resize(dim);
+    for (uint32_t k = 0; k < dim; ++k) {
+      STRATA_ASSIGN_OR_RETURN(l.vector[k], r.Get<float>("a vector"));
+    }
+    STRATA_ASSIGN_OR_RETURN(std::string_view text, r.Bytes("a text"));
+    if (!text.empty()) {
+      auto t = DecodeNearDupText(text);
+      if (!t.ok()) return util::DataLossError(fmt::format("{}: {}", path, t.status().message()));
+      l.text = std::move(t).value();
+    }
+    STRATA_ASSIGN_OR_RETURN(std::string_view value, r.Bytes("a value"));
+    auto v = codec.Decode(value);
+    if (!v.ok()) return util::DataLossError(fmt::format("{}: {}", path, v.status().message()));
+    l.value = std::move(v).value();
+    entries.push_back(std::move(l));
+  }
+  if (!r.done()) return r.Damaged("the end");
+  size_t added = 0;
+  for (Loaded& l : entries) {
+    if (l.ttl_ms == 0) continue;
+    auto st = Insert(l.ns, l.vector, l.text ? &*l.text : nullptr, l.payload, l.value);
+    if (!st.ok()) continue;  // a zero vector: nothing to find it by
+    if (l.ttl_ms > 0) {
+      // Keep what was left of its TTL (Insert gave it a fresh one).
+      std::lock_guard lock(state_->mu);
+      auto ns_it = state_->namespaces.find(l.ns);
+      if (ns_it != state_->namespaces.end()) {
+        auto p = ns_it->second.by_payload.find(l.payload);
+        if (p != ns_it->second.by_payload.end()) {
+          State::Entry& e = state_->entries[p->second];
+          if (e.expiry != TimePoint::max()) {
+            auto [b, end] = state_->expiries.equal_range(e.expiry);
+            for (auto x = b; x != end; ++x) {
+              if (x->second == p->second) {
+                state_->expiries.erase(x);
+                break;
+              }
+            }
+          }
+          e.expiry = state_->clock.Now() + std::chrono::milliseconds(l.ttl_ms);
+          state_->expiries.emplace(e.expiry, p->second);
+        }
+      }
+    }
+    ++added;
+  }
+  return added;
 }
 
 }  // namespace strata::cache

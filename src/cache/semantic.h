@@ -45,7 +45,9 @@
 #include "cache/eviction_policy.h"
 #include "cache/near_dup.h"
 #include "cache/response_cache.h"
+#include "cache/shared_store.h"
 #include "util/clock.h"
+#include "util/file_system.h"
 #include "util/random.h"
 #include "util/status.h"
 
@@ -136,6 +138,18 @@ class SemanticIndex {
       std::shared_ptr<const CachedValue> value = nullptr);
   // Forgets every entry for which `match(ns, payload)` is true; how many.
   size_t EraseIf(const std::function<bool(std::string_view ns, uint64_t payload)>& match);
+
+  // Writes every live entry that holds a value (its namespace, payload,
+  // vector, prepared text, remaining TTL and the value as `codec` encodes
+  // it) to `path`, through a temporary file renamed into place, so a crash
+  // leaves the old file or the new one. Format: docs/formats/semantic.md.
+  util::Status Save(util::FileSystem& fs, const std::string& path, const ValueCodec& codec) const;
+  // Adds the entries of a file Save wrote (expired ones are skipped; the
+  // rest keep their remaining TTL, and the eviction bound holds); how many.
+  // DataLoss naming what is wrong for a damaged file, InvalidArgument for a
+  // file of another vector width; nothing is added then.
+  util::StatusOr<size_t> Load(util::FileSystem& fs, const std::string& path,
+                              const ValueCodec& codec);
 
   // From now on a Lookup without an override needs `min_similarity`, and
   // new entries live `ttl`; InvalidArgument, changing nothing, when out of range.

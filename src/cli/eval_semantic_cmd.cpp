@@ -37,6 +37,7 @@ struct EvalSemanticFlags {
   int32_t threads = 0;
   std::string json;
   bool curves = false;
+  std::vector<double> at;  // also report every encoder scorer at these thresholds
 };
 
 struct Split {
@@ -220,7 +221,11 @@ int RunEvalSemantic(const Env& env, const EvalSemanticFlags& f) {
       }
     }
     std::vector<double> thresholds = {chosen};
-    if (sc.fixed_threshold) thresholds.push_back(*sc.fixed_threshold);
+    if (sc.fixed_threshold) {
+      thresholds.push_back(*sc.fixed_threshold);
+    } else {
+      thresholds.insert(thresholds.end(), f.at.begin(), f.at.end());
+    }
     for (double t : thresholds) {
       Counts all;
       for (size_t k = 0; k < splits.size(); ++k) {
@@ -287,6 +292,7 @@ Command RegisterEvalSemantic(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-t,--threads", f->threads, "Threads of a BERT encoder; 0 = all cores");
   cmd->add_option("--json", f->json, "Also write the results as JSON to this file");
+  cmd->add_option("--at", f->at, "Also report each encoder at this cosine threshold (repeatable)");
   cmd->add_flag("--curves", f->curves,
                 "Also print each scorer's dev precision/recall per dataset on a grid");
   return {cmd, [f](const Env& env) { return RunEvalSemantic(env, *f); }};

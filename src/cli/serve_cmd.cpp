@@ -591,6 +591,7 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
   }
   auto gw = BuildGateway(l, *remotes, metrics, *go, clock, *log);
   if (!gw.ok()) return ReportError(gw.status());
+  LoadSemanticFile(env, f.semantic, **gw, *log);
   LogCacheTiers(f, *plan, *go, l, *log);
   const auto reloader = StartReloads(env, cmd, given, command_line, f,
                                      {.server = srv->server.get(),
@@ -606,7 +607,8 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
   OpenForRequests(f, *srv, **gw, l, util::SecondsBetween(t0, clock.Now()), metrics, *log);
   const bool clean = WaitAndDrain(signals, f, *srv->server, l, *reloader, *log);
   const int rc = ShutDown(clean, f, *srv->server, l, **gw, *log);
-  CloseCompliance(**compliance, *log);  // every request has its record by now
+  SaveSemanticFile(env, f.semantic, **gw, *log);  // after the last request stored its answer
+  CloseCompliance(**compliance, *log);            // every request has its record by now
   return rc;
 }
 

@@ -389,6 +389,8 @@ std::vector<ServeKnob> MakeServeKnobs() {
   k.push_back(Bind("semantic.ann", "--semantic-ann",
                    [](ServeFlags & f) -> auto& { return f.semantic.ann; },
                    {.choices = {"hnsw", "ivf", "lsh", "flat"}}));
+  k.push_back(Bind(
+      "semantic.file", "--semantic-file", [](ServeFlags & f) -> auto& { return f.semantic.file; }));
   k.push_back(Bind("semantic.encode_timeout_ms", "--semantic-encode-timeout-ms",
                    [](ServeFlags & f) -> auto& { return f.semantic.encode_timeout_ms; },
                    {.unit = "ms", .min = 1, .max = 60000}));

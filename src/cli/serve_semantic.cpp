@@ -30,6 +30,9 @@ void RegisterSemanticFlags(CLI::App& cmd, SemanticFlags& f) {
   cmd.add_option("--semantic-ann", f.ann,
                  "Nearest-neighbour index of large namespaces: hnsw, ivf, lsh or flat")
       ->capture_default_str();
+  cmd.add_option("--semantic-file", f.file,
+                 "Save the semantic tier here at shutdown and load it at start (the same "
+                 "encoder's entries only)");
   cmd.add_option("--semantic-encode-timeout-ms", f.encode_timeout_ms,
                  "Milliseconds a request waits for its text's vector before it goes on without "
                  "the semantic tier")
@@ -154,6 +157,28 @@ util::StatusOr<std::unique_ptr<SemanticEncoder>> StartEncoder(
   go.semantic_encoder = encoder;
   out->description += fmt::format(", {} dimensions", go.semantic.dim);
   return out;
+}
+
+void LoadSemanticFile(const Env& env, const SemanticFlags& f, gateway::Gateway& gw,
+                      util::Logger& log) {
+  if (f.file.empty() || !gw.semantic_stats() || !env.fs->Exists(f.file)) return;
+  auto n = gw.LoadSemantic(*env.fs, f.file);
+  if (!n.ok()) {
+    log.Warn("semantic tier: {} not loaded ({}); starting empty", f.file, n.status().ToString());
+    return;
+  }
+  log.Info("semantic tier: {} entries loaded from {}", *n, f.file);
+}
+
+void SaveSemanticFile(const Env& env, const SemanticFlags& f, const gateway::Gateway& gw,
+                      util::Logger& log) {
+  if (f.file.empty() || !gw.semantic_stats()) return;
+  const util::Status st = gw.SaveSemantic(*env.fs, f.file);
+  if (!st.ok()) {
+    log.Warn("semantic tier: not saved to {}: {}", f.file, st.ToString());
+    return;
+  }
+  log.Info("semantic tier: {} entries saved to {}", gw.semantic_stats()->entries, f.file);
 }
 
 }  // namespace strata::cli

@@ -38,6 +38,7 @@ struct SemanticFlags {
   double ttl_s = 600;          // seconds an entry lives (jittered as --l1-ttl-jitter)
   std::string ann = "hnsw";    // flat | hnsw | ivf | lsh
   int32_t encode_timeout_ms = 500;
+  std::string file;  // the tier is saved here at shutdown and loaded at start; "" = none
 };
 
 void RegisterSemanticFlags(CLI::App& cmd, SemanticFlags& flags);
@@ -60,5 +61,14 @@ struct SemanticEncoder {
 util::StatusOr<std::unique_ptr<SemanticEncoder>> StartEncoder(
     const Env& env, const SemanticFlags& flags, int32_t threads,
     const std::vector<backend::Backend*>& served, gateway::GatewayOptions& go, util::Logger& log);
+
+// Loads --semantic-file into the gateway's tier when the tier is on and the
+// file exists. A damaged file, or one of another encoder's width, is logged
+// and the tier starts empty: a cache file never stops the server.
+void LoadSemanticFile(const Env& env, const SemanticFlags& flags, gateway::Gateway& gw,
+                      util::Logger& log);
+// Saves the tier to --semantic-file (logging what failed).
+void SaveSemanticFile(const Env& env, const SemanticFlags& flags, const gateway::Gateway& gw,
+                      util::Logger& log);
 
 }  // namespace strata::cli

@@ -295,6 +295,12 @@ std::optional<cache::NearDupStats> Gateway::l3_stats() const { return tiers_->l3
 std::optional<cache::SemanticStats> Gateway::semantic_stats() const {
   return tiers_->semantic_stats();
 }
+util::Status Gateway::SaveSemantic(util::FileSystem& fs, const std::string& path) const {
+  return tiers_->SaveSemantic(fs, path);
+}
+util::StatusOr<size_t> Gateway::LoadSemantic(util::FileSystem& fs, const std::string& path) {
+  return tiers_->LoadSemantic(fs, path);
+}
 std::optional<cache::SharedStoreStats> Gateway::shared_stats() const {
   return tiers_->shared_stats();
 }

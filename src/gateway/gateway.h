@@ -317,6 +317,10 @@ class Gateway {
   std::optional<cache::NearDupStats> l3_stats() const;
   // The semantic tiers' counters; nullopt when they are off.
   std::optional<cache::SemanticStats> semantic_stats() const;
+  // The semantic tier's entries and answers to a file at shutdown, and back
+  // at start (cache::SemanticIndex::Save/Load); FailedPrecondition when off.
+  util::Status SaveSemantic(util::FileSystem& fs, const std::string& path) const;
+  util::StatusOr<size_t> LoadSemantic(util::FileSystem& fs, const std::string& path);
   // The RT-Switcher steering this gateway; nullptr when it is off.
   const RtControl* rt_control() const { return options_.rt_control; }
   // The shared tier's counters; nullopt without Redis.

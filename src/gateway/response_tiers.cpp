@@ -213,6 +213,7 @@ util::StatusOr<std::shared_ptr<ResponseTiers>> ResponseTiers::Create(const Gatew
         t->semantic_,
         cache::SemanticIndex::Create(options.semantic, clock, util::Rng(options.semantic_seed),
                                      t->semantic_observer_.get()));
+    t->codec_ = std::make_unique<StoredResponseCodec>();  // for its file (and Redis)
     t->encode_failures_ =
         &metrics
              .Counter("strata_semantic_encode_failures_total",
@@ -232,7 +233,7 @@ util::StatusOr<std::shared_ptr<ResponseTiers>> ResponseTiers::Create(const Gatew
     so.near_dup.max_candidates = options.l3.max_candidates;
     so.near_dup.min_similarity = options.l3.min_similarity;
     so.near_dup.similarity = options.l3.similarity;
-    t->codec_ = std::make_unique<StoredResponseCodec>();
+    if (!t->codec_) t->codec_ = std::make_unique<StoredResponseCodec>();
     STRATA_ASSIGN_OR_RETURN(
         t->shared_, cache::SharedStore::Create(so, *t->codec_, clock,
                                                util::Rng(options.l1_seed ^ 0x5348'5244ULL), log));
@@ -285,6 +286,16 @@ std::optional<cache::NearDupStats> ResponseTiers::l3_stats() const {
 std::optional<cache::SemanticStats> ResponseTiers::semantic_stats() const {
   if (!semantic_) return std::nullopt;
   return semantic_->stats();
+}
+
+util::Status ResponseTiers::SaveSemantic(util::FileSystem& fs, const std::string& path) const {
+  if (!semantic_) return util::FailedPreconditionError("the semantic tier is off");
+  return semantic_->Save(fs, path, *codec_);
+}
+
+util::StatusOr<size_t> ResponseTiers::LoadSemantic(util::FileSystem& fs, const std::string& path) {
+  if (!semantic_) return util::FailedPreconditionError("the semantic tier is off");
+  return semantic_->Load(fs, path, *codec_);
 }
 
 std::optional<cache::SharedStoreStats> ResponseTiers::shared_stats() const {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "testing/fake_clock.h"
+#include "testing/mem_file_system.h"
 #include "util/random.h"
 
 namespace strata::cache {
@@ -242,6 +243,94 @@ TEST(SemanticIndex, RefusesBadOptionsAndVectors) {
   EXPECT_TRUE(index->Reconfigure(0.95, std::chrono::seconds(10), 0.1).ok());
   EXPECT_EQ(ParseAnnKind("hnsw"), AnnKind::kHnsw);
   EXPECT_FALSE(ParseAnnKind("annoy").has_value());
+}
+
+}  // namespace
+}  // namespace strata::cache
+
+namespace strata::cache {
+namespace {
+
+class TextValue final : public CachedValue {
+ public:
+  explicit TextValue(std::string s) : s_(std::move(s)) {}
+  uint64_t ByteSize() const override { return s_.size(); }
+  const std::string& text() const { return s_; }
+
+ private:
+  std::string s_;
+};
+
+class TextCodec final : public ValueCodec {
+ public:
+  std::string Encode(const CachedValue& v) const override {
+    return static_cast<const TextValue&>(v).text();
+  }
+  util::StatusOr<std::shared_ptr<const CachedValue>> Decode(std::string_view b) const override {
+    if (b == "bad") return util::DataLossError("bad value");
+    return std::make_shared<const TextValue>(std::string(b));
+  }
+};
+
+TEST(SemanticIndex, SavesAndLoadsItsEntriesWithTheirValuesTextsAndTtls) {
+  testing::FakeClock clock;
+  SemanticOptions o = Options();
+  o.ttl = std::chrono::seconds(100);
+  auto index = Make(o, clock);
+  util::Rng rng(7);
+  const std::string ns = SemanticNamespace("t", "s");
+  auto q2 = PrepareNearDupText("what is 2 + 2");
+  ASSERT_TRUE(q2.ok());
+  std::vector<std::vector<float>> vs;
+  for (uint64_t i = 0; i < 30; ++i) {
+    vs.push_back(RandomUnit(rng));
+    ASSERT_TRUE(index
+                    ->Insert(ns, vs.back(), i == 0 ? &*q2 : nullptr, i,
+                             std::make_shared<TextValue>("answer " + std::to_string(i)))
+                    .ok());
+  }
+  ASSERT_TRUE(index->Insert(ns, RandomUnit(rng), nullptr, 99).ok());  // no value: not saved
+  clock.Advance(std::chrono::seconds(40));
+  testing::MemFileSystem fs;
+  TextCodec codec;
+  ASSERT_TRUE(index->Save(fs, "sem.bin", codec).ok());
+  EXPECT_FALSE(fs.Exists("sem.bin.tmp"));
+
+  auto loaded = Make(o, clock);
+  auto n = loaded->Load(fs, "sem.bin", codec);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 30u);
+  auto hit = loaded->Lookup(ns, vs[17], nullptr);
+  ASSERT_TRUE(hit.ok() && hit->match);
+  EXPECT_EQ(hit->match->payload, 17u);
+  EXPECT_EQ(static_cast<const TextValue&>(*hit->match->value).text(), "answer 17");
+  // The text came along: its guard still rejects another number.
+  auto q3 = PrepareNearDupText("what is 2 + 3");
+  EXPECT_FALSE(loaded->Lookup(ns, vs[0], &*q3)->match.has_value());
+  // The remaining 60 s of TTL came along too, not a fresh 100 s.
+  clock.Advance(std::chrono::seconds(61));
+  EXPECT_FALSE(loaded->Lookup(ns, vs[17], nullptr)->match.has_value());
+
+  // Damaged, foreign and other-width files add nothing.
+  const std::string good = *fs.ReadFile("sem.bin");
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    auto f = fs.NewWritableFile(name);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE((*f)->Append(std::span<const uint8_t>(
+                                 reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()))
+                    .ok());
+    ASSERT_TRUE((*f)->Close().ok());
+  };
+  write("cut.bin", good.substr(0, good.size() - 5));
+  write("foreign.bin", "hello");
+  auto fresh = Make(o, clock);
+  EXPECT_EQ(fresh->Load(fs, "cut.bin", codec).status().code(), util::StatusCode::kDataLoss);
+  EXPECT_EQ(fresh->Load(fs, "foreign.bin", codec).status().code(), util::StatusCode::kDataLoss);
+  EXPECT_EQ(fresh->stats().entries, 0u);
+  SemanticOptions wide = o;
+  wide.dim = kDim * 2;
+  EXPECT_EQ(Make(wide, clock)->Load(fs, "sem.bin", codec).status().code(),
+            util::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 // (ctest sets it); the models are written by `strata mkmodel`.
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
@@ -280,9 +281,20 @@ TEST_F(ModelsProcessTest, TheSemanticTierAnswersARewordingThroughAServedEncoder)
   testing::DemoModelDir enc("strata_models_semantic",
                             "arch=bert,n_embd=64,n_layers=2,n_heads=4,n_ff=128,n_ctx=32");
   ASSERT_FALSE(enc.model.empty()) << enc.MkmodelLog();
-  ASSERT_GT(Serve({"-m", "chat=" + small_->model, "-m", "embed=" + enc.model, "--semantic", "on",
-                   "--encoder", "backend:embed", "--semantic-similarity", "0.98"}),
-            0);
+  const std::string file = (enc.dir / "semantic.bin").string();
+  const std::vector<std::string> args = {"-m",
+                                         "chat=" + small_->model,
+                                         "-m",
+                                         "embed=" + enc.model,
+                                         "--semantic",
+                                         "on",
+                                         "--encoder",
+                                         "backend:embed",
+                                         "--semantic-similarity",
+                                         "0.98",
+                                         "--semantic-file",
+                                         file};
+  ASSERT_GT(Serve(args), 0);
   auto ask = [&](const std::string& text, const Json& cache = nullptr) {
     Json body = {{"model", "chat"},
                  {"messages", Json::array({{{"role", "user"}, {"content", text}}})},
@@ -305,6 +317,18 @@ TEST_F(ModelsProcessTest, TheSemanticTierAnswersARewordingThroughAServedEncoder)
   ASSERT_TRUE(refused.has_value());
   EXPECT_EQ(refused->Header("x-strata-cache"), "miss");
   EXPECT_EQ(Metric("strata_cache_hits_total", "tier=\"semantic\""), 1);
+
+  // A graceful stop saves the tier; the next start loads it and answers the
+  // rewording at once.
+  ::kill(pid_, SIGTERM);
+  EXPECT_EQ(testing::WaitExit(pid_, std::chrono::seconds(30)), 0);
+  pid_ = -1;
+  EXPECT_TRUE(std::filesystem::exists(file));
+  ASSERT_GT(Serve(args), 0);
+  EXPECT_NE(ReadAll(log_).find("entries loaded from"), std::string::npos) << ReadAll(log_);
+  auto after = ask("the little bird saw the dog in the park!");
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->Header("x-strata-cache"), "semantic") << after->body;
 
   const std::string log =
       Refused({"-m", "chat=" + small_->model, "--semantic", "on", "--encoder", "backend:nothing"});

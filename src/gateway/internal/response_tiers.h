@@ -77,6 +77,10 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
   std::optional<cache::ResponseCacheStats> l1_stats() const;
   std::optional<cache::NearDupStats> l3_stats() const;
   std::optional<cache::SemanticStats> semantic_stats() const;
+  // The semantic tier to and from a file (cache::SemanticIndex::Save/Load);
+  // FailedPrecondition when the tier is off.
+  util::Status SaveSemantic(util::FileSystem& fs, const std::string& path) const;
+  util::StatusOr<size_t> LoadSemantic(util::FileSystem& fs, const std::string& path);
   std::optional<cache::SharedStoreStats> shared_stats() const;
   bool FlushShared(std::chrono::milliseconds timeout);
   bool has_shared() const { return shared_ != nullptr; }
