@@ -10,10 +10,11 @@
 #
 # ENCODER.gguf: strata train-encoder's output, or a bert / nomic-bert file.
 # Env: THREADS (2), N (300 pairs), UNSEEN (100), SIMILARITY (0.75), GEN (16),
+# VERIFY (0.05: --semantic-verify; 0 serves every would-be hit unverified),
 # PORT (18700), STRATA (build/release/strata).
 set -euo pipefail
 if [ $# -lt 3 ] || [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
   [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ] && exit 0
   exit 2
 fi
@@ -22,7 +23,7 @@ strata="${STRATA:-build/release/strata}"
 port="${PORT:-18700}"
 source "$(dirname "$0")/lib.sh"
 "$strata" serve -m "$model" --encoder "$encoder" --semantic on --l3 on \
-  --semantic-similarity "${SIMILARITY:-0.75}" -t "${THREADS:-2}" --port "$port" \
+  --semantic-similarity "${SIMILARITY:-0.75}" --semantic-verify "${VERIFY:-0.05}" -t "${THREADS:-2}" --port "$port" \
   --log-level warn &
 pid=$!
 for _ in $(seq 100); do
@@ -71,4 +72,9 @@ print(f"paraphrases of {n} answered texts: " +
 print(f"false hits: {false_hits} paraphrases answered with another text's answer; "
       f"{unseen_hits} of {unseen} unseen texts answered from a cache")
 print(f"median latency: hits {ms(hit_s)} ms ({len(hit_s)}), generated {ms(miss_s)} ms ({len(miss_s)})")
+metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+print("verification: " + "; ".join(
+    line for line in metrics.splitlines()
+    if line.startswith(("strata_semantic_verifications_total", "strata_semantic_threshold",
+                        "strata_semantic_false_hit_rate"))))
 PY

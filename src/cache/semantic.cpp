@@ -425,6 +425,9 @@ util::StatusOr<std::vector<std::pair<std::string, uint64_t>>> SemanticIndex::Ins
   n.slots.push_back(id);
   ++n.live;
   n.by_payload[payload] = id;
+  // In the map before the index changes: a rebuild renumbers every entry's row.
+  const size_t bytes = s.EntryBytes(e);
+  s.entries.emplace(id, std::move(e));
   if (n.ann != nullptr && s.options.ann == AnnKind::kIvf && n.live >= 4 * n.built_at) {
     // IVF's lists were sized for the namespace it was trained on: retrain as
     // it grows (amortised: every 4x).
@@ -435,8 +438,6 @@ util::StatusOr<std::vector<std::pair<std::string, uint64_t>>> SemanticIndex::Ins
     n.ann = s.NewAnn(n);
     n.built_at = n.live;
   }
-  const size_t bytes = s.EntryBytes(e);
-  s.entries.emplace(id, std::move(e));
   s.policy->Insert(id, bytes, now);
   ++s.stats.inserts;
   if (s.observer) s.observer->OnStore(bytes);

@@ -391,6 +391,15 @@ std::vector<ServeKnob> MakeServeKnobs() {
                    {.choices = {"hnsw", "ivf", "lsh", "flat"}}));
   k.push_back(Bind(
       "semantic.file", "--semantic-file", [](ServeFlags & f) -> auto& { return f.semantic.file; }));
+  k.push_back(Bind("semantic.max_false_hit", "--semantic-max-false-hit",
+                   [](ServeFlags & f) -> auto& { return f.semantic.max_false_hit; },
+                   {.min = 0, .max = 1, .min_exclusive = true, .max_exclusive = true}));
+  k.push_back(Bind("semantic.verify", "--semantic-verify",
+                   [](ServeFlags & f) -> auto& { return f.semantic.verify; },
+                   {.min = 0, .max = 1}));
+  k.push_back(Bind("semantic.verify_min", "--semantic-verify-min",
+                   [](ServeFlags & f) -> auto& { return f.semantic.verify_min; },
+                   {.min = 1, .max = 1 << 18}));
   k.push_back(Bind("semantic.encode_timeout_ms", "--semantic-encode-timeout-ms",
                    [](ServeFlags & f) -> auto& { return f.semantic.encode_timeout_ms; },
                    {.unit = "ms", .min = 1, .max = 60000}));

@@ -30,6 +30,17 @@ void RegisterSemanticFlags(CLI::App& cmd, SemanticFlags& f) {
   cmd.add_option("--semantic-ann", f.ann,
                  "Nearest-neighbour index of large namespaces: hnsw, ivf, lsh or flat")
       ->capture_default_str();
+  cmd.add_option("--semantic-max-false-hit", f.max_false_hit,
+                 "Bound on the verified false-hit rate: the threshold served at is learned from "
+                 "sampled would-be hits that are generated anyway and compared")
+      ->capture_default_str();
+  cmd.add_option("--semantic-verify", f.verify,
+                 "Share of would-be semantic hits verified once the threshold is learned (all "
+                 "of them before); 0 turns verification off")
+      ->capture_default_str();
+  cmd.add_option("--semantic-verify-min", f.verify_min,
+                 "Verified would-be hits needed before the learned threshold is trusted")
+      ->capture_default_str();
   cmd.add_option("--semantic-file", f.file,
                  "Save the semantic tier here at shutdown and load it at start (the same "
                  "encoder's entries only)");
@@ -82,6 +93,15 @@ util::Status ApplySemanticFlags(const SemanticFlags& f, double ttl_jitter, uint6
   o.ann = *ann;
   go.semantic = o;
   go.semantic_encode_timeout = std::chrono::milliseconds(f.encode_timeout_ms);
+  go.semantic_verify.max_false_hit = f.max_false_hit;
+  go.semantic_verify.verify_share = f.verify;
+  go.semantic_verify.min_samples = static_cast<size_t>(f.verify_min);
+  go.semantic_verify.window = std::max<size_t>(1000, 4 * go.semantic_verify.min_samples);
+  go.semantic_verify.floor = f.similarity;
+  if (util::Status st = cache::FalseHitControl::Validate(go.semantic_verify); !st.ok()) {
+    return util::InvalidArgumentError(fmt::format(
+        "--semantic-max-false-hit / --semantic-verify / --semantic-verify-min: {}", st.message()));
+  }
   go.semantic_seed = seed ^ 0x5345'4d41'4e54ULL;
   return util::OkStatus();
 }

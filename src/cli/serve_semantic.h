@@ -38,7 +38,10 @@ struct SemanticFlags {
   double ttl_s = 600;          // seconds an entry lives (jittered as --l1-ttl-jitter)
   std::string ann = "hnsw";    // flat | hnsw | ivf | lsh
   int32_t encode_timeout_ms = 500;
-  std::string file;  // the tier is saved here at shutdown and loaded at start; "" = none
+  std::string file;             // the tier is saved here at shutdown and loaded at start; "" = none
+  double max_false_hit = 0.01;  // the verified false-hit rate the learned threshold keeps
+  double verify = 0.05;         // share of would-be hits verified after warm-up; 0 = off
+  uint64_t verify_min = 50;     // verifications before the learned threshold is trusted
 };
 
 void RegisterSemanticFlags(CLI::App& cmd, SemanticFlags& flags);

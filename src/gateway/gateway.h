@@ -49,9 +49,11 @@
 // the chat model's pooled hidden states), cache::SemanticIndex screens the
 // namespace's nearest vectors (L4) and re-ranks them by exact cosine with the
 // L3 guards (L5). The namespace is L3's: everything else, earlier messages
-// included, matches exactly. Such an answer is marked (CacheOutcome::
-// kSemantic and Generation::cache_similarity). An encoder that fails or is
-// late never fails a request: the tier is skipped for it.
+// included, matches exactly. A sampled share of would-be hits is generated
+// anyway and checked against the stored answer; the threshold served at is
+// learned from those checks (GatewayOptions::semantic_verify). Such an answer is marked
+// (CacheOutcome:: kSemantic and Generation::cache_similarity). An encoder that fails or is late
+// never fails a request: the tier is skipped for it.
 //
 // Shared tier (GatewayOptions::shared, Redis): an L1 or L3 miss is looked up
 // in Redis next (on the calling thread, bounded by the shared tier's
@@ -84,6 +86,7 @@
 
 #include "backend/backend.h"
 #include "backend/local.h"
+#include "cache/false_hit_control.h"
 #include "cache/near_dup.h"
 #include "cache/response_cache.h"
 #include "cache/semantic.h"
@@ -156,6 +159,14 @@ struct GatewayOptions {
   // How long a request waits for its text's vector before it goes on without
   // the semantic tier.
   std::chrono::milliseconds semantic_encode_timeout{500};
+  // Verification (cache/false_hit_control.h): a sampled share of would-be
+  // semantic hits is generated anyway and its answer compared with the
+  // stored one (equal text, or L3's similarity of the two answers at least
+  // semantic_judge_similarity); the threshold served at is learned so the
+  // verified false-hit rate stays under max_false_hit. Its floor is
+  // semantic.min_similarity.
+  cache::FalseHitOptions semantic_verify;
+  double semantic_judge_similarity = 0.8;
   uint64_t semantic_seed = 0;  // seeds the TTL jitter
   // The shared tier (Redis) for L1 and L3, whichever are on; nullopt = local
   // tiers only. Its L3 layout and threshold are taken from `l3`.

@@ -84,6 +84,13 @@ struct ResponseTiers::Plan {
   std::shared_ptr<const NearDupRequest> semantic;
   std::shared_ptr<std::vector<float>> vector;
   double semantic_min_similarity = 1;
+  // Set by the lookup when this request verifies a would-be hit instead of
+  // being answered by it: the candidate's similarity and stored answer.
+  struct Verification {
+    double similarity = 0;
+    std::shared_ptr<const StoredResponse> stored;
+  };
+  std::shared_ptr<Verification> verify;
   cache::CacheKey key;       // set when any of the three is used
   uint64_t fingerprint = 0;  // the backend's
   int32_t n_prompt = 0;      // 0: known only from the backend's usage
@@ -214,6 +221,43 @@ util::StatusOr<std::shared_ptr<ResponseTiers>> ResponseTiers::Create(const Gatew
         cache::SemanticIndex::Create(options.semantic, clock, util::Rng(options.semantic_seed),
                                      t->semantic_observer_.get()));
     t->codec_ = std::make_unique<StoredResponseCodec>();  // for its file (and Redis)
+    cache::FalseHitOptions fo = options.semantic_verify;
+    fo.floor = options.semantic.min_similarity;
+    STRATA_RETURN_IF_ERROR(cache::FalseHitControl::Validate(fo));
+    t->false_hits_ = std::make_unique<cache::FalseHitControl>(fo);
+    t->verify_rng_ = util::Rng(options.semantic_seed ^ 0x5645'5249'4659ULL);
+    auto& verified = metrics.Counter(
+        "strata_semantic_verifications_total",
+        "Would-be semantic hits generated anyway and compared with the stored answer, by "
+        "result (agreed, disagreed).",
+        {"result"});
+    t->verified_[0] = &verified.With({"agreed"});
+    t->verified_[1] = &verified.With({"disagreed"});
+    std::weak_ptr<ResponseTiers> weak_tiers = t;
+    auto estimate = [weak_tiers](auto field) {
+      return [weak_tiers, field]() -> double {
+        const auto tiers = weak_tiers.lock();
+        return tiers ? field(tiers->false_hits_->Estimate()) : 0.0;
+      };
+    };
+    metrics.GaugeCallback(
+        "strata_semantic_threshold",
+        "The cosine similarity a semantic answer needs now: the learned threshold (above 1 "
+        "while no threshold keeps the verified false-hit rate under the bound).",
+        estimate([](const cache::FalseHitEstimate& e) { return e.threshold; }));
+    metrics.GaugeCallback(
+        "strata_semantic_false_hit_rate",
+        "Verified false-hit rate of the would-be hits at the threshold (window of recent checks).",
+        estimate([](const cache::FalseHitEstimate& e) { return e.rate; }));
+    metrics.GaugeCallback("strata_semantic_false_hit_rate_lower",
+                          "Lower end of its 95 % Wilson interval.",
+                          estimate([](const cache::FalseHitEstimate& e) { return e.lower; }));
+    metrics.GaugeCallback("strata_semantic_false_hit_rate_upper",
+                          "Upper end of its 95 % Wilson interval.",
+                          estimate([](const cache::FalseHitEstimate& e) { return e.upper; }));
+    metrics.GaugeCallback(
+        "strata_semantic_verified_samples", "Verified would-be hits at or above the threshold.",
+        estimate([](const cache::FalseHitEstimate& e) { return static_cast<double>(e.samples); }));
     t->encode_failures_ =
         &metrics
              .Counter("strata_semantic_encode_failures_total",
@@ -395,6 +439,7 @@ ResponseTiers::Plan ResponseTiers::Classify(const CompletionRequest& r, const ba
       if (semantic) {
         plan.semantic = view;
         plan.vector = std::make_shared<std::vector<float>>();
+        plan.verify = std::make_shared<Plan::Verification>();
         plan.semantic_min_similarity = live.semantic_min_similarity;
       }
     }
@@ -585,7 +630,25 @@ std::unique_ptr<Generation> ResponseTiers::FindSemantic(const CompletionRequest&
     span.End();
     return nullptr;
   }
-  const bool hit = found->match && found->match->value;
+  bool hit = found->match && found->match->value;
+  if (hit) {
+    // Verify a sampled share of would-be hits (all of them while the
+    // threshold is being learned); serve only at the learned threshold.
+    const double share = false_hits_->VerifyShare();
+    bool verify = false;
+    {
+      std::lock_guard lock(verify_mu_);
+      verify = verify_rng_.Uniform() < share;
+    }
+    if (verify) {
+      plan.verify->similarity = found->match->similarity;
+      plan.verify->stored = std::static_pointer_cast<const StoredResponse>(found->match->value);
+      span.SetBool("cache.verify", true);
+      hit = false;
+    } else if (found->match->similarity < false_hits_->threshold()) {
+      hit = false;  // above the operator's floor, below what the checks allow
+    }
+  }
   span.SetBool("cache.hit", hit);
   span.SetInt("cache.candidates", static_cast<int64_t>(found->screened));
   if (hit) span.SetDouble("cache.similarity", found->match->similarity);
@@ -607,7 +670,7 @@ Flight::Hook ResponseTiers::StoreHook(const CompletionRequest& r, const Plan& pl
   const std::chrono::nanoseconds l3_ttl = plan.l3_ttl;
   return [tiers = shared_from_this(), key = plan.key, n_choices = r.n, n_prompt = plan.n_prompt,
           use_l1 = plan.use_l1, near = plan.near, semantic = plan.semantic, vector = plan.vector,
-          scope = cache::SharedScope{r.tenant, plan.fingerprint}, l1_ttl,
+          verify = plan.verify, scope = cache::SharedScope{r.tenant, plan.fingerprint}, l1_ttl,
           l3_ttl](const Flight& f, bool succeeded, const std::vector<Event>& log) {
     if (succeeded && (use_l1 || near || semantic)) {
       // A remote backend learns the prompt's size from its usage.
@@ -629,6 +692,7 @@ Flight::Hook ResponseTiers::StoreHook(const CompletionRequest& r, const Plan& pl
                                   stored, l3_ttl);
         }
       }
+      if (verify && verify->stored) tiers->Verify(verify->similarity, *verify->stored, log);
       if (semantic && vector && !vector->empty()) {
         (void)tiers->semantic_->Insert(cache::SemanticNamespace(semantic->tenant, semantic->scope),
                                        *vector, &semantic->text, key.hash, stored);
@@ -636,6 +700,37 @@ Flight::Hook ResponseTiers::StoreHook(const CompletionRequest& r, const Plan& pl
     }
     tiers->flights_.Finish(f.key(), &f);
   };
+}
+
+namespace {
+
+// Each choice's text, in choice order.
+std::vector<std::string> ChoiceTexts(const std::vector<Event>& events) {
+  std::vector<std::string> out;
+  for (const Event& e : events) {
+    if (e.kind != Event::Kind::kDelta || e.index < 0 || e.index > 1024) continue;
+    if (out.size() <= static_cast<size_t>(e.index)) out.resize(static_cast<size_t>(e.index) + 1);
+    out[static_cast<size_t>(e.index)] += e.text;
+  }
+  return out;
+}
+
+}  // namespace
+
+void ResponseTiers::Verify(double similarity, const StoredResponse& stored,
+                           const std::vector<Event>& fresh) {
+  const std::vector<std::string> a = ChoiceTexts(stored.events()), b = ChoiceTexts(fresh);
+  bool agreed = a.size() == b.size();
+  for (size_t i = 0; agreed && i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    // The similarity judge: L3's measure of the two answers (guards included).
+    auto pa = cache::PrepareNearDupText(a[i]);
+    auto pb = cache::PrepareNearDupText(b[i]);
+    agreed = pa.ok() && pb.ok() &&
+             cache::ScorePair(*pa, *pb).similarity >= options_.semantic_judge_similarity;
+  }
+  false_hits_->Record(similarity, agreed);
+  verified_[agreed ? 0 : 1]->Inc();
 }
 
 }  // namespace strata::gateway

@@ -63,6 +63,8 @@ class SemanticGatewayTest : public ::testing::Test {
     go.semantic.dim = 64;
     go.semantic.min_similarity = kThreshold;
     go.semantic_encoder = backend_.get();
+    go.semantic_verify.verify_share = verify_share_;
+    go.semantic_verify.min_samples = 3;
     testing::StartServingStack(s_, go, *metrics_, clock_, *log_);
   }
   Observed Run(const CompletionRequest& r) {
@@ -102,6 +104,7 @@ class SemanticGatewayTest : public ::testing::Test {
   std::unique_ptr<testing::MemFileSystem> fs_;
   std::unique_ptr<model::Encoder> encoder_;
   std::unique_ptr<backend::EncoderBackend> backend_;
+  double verify_share_ = 0;  // verification off unless a test turns it on
   testing::FakeClock clock_;
   std::unique_ptr<obs::MetricsRegistry> metrics_;
   testing::ServingStack s_;
@@ -193,6 +196,34 @@ TEST_F(SemanticGatewayTest, ModesAndThresholdChangeLiveButTheTierCannotBeTurnedO
   live = s_.gw->live_options();
   live.semantic_mode = L3Mode::kOn;
   EXPECT_FALSE(s_.gw->Reconfigure(live).ok());
+}
+
+// Verification: while the threshold is being learned every would-be hit is
+// generated anyway and compared; once enough agreed, hits are served at the
+// learned threshold, and the estimate is exported.
+TEST_F(SemanticGatewayTest, WouldBeHitsAreVerifiedAndTheLearnedThresholdIsServed) {
+  verify_share_ = 0.5;
+  Build(L3Mode::kOptIn, {}, /*l1=*/false);  // the same text reaches the semantic tier
+  const Observed first = Run(Chat(kAsked));
+  for (int i = 0; i < 3; ++i) {
+    const Observed o = Run(Chat(kAsked));
+    EXPECT_EQ(o.outcome, CacheOutcome::kMiss) << "warming up: verified, not served";
+    EXPECT_EQ(o.text, first.text);
+  }
+  EXPECT_EQ(Metric("strata_semantic_verifications_total{result=\"agreed\"}"), 3);
+  EXPECT_NEAR(Metric("strata_semantic_threshold"), 1.0, 1e-4);
+  EXPECT_EQ(Metric("strata_semantic_false_hit_rate"), 0);
+  EXPECT_GT(Metric("strata_semantic_false_hit_rate_upper"), 0);
+  int served = 0, verified = 0;
+  for (int i = 0; i < 20; ++i) {
+    const Observed o = Run(Chat(kAsked));
+    EXPECT_EQ(o.text, first.text);
+    (o.outcome == CacheOutcome::kSemantic ? served : verified) += 1;
+  }
+  EXPECT_GT(served, 0);
+  EXPECT_GT(verified, 0) << "a share keeps being verified";
+  // A rewording below the learned threshold (1.0) is not served.
+  EXPECT_EQ(Run(Chat(kParaphrase)).outcome, CacheOutcome::kMiss);
 }
 
 }  // namespace semantic_test

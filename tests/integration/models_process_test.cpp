@@ -293,7 +293,9 @@ TEST_F(ModelsProcessTest, TheSemanticTierAnswersARewordingThroughAServedEncoder)
                                          "--semantic-similarity",
                                          "0.98",
                                          "--semantic-file",
-                                         file};
+                                         file,
+                                         "--semantic-verify",  // served at once, unverified
+                                         "0"};
   ASSERT_GT(Serve(args), 0);
   auto ask = [&](const std::string& text, const Json& cache = nullptr) {
     Json body = {{"model", "chat"},

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "backend/backend.h"
@@ -98,6 +99,9 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
   std::unique_ptr<Generation> FindCached(const CompletionRequest& r, const Plan& plan,
                                          bool* refresh);
   Flight::Hook StoreHook(const CompletionRequest& r, const Plan& plan);
+  // Records whether `fresh` (a verified request's answer) agrees with the
+  // would-be hit's `stored` answer of cosine `similarity`.
+  void Verify(double similarity, const StoredResponse& stored, const std::vector<Event>& fresh);
 
   const GatewayOptions options_;
   const util::Clock& clock_;
@@ -108,8 +112,12 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
   std::unique_ptr<cache::NearDupIndex> l3_;         // null when off
   std::unique_ptr<TierMetrics> semantic_observer_;  // outlives semantic_
   std::unique_ptr<cache::SemanticIndex> semantic_;  // null when off
-  obs::CounterValue* encode_failures_ = nullptr;    // strata_semantic_encode_failures_total
-  obs::HistogramValue* encode_seconds_ = nullptr;   // strata_semantic_encode_seconds
+  std::unique_ptr<cache::FalseHitControl> false_hits_;  // with semantic_
+  std::mutex verify_mu_;                                // guards verify_rng_
+  util::Rng verify_rng_{0};
+  obs::CounterValue* verified_[2] = {nullptr, nullptr};  // [0] agreed, [1] disagreed
+  obs::CounterValue* encode_failures_ = nullptr;         // strata_semantic_encode_failures_total
+  obs::HistogramValue* encode_seconds_ = nullptr;        // strata_semantic_encode_seconds
   // The shared tier (Redis); null without it. It borrows the codec (declared
   // first, so destroyed after it) and the gateway's logger. Destroying it
   // joins its writer thread, bounded by one command's timeout.
