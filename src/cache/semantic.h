@@ -11,7 +11,7 @@
 //     A namespace with fewer than ann_min_entries entries is scanned exactly
 //     (at that size a scan is as fast as any index and finds every
 //     neighbour); a larger one is searched through a FAISS index of the kind
-//     `ann` names (HNSW by default: docs/benchmarks.md, "Semantic tier").
+//     `ann` names (IVF by default: docs/benchmarks.md, "Semantic tier").
 //  2. L5 (re-rank): every survivor's cosine is computed exactly from its
 //     stored vector, best first; the first one at or above τ5 whose text
 //     passes the L3 guards (numbers and symbols, negations, word order,
@@ -71,7 +71,7 @@ struct SemanticOptions {
   double min_similarity = 0.9;      // τ5, (coarse_similarity, 1]
   std::chrono::seconds ttl{0};      // 0 = no TTL
   double ttl_jitter = 0;            // [0, 0.9]
-  AnnKind ann = AnnKind::kHnsw;
+  AnnKind ann = AnnKind::kIvf;
   size_t ann_min_entries = 2048;  // smaller namespaces are scanned exactly; >= 1
   int hnsw_m = 32;                // HNSW links per node, [4, 128]
   int hnsw_ef_search = 96;        // HNSW search breadth, >= top_k is sensible, [1, 4096]

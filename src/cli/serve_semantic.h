@@ -36,7 +36,7 @@ struct SemanticFlags {
   double similarity = 0.9;     // τ5
   uint64_t entries = 100'000;  // entries over all tenants
   double ttl_s = 600;          // seconds an entry lives (jittered as --l1-ttl-jitter)
-  std::string ann = "hnsw";    // flat | hnsw | ivf | lsh
+  std::string ann = "ivf";     // ivf | hnsw | lsh | flat
   int32_t encode_timeout_ms = 500;
   std::string file;             // the tier is saved here at shutdown and loaded at start; "" = none
   double max_false_hit = 0.01;  // the verified false-hit rate the learned threshold keeps
