@@ -34,7 +34,7 @@ double Dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-util::Status Validate(const SemanticOptions& o) {
+util::Status ValidateOptions(const SemanticOptions& o) {
   auto bad = [](std::string_view what, auto value, std::string_view range) {
     return InvalidArgumentError(fmt::format("semantic {} {} is outside {}", what, value, range));
   };
@@ -281,7 +281,7 @@ util::StatusOr<std::unique_ptr<SemanticIndex>> SemanticIndex::Create(const Seman
                                                                      const util::Clock& clock,
                                                                      util::Rng rng,
                                                                      TierObserver* observer) {
-  STRATA_RETURN_IF_ERROR(Validate(options));
+  STRATA_RETURN_IF_ERROR(ValidateOptions(options));
   return std::unique_ptr<SemanticIndex>(new SemanticIndex(options, clock, rng, observer));
 }
 
@@ -465,7 +465,7 @@ util::Status SemanticIndex::Reconfigure(double min_similarity, std::chrono::seco
   o.min_similarity = min_similarity;
   o.ttl = ttl;
   o.ttl_jitter = ttl_jitter;
-  STRATA_RETURN_IF_ERROR(Validate(o));
+  STRATA_RETURN_IF_ERROR(ValidateOptions(o));
   std::lock_guard lock(state_->mu);
   state_->min_similarity = min_similarity;
   state_->ttl = ttl;
@@ -496,9 +496,9 @@ void PutBytes(std::string& out, std::string_view b) {
 }
 
 // Reads what Save wrote, checking every length against what is left.
-class Reader {
+class SemanticFileReader {
  public:
-  explicit Reader(std::string_view data) : d_(data) {}
+  explicit SemanticFileReader(std::string_view data) : d_(data) {}
   template <typename T>
   util::StatusOr<T> Get(std::string_view what) {
     if (d_.size() - at_ < sizeof(T)) return Damaged(what);
@@ -528,10 +528,11 @@ class Reader {
 }  // namespace
 
 util::Status SemanticIndex::Save(util::FileSystem& fs, const std::string& path,
-                                 const ValueCodec& codec) const {
+                                 const ValueCodec& codec, uint64_t encoder) const {
   std::string out(kFileMagic);
   Put<uint32_t>(out, kFileVersion);
   Put<uint32_t>(out, static_cast<uint32_t>(state_->options.dim));
+  Put<uint64_t>(out, encoder);
   size_t count = 0;
   std::string body;
   {
@@ -566,12 +567,12 @@ util::Status SemanticIndex::Save(util::FileSystem& fs, const std::string& path,
 }
 
 util::StatusOr<size_t> SemanticIndex::Load(util::FileSystem& fs, const std::string& path,
-                                           const ValueCodec& codec) {
+                                           const ValueCodec& codec, uint64_t encoder) {
   STRATA_ASSIGN_OR_RETURN(const std::string data, fs.ReadFile(path));
   if (!std::string_view(data).starts_with(kFileMagic)) {
     return util::DataLossError(fmt::format("{} is not a semantic tier file", path));
   }
-  Reader r(std::string_view(data).substr(kFileMagic.size()));
+  SemanticFileReader r(std::string_view(data).substr(kFileMagic.size()));
   STRATA_ASSIGN_OR_RETURN(uint32_t version, r.Get<uint32_t>("the version"));
   if (version != kFileVersion) {
     return util::DataLossError(
@@ -582,6 +583,11 @@ util::StatusOr<size_t> SemanticIndex::Load(util::FileSystem& fs, const std::stri
     return util::InvalidArgumentError(
         fmt::format("{} holds vectors of {} floats; the semantic tier holds {} (another encoder)",
                     path, dim, state_->options.dim));
+  }
+  STRATA_ASSIGN_OR_RETURN(uint64_t made_by, r.Get<uint64_t>("the encoder"));
+  if (made_by != encoder) {
+    return util::InvalidArgumentError(fmt::format(
+        "{} was written with another encoder ({:016x}, not {:016x})", path, made_by, encoder));
   }
   STRATA_ASSIGN_OR_RETURN(uint64_t count, r.Get<uint64_t>("the entry count"));
   struct Loaded {

@@ -143,13 +143,15 @@ class SemanticIndex {
   // vector, prepared text, remaining TTL and the value as `codec` encodes
   // it) to `path`, through a temporary file renamed into place, so a crash
   // leaves the old file or the new one. Format: docs/formats/semantic.md.
-  util::Status Save(util::FileSystem& fs, const std::string& path, const ValueCodec& codec) const;
+  // `encoder` identifies what made the vectors (its fingerprint).
+  util::Status Save(util::FileSystem& fs, const std::string& path, const ValueCodec& codec,
+                    uint64_t encoder) const;
   // Adds the entries of a file Save wrote (expired ones are skipped; the
   // rest keep their remaining TTL, and the eviction bound holds); how many.
   // DataLoss naming what is wrong for a damaged file, InvalidArgument for a
-  // file of another vector width; nothing is added then.
+  // file of another encoder (fingerprint) or vector width; nothing is added then.
   util::StatusOr<size_t> Load(util::FileSystem& fs, const std::string& path,
-                              const ValueCodec& codec);
+                              const ValueCodec& codec, uint64_t encoder);
 
   // From now on a Lookup without an override needs `min_similarity`, and
   // new entries live `ttl`; InvalidArgument, changing nothing, when out of range.

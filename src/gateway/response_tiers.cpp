@@ -334,12 +334,12 @@ std::optional<cache::SemanticStats> ResponseTiers::semantic_stats() const {
 
 util::Status ResponseTiers::SaveSemantic(util::FileSystem& fs, const std::string& path) const {
   if (!semantic_) return util::FailedPreconditionError("the semantic tier is off");
-  return semantic_->Save(fs, path, *codec_);
+  return semantic_->Save(fs, path, *codec_, options_.semantic_encoder->fingerprint());
 }
 
 util::StatusOr<size_t> ResponseTiers::LoadSemantic(util::FileSystem& fs, const std::string& path) {
   if (!semantic_) return util::FailedPreconditionError("the semantic tier is off");
-  return semantic_->Load(fs, path, *codec_);
+  return semantic_->Load(fs, path, *codec_, options_.semantic_encoder->fingerprint());
 }
 
 std::optional<cache::SharedStoreStats> ResponseTiers::shared_stats() const {

@@ -293,11 +293,14 @@ TEST(SemanticIndex, SavesAndLoadsItsEntriesWithTheirValuesTextsAndTtls) {
   clock.Advance(std::chrono::seconds(40));
   testing::MemFileSystem fs;
   TextCodec codec;
-  ASSERT_TRUE(index->Save(fs, "sem.bin", codec).ok());
+  ASSERT_TRUE(index->Save(fs, "sem.bin", codec, /*encoder=*/42).ok());
   EXPECT_FALSE(fs.Exists("sem.bin.tmp"));
 
   auto loaded = Make(o, clock);
-  auto n = loaded->Load(fs, "sem.bin", codec);
+  EXPECT_EQ(loaded->Load(fs, "sem.bin", codec, /*encoder=*/43).status().code(),
+            util::StatusCode::kInvalidArgument)
+      << "another encoder's vectors";
+  auto n = loaded->Load(fs, "sem.bin", codec, 42);
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   EXPECT_EQ(*n, 30u);
   auto hit = loaded->Lookup(ns, vs[17], nullptr);
@@ -324,12 +327,12 @@ TEST(SemanticIndex, SavesAndLoadsItsEntriesWithTheirValuesTextsAndTtls) {
   write("cut.bin", good.substr(0, good.size() - 5));
   write("foreign.bin", "hello");
   auto fresh = Make(o, clock);
-  EXPECT_EQ(fresh->Load(fs, "cut.bin", codec).status().code(), util::StatusCode::kDataLoss);
-  EXPECT_EQ(fresh->Load(fs, "foreign.bin", codec).status().code(), util::StatusCode::kDataLoss);
+  EXPECT_EQ(fresh->Load(fs, "cut.bin", codec, 42).status().code(), util::StatusCode::kDataLoss);
+  EXPECT_EQ(fresh->Load(fs, "foreign.bin", codec, 42).status().code(), util::StatusCode::kDataLoss);
   EXPECT_EQ(fresh->stats().entries, 0u);
   SemanticOptions wide = o;
   wide.dim = kDim * 2;
-  EXPECT_EQ(Make(wide, clock)->Load(fs, "sem.bin", codec).status().code(),
+  EXPECT_EQ(Make(wide, clock)->Load(fs, "sem.bin", codec, 42).status().code(),
             util::StatusCode::kInvalidArgument);
 }
 
