@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "backend/internal/embedding_inputs.h"
+
 namespace strata::backend {
 
 EncoderBackend::EncoderBackend(const model::Encoder& encoder, const EncoderBackendOptions& options)
@@ -43,44 +45,17 @@ util::StatusOr<std::shared_ptr<Run>> EncoderBackend::Start(const Request&,
 util::StatusOr<EmbeddingResult> EncoderBackend::Embed(
     const EmbeddingRequest& r, std::chrono::steady_clock::time_point deadline) {
   if (hash_ != nullptr) return EmbedHashed(r);
-  const text::Tokenizer& tok = bert_->tokenizer();
-  std::vector<std::vector<int32_t>> inputs;
-  for (const auto& t : r.texts) inputs.push_back(tok.Encode(t, {.add_special = true}));
-  for (const auto& ids : r.token_ids) inputs.push_back(ids);
-  if (inputs.empty()) return util::InvalidFieldError("input", "'input' must not be empty");
-  const int32_t max_inputs = max_inputs_.load(std::memory_order_relaxed);
-  if (static_cast<int32_t>(inputs.size()) > max_inputs) {
-    return util::InvalidFieldError(
-        "input",
-        fmt::format("'input' has {} items; at most {} are allowed", inputs.size(), max_inputs));
-  }
-  const int32_t n_ctx = bert_->config().n_ctx_train;
+  STRATA_ASSIGN_OR_RETURN(internal::EmbeddingInputs checked,
+                          internal::CheckedEmbeddingInputs(
+                              r, bert_->tokenizer(), max_inputs_.load(std::memory_order_relaxed),
+                              bert_->config().n_ctx_train, "the encoder's"));
   EmbeddingResult out;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].empty()) {
-      return util::InvalidFieldError(fmt::format("input[{}]", i),
-                                     fmt::format("'input[{}]' is empty", i));
-    }
-    if (static_cast<int32_t>(inputs[i].size()) > n_ctx) {
-      return util::OutOfRangeError(fmt::format("context length exceeded: input[{}] has {} tokens "
-                                               "and the encoder's context is {}",
-                                               i, inputs[i].size(), n_ctx))
-          .WithReason(util::ErrorReason::kContextLengthExceeded);
-    }
-    for (int32_t id : inputs[i]) {
-      if (!tok.IsValid(id)) {
-        return util::InvalidFieldError(
-            fmt::format("input[{}]", i),
-            fmt::format("'input[{}]' holds token id {} outside the vocabulary", i, id));
-      }
-    }
-    out.prompt_tokens += static_cast<int32_t>(inputs[i].size());
-  }
+  out.prompt_tokens = checked.prompt_tokens;
   std::unique_lock lock(pool_mu_, std::defer_lock);
   if (!lock.try_lock_until(deadline)) {
     return util::DeadlineExceededError("the encoder stayed busy past the request's deadline");
   }
-  for (const auto& ids : inputs) {
+  for (const auto& ids : checked.tokens) {
     if (std::chrono::steady_clock::now() > deadline) {
       return util::DeadlineExceededError("embedding ran past the request's deadline");
     }
@@ -148,7 +123,7 @@ util::StatusOr<EmbeddingResult> EncoderBackend::EmbedHashed(const EmbeddingReque
                                      fmt::format("'input[{}]' has no words", i));
     }
     out.prompt_tokens += static_cast<int32_t>(features.size());
-    out.embeddings.push_back(hash_->Embed(r.texts[i]));
+    out.embeddings.push_back(hash_->EmbedFeatures(features));
   }
   return out;
 }

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/internal/embedding_inputs.h"
 #include "backend/internal/embedding_sink.h"
 #include "backend/internal/stored_tokens.h"
 #include "backend/stop_matcher.h"
@@ -693,38 +694,14 @@ util::StatusOr<std::shared_ptr<const grammar::GrammarTokenMask>> LocalBackend::G
 
 util::StatusOr<EmbeddingResult> LocalBackend::Embed(
     const EmbeddingRequest& r, std::chrono::steady_clock::time_point deadline) {
-  const text::Tokenizer& tok = model_.tokenizer();
-  std::vector<std::vector<int32_t>> inputs;
-  for (const auto& t : r.texts) inputs.push_back(tok.Encode(t, {.add_special = true}));
-  for (const auto& ids : r.token_ids) inputs.push_back(ids);
-  if (inputs.empty()) return util::InvalidFieldError("input", "'input' must not be empty");
-  const int32_t max_inputs = max_embedding_inputs_.load(std::memory_order_relaxed);
-  if (static_cast<int32_t>(inputs.size()) > max_inputs) {
-    return util::InvalidFieldError(
-        "input",
-        fmt::format("'input' has {} items; at most {} are allowed", inputs.size(), max_inputs));
-  }
+  STRATA_ASSIGN_OR_RETURN(
+      internal::EmbeddingInputs checked,
+      internal::CheckedEmbeddingInputs(r, model_.tokenizer(),
+                                       max_embedding_inputs_.load(std::memory_order_relaxed),
+                                       n_ctx_, "the model's"));
+  const std::vector<std::vector<int32_t>>& inputs = checked.tokens;
   EmbeddingResult out;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].empty()) {
-      return util::InvalidFieldError(fmt::format("input[{}]", i),
-                                     fmt::format("'input[{}]' is empty", i));
-    }
-    if (static_cast<int32_t>(inputs[i].size()) > n_ctx_) {
-      return util::OutOfRangeError(fmt::format("context length exceeded: input[{}] has {} tokens "
-                                               "and the model's context is {}",
-                                               i, inputs[i].size(), n_ctx_))
-          .WithReason(util::ErrorReason::kContextLengthExceeded);
-    }
-    for (int32_t id : inputs[i]) {
-      if (!tok.IsValid(id)) {
-        return util::InvalidFieldError(
-            fmt::format("input[{}]", i),
-            fmt::format("'input[{}]' holds token id {} outside the vocabulary", i, id));
-      }
-    }
-    out.prompt_tokens += static_cast<int32_t>(inputs[i].size());
-  }
+  out.prompt_tokens = checked.prompt_tokens;
   auto batch = std::make_shared<EmbeddingBatch>(inputs.size());
   std::vector<engine::RequestId> ids;
   auto cancel_all = [&] {

@@ -53,6 +53,8 @@ Command RegisterReplay(CLI::App& app);
 Command RegisterEvalL3(CLI::App& app);
 // `strata eval semantic`, in the same group.
 Command RegisterEvalSemantic(CLI::App& app);
+// The `eval` group's subcommand of `app`, added by the first member that asks.
+CLI::App* EvalGroup(CLI::App& app);
 // `strata audit verify` (cli/audit_cmd.cpp) and `strata watermark verify`
 // (cli/watermark_cmd.cpp).
 Command RegisterAudit(CLI::App& app);

@@ -66,4 +66,13 @@ util::StatusOr<std::string> ResolveModelPath(const Env& env, const std::string& 
   return demo;
 }
 
+CLI::App* EvalGroup(CLI::App& app) {
+  const std::vector<CLI::App*> groups =
+      app.get_subcommands([](CLI::App* a) { return a->get_name() == "eval"; });
+  if (!groups.empty()) return groups.front();
+  CLI::App* eval = app.add_subcommand("eval", "Evaluate a component");
+  eval->require_subcommand(1);
+  return eval;
+}
+
 }  // namespace strata::cli

@@ -738,13 +738,7 @@ int RunEvalL3(const Env& env, const EvalL3Flags& f) {
 
 Command RegisterEvalL3(CLI::App& app) {
   auto f = std::make_shared<EvalL3Flags>();
-  const std::vector<CLI::App*> groups =
-      app.get_subcommands([](CLI::App* a) { return a->get_name() == "eval"; });
-  CLI::App* eval = groups.empty() ? nullptr : groups.front();
-  if (eval == nullptr) {
-    eval = app.add_subcommand("eval", "Evaluate a component");
-    eval->require_subcommand(1);
-  }
+  CLI::App* eval = EvalGroup(app);
   CLI::App* cmd = eval->add_subcommand(
       "l3",
       "Precision/recall of the L3 near-duplicate tier on paraphrase sets (PAWS, QQP, "

@@ -270,13 +270,7 @@ int RunEvalSemantic(const Env& env, const EvalSemanticFlags& f) {
 
 Command RegisterEvalSemantic(CLI::App& app) {
   auto f = std::make_shared<EvalSemanticFlags>();
-  const std::vector<CLI::App*> groups =
-      app.get_subcommands([](CLI::App* a) { return a->get_name() == "eval"; });
-  CLI::App* eval = groups.empty() ? nullptr : groups.front();
-  if (eval == nullptr) {
-    eval = app.add_subcommand("eval", "Evaluate a component");
-    eval->require_subcommand(1);
-  }
+  CLI::App* eval = EvalGroup(app);
   CLI::App* cmd = eval->add_subcommand(
       "semantic",
       "Precision/recall/F1 of sentence encoders' cosine (the semantic tier) beside L3 on held-out "

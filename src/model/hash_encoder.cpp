@@ -171,8 +171,12 @@ util::Status HashEncoder::Write(util::FileSystem& fs, const std::string& path,
 }
 
 std::vector<float> HashEncoder::Embed(std::string_view text) const {
+  return EmbedFeatures(HashFeatures(text, config_));
+}
+
+std::vector<float> HashEncoder::EmbedFeatures(std::span<const uint32_t> features) const {
   std::vector<float> v(static_cast<size_t>(config_.dim), 0.0f);
-  for (uint32_t b : HashFeatures(text, config_)) {
+  for (uint32_t b : features) {
     const float* row = Row(b);
     for (int32_t i = 0; i < config_.dim; ++i) v[static_cast<size_t>(i)] += row[i];
   }

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,6 +72,8 @@ class HashEncoder {
   uint64_t fingerprint() const { return fingerprint_; }
   // The unit vector of `text` (zero when it has no features).
   std::vector<float> Embed(std::string_view text) const;
+  // The same from features HashFeatures already made with this config.
+  std::vector<float> EmbedFeatures(std::span<const uint32_t> features) const;
   const float* Row(uint32_t bucket) const { return table_.data() + size_t{bucket} * config_.dim; }
 
  private:

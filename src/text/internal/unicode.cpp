@@ -95,23 +95,12 @@ CharClass Classify(char32_t cp) {
   // (exactly U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F,
   // U+3000 since Unicode 6.3).
   if (cp == 0x85) return CharClass::kWhitespace;
-  // CJK Unified Ideographs Extension I (Lo since Unicode 15.1), which the
-  // reference's tables have and utf8proc 2.8 (Unicode 15.0) does not.
-  if (cp >= 0x2EBF0 && cp <= 0x2EE5D) return CharClass::kLetter;
-  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
-    case UTF8PROC_CATEGORY_LU:
-    case UTF8PROC_CATEGORY_LL:
-    case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO:
+  switch (CategoryOf(cp)) {
+    case Category::kLetter:
       return CharClass::kLetter;
-    case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_NO:
+    case Category::kNumber:
       return CharClass::kNumber;
-    case UTF8PROC_CATEGORY_ZS:
-    case UTF8PROC_CATEGORY_ZL:
-    case UTF8PROC_CATEGORY_ZP:
+    case Category::kSeparator:
       return CharClass::kWhitespace;
     default:
       return CharClass::kOther;
@@ -120,7 +109,9 @@ CharClass Classify(char32_t cp) {
 
 Category CategoryOf(char32_t cp) {
   if (cp > kMaxCodePoint) return Category::kUnassigned;
-  if (cp >= 0x2EBF0 && cp <= 0x2EE5D) return Category::kLetter;  // see Classify
+  // CJK Unified Ideographs Extension I (Lo since Unicode 15.1), which the
+  // reference's tables have and utf8proc 2.8 (Unicode 15.0) does not.
+  if (cp >= 0x2EBF0 && cp <= 0x2EE5D) return Category::kLetter;
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
     case UTF8PROC_CATEGORY_LU:
     case UTF8PROC_CATEGORY_LL:
