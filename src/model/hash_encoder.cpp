@@ -19,17 +19,6 @@ bool IsWordByte(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c >= 0x80;
 }
 
-util::Status Validate(const HashEncoderConfig& c) {
-  if (c.dim < 8 || c.dim > 4096) {
-    return InvalidArgumentError(fmt::format("hash encoder dim {} is outside [8, 4096]", c.dim));
-  }
-  if (c.buckets < (1 << 8) || c.buckets > (1 << 24) || (c.buckets & (c.buckets - 1)) != 0) {
-    return InvalidArgumentError(
-        fmt::format("hash encoder buckets {} is not a power of two in [2^8, 2^24]", c.buckets));
-  }
-  return util::OkStatus();
-}
-
 uint64_t TableFingerprint(const HashEncoderConfig& c, const std::vector<float>& table) {
   util::Hasher h(0x4841'5348'454e'4331ULL);
   h.UpdatePod(c.dim).UpdatePod(c.buckets).UpdatePod(c.seed);
@@ -40,6 +29,17 @@ uint64_t TableFingerprint(const HashEncoderConfig& c, const std::vector<float>& 
 }
 
 }  // namespace
+
+util::Status ValidateHashEncoderConfig(const HashEncoderConfig& c) {
+  if (c.dim < 8 || c.dim > 4096) {
+    return InvalidArgumentError(fmt::format("hash encoder dim {} is outside [8, 4096]", c.dim));
+  }
+  if (c.buckets < (1 << 8) || c.buckets > (1 << 24) || (c.buckets & (c.buckets - 1)) != 0) {
+    return InvalidArgumentError(
+        fmt::format("hash encoder buckets {} is not a power of two in [2^8, 2^24]", c.buckets));
+  }
+  return util::OkStatus();
+}
 
 bool IsHashEncoderFile(const format::GgufFile& gguf) {
   auto arch = gguf.GetStringOr("general.architecture", "");
@@ -83,7 +83,7 @@ std::vector<uint32_t> HashFeatures(std::string_view text, const HashEncoderConfi
 StatusOr<std::unique_ptr<HashEncoder>> HashEncoder::Create(const HashEncoderConfig& config,
                                                            std::vector<float> table,
                                                            std::string name) {
-  STRATA_RETURN_IF_ERROR(Validate(config));
+  STRATA_RETURN_IF_ERROR(ValidateHashEncoderConfig(config));
   if (table.size() != static_cast<size_t>(config.buckets) * static_cast<size_t>(config.dim)) {
     return InvalidArgumentError(fmt::format("a hash encoder table of {} floats; {} x {} needed",
                                             table.size(), config.buckets, config.dim));
@@ -126,7 +126,7 @@ StatusOr<std::unique_ptr<HashEncoder>> HashEncoder::FromGguf(const format::GgufF
   }
   c.dim = static_cast<int32_t>(dim);
   c.buckets = static_cast<int32_t>(buckets);
-  STRATA_RETURN_IF_ERROR(Validate(c));
+  STRATA_RETURN_IF_ERROR(ValidateHashEncoderConfig(c));
   const format::GgufTensorInfo* t = g.FindTensor("hash.embd");
   if (t == nullptr) return InvalidArgumentError("tensor 'hash.embd' is missing");
   if (t->shape != std::vector<int64_t>{c.dim, c.buckets} || !kernels::HasCodec(t->type) ||

@@ -47,6 +47,9 @@ struct HashEncoderConfig {
   bool char_trigrams = true;
 };
 
+// InvalidArgument naming the field out of range.
+util::Status ValidateHashEncoderConfig(const HashEncoderConfig& config);
+
 // The feature buckets of `text` (with repeats), at most `max_features`.
 std::vector<uint32_t> HashFeatures(std::string_view text, const HashEncoderConfig& config,
                                    size_t max_features = 4096);

@@ -187,13 +187,7 @@ util::StatusOr<std::unique_ptr<HashEncoder>> TrainHashEncoder(
         "hash encoder training: epochs [1, 1000], batch [2, 4096], learning rate, temperature > "
         "0, margin (-1, 1), negative weight >= 0");
   }
-  // Validates the config (an empty table of the right size is built below).
-  STRATA_RETURN_IF_ERROR(
-      HashEncoder::Create(o.config,
-                          std::vector<float>(static_cast<size_t>(o.config.buckets) *
-                                             static_cast<size_t>(o.config.dim)),
-                          o.name)
-          .status());
+  STRATA_RETURN_IF_ERROR(ValidateHashEncoderConfig(o.config));
   std::vector<std::vector<uint32_t>> features;
   std::vector<std::pair<size_t, size_t>> pos, neg;
   for (const TrainingPair& p : pairs) {
