@@ -710,6 +710,18 @@ bool NearDupIndex::Erase(std::string_view ns, uint64_t payload) {
   return true;
 }
 
+size_t NearDupIndex::EraseIf(
+    const std::function<bool(std::string_view, uint64_t, const CachedValue*)>& match) {
+  State& s = *state_;
+  std::lock_guard lock(s.mu);
+  std::vector<uint64_t> ids;
+  for (const auto& [id, e] : s.entries) {
+    if (match(s.ns_names.at(e.ns), e.payload, e.value.get())) ids.push_back(id);
+  }
+  for (uint64_t id : ids) s.RemoveEntry(id, RemoveReason::kErased);
+  return ids.size();
+}
+
 NearDupStats NearDupIndex::stats() const {
   const State& s = *state_;
   std::lock_guard lock(s.mu);

@@ -58,6 +58,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -212,6 +213,11 @@ class NearDupIndex {
 
   // Forgets the entry of `ns` with `payload`; false if there is none.
   bool Erase(std::string_view ns, uint64_t payload);
+  // Forgets every entry for which `match(ns, payload, value)` is true (value
+  // may be null); how many. `match` runs with the index's mutex held: it
+  // must not call back into the index.
+  size_t EraseIf(const std::function<bool(std::string_view ns, uint64_t payload,
+                                          const CachedValue* value)>& match);
 
   // From now on a Lookup without an override needs `min_similarity`, new
   // entries live `ttl` x U[1 - ttl_jitter, 1 + ttl_jitter] (0 = no TTL) and

@@ -166,6 +166,21 @@ bool ResponseCache::Erase(const CacheKey& key) {
   return true;
 }
 
+size_t ResponseCache::EraseIf(
+    const std::function<bool(const CacheKey&, const CachedValue&)>& match) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (auto it = map_.begin(); it != map_.end();) {
+    auto next = std::next(it);
+    if (match(it->first, *it->second.value)) {
+      RemoveLocked(it, RemoveReason::kErased);
+      ++n;
+    }
+    it = next;
+  }
+  return n;
+}
+
 util::Status ResponseCache::Reconfigure(std::chrono::milliseconds ttl, double ttl_jitter,
                                         bool admission) {
   ResponseCacheOptions check = options_;

@@ -38,6 +38,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -144,6 +145,10 @@ class ResponseCache {
               std::optional<std::chrono::nanoseconds> ttl = std::nullopt);
   // True when an entry was removed.
   bool Erase(const CacheKey& key);
+  // Removes every entry for which `match(key, value)` is true; how many.
+  // `match` runs with the cache's mutex held: it must be quick and must not
+  // call back into the cache.
+  size_t EraseIf(const std::function<bool(const CacheKey& key, const CachedValue& value)>& match);
 
   // New entries from now on live `ttl` x U[1 - ttl_jitter, 1 + ttl_jitter]
   // and pass the admission gate when `admission` (the rest of the options

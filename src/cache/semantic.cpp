@@ -445,12 +445,12 @@ util::StatusOr<std::vector<std::pair<std::string, uint64_t>>> SemanticIndex::Ins
 }
 
 size_t SemanticIndex::EraseIf(
-    const std::function<bool(std::string_view ns, uint64_t payload)>& match) {
+    const std::function<bool(std::string_view, uint64_t, const CachedValue*)>& match) {
   State& s = *state_;
   std::lock_guard lock(s.mu);
   std::vector<uint64_t> ids;
   for (const auto& [id, e] : s.entries) {
-    if (match(e.ns, e.payload)) ids.push_back(id);
+    if (match(e.ns, e.payload, e.value.get())) ids.push_back(id);
   }
   for (uint64_t id : ids) s.Remove(id, RemoveReason::kErased, /*compact=*/false);
   for (auto& [name, n] : s.namespaces) {

@@ -136,8 +136,11 @@ class SemanticIndex {
   util::StatusOr<std::vector<std::pair<std::string, uint64_t>>> Insert(
       std::string_view ns, std::span<const float> vector, const NearDupText* text, uint64_t payload,
       std::shared_ptr<const CachedValue> value = nullptr);
-  // Forgets every entry for which `match(ns, payload)` is true; how many.
-  size_t EraseIf(const std::function<bool(std::string_view ns, uint64_t payload)>& match);
+  // Forgets every entry for which `match(ns, payload, value)` is true (value
+  // may be null); how many. `match` runs with the index's mutex held: it
+  // must not call back into the index.
+  size_t EraseIf(const std::function<bool(std::string_view ns, uint64_t payload,
+                                          const CachedValue* value)>& match);
 
   // Writes every live entry that holds a value (its namespace, payload,
   // vector, prepared text, remaining TTL and the value as `codec` encodes

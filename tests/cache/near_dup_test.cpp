@@ -66,6 +66,23 @@ TEST_F(NearDupIndexTest, FindsARephrasingThatDiffersInCasePunctuationAndForm) {
   EXPECT_FALSE(other->has_value());
 }
 
+TEST_F(NearDupIndexTest, EraseIfRemovesOnlyTheSelectedEntries) {
+  auto index = Make();
+  const std::string other = NearDupNamespace("tenant-b", "model-1");
+  ASSERT_TRUE(index->Insert(ns_, "How do I reverse a linked list in Python?", 1).ok());
+  ASSERT_TRUE(index->Insert(ns_, "What is the capital city of France?", 2).ok());
+  ASSERT_TRUE(index->Insert(other, "How do I reverse a linked list in Python?", 3).ok());
+  EXPECT_EQ(index->EraseIf([&](std::string_view ns, uint64_t payload, const CachedValue* v) {
+    EXPECT_EQ(v, nullptr);
+    return ns == ns_ && payload == 1;
+  }),
+            1u);
+  EXPECT_FALSE(index->Lookup(ns_, "How do I reverse a linked list in Python?")->has_value());
+  EXPECT_TRUE(index->Lookup(ns_, "What is the capital city of France?")->has_value());
+  EXPECT_TRUE(index->Lookup(other, "How do I reverse a linked list in Python?")->has_value());
+  EXPECT_EQ(index->stats().entries, 2u);
+}
+
 // Each pair is near-identical text; without the guard it would be a hit.
 struct GuardCase {
   const char* a;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <string>
 #include <thread>
@@ -81,6 +83,30 @@ TEST_F(ResponseCacheTest, AHitReturnsExactlyWhatWasStored) {
   EXPECT_EQ(s.entries, 1u);
   EXPECT_EQ(observer_.hits, 1);
   EXPECT_EQ(observer_.misses, 2);
+}
+
+TEST_F(ResponseCacheTest, EraseIfRemovesOnlyTheSelectedEntriesAndCountsThem) {
+  auto c = Make({});
+  for (int32_t i = 0; i < 6; ++i) {
+    ASSERT_TRUE(c->Insert(Key(i % 2 ? "odd" : "even", i),
+                          std::make_shared<Blob>(fmt::format("answer {}", i)), {}));
+  }
+  const size_t n = c->EraseIf([](const CacheKey&, const CachedValue& v) {
+    return static_cast<const Blob&>(v).text() == "answer 2" ||
+           static_cast<const Blob&>(v).text() == "answer 3";
+  });
+  EXPECT_EQ(n, 2u);
+  EXPECT_EQ(c->Stats().entries, 4u);
+  EXPECT_EQ(observer_.entries, 4);
+  EXPECT_EQ(c->Find(Key("even", 2)).kind, Lookup::Kind::kMiss);
+  EXPECT_EQ(c->Find(Key("odd", 3)).kind, Lookup::Kind::kMiss);
+  EXPECT_EQ(TextOf(c->Find(Key("even", 4)).value), "answer 4");
+  // By tenant: the key starts with it.
+  const std::string even = CacheKeyBuilder("even").Build().bytes;
+  EXPECT_EQ(
+      c->EraseIf([&](const CacheKey& k, const CachedValue&) { return k.bytes.starts_with(even); }),
+      2u);
+  EXPECT_EQ(TextOf(c->Find(Key("odd", 5)).value), "answer 5");
 }
 
 TEST_F(ResponseCacheTest, TenantsNeverShareEntries) {

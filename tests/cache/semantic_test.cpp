@@ -176,8 +176,9 @@ TEST(SemanticIndex, EraseIfRemovesOnlyWhatMatches) {
   const std::string a = SemanticNamespace("a", "s"), b = SemanticNamespace("b", "s");
   ASSERT_TRUE(index->Insert(a, v, nullptr, 1).ok());
   ASSERT_TRUE(index->Insert(b, v, nullptr, 2).ok());
-  EXPECT_EQ(index->EraseIf(
-                [](std::string_view ns, uint64_t) { return SemanticNamespaceTenant(ns) == "a"; }),
+  EXPECT_EQ(index->EraseIf([](std::string_view ns, uint64_t, const CachedValue*) {
+    return SemanticNamespaceTenant(ns) == "a";
+  }),
             1u);
   EXPECT_FALSE(index->Lookup(a, v, nullptr)->match.has_value());
   EXPECT_TRUE(index->Lookup(b, v, nullptr)->match.has_value());
@@ -212,7 +213,9 @@ TEST_P(SemanticAnnTest, FindsWhatTheExactScanFinds) {
   };
   EXPECT_GE(recall(0), 0.95) << AnnKindName(GetParam());
   // Remove the first 1000: tombstones, then a rebuild.
-  EXPECT_EQ(index->EraseIf([](std::string_view, uint64_t p) { return p < 1000; }), 1000u);
+  EXPECT_EQ(
+      index->EraseIf([](std::string_view, uint64_t p, const CachedValue*) { return p < 1000; }),
+      1000u);
   EXPECT_GE(index->stats().rebuilds, 1u);
   EXPECT_GE(recall(1000), 0.95) << AnnKindName(GetParam());
   EXPECT_FALSE(index->Lookup(ns, vs[3], nullptr)->match.has_value());
