@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -99,6 +100,13 @@ class Engine {
   int32_t n_ctx() const { return n_ctx_; }
   int32_t n_vocab() const { return model_.config().n_vocab; }
   const KvBlockPool& kv_pool() const { return pool_; }
+  // Invalidation of the prefix cache (KvBlockPool::ForgetChains): blocks of
+  // chains started in `cache_namespace` (nullopt = every chain) that `visit`
+  // selects are never adopted again. Running sequences keep what they hold.
+  int32_t ForgetCachedPrefixes(std::optional<uint64_t> cache_namespace,
+                               const std::function<ChainVisit(std::span<const int32_t>)>& visit) {
+    return pool_.ForgetChains(cache_namespace, visit);
+  }
   const PrefixCacheStats& prefix_stats() const { return pool_.prefix_stats(); }
   const kernels::KernelTable& kernels() const { return forward_.kernels(); }
   int32_t n_threads() const { return threads_->size(); }

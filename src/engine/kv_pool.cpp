@@ -122,6 +122,77 @@ int32_t KvBlockPool::Publish(int32_t block, uint64_t hash, uint64_t parent,
   return block;
 }
 
+int32_t KvBlockPool::ForgetSubtree(int32_t block) {
+  // Collect first: unpublishing edits children_.
+  std::vector<int32_t> doomed{block};
+  for (size_t k = 0; k < doomed.size(); ++k) {
+    auto it = children_.find(hashes_[static_cast<size_t>(doomed[k])]);
+    if (it != children_.end()) doomed.insert(doomed.end(), it->second.begin(), it->second.end());
+  }
+  for (int32_t b : doomed) {
+    const size_t i = static_cast<size_t>(b);
+    index_.erase(hashes_[i]);
+    hashes_[i] = 0;
+    ForgetChild(b);
+    if (refs_[i] == 0) {  // cached: evictable until now, free from now on
+      eviction_->Evict(b);
+      --n_cached_;
+      free_.push_back(b);
+    }
+  }
+  stats_.forgotten += static_cast<int64_t>(doomed.size());
+  return static_cast<int32_t>(doomed.size());
+}
+
+int32_t KvBlockPool::ForgetChains(
+    std::optional<uint64_t> root,
+    const std::function<ChainVisit(std::span<const int32_t>)>& visit) {
+  std::vector<uint64_t> roots;
+  if (root) {
+    roots.push_back(*root);
+  } else {
+    // Chain starts: parents that are not themselves published blocks (the
+    // namespaces, and the parents of blocks whose parent was evicted).
+    for (const auto& [parent, kids] : children_) {
+      if (!index_.contains(parent)) roots.push_back(parent);
+    }
+  }
+  const size_t bs = static_cast<size_t>(block_size_);
+  int32_t forgotten = 0;
+  std::vector<int32_t> chain;  // the tokens from the chain's start
+  for (uint64_t r : roots) {
+    // Depth first; each frame is (block, depth). A forgotten block's
+    // subtree goes with it, so the walk never visits it.
+    std::vector<std::pair<int32_t, size_t>> stack;
+    auto push_children = [&](uint64_t parent, size_t depth) {
+      auto it = children_.find(parent);
+      if (it == children_.end()) return;
+      for (int32_t b : it->second) stack.emplace_back(b, depth);
+    };
+    push_children(r, 0);
+    while (!stack.empty()) {
+      const auto [b, depth] = stack.back();
+      stack.pop_back();
+      const size_t i = static_cast<size_t>(b);
+      if (hashes_[i] == 0) continue;  // forgotten meanwhile (a sibling's subtree cannot hold it)
+      chain.resize(depth * bs);
+      chain.insert(chain.end(), block_tokens_.begin() + static_cast<ptrdiff_t>(i * bs),
+                   block_tokens_.begin() + static_cast<ptrdiff_t>((i + 1) * bs));
+      switch (visit(chain)) {
+        case ChainVisit::kForget:
+          forgotten += ForgetSubtree(b);
+          break;
+        case ChainVisit::kDescend:
+          push_children(hashes_[i], depth + 1);
+          break;
+        case ChainVisit::kSkip:
+          break;
+      }
+    }
+  }
+  return forgotten;
+}
+
 std::optional<KvBlockPool::PartialMatch> KvBlockPool::LongestPartialMatch(
     uint64_t parent, std::span<const int32_t> tokens) {
   auto it = children_.find(parent);

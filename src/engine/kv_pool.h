@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -53,6 +54,14 @@ struct PrefixCacheStats {
   int64_t published = 0;       // full blocks added to the index
   int64_t deduplicated = 0;    // full blocks dropped because an equal one was already cached
   int64_t evictions = 0;       // cached blocks reclaimed for new data
+  int64_t forgotten = 0;       // blocks unpublished by an invalidation (ForgetChains)
+};
+
+// What ForgetChains does with a block, given its chain's tokens.
+enum class ChainVisit {
+  kForget,   // forget it and every block after it in its chain
+  kDescend,  // keep it; look at the blocks after it
+  kSkip,     // keep it and every block after it
 };
 
 class KvBlockPool {
@@ -115,6 +124,17 @@ class KvBlockPool {
     stats_.partial_tokens += n_tokens;
   }
   bool published(int32_t block) const { return hashes_[static_cast<size_t>(block)] != 0; }
+
+  // Invalidation: walks the chains of published blocks that start after
+  // `root` (a sequence's cache namespace; nullopt = every chain), calling
+  // `visit` with each block's chain tokens (every position from the chain's
+  // start to the block's end), parents before children. A forgotten block
+  // is no longer found by Lookup or LongestPartialMatch: an unreferenced
+  // one is free at once, a referenced one stays with its sequences (whose
+  // content is still right) and is freed when the last lets it go. Returns
+  // how many blocks were forgotten.
+  int32_t ForgetChains(std::optional<uint64_t> root,
+                       const std::function<ChainVisit(std::span<const int32_t>)>& visit);
   const PrefixCacheStats& prefix_stats() const { return stats_; }
 
   model::KvBuffer buffer() { return {data_.get(), n_blocks_, block_size_}; }
@@ -126,6 +146,8 @@ class KvBlockPool {
  private:
   // Drops a block whose content is forgotten from its parent's candidates.
   void ForgetChild(int32_t block);
+  // Unpublishes `block` and every block published after it; how many.
+  int32_t ForgetSubtree(int32_t block);
 
   const int32_t n_blocks_;
   const int32_t block_size_;

@@ -57,6 +57,24 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options, util::Logg
   stats_.kv_blocks_total = engine_.kv_pool().n_blocks();
 }
 
+// One RunOnEngine call: shared by the caller, who may stop waiting, and
+// the scheduler thread, which runs it.
+struct Scheduler::EngineTask {
+  std::function<void(Engine&)> run;
+  std::mutex mu;
+  std::condition_variable done_cv;
+  bool done = false;     // guarded by mu
+  util::Status outcome;  // guarded by mu; set with done
+  void Finish(util::Status s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      outcome = std::move(s);
+    }
+    done_cv.notify_all();
+  }
+};
+
 Scheduler::~Scheduler() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -64,6 +82,25 @@ Scheduler::~Scheduler() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  for (const auto& t : engine_tasks_) t->Finish(util::UnavailableError("the scheduler stopped"));
+}
+
+util::Status Scheduler::RunOnEngine(std::function<void(Engine&)> task,
+                                    std::chrono::milliseconds timeout) {
+  auto t = std::make_shared<EngineTask>();
+  t->run = std::move(task);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return util::UnavailableError("the scheduler stopped");
+    engine_tasks_.push_back(t);
+  }
+  wake_.notify_all();
+  std::unique_lock<std::mutex> lock(t->mu);
+  if (!t->done_cv.wait_for(lock, timeout, [&] { return t->done; })) {
+    return util::DeadlineExceededError(
+        fmt::format("the engine did not get to the task within {} ms", timeout.count()));
+  }
+  return t->outcome;
 }
 
 util::StatusOr<RequestId> Scheduler::Submit(SchedulerRequest request) {
@@ -201,11 +238,14 @@ int32_t Scheduler::RunningCap() {
 void Scheduler::Loop() {
   while (true) {
     std::vector<std::pair<RequestId, util::Status>> cancels;
+    std::vector<std::shared_ptr<EngineTask>> tasks;
     bool stop = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       const bool busy = loop_->n_running() > 0 || loop_->n_waiting() > 0;
-      auto woken = [this] { return stop_ || !incoming_.empty() || !cancels_.empty(); };
+      auto woken = [this] {
+        return stop_ || !incoming_.empty() || !cancels_.empty() || !engine_tasks_.empty();
+      };
       if (!busy && options_.control != nullptr) {
         // Wake up now and then so the control sees quiet time pass.
         wake_.wait_for(lock, options_.control->idle_tick(), woken);
@@ -215,8 +255,18 @@ void Scheduler::Loop() {
       for (auto& [id, request] : incoming_) loop_->Add(id, std::move(request));
       incoming_.clear();
       cancels.swap(cancels_);
+      tasks.swap(engine_tasks_);
       stop = stop_;
     }
+    for (const auto& t : tasks) {
+      if (stop) {
+        t->Finish(util::UnavailableError("the scheduler stopped"));
+        continue;
+      }
+      t->run(engine_);
+      t->Finish(util::OkStatus());
+    }
+    tasks.clear();
     if (stop) {
       loop_->CancelAll(util::CancelledError("the scheduler stopped"));
       return;

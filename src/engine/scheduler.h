@@ -38,6 +38,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -140,6 +141,12 @@ class Scheduler final : private StepObserver {
   // Ends the request with kCancelled at the next step (no-op if it is done).
   void Cancel(RequestId id);
   SchedulerStats Stats() const;
+  // Runs `task` on the scheduler thread between two steps, with the engine
+  // it owns (for work on its state, such as an invalidation of the prefix
+  // cache), and waits for it up to `timeout`: DeadlineExceeded after that
+  // (the task still runs later: it must own what it uses), Unavailable when
+  // the scheduler stops before running it.
+  util::Status RunOnEngine(std::function<void(Engine&)> task, std::chrono::milliseconds timeout);
   // The context every request must fit (immutable).
   int32_t n_ctx() const { return engine_.n_ctx(); }
   // Stops accepting requests and waits until everything submitted has finished
@@ -168,6 +175,8 @@ class Scheduler final : private StepObserver {
   std::condition_variable finished_;  // a request finished (Drain waits on it)
   std::deque<std::pair<RequestId, SchedulerRequest>> incoming_;
   std::vector<std::pair<RequestId, util::Status>> cancels_;  // OK: the client left
+  struct EngineTask;
+  std::vector<std::shared_ptr<EngineTask>> engine_tasks_;  // RunOnEngine's, not yet run
   RequestId next_id_ = 1;
   int32_t in_flight_ = 0;     // submitted and not yet finished
   int32_t max_waiting_ = -1;  // the control's limit on waiting requests; -1 = none

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine/kv_pool.h"
@@ -337,6 +338,87 @@ TEST_F(PrefixCacheTest, MultiTurnConversationsReuseEarlierTurns) {
     const auto user = Tokens(8, 30 + static_cast<uint64_t>(turn));
     history.insert(history.end(), user.begin(), user.end());
   }
+}
+
+}  // namespace
+}  // namespace strata::engine
+
+namespace strata::engine {
+namespace {
+
+// Invalidation: the chains ForgetChains selects are never adopted again;
+// other namespaces and other chains keep theirs; a block a running
+// sequence holds stays with it and is freed when released.
+TEST_F(PrefixCacheTest, ForgottenChainsAreNotAdoptedAgain) {
+  auto e = Make();
+  const auto shared = Tokens(8, 2);  // two blocks every prompt below starts with
+  auto prompt = [&](uint64_t seed) {
+    std::vector<int32_t> p = shared;
+    const auto tail = Tokens(9, seed);
+    p.insert(p.end(), tail.begin(), tail.end());
+    return p;
+  };
+  const auto p1 = prompt(3), p2 = prompt(4);
+  for (const auto& p : {p1, p2}) {
+    const SeqId s = e->NewSequence(77);
+    Logits(*e, s, p);
+    e->FreeSequence(s);
+  }
+  const SeqId other = e->NewSequence(78);  // another tenant, the same prompt
+  Logits(*e, other, p1);
+  e->FreeSequence(other);
+  const int32_t published = e->kv_pool().n_published();
+  EXPECT_EQ(published, 4 + 4 + 4 - 2);  // p1 and p2 share their first two blocks
+
+  // p1's blocks from its third on (what follows the shared prefix) go.
+  const int32_t forgotten = e->ForgetCachedPrefixes(77, [&](std::span<const int32_t> chain) {
+    if (!std::equal(chain.begin(), chain.end(), p1.begin(),
+                    p1.begin() + static_cast<ptrdiff_t>(std::min(chain.size(), p1.size())))) {
+      return ChainVisit::kSkip;
+    }
+    return chain.size() > shared.size() ? ChainVisit::kForget : ChainVisit::kDescend;
+  });
+  EXPECT_EQ(forgotten, 2);
+  EXPECT_EQ(e->kv_pool().n_published(), published - 2);
+  EXPECT_EQ(e->prefix_stats().forgotten, 2);
+  const SeqId a = e->NewSequence(77);
+  EXPECT_EQ(e->AttachCachedPrefix(a, p1), 8);  // only the shared blocks
+  const SeqId b = e->NewSequence(77);
+  EXPECT_EQ(e->AttachCachedPrefix(b, p2), 16);  // untouched
+  const SeqId c = e->NewSequence(78);
+  EXPECT_EQ(e->AttachCachedPrefix(c, p1), 16);  // the other namespace's copy
+  e->FreeSequence(a);
+  e->FreeSequence(c);
+
+  // A whole namespace, while a sequence (b) holds two of its blocks: they
+  // stay with it, unpublished, and are freed when it ends.
+  const int32_t free_before = e->kv_pool().n_free();
+  EXPECT_GT(e->ForgetCachedPrefixes(77, [](auto) { return ChainVisit::kForget; }), 0);
+  const SeqId d = e->NewSequence(77);
+  EXPECT_EQ(e->AttachCachedPrefix(d, p2), 0);
+  e->FreeSequence(d);
+  EXPECT_EQ(e->kv_pool().n_free(), free_before);  // b's blocks are still referenced
+  e->FreeSequence(b);
+  EXPECT_EQ(e->kv_pool().n_free(), e->kv_pool().n_blocks());
+  // Every chain (no namespace): the other tenant's too.
+  EXPECT_EQ(e->ForgetCachedPrefixes(std::nullopt, [](auto) { return ChainVisit::kForget; }), 4);
+  EXPECT_EQ(e->kv_pool().n_published(), 0);
+}
+
+TEST_F(PrefixCacheTest, RunOnEngineRunsTheTaskOnTheSchedulerThread) {
+  auto e = Make();
+  auto sched = std::move(Scheduler::Start(*e, {}, *log_)).value();
+  std::thread::id ran_on;
+  ASSERT_TRUE(sched
+                  ->RunOnEngine(
+                      [&](Engine& engine) {
+                        ran_on = std::this_thread::get_id();
+                        EXPECT_EQ(&engine, e.get());
+                      },
+                      std::chrono::seconds(10))
+                  .ok());
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+  EXPECT_NE(ran_on, std::thread::id());
 }
 
 }  // namespace
