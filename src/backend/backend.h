@@ -331,6 +331,21 @@ struct EmbeddingResult {
   int32_t prompt_tokens = 0;
 };
 
+// Which of a backend's own cached state an invalidation (DELETE /v1/cache)
+// drops: the prefix blocks (L2) of the local engine. Every field set must
+// hold (nothing set: everything).
+struct PrefixInvalidation {
+  std::optional<std::string> tenant;  // that tenant's blocks only
+  // An exact request: the blocks holding its prompt's last token and what
+  // follows it (its answer), not the prefix it shares with other prompts.
+  std::optional<std::vector<int32_t>> prompt;
+  // Blocks of chains whose text (the rendered prompt, control tokens as
+  // their text) contains this within its first bytes (kMaxPrefixLead past
+  // the prefix's length), from the block holding its last byte on.
+  std::optional<std::string> text_prefix;
+  static constexpr size_t kMaxPrefixLead = 1024;  // room for a chat template's header
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -355,6 +370,15 @@ class Backend {
   // Unit-length embeddings of each input; waits until `deadline`.
   virtual util::StatusOr<EmbeddingResult> Embed(const EmbeddingRequest& r,
                                                 std::chrono::steady_clock::time_point deadline) = 0;
+  // Forgets the cached prompt state `what` selects (the local engine's
+  // prefix blocks, on its scheduler thread, waiting up to `timeout`); how
+  // many blocks. A backend without such state answers 0.
+  virtual util::StatusOr<int64_t> ForgetPrefixes(const PrefixInvalidation& what,
+                                                 std::chrono::milliseconds timeout) {
+    (void)what;
+    (void)timeout;
+    return 0;
+  }
   // Whether a run may fail before its first event in a way the client should
   // see as an HTTP error rather than an error inside a stream (a remote
   // backend: its upstream may refuse or be down); the server then holds a

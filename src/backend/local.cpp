@@ -1,6 +1,7 @@
 #include "backend/local.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -521,6 +522,44 @@ util::StatusOr<std::string> LocalBackend::TokenBytes(int32_t id) const {
     return util::InvalidArgumentError(fmt::format("token {} is outside the vocabulary", id));
   }
   return std::string(tok.Piece(id, /*render_special=*/true));
+}
+
+util::StatusOr<int64_t> LocalBackend::ForgetPrefixes(const PrefixInvalidation& what,
+                                                     std::chrono::milliseconds timeout) {
+  std::optional<uint64_t> root;
+  if (what.tenant) root = CacheNamespace(*what.tenant);
+  // Decides each block from its chain's tokens (engine::ChainVisit).
+  auto visit = [&tok = model_.tokenizer(), prompt = what.prompt,
+                text_prefix = what.text_prefix](std::span<const int32_t> chain) {
+    if (prompt) {
+      const size_t n = prompt->size();
+      const size_t shared = std::min(n, chain.size());
+      if (n == 0 || !std::equal(chain.begin(), chain.begin() + static_cast<ptrdiff_t>(shared),
+                                prompt->begin())) {
+        return engine::ChainVisit::kSkip;
+      }
+      // The block holding the prompt's last token: it and what follows it go.
+      if (chain.size() >= n) return engine::ChainVisit::kForget;
+    }
+    if (text_prefix) {
+      std::string text;
+      for (int32_t id : chain) text += tok.Piece(id, /*render_special=*/true);
+      if (text.find(*text_prefix) != std::string::npos) return engine::ChainVisit::kForget;
+      if (text.size() > text_prefix->size() + PrefixInvalidation::kMaxPrefixLead) {
+        return engine::ChainVisit::kSkip;
+      }
+      return engine::ChainVisit::kDescend;
+    }
+    return prompt ? engine::ChainVisit::kDescend : engine::ChainVisit::kForget;
+  };
+  // Owned by the task: it may run after this call gave up waiting.
+  auto forgotten = std::make_shared<std::atomic<int64_t>>(0);
+  STRATA_RETURN_IF_ERROR(scheduler_.RunOnEngine(
+      [root, visit, forgotten](engine::Engine& engine) {
+        forgotten->store(engine.ForgetCachedPrefixes(root, visit));
+      },
+      timeout));
+  return forgotten->load();
 }
 
 util::StatusOr<int32_t> LocalBackend::PromptTokens(const Request& r) const {

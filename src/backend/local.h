@@ -103,6 +103,8 @@ class LocalBackend final : public Backend {
   util::StatusOr<std::string> DecodeTokens(std::span<const int32_t> ids) const override;
   util::StatusOr<std::string> TokenBytes(int32_t id) const override;
   util::StatusOr<int32_t> PromptTokens(const Request& r) const override;
+  util::StatusOr<int64_t> ForgetPrefixes(const PrefixInvalidation& what,
+                                         std::chrono::milliseconds timeout) override;
   // The prompt's tokens as Prepare computes them (tests, usage reporting).
   util::StatusOr<std::vector<int32_t>> Tokenize(const Request& r) const;
   // New caps for requests prepared from now on (a reload): max_tokens_cap

@@ -183,6 +183,13 @@ class ModelResidency::ResidentBackend final : public Backend {
     STRATA_ASSIGN_OR_RETURN(std::shared_ptr<Lease> lease, owner_.Acquire(i_));
     return lease->backend().TokenBytes(id);
   }
+  // A model that is not resident holds no prefix blocks: nothing to forget.
+  util::StatusOr<int64_t> ForgetPrefixes(const PrefixInvalidation& what,
+                                         std::chrono::milliseconds timeout) override {
+    const std::shared_ptr<Lease> lease = owner_.AcquireIfResident(i_);
+    if (lease == nullptr) return 0;
+    return lease->backend().ForgetPrefixes(what, timeout);
+  }
   util::StatusOr<int32_t> PromptTokens(const Request& r) const override {
     STRATA_ASSIGN_OR_RETURN(std::shared_ptr<Lease> lease, owner_.Acquire(i_));
     return lease->backend().PromptTokens(r);
@@ -344,6 +351,14 @@ util::Status ModelResidency::NoRoomLocked(int32_t i) const {
                          MiB(models_[static_cast<size_t>(i)]->bytes), MiB(used_bytes_),
                          MiB(options_.budget_bytes), busy, options_.max_wait.count()))
       .WithReason(util::ErrorReason::kModelMemory);
+}
+
+std::shared_ptr<ModelResidency::Lease> ModelResidency::AcquireIfResident(int32_t i) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Model& m = *models_.at(static_cast<size_t>(i));
+  if (m.state != Model::State::kResident) return nullptr;
+  ++m.leases;
+  return std::make_shared<Lease>(*this, i, *m.loaded);
 }
 
 util::StatusOr<std::shared_ptr<ModelResidency::Lease>> ModelResidency::Acquire(int32_t i) {

@@ -161,6 +161,9 @@ class ModelResidency {
                  const util::Clock& clock, util::Logger& log);
   // Model `i` held for a request: loaded first when it is not resident.
   util::StatusOr<std::shared_ptr<Lease>> Acquire(int32_t i);
+  // A hold on model i only if it is resident now (nullptr otherwise); never
+  // loads it and does not count as a use for the eviction policy.
+  std::shared_ptr<Lease> AcquireIfResident(int32_t i);
   void Release(int32_t i);
   // mu_ held: the idle resident models to unload (in the policy's order)
   // so that `bytes` more fit, or nullopt when models in use are in the way.
