@@ -431,6 +431,112 @@ SharedStore::~SharedStore() {
   if (state_->writer.joinable()) state_->writer.join();
 }
 
+util::StatusOr<SharedInvalidationResult> SharedStore::Invalidate(
+    const SharedInvalidation& what, std::chrono::steady_clock::time_point deadline) {
+  State& s = *state_;
+  if (!up()) {
+    return util::UnavailableError(fmt::format(
+        "redis {}:{} is down: its entries were not invalidated", s.options.host, s.options.port));
+  }
+  // A store queued before this call must not land after the deletion.
+  (void)Flush(std::chrono::duration_cast<std::chrono::milliseconds>(std::max(
+      deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration{})));
+  SharedInvalidationResult out;
+  std::vector<RedisCommand> deletes;
+  std::vector<bool> is_entry;  // per delete: an entry (counted), or a bucket
+  auto add_delete = [&](std::string key, bool entry) {
+    deletes.push_back({"UNLINK", std::move(key)});
+    is_entry.push_back(entry);
+  };
+  auto run_deletes = [&]() -> util::Status {
+    if (deletes.empty()) return util::OkStatus();
+    auto replies = s.Run(deletes);
+    if (!replies) return util::UnavailableError("redis went away during the invalidation");
+    for (size_t i = 0; i < replies->size(); ++i) {
+      const RedisReply& r = (*replies)[i];
+      if (is_entry[i] && r.type == RedisReply::Type::kInteger)
+        out.entries += static_cast<uint64_t>(r.integer);
+    }
+    deletes.clear();
+    is_entry.clear();
+    return util::OkStatus();
+  };
+  // An exact request: its keys are known, nothing to scan.
+  if (what.key || what.near) {
+    if (!what.tenant || !what.model) {
+      return util::InvalidArgumentError("an exact invalidation needs its tenant and model");
+    }
+    const SharedScope scope{*what.tenant, *what.model};
+    if (what.key) add_delete(ExactKey(s.options.prefix, scope, *what.key), true);
+    if (what.near) {
+      add_delete(State::EntryKey(NearBase(s.options.prefix, scope, what.near->first),
+                                 what.near->second->sequence_hash),
+                 true);
+    }
+    STRATA_RETURN_IF_ERROR(run_deletes());
+    return out;
+  }
+  const std::string pattern = fmt::format("{}:{}:{}:*", s.options.prefix,
+                                          what.model ? fmt::format("{:016x}", *what.model) : "*",
+                                          what.tenant ? net::RedisKeyPart(*what.tenant) : "*");
+  std::string cursor = "0";
+  do {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return util::DeadlineExceededError(fmt::format(
+          "the invalidation scanned {} keys of redis and deleted {} entries before its deadline",
+          out.scanned, out.entries));
+    }
+    auto page = s.Run({{"SCAN", cursor, "MATCH", pattern, "COUNT", "500"}});
+    if (!page || (*page)[0].type != RedisReply::Type::kArray || (*page)[0].elements.size() != 2) {
+      return util::UnavailableError("redis went away during the invalidation");
+    }
+    cursor = (*page)[0].elements[0].str;
+    std::vector<std::string> entries;  // L1 strings and L3 entry hashes
+    for (const RedisReply& k : (*page)[0].elements[1].elements) {
+      ++out.scanned;
+      const bool l1 = k.str.find(":l1:") != std::string::npos;
+      const bool l3_entry = !l1 && k.str.find(":e:") != std::string::npos;
+      if (l1 || l3_entry) {
+        entries.push_back(k.str);
+      } else if (!what.match) {
+        add_delete(k.str, false);  // a bucket: goes with its namespace
+      }
+    }
+    if (what.match && !entries.empty()) {
+      std::vector<RedisCommand> fetch;
+      for (const std::string& k : entries) {
+        if (k.find(":l1:") != std::string::npos) {
+          fetch.push_back({"GET", k});
+        } else {
+          fetch.push_back({"HGET", k, "v"});
+        }
+      }
+      auto values = s.Run(fetch);
+      if (!values) return util::UnavailableError("redis went away during the invalidation");
+      for (size_t i = 0; i < entries.size(); ++i) {
+        const RedisReply& v = (*values)[i];
+        if (v.type != RedisReply::Type::kString) continue;  // expired meanwhile
+        std::string_view bytes = v.str;
+        if (entries[i].find(":l1:") != std::string::npos) {
+          // Magic, key length, key bytes, then the value.
+          uint32_t n = 0;
+          for (int b = 0; b < 4 && bytes.size() >= 8; ++b) {
+            n |= uint32_t{static_cast<uint8_t>(bytes[4 + static_cast<size_t>(b)])} << (8 * b);
+          }
+          bytes =
+              bytes.size() >= 8 && bytes.size() - 8 >= n ? bytes.substr(8 + n) : std::string_view();
+        }
+        auto value = s.codec.Decode(bytes);
+        if (!value.ok() || what.match(**value)) add_delete(entries[i], true);
+      }
+    } else {
+      for (std::string& k : entries) add_delete(std::move(k), true);
+    }
+    STRATA_RETURN_IF_ERROR(run_deletes());
+  } while (cursor != "0");
+  return out;
+}
+
 std::optional<SharedHit> SharedStore::GetExact(const SharedScope& scope, const CacheKey& key) {
   State& s = *state_;
   const std::string k = ExactKey(s.options.prefix, scope, key);

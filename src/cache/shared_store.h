@@ -43,6 +43,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -107,6 +108,24 @@ struct SharedStoreStats {
   uint64_t reconnects = 0;      // down → up transitions
 };
 
+// What SharedStore::Invalidate deletes: every field set must hold (none
+// set: every entry under the prefix).
+struct SharedInvalidation {
+  std::optional<std::string> tenant;
+  std::optional<uint64_t> model;  // a model fingerprint
+  // Exactly one request: its L1 key, and its L3 entry (scope id and text).
+  std::optional<CacheKey> key;
+  std::optional<std::pair<std::string, std::shared_ptr<const NearDupText>>> near;
+  // Entries whose decoded value it accepts (null: all); entries that do not
+  // decode are deleted too (they can never be served).
+  std::function<bool(const CachedValue&)> match;
+};
+
+struct SharedInvalidationResult {
+  uint64_t entries = 0;  // L1 and L3 entries deleted
+  uint64_t scanned = 0;  // keys looked at
+};
+
 class SharedStore {
  public:
   // InvalidArgument naming the option out of range. Tries to connect once
@@ -140,6 +159,14 @@ class SharedStore {
                std::shared_ptr<const NearDupText> text, std::shared_ptr<const CachedValue> value,
                std::chrono::nanoseconds ttl);
 
+  // Deletes the entries `what` selects, on the calling thread: pending
+  // stores are written first (up to `deadline`), then a SCAN of the
+  // namespaces it names (values fetched and decoded only when `match` is
+  // set), each command bounded by the timeout, the whole by `deadline`.
+  // Unavailable while Redis is down; DeadlineExceeded when the scan could
+  // not finish (what was deleted stays deleted).
+  util::StatusOr<SharedInvalidationResult> Invalidate(
+      const SharedInvalidation& what, std::chrono::steady_clock::time_point deadline);
   bool up() const;
   SharedStoreStats stats() const;
   // Waits until every queued store has been written or dropped; false if
