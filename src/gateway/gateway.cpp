@@ -252,6 +252,24 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(std::vector<backend::Ba
                        .With({});
   STRATA_ASSIGN_OR_RETURN(g->tiers_, ResponseTiers::Create(options, metrics, clock, log));
   g->live_.store(std::make_shared<const GatewayLiveOptions>(LiveOptionsOf(options)));
+  auto& invalidated = metrics.Counter(
+      "strata_cache_invalidated_total",
+      "Entries removed by invalidations (DELETE /v1/cache, or another instance's), by tier "
+      "(l2: prefix blocks; shared: Redis entries).",
+      {"tier"});
+  const char* tiers[5] = {"l1", "l3", "semantic", "l2", "shared"};
+  for (int i = 0; i < 5; ++i) g->invalidated_[i] = &invalidated.With({tiers[i]});
+  g->invalidation_requests_ =
+      &metrics
+           .Counter("strata_cache_invalidations_total",
+                    "Invalidations applied (this instance's and those other instances announced).")
+           .With({});
+  // Other instances' invalidations; the watcher stops in ~Gateway, before
+  // anything it uses goes.
+  if (cache::InvalidationFeed* feed = g->tiers_->feed()) {
+    Gateway* raw = g.get();
+    feed->Listen([raw](std::string_view message) { raw->ApplyRemoteInvalidation(message); });
+  }
   return g;
 }
 
@@ -259,7 +277,11 @@ Gateway::Gateway(std::vector<backend::Backend*> backends, const GatewayOptions& 
                  util::Logger& log)
     : backends_(std::move(backends)), options_(options), log_(log) {}
 
-Gateway::~Gateway() = default;
+Gateway::~Gateway() {
+  if (tiers_ != nullptr) {
+    if (cache::InvalidationFeed* feed = tiers_->feed()) feed->StopListening();
+  }
+}
 
 const std::string& Gateway::model_name() const { return backends_.front()->name(); }
 

@@ -277,6 +277,36 @@ class Generation {
   std::vector<Provenance> provenance_;
 };
 
+// The text an invalidation's prompt prefix is compared with: a completion's
+// prompt, or a conversation's message contents in order, each after a
+// "\n" but the first (so a prefix of the system prompt, or of the first
+// message, selects every conversation that starts with it). Empty for a
+// prompt given as token ids.
+std::string PromptText(const CompletionRequest& r);
+
+// What Gateway::Invalidate removes (DELETE /v1/cache): the cached answers
+// (L1, L3, the semantic tier and the shared tier in Redis) and the prefix
+// blocks (L2) for which every field set holds. At least one must be set.
+struct Invalidation {
+  std::optional<std::string> tenant;
+  std::optional<std::string> model;          // a served model id: its answers, every version
+  std::optional<uint64_t> model_version;     // a Backend::fingerprint: that version's only
+  std::optional<std::string> prompt_prefix;  // PromptText starts with it; not empty
+  // Exactly this request (keyed as the response tiers key it, so its tenant
+  // and model are its own): its answer in every tier, and in L2 the blocks
+  // holding its prompt's end and what follows.
+  std::optional<CompletionRequest> request;
+  std::string reason;  // logged with what was removed
+};
+
+struct InvalidationReport {
+  // Entries removed per tier (L2: prefix blocks); shared: Redis entries.
+  uint64_t l1 = 0, l3 = 0, semantic = 0, l2_blocks = 0, shared = 0;
+  // What could not be done fully (Redis down, an engine too busy): the
+  // local tiers were still invalidated.
+  std::vector<std::string> warnings;
+};
+
 struct GatewayMetrics;
 class ResponseTiers;
 class RtGovernor;
@@ -322,6 +352,15 @@ class Gateway {
   int32_t n_ctx() const;
   // Tokens of a prompt as the default backend (a local one) reads it.
   util::StatusOr<std::vector<int32_t>> Tokenize(const CompletionRequest& request) const;
+  // Removes what `what` selects from every tier (see Invalidation), counts
+  // it (strata_cache_invalidated_total) and logs it with its reason. With
+  // the shared tier, Redis's matching entries are deleted too and the other
+  // instances are told, so they drop theirs within a poll of the stream.
+  // InvalidArgument when nothing is selected or a field is malformed;
+  // NotFound for a model not served; an exact request that its backend
+  // refuses gets that error. Blocks while Redis is scanned: call it off the
+  // I/O threads.
+  util::StatusOr<InvalidationReport> Invalidate(const Invalidation& what);
   // The L1's counters; nullopt when L1 is off.
   std::optional<cache::ResponseCacheStats> l1_stats() const;
   // The L3's counters; nullopt when L3 is off.
@@ -347,6 +386,10 @@ class Gateway {
   Gateway(std::vector<backend::Backend*> backends, const GatewayOptions& options,
           util::Logger& log);
   util::Status Validate(const CompletionRequest& r, const GatewayLiveOptions& live) const;
+  // Another instance's invalidation, read from the shared tier's stream (on
+  // its watcher thread): the local tiers and prefix blocks only.
+  void ApplyRemoteInvalidation(std::string_view message);
+  void CountInvalidation(const InvalidationReport& r);
 
   std::unique_ptr<backend::LocalBackend> owned_local_;  // Create(model, scheduler, ...) only
   const std::vector<backend::Backend*> backends_;       // the default first
@@ -355,7 +398,10 @@ class Gateway {
   std::shared_ptr<GatewayMetrics> metrics_;  // shared with running flights' sinks
   std::unique_ptr<RtGovernor> governor_;     // the RT-Switcher as the backends see it
   obs::CounterValue* fallbacks_ = nullptr;   // strata_rt_fallback_total
-  std::shared_ptr<ResponseTiers> tiers_;     // shared with running flights
+  // strata_cache_invalidated_total{tier}: l1, l3, semantic, l2, shared.
+  obs::CounterValue* invalidated_[5] = {};
+  obs::CounterValue* invalidation_requests_ = nullptr;  // strata_cache_invalidations_total
+  std::shared_ptr<ResponseTiers> tiers_;                // shared with running flights
   // The live options: replaced whole by Reconfigure, read once by each Start.
   std::atomic<std::shared_ptr<const GatewayLiveOptions>> live_;
   std::mutex reconfigure_mu_;  // serialises Reconfigure (validate, then swap)

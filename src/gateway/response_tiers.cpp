@@ -93,6 +93,8 @@ struct ResponseTiers::Plan {
   std::shared_ptr<Verification> verify;
   cache::CacheKey key;       // set when any of the three is used
   uint64_t fingerprint = 0;  // the backend's
+  std::string model;         // the backend's name
+  uint64_t epoch = 0;        // invalidations_ when the request was admitted
   int32_t n_prompt = 0;      // 0: known only from the backend's usage
   bool any() const { return use_l1 || use_coalesce || near != nullptr || semantic != nullptr; }
 };
@@ -281,6 +283,7 @@ util::StatusOr<std::shared_ptr<ResponseTiers>> ResponseTiers::Create(const Gatew
     STRATA_ASSIGN_OR_RETURN(
         t->shared_, cache::SharedStore::Create(so, *t->codec_, clock,
                                                util::Rng(options.l1_seed ^ 0x5348'5244ULL), log));
+    STRATA_ASSIGN_OR_RETURN(t->feed_, cache::InvalidationFeed::Create(so, log));
     for (int i = 0; i < 2; ++i) {
       const std::string label = i == 0 ? "l1" : "l3";
       t->remote_hits_[i] = &remote_hits.With({label});
@@ -421,6 +424,8 @@ ResponseTiers::Plan ResponseTiers::Classify(const CompletionRequest& r, const ba
   plan.l3_ttl = live.l3_ttl.count() > 0 ? std::chrono::nanoseconds(live.l3_ttl) : plan.l1_ttl;
   plan.l3_min_similarity = live.l3_min_similarity;
   plan.fingerprint = b.fingerprint();
+  plan.model = b.name();
+  plan.epoch = invalidations_.load();
   plan.n_prompt = p.prompt_tokens;
   // Only deterministic requests are cached or coalesced: greedy, or sampled
   // with a seed the client chose (choice i then uses seed + i).
@@ -461,6 +466,19 @@ cache::CacheKey WholeRunKey(const cache::CacheKey& key) {
 }
 
 }  // namespace
+
+cache::CacheKey ResponseTiers::KeyOf(const CompletionRequest& r, const backend::Backend& b,
+                                     const backend::Prepared& p) const {
+  return ResponseKey(r, b, p);
+}
+
+std::shared_ptr<const NearDupRequest> ResponseTiers::NearViewOf(const CompletionRequest& r,
+                                                                const backend::Backend& b,
+                                                                const backend::Prepared& p) const {
+  auto n = MakeNearDupRequest(r, b.fingerprint(), p.stops, options_.l3.prepare,
+                              /*remote=*/p.tokens.empty());
+  return n ? std::make_shared<const NearDupRequest>(std::move(*n)) : nullptr;
+}
 
 ResponseTiers::Admission ResponseTiers::Admit(const CompletionRequest& r,
                                               const backend::Backend& backend,
@@ -671,14 +689,19 @@ Flight::Hook ResponseTiers::StoreHook(const CompletionRequest& r, const Plan& pl
   return [tiers = shared_from_this(), key = plan.key, n_choices = r.n, n_prompt = plan.n_prompt,
           use_l1 = plan.use_l1, near = plan.near, semantic = plan.semantic, vector = plan.vector,
           verify = plan.verify, scope = cache::SharedScope{r.tenant, plan.fingerprint}, l1_ttl,
-          l3_ttl](const Flight& f, bool succeeded, const std::vector<Event>& log) {
-    if (succeeded && (use_l1 || near || semantic)) {
+          l3_ttl, epoch = plan.epoch,
+          origin = AnswerOrigin{r.tenant, plan.model, plan.fingerprint, PromptText(r)}](
+             const Flight& f, bool succeeded, const std::vector<Event>& log) {
+    // An invalidation since this request was admitted may have meant its
+    // answer (a changed document, a retired model): not stored.
+    const bool current = tiers->invalidations_.load() == epoch;
+    if (succeeded && current && (use_l1 || near || semantic)) {
       // A remote backend learns the prompt's size from its usage.
       int32_t prompt = n_prompt;
       for (const Event& e : log) {
         if (e.kind == Event::Kind::kFinish) prompt = std::max(prompt, e.usage.prompt_tokens);
       }
-      auto stored = std::make_shared<StoredResponse>(log, n_choices, prompt);
+      auto stored = std::make_shared<StoredResponse>(log, n_choices, prompt, origin);
       if (use_l1) {
         tiers->l1_->Insert(key, stored, tiers->clock_.Now() - f.started());
         if (tiers->shared_) tiers->shared_->PutExact(scope, key, stored, l1_ttl);

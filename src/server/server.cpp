@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api.h"
+#include "server/cache_admin.h"
 #include "server/internal/dashboard.h"
 #include "server/internal/handler.h"
 #include "util/work_queue.h"
@@ -24,6 +25,7 @@ enum class Route {
   kDashboard,
   kDashboardState,
   kAdminReload,
+  kCacheInvalidate,  // DELETE /v1/cache (admin)
   kModels,
   kComplete,
   kEmbed,
@@ -106,6 +108,11 @@ Routed RouteFor(std::string_view method, std::string_view path) {
       return {Route::kSessionDelete, ApiKind::kOpenAIChat, "/v1/sessions", nullptr};
     }
     return {Route::kNone, shape, "/v1/sessions", "GET, HEAD, DELETE"};
+  }
+  if (path == "/v1/cache") {
+    if (method == "DELETE")
+      return {Route::kCacheInvalidate, ApiKind::kOpenAIChat, "/v1/cache", nullptr};
+    return {Route::kNone, shape, "/v1/cache", "DELETE"};
   }
   const Endpoint* e = EndpointAt(path);
   if (e == nullptr) return {Route::kNone, shape, "", nullptr};
@@ -270,6 +277,7 @@ class HttpServer::Impl final : public net::HttpHandler {
         return res;
       }
       case Route::kAdminReload:
+      case Route::kCacheInvalidate:
         // The key is checked before a body byte is read.
         if (auto refused = ScreenAdmin(head, /*dashboard=*/false)) return std::move(*refused);
         return std::nullopt;
@@ -320,6 +328,9 @@ class HttpServer::Impl final : public net::HttpHandler {
       switch (r.route) {
         case Route::kAdminReload:
           reply = Reload(call);
+          break;
+        case Route::kCacheInvalidate:
+          reply = InvalidateCache(call);
           break;
         case Route::kEmbed:
           reply = handler_.Embed(call);
@@ -519,6 +530,37 @@ class HttpServer::Impl final : public net::HttpHandler {
     }
     log_.Info("req={} POST /admin/reload {}: {} applied, {} need a restart", call.request_id,
               reply.status, report.applied.size(), report.restart_required.size());
+    return reply;
+  }
+
+  // DELETE /v1/cache on a worker thread (it may scan Redis): the body says
+  // what goes (gateway::Invalidation); the answer counts what went per tier.
+  ApiReply InvalidateCache(const ApiCall& call) {
+    ApiReply reply = ApiHandler::NewReply(ApiKind::kOpenAIChat, call.request_id);
+    gateway::Gateway* g = handler_.admin_gateway();
+    if (g == nullptr) {
+      return ApiHandler::ErrorReply(ApiKind::kOpenAIChat,
+                                    util::UnavailableError("the server is still loading its model"),
+                                    std::move(reply));
+    }
+    auto what = ParseInvalidationBody(call.body);
+    if (!what.ok())
+      return ApiHandler::ErrorReply(ApiKind::kOpenAIChat, what.status(), std::move(reply));
+    auto report = g->Invalidate(*what);
+    if (!report.ok()) {
+      return ApiHandler::ErrorReply(ApiKind::kOpenAIChat, report.status(), std::move(reply));
+    }
+    const nlohmann::ordered_json body = {{"object", "cache.invalidation"},
+                                         {"invalidated",
+                                          {{"l1", report->l1},
+                                           {"l3", report->l3},
+                                           {"semantic", report->semantic},
+                                           {"l2_blocks", report->l2_blocks},
+                                           {"shared", report->shared}}},
+                                         {"reason", what->reason},
+                                         {"warnings", report->warnings}};
+    reply.body = body.dump();
+    log_.Info("req={} DELETE /v1/cache 200", call.request_id);
     return reply;
   }
 

@@ -1,5 +1,7 @@
 // Fuzz target: the OpenAI and Anthropic request parsers (and Anthropic's
-// count_tokens parser) on arbitrary bytes.
+// count_tokens parser), the admin API's cache invalidation body and the
+// invalidation message other instances send through Redis, on arbitrary
+// bytes.
 // Whatever the input, parsing returns a request or an InvalidArgument whose
 // reason says what kind of input problem it is (malformed JSON, or an invalid
 // field); it never throws, crashes or reads out of bounds, and rendering an
@@ -7,11 +9,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
+#include "gateway/invalidation_message.h"
 #include "server/api.h"
+#include "server/cache_admin.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace strata::server;
@@ -29,6 +34,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (HttpStatus(st) != 400) std::abort();
       if (!nlohmann::json::accept(RenderError(kind, st))) std::abort();
     }
+  }
+  // DELETE /v1/cache: a selection or an InvalidArgument, never anything else.
+  auto invalidation = ParseInvalidationBody(body);
+  if (!invalidation.ok() &&
+      invalidation.status().code() != strata::util::StatusCode::kInvalidArgument) {
+    std::abort();
+  }
+  // Another instance's message: DataLoss or a selection that re-encodes to
+  // a message decoding to the same.
+  auto message = strata::gateway::DecodeInvalidationMessage(body);
+  if (message.ok()) {
+    const std::string again = strata::gateway::EncodeInvalidationMessage(*message);
+    auto twice = strata::gateway::DecodeInvalidationMessage(again);
+    if (!twice.ok() || strata::gateway::EncodeInvalidationMessage(*twice) != again) std::abort();
+  } else if (message.status().code() != strata::util::StatusCode::kDataLoss) {
+    std::abort();
   }
   auto count = ParseCountTokensRequest(body);
   if (!count.ok()) {

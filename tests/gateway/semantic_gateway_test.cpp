@@ -126,6 +126,33 @@ TEST_F(SemanticGatewayTest, ATextOfTheSameMeaningGetsTheStoredAnswerMarkedWithIt
   EXPECT_EQ(Metric("strata_cache_hits_total{tier=\"semantic\"}"), 1);
 }
 
+TEST_F(SemanticGatewayTest, InvalidationRemovesTheSemanticEntriesItSelects) {
+  Run(Chat(kAsked));
+  CompletionRequest beta = Chat(kAsked);
+  beta.tenant = "beta";
+  Run(beta);
+  EXPECT_EQ(s_.gw->semantic_stats()->entries, 2u);
+  // The prompt text is the conversation's contents: a prefix of the system
+  // prompt selects both tenants' entries; with a tenant, one.
+  Invalidation what;
+  what.prompt_prefix = "You are terse.";
+  what.tenant = "alpha";
+  auto report = s_.gw->Invalidate(what);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->semantic, 1u);
+  EXPECT_EQ(report->l1, 1u);
+  EXPECT_EQ(Run(Chat(kParaphrase)).outcome, CacheOutcome::kMiss);
+  CompletionRequest beta_paraphrase = Chat(kParaphrase);
+  beta_paraphrase.tenant = "beta";
+  EXPECT_EQ(Run(beta_paraphrase).outcome, CacheOutcome::kSemantic);
+  // Nothing selected: refused, nothing removed.
+  EXPECT_EQ(s_.gw->Invalidate(Invalidation{}).status().code(), util::StatusCode::kInvalidArgument);
+  Invalidation no_match;
+  no_match.prompt_prefix = "You are verbose.";
+  EXPECT_EQ(s_.gw->Invalidate(no_match)->semantic, 0u);
+  EXPECT_EQ(PromptText(Chat("q")), "You are terse.\nq");
+}
+
 TEST_F(SemanticGatewayTest, TenantsAndConversationsNeverShareAnswers) {
   Run(Chat(kAsked));
   CompletionRequest other = Chat(kParaphrase);

@@ -44,13 +44,18 @@ std::vector<Event> TwoChoices() {
 }
 
 TEST(StoredCodec, RoundTripsEveryEventField) {
-  const StoredResponse original(TwoChoices(), 2, 12);
+  const StoredResponse original(TwoChoices(), 2, 12,
+                                {"tenant a", "tiny", 0x0123456789abcdefULL, "You are terse.\nHi"});
   StoredResponseCodec codec;
   auto decoded = codec.Decode(codec.Encode(original));
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   const auto& d = static_cast<const StoredResponse&>(**decoded);
   EXPECT_EQ(d.n_choices(), 2);
   EXPECT_EQ(d.prompt_tokens(), 12);
+  EXPECT_EQ(d.origin().tenant, "tenant a");
+  EXPECT_EQ(d.origin().model, "tiny");
+  EXPECT_EQ(d.origin().fingerprint, 0x0123456789abcdefULL);
+  EXPECT_EQ(d.origin().prompt, "You are terse.\nHi");
   ASSERT_EQ(d.events().size(), original.events().size());
   for (size_t i = 0; i < d.events().size(); ++i) {
     const Event& a = original.events()[i];

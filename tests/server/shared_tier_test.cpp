@@ -72,6 +72,7 @@ struct Instance {
               .value();
     port = srv->Start().value();
     srv->SetGateway(gw.get());
+    srv->SetAdminKey("admin-key-0123456789");
     client = std::make_unique<httplib::Client>("127.0.0.1", port);
     client->set_read_timeout(60, 0);
   }
@@ -84,6 +85,11 @@ struct Instance {
   httplib::Result Post(const json& body, const std::string& key = "key-alpha-1") {
     httplib::Headers h = {{"Authorization", "Bearer " + key}};
     return client->Post("/v1/chat/completions", h, body.dump(), "application/json");
+  }
+  httplib::Result Invalidate(const json& body, const std::string& key = "admin-key-0123456789") {
+    httplib::Headers h;
+    if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
+    return client->Delete("/v1/cache", h, body.dump(), "application/json");
   }
   double Metric(const std::string& series) const {
     const std::string text = metrics.Render();
@@ -210,6 +216,130 @@ TEST_F(SharedTierTest, RedisDyingMidTestNeverFailsARequestAndTheMetricsSaySo) {
   ASSERT_EQ(a_->Post(Chat("after the storm"))->status, 200);
   ASSERT_TRUE(a_->gw->FlushShared(seconds(5)));
   EXPECT_EQ(b_->Post(Chat("after the storm"))->get_header_value("x-strata-cache"), "l1");
+}
+
+}  // namespace
+}  // namespace strata::server
+
+namespace strata::server {
+namespace {
+
+TEST_F(SharedTierTest, CacheInvalidationNeedsTheAdminKey) {
+  auto none = a_->Invalidate({{"tenant", "alpha"}}, "");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401) << none->body;
+  auto api_key = a_->Invalidate({{"tenant", "alpha"}}, "key-alpha-1");
+  EXPECT_EQ(api_key->status, 401) << "an API key is not the admin key";
+  EXPECT_EQ(json::parse(api_key->body)["error"]["message"].get<std::string>().find("key-alpha"),
+            std::string::npos)
+      << "never echoes what was presented";
+  auto post = a_->client->Post("/v1/cache", "{}", "application/json");
+  EXPECT_EQ(post->status, 405);
+  EXPECT_EQ(post->get_header_value("Allow"), "DELETE");
+}
+
+TEST_F(SharedTierTest, AnInvalidationByPromptPrefixReachesEveryTierAndEveryInstance) {
+  const std::string stale = "the refund policy allows thirty days";
+  ASSERT_EQ(a_->Post(Chat(stale, true))->status, 200);
+  ASSERT_EQ(a_->Post(Chat("the weather on Mars"))->status, 200);
+  ASSERT_TRUE(a_->gw->FlushShared(seconds(5)));
+  ASSERT_EQ(b_->Post(Chat(stale))->get_header_value("x-strata-cache"), "l1");  // B keeps a copy
+  EXPECT_EQ(b_->Metric("strata_cache_entries{tier=\"l1\"}"), 1);
+
+  auto r = a_->Invalidate({{"prompt_prefix", "the refund policy"}, {"reason", "policy changed"}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json body = json::parse(r->body);
+  EXPECT_EQ(body["invalidated"]["l1"], 1);
+  EXPECT_EQ(body["invalidated"]["l3"], 1);
+  EXPECT_EQ(body["invalidated"]["shared"], 2) << "its L1 and L3 entries in Redis";
+  EXPECT_GE(body["invalidated"]["l2_blocks"].get<int>(), 1) << "the prompt's prefix blocks";
+  EXPECT_EQ(body["reason"], "policy changed");
+  EXPECT_TRUE(body["warnings"].empty()) << body.dump();
+  EXPECT_EQ(a_->Metric("strata_cache_invalidated_total{tier=\"l1\"}"), 1);
+  EXPECT_TRUE(log_.Contains("reason: policy changed"));
+
+  // B hears of it through the stream and drops its copy.
+  EXPECT_TRUE(Eventually([&] { return b_->Metric("strata_cache_invalidations_total") == 1; }));
+  EXPECT_EQ(b_->Metric("strata_cache_entries{tier=\"l1\"}"), 0);
+  EXPECT_EQ(b_->Metric("strata_cache_invalidated_total{tier=\"l1\"}"), 1);
+  // Nobody serves the stale answer; the other answer stays.
+  EXPECT_EQ(b_->Post(Chat(stale))->get_header_value("x-strata-cache"), "miss");
+  EXPECT_EQ(a_->Post(Chat("the weather on Mars"))->get_header_value("x-strata-cache"), "l1");
+}
+
+TEST_F(SharedTierTest, AnExactRequestInvalidationRemovesOnlyThatAnswer) {
+  ASSERT_EQ(a_->Post(Chat("alpha one"))->status, 200);
+  ASSERT_EQ(a_->Post(Chat("alpha two"))->status, 200);
+  ASSERT_EQ(a_->Post(Chat("alpha one"), "key-beta-22")->status, 200);
+  ASSERT_TRUE(a_->gw->FlushShared(seconds(5)));
+  auto r = a_->Invalidate({{"tenant", "alpha"}, {"request", Chat("alpha one")}});
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["invalidated"]["l1"], 1);
+  EXPECT_EQ(json::parse(r->body)["invalidated"]["shared"], 1);
+  EXPECT_TRUE(json::parse(r->body)["warnings"].empty()) << r->body;
+  EXPECT_EQ(a_->Post(Chat("alpha one"))->get_header_value("x-strata-cache"), "miss");
+  EXPECT_EQ(a_->Post(Chat("alpha two"))->get_header_value("x-strata-cache"), "l1");
+  EXPECT_EQ(a_->Post(Chat("alpha one"), "key-beta-22")->get_header_value("x-strata-cache"), "l1")
+      << "another tenant's answer to the same request stays";
+}
+
+TEST_F(SharedTierTest, AModelVersionInvalidationTakesTheVersionGetModelsNames) {
+  ASSERT_EQ(a_->Post(Chat("versioned words"))->status, 200);
+  auto models = a_->client->Get("/v1/models", {{"Authorization", "Bearer key-alpha-1"}});
+  const std::string version = json::parse(models->body)["data"][0]["strata_model_version"];
+  EXPECT_EQ(version.size(), 16u);
+  auto other = a_->Invalidate({{"model_version", "0000000000000001"}});
+  ASSERT_EQ(other->status, 200) << other->body;
+  EXPECT_EQ(json::parse(other->body)["invalidated"]["l1"], 0);
+  auto r = a_->Invalidate({{"model_version", version}, {"model", "tiny"}});
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["invalidated"]["l1"], 1);
+  EXPECT_EQ(a_->Post(Chat("versioned words"))->get_header_value("x-strata-cache"), "miss");
+}
+
+TEST_F(SharedTierTest, ATenantInvalidationLeavesOtherTenantsAlone) {
+  ASSERT_EQ(a_->Post(Chat("shared words"))->status, 200);
+  ASSERT_EQ(a_->Post(Chat("shared words"), "key-beta-22")->status, 200);
+  ASSERT_TRUE(a_->gw->FlushShared(seconds(5)));
+  auto r = a_->Invalidate({{"tenant", "beta"}});
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["invalidated"]["l1"], 1);
+  EXPECT_EQ(a_->Post(Chat("shared words"), "key-beta-22")->get_header_value("x-strata-cache"),
+            "miss");
+  EXPECT_EQ(a_->Post(Chat("shared words"))->get_header_value("x-strata-cache"), "l1");
+  // And through Redis: B finds alpha's, not beta's old one.
+  EXPECT_EQ(b_->Post(Chat("shared words"))->get_header_value("x-strata-cache"), "l1");
+}
+
+TEST_F(SharedTierTest, BadInvalidationsAreRefusedWithAClearError) {
+  struct Case {
+    std::string body;
+    int status;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"not json", 400, "JSON object"},
+      {"{}", 400, "at least one"},
+      {R"({"tenant": "alpha", "colour": 1})", 400, "colour"},
+      {R"({"tenant": 7})", 400, "tenant"},
+      {R"({"prompt_prefix": ""})", 400, "prompt_prefix"},
+      {R"({"model_version": "xyz"})", 400, "16 hex digits"},
+      {R"({"model": "no-such-model"})", 404, "no-such-model"},
+      {R"({"request": {"messages": "hello"}})", 400, "request"},
+      {R"({"request": {"model": "tiny"}})", 400, "messages"},
+  };
+  for (const Case& c : cases) {
+    auto r = a_->client->Delete("/v1/cache", {{"Authorization", "Bearer admin-key-0123456789"}},
+                                c.body, "application/json");
+    ASSERT_TRUE(r) << c.body;
+    EXPECT_EQ(r->status, c.status) << c.body << " -> " << r->body;
+    const json j = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.contains("error")) << r->body;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(c.says), std::string::npos)
+        << c.body << " -> " << r->body;
+  }
+  EXPECT_EQ(a_->Metric("strata_cache_invalidations_total"), 0);
 }
 
 }  // namespace

@@ -147,10 +147,15 @@ void Flight::CancelRun() {
   if (run) run->Cancel();  // without the lock: the run may push events as it stops
 }
 
-StoredResponse::StoredResponse(std::vector<Event> events, int32_t n_choices, int32_t prompt_tokens)
-    : events_(std::move(events)), n_choices_(n_choices), prompt_tokens_(prompt_tokens) {
+StoredResponse::StoredResponse(std::vector<Event> events, int32_t n_choices, int32_t prompt_tokens,
+                               AnswerOrigin origin)
+    : events_(std::move(events)),
+      n_choices_(n_choices),
+      prompt_tokens_(prompt_tokens),
+      origin_(std::move(origin)) {
   // What the entry holds on the heap, for L1's byte budget.
-  bytes_ = sizeof(*this) + events_.capacity() * sizeof(Event);
+  bytes_ = sizeof(*this) + events_.capacity() * sizeof(Event) + origin_.tenant.capacity() +
+           origin_.model.capacity() + origin_.prompt.capacity();
   for (const Event& e : events_) {
     bytes_ += e.text.capacity() + e.stop_sequence.capacity() + e.status.message().size() +
               e.terms.capacity() + e.logprobs.capacity() * sizeof(TokenLogprob) +

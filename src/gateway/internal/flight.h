@@ -101,21 +101,32 @@ class Flight {
   std::vector<std::function<void()>> TakeReady();
 };
 
+// Whose answer a stored generation is, for invalidation (DELETE /v1/cache).
+struct AnswerOrigin {
+  std::string tenant;
+  std::string model;         // the backend's name
+  uint64_t fingerprint = 0;  // the backend's fingerprint (the model version)
+  std::string prompt;        // PromptText of the request
+};
+
 // A finished generation as L1 keeps it: the API-neutral events, exactly as
 // the run that produced them emitted them (text, logprobs, finish reasons,
-// stop sequences and that run's usage).
+// stop sequences and that run's usage), and whose answer it is.
 class StoredResponse final : public cache::CachedValue {
  public:
-  StoredResponse(std::vector<Event> events, int32_t n_choices, int32_t prompt_tokens);
+  StoredResponse(std::vector<Event> events, int32_t n_choices, int32_t prompt_tokens,
+                 AnswerOrigin origin = {});
   uint64_t ByteSize() const override { return bytes_; }
   const std::vector<Event>& events() const { return events_; }
   int32_t n_choices() const { return n_choices_; }
   int32_t prompt_tokens() const { return prompt_tokens_; }
+  const AnswerOrigin& origin() const { return origin_; }
 
  private:
   const std::vector<Event> events_;
   const int32_t n_choices_;
   const int32_t prompt_tokens_;
+  const AnswerOrigin origin_;
   uint64_t bytes_ = 0;  // set once by the constructor
 };
 

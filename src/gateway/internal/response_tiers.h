@@ -23,11 +23,14 @@
 // finishes a flight.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
 
 #include "backend/backend.h"
+#include "cache/invalidation_feed.h"
 #include "cache/near_dup.h"
 #include "cache/response_cache.h"
 #include "cache/semantic.h"
@@ -84,6 +87,33 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
   util::StatusOr<size_t> LoadSemantic(util::FileSystem& fs, const std::string& path);
   std::optional<cache::SharedStoreStats> shared_stats() const;
   bool FlushShared(std::chrono::milliseconds timeout);
+
+  // Invalidation (gateway/invalidation.cpp): which stored answers go.
+  struct Selector {
+    std::optional<std::string> tenant, model, prefix;
+    std::optional<uint64_t> fingerprint;
+    std::optional<cache::CacheKey> key;          // an exact request's key
+    std::shared_ptr<const NearDupRequest> near;  // ... and its L3 view (for Redis)
+    bool Selects(const StoredResponse& v) const;
+  };
+  struct Removed {
+    uint64_t l1 = 0, l3 = 0, semantic = 0, shared = 0;
+    std::vector<std::string> warnings;
+  };
+  // Removes the selected answers from L1, L3 and the semantic tier, and with
+  // `shared` from Redis too (on this thread, bounded by `deadline`). Answers
+  // of generations that began before this call are not stored afterwards.
+  Removed Invalidate(const Selector& s, bool shared,
+                     std::chrono::steady_clock::time_point deadline);
+  // The key an exact invalidation removes (the L1 key of `r` as `b` prepared it),
+  // and its L3 view (null when it has none).
+  cache::CacheKey KeyOf(const CompletionRequest& r, const backend::Backend& b,
+                        const backend::Prepared& p) const;
+  std::shared_ptr<const NearDupRequest> NearViewOf(const CompletionRequest& r,
+                                                   const backend::Backend& b,
+                                                   const backend::Prepared& p) const;
+  // Other instances' invalidations come and go through it; null without Redis.
+  cache::InvalidationFeed* feed() { return feed_.get(); }
   bool has_shared() const { return shared_ != nullptr; }
   bool has_semantic() const { return semantic_ != nullptr; }
 
@@ -123,10 +153,14 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
   // joins its writer thread, bounded by one command's timeout.
   std::unique_ptr<cache::ValueCodec> codec_;
   std::unique_ptr<cache::SharedStore> shared_;
+  std::unique_ptr<cache::InvalidationFeed> feed_;             // with shared_
   obs::CounterValue* remote_hits_[2] = {nullptr, nullptr};    // [0] l1, [1] l3
   obs::CounterValue* remote_misses_[2] = {nullptr, nullptr};  // [0] l1, [1] l3
   cache::SingleFlight<Flight> flights_;                       // used when coalesce is on
-  obs::CounterValue* coalesced_ = nullptr;                    // strata_cache_coalesced_total
+  // Bumped by every invalidation: a store hook whose request was admitted
+  // under an older value does not store (its answer may be what was removed).
+  std::atomic<uint64_t> invalidations_{0};
+  obs::CounterValue* coalesced_ = nullptr;  // strata_cache_coalesced_total
 };
 
 }  // namespace strata::gateway

@@ -10,8 +10,8 @@
 namespace strata::gateway {
 namespace {
 
-// Version 3: each logprob carries its token id.
-constexpr char kMagic[4] = {'S', 'R', '1', '\x03'};
+// Version 3: each logprob carries its token id. Version 4: the answer's origin.
+constexpr char kMagic[4] = {'S', 'R', '1', '\x04'};
 constexpr int32_t kMaxChoices = 128;
 
 class Writer {
@@ -90,6 +90,11 @@ std::string StoredResponseCodec::Encode(const cache::CachedValue& value) const {
   w.raw().append(kMagic, sizeof kMagic);
   w.I32(s.n_choices());
   w.I32(s.prompt_tokens());
+  w.Str(s.origin().tenant);
+  w.Str(s.origin().model);
+  w.U32(static_cast<uint32_t>(s.origin().fingerprint));
+  w.U32(static_cast<uint32_t>(s.origin().fingerprint >> 32));
+  w.Str(s.origin().prompt);
   w.U32(static_cast<uint32_t>(s.events().size()));
   for (const Event& e : s.events()) {
     w.U8(static_cast<uint8_t>(e.kind));
@@ -136,6 +141,13 @@ util::StatusOr<std::shared_ptr<const cache::CachedValue>> StoredResponseCodec::D
     return DataLossError(
         fmt::format("stored response: {} choices, {} prompt tokens", n_choices, prompt_tokens));
   }
+  AnswerOrigin origin;
+  STRATA_ASSIGN_OR_RETURN(origin.tenant, r.Str());
+  STRATA_ASSIGN_OR_RETURN(origin.model, r.Str());
+  STRATA_ASSIGN_OR_RETURN(uint32_t fp_lo, r.U32());
+  STRATA_ASSIGN_OR_RETURN(uint32_t fp_hi, r.U32());
+  origin.fingerprint = uint64_t{fp_hi} << 32 | fp_lo;
+  STRATA_ASSIGN_OR_RETURN(origin.prompt, r.Str());
   STRATA_ASSIGN_OR_RETURN(uint32_t n_events, r.Count(34));
   std::vector<Event> events;
   events.reserve(n_events);
@@ -201,8 +213,8 @@ util::StatusOr<std::shared_ptr<const cache::CachedValue>> StoredResponseCodec::D
   }
   if (r.left() != 0)
     return DataLossError(fmt::format("stored response: {} bytes after the end", r.left()));
-  return std::shared_ptr<const cache::CachedValue>(
-      std::make_shared<StoredResponse>(std::move(events), n_choices, prompt_tokens));
+  return std::shared_ptr<const cache::CachedValue>(std::make_shared<StoredResponse>(
+      std::move(events), n_choices, prompt_tokens, std::move(origin)));
 }
 
 }  // namespace strata::gateway

@@ -1,8 +1,9 @@
 // gateway/internal/stored_codec.h — a stored generation (StoredResponse) as
 // bytes, for the shared tier (cache/shared_store.h); private to gateway/.
 //
-// Format (version 3, every integer little-endian, strings as u32 length +
-// bytes): "SR1\x03", i32 n_choices, i32 prompt_tokens, u32 events, then per
+// Format (version 4, every integer little-endian, strings as u32 length +
+// bytes): "SR1\x04", i32 n_choices, i32 prompt_tokens, the origin (str
+// tenant, str model, u32 fingerprint low, u32 high, str prompt text), u32 events, then per
 // event: u8 kind, i32 index, str text, u32 logprobs × (str text, str bytes,
 // f32 logprob, i32 token id, u32 top × (str text, f32 logprob)), u32 tool calls × (i32
 // index, str id, str name, str arguments), u8 finish, str stop sequence,

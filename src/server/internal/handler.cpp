@@ -726,10 +726,15 @@ ApiReply ApiHandler::ListModels(const ApiCall& call) {
   }
   for (const std::string& name : names) {
     if (!data.empty()) data += ",";
+    // An alias names the default backend.
+    const backend::Backend* b = admitted->gateway->Find(name);
+    if (b == nullptr) b = admitted->gateway->Find("");
     data += wire::Dump({{"id", name},
                         {"object", "model"},
                         {"created", UnixSeconds(clock_)},
-                        {"owned_by", "strata"}});
+                        {"owned_by", "strata"},
+                        // What DELETE /v1/cache's model_version names.
+                        {"strata_model_version", fmt::format("{:016x}", b->fingerprint())}});
   }
   reply.body = fmt::format(R"({{"object":"list","data":[{}]}})", data);
   Count(endpoint, 200);

@@ -162,6 +162,8 @@ class ApiHandler {
   void SetGateway(gateway::Gateway* gateway) { gateway_.store(gateway); }
   // The gateway set last; nullptr while the model loads.
   const gateway::Gateway* gateway() const { return gateway_.load(); }
+  // The same, for the admin API's changes to it (cache invalidation).
+  gateway::Gateway* admin_gateway() const { return gateway_.load(); }
   // New generation and embedding requests get 503 (shutting down).
   void StartDraining() { draining_.store(true); }
   // Live changes (a reload): requests authenticated or started from now on
