@@ -54,6 +54,13 @@ void FalseHitControl::Record(double similarity, bool agreed) {
   Update();
 }
 
+void FalseHitControl::Relearn() {
+  std::lock_guard lock(mu_);
+  const size_t keep = options_.window / 4;
+  while (samples_.size() > keep) samples_.pop_front();
+  Update();
+}
+
 double FalseHitControl::threshold() const {
   std::lock_guard lock(mu_);
   return estimate_.threshold;

@@ -55,6 +55,12 @@ class FalseHitControl {
   explicit FalseHitControl(const FalseHitOptions& options);
 
   void Record(double similarity, bool agreed);
+  // Re-learning (the tier's hit rate fell below its floor, hit_rate_trigger.h):
+  // forgets every record but the newest quarter of the window, so the
+  // threshold is learned again from recent traffic; with fewer than
+  // min_samples left at the floor, warm-up resumes (every would-be hit
+  // verified) until enough fresh checks came in.
+  void Relearn();
   double threshold() const;
   // The share of would-be hits to verify now: 1 while warming up.
   double VerifyShare() const;

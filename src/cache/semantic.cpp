@@ -125,7 +125,8 @@ struct SemanticIndex::State {
     size_t live = 0;
     std::unordered_map<uint64_t, uint64_t> by_payload;  // payload -> entry id
     std::unique_ptr<faiss::Index> ann;                  // null: scanned exactly
-    size_t built_at = 0;  // live entries when `ann` was built (IVF retrains at 4x)
+    size_t built_at = 0;      // live entries when `ann` was built (IVF retrains at 4x)
+    uint64_t generation = 0;  // bumped by every Compact (rows renumbered)
   };
 
   State(const SemanticOptions& o, const util::Clock& c, util::Rng r, TierObserver* obs)
@@ -156,8 +157,12 @@ struct SemanticIndex::State {
   int64_t dim() const { return options.dim; }
 
   std::unique_ptr<faiss::Index> NewAnn(const Namespace& n) const {
+    return NewAnn(n.rows.data(), n.slots.size());
+  }
+  // An index over `n_rows` rows (the caller's; they must stay while it builds).
+  std::unique_ptr<faiss::Index> NewAnn(const float* rows, size_t n_rows) const {
     const auto d = static_cast<FaissId>(options.dim);
-    const auto count = static_cast<FaissId>(n.slots.size());
+    const auto count = static_cast<FaissId>(n_rows);
     std::unique_ptr<faiss::Index> index;
     switch (options.ann) {
       case AnnKind::kFlat:
@@ -186,8 +191,8 @@ struct SemanticIndex::State {
         index = std::make_unique<faiss::IndexLSH>(d, options.lsh_bits, /*rotate_data=*/true);
         break;
     }
-    if (!index->is_trained) index->train(count, n.rows.data());
-    index->add(count, n.rows.data());
+    if (!index->is_trained) index->train(count, rows);
+    index->add(count, rows);
     return index;
   }
 
@@ -252,6 +257,7 @@ struct SemanticIndex::State {
     }
     n.rows = std::move(rows);
     n.slots = std::move(slots);
+    ++n.generation;
     n.ann.reset();
     if (n.live >= options.ann_min_entries && options.ann != AnnKind::kFlat) {
       n.ann = NewAnn(n);
@@ -457,6 +463,49 @@ size_t SemanticIndex::EraseIf(
     if (State::NeedsCompaction(n)) s.Compact(n);
   }
   return ids.size();
+}
+
+size_t SemanticIndex::Retrain() {
+  State& s = *state_;
+  std::vector<std::string> names;
+  {
+    std::lock_guard lock(s.mu);
+    for (const auto& [name, ns] : s.namespaces) {
+      if (ns.ann != nullptr) names.push_back(name);
+    }
+  }
+  size_t rebuilt = 0;
+  for (const std::string& name : names) {
+    // Trained on a copy, outside the lock, so lookups go on meanwhile.
+    std::vector<float> rows;
+    uint64_t generation = 0;
+    {
+      std::lock_guard lock(s.mu);
+      auto it = s.namespaces.find(name);
+      if (it == s.namespaces.end() || it->second.ann == nullptr) continue;
+      rows = it->second.rows;
+      generation = it->second.generation;
+    }
+    const size_t n_rows = rows.size() / static_cast<size_t>(s.dim());
+    std::unique_ptr<faiss::Index> fresh = s.NewAnn(rows.data(), n_rows);
+    std::lock_guard lock(s.mu);
+    auto it = s.namespaces.find(name);
+    // Compacted meanwhile (rows renumbered, and an index built with them).
+    if (it == s.namespaces.end() || it->second.generation != generation) continue;
+    State::Namespace& ns = it->second;
+    // Rows appended meanwhile go in as they would have; removed ones are
+    // tombstones in both.
+    const size_t now_rows = ns.slots.size();
+    if (now_rows > n_rows) {
+      fresh->add(static_cast<FaissId>(now_rows - n_rows),
+                 ns.rows.data() + n_rows * static_cast<size_t>(s.dim()));
+    }
+    ns.ann = std::move(fresh);
+    ns.built_at = ns.live;
+    ++s.stats.rebuilds;
+    ++rebuilt;
+  }
+  return rebuilt;
 }
 
 util::Status SemanticIndex::Reconfigure(double min_similarity, std::chrono::seconds ttl,

@@ -136,6 +136,12 @@ class SemanticIndex {
   util::StatusOr<std::vector<std::pair<std::string, uint64_t>>> Insert(
       std::string_view ns, std::span<const float> vector, const NearDupText* text, uint64_t payload,
       std::shared_ptr<const CachedValue> value = nullptr);
+  // Rebuilds every namespace's nearest-neighbour index from its vectors
+  // (IVF: its lists retrained on them), e.g. when the tier's hit rate fell
+  // (hit_rate_trigger.h); how many were rebuilt. Each is trained on a copy
+  // outside the lock, so lookups and inserts go on meanwhile (a namespace
+  // compacted in between keeps the index that compaction built).
+  size_t Retrain();
   // Forgets every entry for which `match(ns, payload, value)` is true (value
   // may be null); how many. `match` runs with the index's mutex held: it
   // must not call back into the index.

@@ -400,6 +400,12 @@ std::vector<ServeKnob> MakeServeKnobs() {
   k.push_back(Bind("semantic.verify_min", "--semantic-verify-min",
                    [](ServeFlags & f) -> auto& { return f.semantic.verify_min; },
                    {.min = 1, .max = 1 << 18}));
+  k.push_back(Bind("semantic.hit_floor", "--semantic-hit-floor",
+                   [](ServeFlags & f) -> auto& { return f.semantic.hit_floor; },
+                   {.min = 0, .max = 1, .max_exclusive = true}));
+  k.push_back(Bind("semantic.hit_window", "--semantic-hit-window",
+                   [](ServeFlags & f) -> auto& { return f.semantic.hit_window; },
+                   {.min = 10, .max = 10'000'000}));
   k.push_back(Bind("semantic.encode_timeout_ms", "--semantic-encode-timeout-ms",
                    [](ServeFlags & f) -> auto& { return f.semantic.encode_timeout_ms; },
                    {.unit = "ms", .min = 1, .max = 60000}));

@@ -41,6 +41,14 @@ void RegisterSemanticFlags(CLI::App& cmd, SemanticFlags& f) {
   cmd.add_option("--semantic-verify-min", f.verify_min,
                  "Verified would-be hits needed before the learned threshold is trusted")
       ->capture_default_str();
+  cmd.add_option("--semantic-hit-floor", f.hit_floor,
+                 "When the share of semantic lookups answered over --semantic-hit-window falls "
+                 "below this, the tier re-learns its threshold from recent checks and retrains "
+                 "its nearest-neighbour lists; 0 = never")
+      ->capture_default_str();
+  cmd.add_option("--semantic-hit-window", f.hit_window,
+                 "Semantic lookups per hit-rate window (--semantic-hit-floor)")
+      ->capture_default_str();
   cmd.add_option("--semantic-file", f.file,
                  "Save the semantic tier here at shutdown and load it at start (the same "
                  "encoder's entries only)");
@@ -101,6 +109,12 @@ util::Status ApplySemanticFlags(const SemanticFlags& f, double ttl_jitter, uint6
   if (util::Status st = cache::FalseHitControl::Validate(go.semantic_verify); !st.ok()) {
     return util::InvalidArgumentError(fmt::format(
         "--semantic-max-false-hit / --semantic-verify / --semantic-verify-min: {}", st.message()));
+  }
+  go.semantic_hit_trigger.floor = f.hit_floor;
+  go.semantic_hit_trigger.window = static_cast<size_t>(f.hit_window);
+  if (util::Status st = cache::HitRateTrigger::Validate(go.semantic_hit_trigger); !st.ok()) {
+    return util::InvalidArgumentError(
+        fmt::format("--semantic-hit-floor / --semantic-hit-window: {}", st.message()));
   }
   go.semantic_seed = seed ^ 0x5345'4d41'4e54ULL;
   return util::OkStatus();

@@ -42,6 +42,8 @@ struct SemanticFlags {
   double max_false_hit = 0.01;  // the verified false-hit rate the learned threshold keeps
   double verify = 0.05;         // share of would-be hits verified after warm-up; 0 = off
   uint64_t verify_min = 50;     // verifications before the learned threshold is trusted
+  double hit_floor = 0;         // re-learn when the hit rate over a window is below; 0 = off
+  uint64_t hit_window = 500;    // lookups per hit-rate window
 };
 
 void RegisterSemanticFlags(CLI::App& cmd, SemanticFlags& flags);

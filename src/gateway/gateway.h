@@ -87,6 +87,7 @@
 #include "backend/backend.h"
 #include "backend/local.h"
 #include "cache/false_hit_control.h"
+#include "cache/hit_rate_trigger.h"
 #include "cache/near_dup.h"
 #include "cache/response_cache.h"
 #include "cache/semantic.h"
@@ -167,6 +168,11 @@ struct GatewayOptions {
   // semantic.min_similarity.
   cache::FalseHitOptions semantic_verify;
   double semantic_judge_similarity = 0.8;
+  // The hit-rate trigger (cache/hit_rate_trigger.h): when the share of the
+  // semantic tier's lookups it answers falls below `floor` over a window,
+  // the tier re-learns its threshold from recent checks and retrains its
+  // nearest-neighbour lists. floor 0 (the default) = off.
+  cache::HitRateTriggerOptions semantic_hit_trigger;
   uint64_t semantic_seed = 0;  // seeds the TTL jitter
   // The shared tier (Redis) for L1 and L3, whichever are on; nullopt = local
   // tiers only. Its L3 layout and threshold are taken from `l3`.

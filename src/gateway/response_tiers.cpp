@@ -181,7 +181,10 @@ ResponseTiers::ResponseTiers(const GatewayOptions& options, const util::Clock& c
                              util::Logger& log)
     : options_(options), clock_(clock), log_(log) {}
 
-ResponseTiers::~ResponseTiers() = default;
+ResponseTiers::~ResponseTiers() {
+  std::lock_guard lock(retrain_mu_);
+  if (retrainer_.joinable()) retrainer_.join();
+}
 
 util::StatusOr<std::shared_ptr<ResponseTiers>> ResponseTiers::Create(const GatewayOptions& options,
                                                                      obs::MetricsRegistry& metrics,
@@ -227,6 +230,14 @@ util::StatusOr<std::shared_ptr<ResponseTiers>> ResponseTiers::Create(const Gatew
     fo.floor = options.semantic.min_similarity;
     STRATA_RETURN_IF_ERROR(cache::FalseHitControl::Validate(fo));
     t->false_hits_ = std::make_unique<cache::FalseHitControl>(fo);
+    STRATA_RETURN_IF_ERROR(cache::HitRateTrigger::Validate(options.semantic_hit_trigger));
+    t->hit_trigger_ = std::make_unique<cache::HitRateTrigger>(options.semantic_hit_trigger);
+    t->relearns_ =
+        &metrics
+             .Counter("strata_semantic_relearns_total",
+                      "Times the semantic tier's hit rate fell below its floor and the tier "
+                      "re-learned its threshold and retrained its nearest-neighbour lists.")
+             .With({});
     t->verify_rng_ = util::Rng(options.semantic_seed ^ 0x5645'5249'4659ULL);
     auto& verified = metrics.Counter(
         "strata_semantic_verifications_total",
@@ -260,6 +271,38 @@ util::StatusOr<std::shared_ptr<ResponseTiers>> ResponseTiers::Create(const Gatew
     metrics.GaugeCallback(
         "strata_semantic_verified_samples", "Verified would-be hits at or above the threshold.",
         estimate([](const cache::FalseHitEstimate& e) { return static_cast<double>(e.samples); }));
+    metrics.GaugeCallback(
+        "strata_semantic_hit_rate",
+        "Share of the semantic tier's lookups it answered, over the last full window of the "
+        "hit-rate trigger (0 before the first, or with the trigger off).",
+        [weak_tiers]() -> double {
+          const auto tiers = weak_tiers.lock();
+          return tiers ? tiers->hit_trigger_->rate().value_or(0.0) : 0.0;
+        });
+    auto relearned = [weak_tiers](double Relearned::*field) {
+      return [weak_tiers, field]() -> double {
+        const auto tiers = weak_tiers.lock();
+        if (!tiers) return 0.0;
+        std::lock_guard lock(tiers->relearn_mu_);
+        return tiers->relearned_.*field;
+      };
+    };
+    metrics.Gauge("strata_semantic_relearn_hit_rate",
+                  "The semantic tier's hit rate in the window that triggered the last "
+                  "re-learning (before) and in the first window after it (after).",
+                  {"when"});
+    metrics.ChildCallback("strata_semantic_relearn_hit_rate", {"before"},
+                          relearned(&Relearned::rate_before));
+    metrics.ChildCallback("strata_semantic_relearn_hit_rate", {"after"},
+                          relearned(&Relearned::rate_after));
+    metrics.Gauge("strata_semantic_relearn_threshold",
+                  "The semantic threshold served when the last re-learning began (before) and "
+                  "when it settled (after).",
+                  {"when"});
+    metrics.ChildCallback("strata_semantic_relearn_threshold", {"before"},
+                          relearned(&Relearned::threshold_before));
+    metrics.ChildCallback("strata_semantic_relearn_threshold", {"after"},
+                          relearned(&Relearned::threshold_after));
     t->encode_failures_ =
         &metrics
              .Counter("strata_semantic_encode_failures_total",
@@ -671,12 +714,55 @@ std::unique_ptr<Generation> ResponseTiers::FindSemantic(const CompletionRequest&
   span.SetInt("cache.candidates", static_cast<int64_t>(found->screened));
   if (hit) span.SetDouble("cache.similarity", found->match->similarity);
   span.End();
+  RecordSemanticLookup(hit);
   if (!hit) return nullptr;
   log_.Debug("[{}] tenant={} semantic hit, similarity {:.3f} ({} candidates)", r.request_id,
              r.tenant, found->match->similarity, found->screened);
   return std::make_unique<ReplayGeneration>(
       std::static_pointer_cast<const StoredResponse>(found->match->value), found->match->similarity,
       plan.n_prompt, CacheOutcome::kSemantic);
+}
+
+void ResponseTiers::RecordSemanticLookup(bool served) {
+  const bool learning = false_hits_->Estimate().warming_up;
+  const std::optional<cache::HitRateEvent> event = hit_trigger_->Record(served, learning);
+  if (!event) return;
+  const double threshold = false_hits_->threshold();
+  if (event->kind == cache::HitRateEvent::Kind::kTriggered) {
+    // Stale thresholds and lists: learn them again from what comes now.
+    // (This request's thread pays for the retraining; it happens at most
+    // once per trigger window.)
+    false_hits_->Relearn();
+    {
+      std::lock_guard lock(relearn_mu_);
+      relearned_ = {event->before, 0, threshold, 0};
+    }
+    relearns_->Inc();
+    log_.Warn(
+        "semantic tier: hit rate {:.3f} over the last {} lookups is below the floor {:.3f}: "
+        "re-learning its threshold ({:.3f}) from recent checks and retraining its "
+        "nearest-neighbour lists",
+        event->before, hit_trigger_->options().window, hit_trigger_->options().floor, threshold);
+    // The lists are retrained on another thread (training is most of an
+    // IVF build's time); the previous retraining, if any, ended long ago (a
+    // trigger needs a full window and a cooldown after it).
+    std::lock_guard lock(retrain_mu_);
+    if (retrainer_.joinable()) retrainer_.join();
+    retrainer_ = std::thread([this] {
+      const size_t n = semantic_->Retrain();
+      log_.Info("semantic tier: nearest-neighbour lists of {} namespaces retrained", n);
+    });
+    return;
+  }
+  double before = 0;
+  {
+    std::lock_guard lock(relearn_mu_);
+    relearned_.rate_after = event->after;
+    relearned_.threshold_after = threshold;
+    before = relearned_.threshold_before;
+  }
+  log_.Info("semantic tier re-learned: hit rate {:.3f} -> {:.3f}, threshold {:.3f} -> {:.3f}",
+            event->before, event->after, before, threshold);
 }
 
 Flight::Hook ResponseTiers::StoreHook(const CompletionRequest& r, const Plan& plan) {

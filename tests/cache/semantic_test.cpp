@@ -212,6 +212,9 @@ TEST_P(SemanticAnnTest, FindsWhatTheExactScanFinds) {
     return static_cast<double>(found) / static_cast<double>(n);
   };
   EXPECT_GE(recall(0), 0.95) << AnnKindName(GetParam());
+  // Retrained (the hit-rate trigger's remedy): the same answers.
+  EXPECT_EQ(index->Retrain(), GetParam() == AnnKind::kFlat ? 0u : 1u);
+  EXPECT_GE(recall(0), 0.95) << AnnKindName(GetParam());
   // Remove the first 1000: tombstones, then a rebuild.
   EXPECT_EQ(
       index->EraseIf([](std::string_view, uint64_t p, const CachedValue*) { return p < 1000; }),

@@ -65,6 +65,7 @@ class SemanticGatewayTest : public ::testing::Test {
     go.semantic_encoder = backend_.get();
     go.semantic_verify.verify_share = verify_share_;
     go.semantic_verify.min_samples = 3;
+    go.semantic_hit_trigger = trigger_;
     testing::StartServingStack(s_, go, *metrics_, clock_, *log_);
   }
   Observed Run(const CompletionRequest& r) {
@@ -104,7 +105,8 @@ class SemanticGatewayTest : public ::testing::Test {
   std::unique_ptr<testing::MemFileSystem> fs_;
   std::unique_ptr<model::Encoder> encoder_;
   std::unique_ptr<backend::EncoderBackend> backend_;
-  double verify_share_ = 0;  // verification off unless a test turns it on
+  double verify_share_ = 0;               // verification off unless a test turns it on
+  cache::HitRateTriggerOptions trigger_;  // off unless a test turns it on
   testing::FakeClock clock_;
   std::unique_ptr<obs::MetricsRegistry> metrics_;
   testing::ServingStack s_;
@@ -251,6 +253,27 @@ TEST_F(SemanticGatewayTest, WouldBeHitsAreVerifiedAndTheLearnedThresholdIsServed
   EXPECT_GT(verified, 0) << "a share keeps being verified";
   // A rewording below the learned threshold (1.0) is not served.
   EXPECT_EQ(Run(Chat(kParaphrase)).outcome, CacheOutcome::kMiss);
+}
+
+// The hit-rate trigger: lookups the tier cannot answer push its rate below
+// the floor; it re-learns (threshold from recent checks, lists retrained),
+// says so in a log line and the metrics, and reports the rate after.
+TEST_F(SemanticGatewayTest, AHitRateBelowTheFloorMakesTheTierRelearn) {
+  trigger_ = {.floor = 0.5, .window = 10, .cooldown = 100};
+  Build(L3Mode::kOptIn, {}, /*l1=*/false);
+  Run(Chat(kAsked));             // a lookup (a miss), then stored: later ones of it hit
+  for (int i = 0; i < 9; ++i) {  // with it, 10 lookups and 1 hit: rate 0.1
+    CompletionRequest r = Chat(i == 0 ? kParaphrase : kOther);
+    r.max_tokens = i == 0 ? 8 : 20 + i;  // distinct scopes: misses
+    Run(r);
+  }
+  EXPECT_EQ(Metric("strata_semantic_relearns_total"), 1);
+  EXPECT_NEAR(Metric("strata_semantic_relearn_hit_rate{when=\"before\"}"), 0.1, 1e-9);
+  EXPECT_NEAR(Metric("strata_semantic_hit_rate"), 0.1, 1e-9);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(Run(Chat(kAsked)).outcome, CacheOutcome::kSemantic);
+  EXPECT_NEAR(Metric("strata_semantic_relearn_hit_rate{when=\"after\"}"), 1.0, 1e-9);
+  EXPECT_NEAR(Metric("strata_semantic_hit_rate"), 1.0, 1e-9);
+  EXPECT_EQ(Metric("strata_semantic_relearns_total"), 1) << "settled, not triggered again";
 }
 
 }  // namespace semantic_test

@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "backend/backend.h"
 #include "cache/invalidation_feed.h"
@@ -143,7 +144,23 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
   std::unique_ptr<TierMetrics> semantic_observer_;  // outlives semantic_
   std::unique_ptr<cache::SemanticIndex> semantic_;  // null when off
   std::unique_ptr<cache::FalseHitControl> false_hits_;  // with semantic_
-  std::mutex verify_mu_;                                // guards verify_rng_
+  std::unique_ptr<cache::HitRateTrigger> hit_trigger_;  // with semantic_
+  // The last re-learning's hit rate and threshold, before and after
+  // (strata_semantic_relearn_*); set by the thread that records the event.
+  struct Relearned {
+    double rate_before = 0, rate_after = 0, threshold_before = 0, threshold_after = 0;
+  };
+  std::mutex relearn_mu_;  // guards relearned_
+  Relearned relearned_;
+  obs::CounterValue* relearns_ = nullptr;  // strata_semantic_relearns_total
+  // Retrains the semantic index's lists off the request path; one at a
+  // time, joined by the destructor. It uses
+  // `this` without holding a reference, so it never owns the tiers.
+  std::mutex retrain_mu_;  // guards retrainer_
+  std::thread retrainer_;
+  // Called with each semantic lookup's outcome; re-learns when the trigger fires.
+  void RecordSemanticLookup(bool served);
+  std::mutex verify_mu_;  // guards verify_rng_
   util::Rng verify_rng_{0};
   obs::CounterValue* verified_[2] = {nullptr, nullptr};  // [0] agreed, [1] disagreed
   obs::CounterValue* encode_failures_ = nullptr;         // strata_semantic_encode_failures_total
