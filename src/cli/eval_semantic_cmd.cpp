@@ -22,6 +22,7 @@
 #include "cache/near_dup.h"
 #include "cli/commands.h"
 #include "cli/prompt_sets.h"
+#include "model/default_encoder.h"
 #include "model/encoder.h"
 #include "model/hash_encoder.h"
 #include "util/thread_pool.h"
@@ -156,7 +157,10 @@ int RunEvalSemantic(const Env& env, const EvalSemanticFlags& f) {
   std::vector<std::unique_ptr<model::HashEncoder>> hash_encoders;
   std::vector<std::unique_ptr<model::Encoder>> bert_encoders;
   for (const std::string& path : f.encoders) {
-    auto g = format::GgufFile::Open(*env.fs, path);
+    // The built-in encoder is a strata-hash file in the binary.
+    auto g = path == "builtin"
+                 ? format::GgufFile::ParseBytes(model::DefaultEncoderGguf(), "built-in encoder")
+                 : format::GgufFile::Open(*env.fs, path);
     if (!g.ok()) return ReportError(g.status());
     auto arch = (*g)->GetStringOr("general.architecture", "");
     if (arch.ok() && *arch == model::kHashEncoderArchitecture) {
@@ -277,8 +281,8 @@ Command RegisterEvalSemantic(CLI::App& app) {
       "paraphrase sets (PAWS, QQP, GPTCache mock + Arena-Hard)");
   cmd->add_option("--data-dir", f->data_dir, "Directory of the prompt sets")->capture_default_str();
   cmd->add_option("--encoder", f->encoders,
-                  "Encoder GGUF to evaluate (repeatable): strata-hash (strata train-encoder), "
-                  "bert or nomic-bert");
+                  "Encoder to evaluate (repeatable): builtin (the one built into strata), or a "
+                  "GGUF: strata-hash (strata train-encoder), bert or nomic-bert");
   cmd->add_option("--target-precision", f->target_precision,
                   "Precision the chosen threshold must keep on dev")
       ->capture_default_str();

@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "model/default_encoder.h"
+
 namespace strata::cli {
 
 void RegisterSemanticFlags(CLI::App& cmd, SemanticFlags& f) {
@@ -16,9 +18,10 @@ void RegisterSemanticFlags(CLI::App& cmd, SemanticFlags& f) {
                  "Comma-separated tenants that get semantic answers without asking (with "
                  "--semantic opt-in)");
   cmd.add_option("--encoder", f.encoder,
-                 "What embeds request texts for --semantic: FILE.gguf (a bert or nomic-bert "
-                 "sentence encoder), backend:NAME (a served model's /v1/embeddings), or model "
-                 "(the default model's pooled hidden states; the default)");
+                 "What embeds request texts for --semantic: builtin (strata's own encoder, "
+                 "built into the binary; the default), FILE.gguf (a bert or nomic-bert sentence "
+                 "encoder, or a strata-hash file), backend:NAME (a served model's "
+                 "/v1/embeddings), or model (the default model's pooled hidden states)");
   cmd.add_option("--semantic-similarity", f.similarity,
                  "Least cosine similarity of the vectors for a semantic answer (tau5)")
       ->capture_default_str();
@@ -126,8 +129,20 @@ util::StatusOr<std::unique_ptr<SemanticEncoder>> StartEncoder(
   auto out = std::make_unique<SemanticEncoder>();
   if (go.semantic_mode == gateway::L3Mode::kOff) return out;
   backend::Backend* encoder = nullptr;
-  const std::string spec = f.encoder.empty() ? "model" : f.encoder;
-  if (spec == "model") {
+  const std::string spec = f.encoder.empty() ? "builtin" : f.encoder;
+  if (spec == "builtin") {
+    auto loaded = model::LoadDefaultEncoder(log);
+    if (!loaded.ok()) {
+      return util::Status(loaded.status().code(),
+                          fmt::format("--encoder builtin: {}", loaded.status().message()));
+    }
+    out->hash = std::move(loaded).value();
+    out->backend = std::make_unique<backend::EncoderBackend>(
+        *out->hash, backend::EncoderBackendOptions{
+                        .name = "semantic-encoder", .threads = 1, .max_embedding_inputs = 1});
+    encoder = out->backend.get();
+    out->description = fmt::format("strata's built-in encoder ({})", out->hash->name());
+  } else if (spec == "model") {
     if (served.empty()) return util::InvalidArgumentError("--encoder model: no model is served");
     encoder = served.front();
     out->description = fmt::format("the pooled hidden states of model '{}'", encoder->name());

@@ -3,12 +3,14 @@
 //
 // Promise: ApplySemanticFlags validates the flags (InvalidArgument naming the
 // flag) and fills the semantic part of the gateway's options. StartEncoder
-// resolves --encoder — FILE.gguf (a bert or nomic-bert file, loaded here and
-// run on its own pool, or a strata-hash file from `strata train-encoder`), backend:NAME (a served
-// backend's /v1/embeddings: a sentence encoder served with -m, or a remote embeddings API), or
-// `model` (the default served model's pooled hidden states, also the default) —, embeds a probe
-// text to learn the vector width, and sets the gateway's encoder and width. Errors name the flag
-// and the cause.
+// resolves --encoder — `builtin` (strata's own encoder, built into the
+// binary: model/default_encoder.h; the default), FILE.gguf (a bert or
+// nomic-bert file, loaded here and run on its own pool, or a strata-hash
+// file from `strata train-encoder`), backend:NAME (a served backend's
+// /v1/embeddings: a sentence encoder served with -m, or a remote embeddings
+// API), or `model` (the default served model's pooled hidden states) —,
+// embeds a probe text to learn the vector width, and sets the gateway's
+// encoder and width. Errors name the flag and the cause.
 //
 // Threading: used by the starting thread only; the encoder is then used by
 // request threads (EncoderBackend is thread-safe).
@@ -32,7 +34,7 @@ namespace strata::cli {
 struct SemanticFlags {
   std::string mode = "off";    // off | opt-in | on
   std::string tenants;         // comma-separated: semantic answers by default for these
-  std::string encoder;         // FILE.gguf | backend:NAME | model; "" = model
+  std::string encoder;         // builtin | FILE.gguf | backend:NAME | model; "" = builtin
   double similarity = 0.9;     // τ5
   uint64_t entries = 100'000;  // entries over all tenants
   double ttl_s = 600;          // seconds an entry lives (jittered as --l1-ttl-jitter)
@@ -56,8 +58,8 @@ util::Status ApplySemanticFlags(const SemanticFlags& flags, double ttl_jitter, u
 // The encoder --encoder names, when the tier is on; holds what it loaded.
 struct SemanticEncoder {
   std::unique_ptr<model::Encoder> encoder;           // FILE.gguf of a bert or nomic-bert
-  std::unique_ptr<model::HashEncoder> hash;          // FILE.gguf of a strata-hash
-  std::unique_ptr<backend::EncoderBackend> backend;  // FILE.gguf only
+  std::unique_ptr<model::HashEncoder> hash;          // builtin, or FILE.gguf of a strata-hash
+  std::unique_ptr<backend::EncoderBackend> backend;  // builtin and FILE.gguf only
   std::string description;                           // for the start-up log
 };
 

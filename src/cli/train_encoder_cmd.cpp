@@ -15,8 +15,8 @@ namespace {
 struct TrainEncoderFlags {
   std::string data_dir = "../shared/data/prompts";
   std::string out;
-  int32_t dim = 128;
-  int32_t buckets_log2 = 15;
+  int32_t dim = 64;
+  int32_t buckets_log2 = 13;
   int32_t epochs = 12;
   int32_t batch = 128;
   double learning_rate = 0.01;

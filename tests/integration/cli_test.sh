@@ -177,6 +177,20 @@ head -c 100 "$d/gptcache_similiar_qqp_full.json.tar.gz" > "$tmp/cut.tar.gz"
 expect 1 "not valid gzip data" -- eval l3 --data-dir "$d" --qqp "$tmp/cut.tar.gz" --svg ""
 expect 1 "paws_wiki_labeled_final_dev.tsv is not present" -- eval l3 --data-dir "$tmp/none"
 expect 2 "--threshold 2 is outside" -- eval l3 --threshold 2
+expect 0 "strata-hash qqp d64 b2^13" -- eval semantic --data-dir "$d" --encoder builtin
+
+# The built-in encoder is what `strata train-encoder` writes by default from
+# the QQP training split, byte for byte (training is deterministic).
+qqp=../shared/data/prompts/gptcache_similiar_qqp_full.json.tar.gz
+if [ -f "$qqp" ]; then
+  expect 0 "wrote" -- train-encoder -o "$tmp/enc.gguf"
+  if ! cmp -s "$tmp/enc.gguf" src/model/data/strata-hash.gguf; then
+    echo "FAIL: train-encoder no longer reproduces src/model/data/strata-hash.gguf"; fail=1
+  fi
+else
+  echo "skip: $qqp is not present; the built-in encoder is not retrained"
+fi
+expect 2 "--buckets-log2 30 is outside" -- train-encoder -o "$tmp/x.gguf" --buckets-log2 30
 
 # strata config: the defaults file is complete and checks clean; each kind
 # of problem is named with its line, and the check ends in exit 1.

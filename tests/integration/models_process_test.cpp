@@ -337,6 +337,31 @@ TEST_F(ModelsProcessTest, TheSemanticTierAnswersARewordingThroughAServedEncoder)
   EXPECT_NE(log.find("no served model is named 'nothing'"), std::string::npos) << log;
 }
 
+// --semantic on alone: strata's built-in encoder embeds the texts, so a
+// rewording of an answered question is answered from the tier with no
+// encoder file or served encoder.
+TEST_F(ModelsProcessTest, TheBuiltInEncoderServesTheSemanticTierWithNoOtherFlag) {
+  ASSERT_GT(Serve({"-m", "chat=" + small_->model, "--semantic", "on", "--semantic-verify", "0"}),
+            0);
+  EXPECT_NE(ReadAll(log_).find("built-in encoder"), std::string::npos) << ReadAll(log_);
+  auto ask = [&](const std::string& text) {
+    const Json body = {{"model", "chat"},
+                       {"messages", Json::array({{{"role", "user"}, {"content", text}}})},
+                       {"max_tokens", 4},
+                       {"temperature", 0}};
+    return Ask(HttpRequest("POST", "/v1/chat/completions", body.dump()));
+  };
+  auto first = ask("How do I reset my password?");
+  ASSERT_TRUE(first.has_value());
+  ASSERT_EQ(first->status, 200) << first->body;
+  auto reworded = ask("how can i reset my password");  // cosine 0.915 (strata embed -m builtin)
+  ASSERT_TRUE(reworded.has_value());
+  EXPECT_EQ(reworded->Header("x-strata-cache"), "semantic") << reworded->body;
+  auto other = ask("What is the capital of France?");
+  ASSERT_TRUE(other.has_value());
+  EXPECT_EQ(other->Header("x-strata-cache"), "miss");
+}
+
 // The CPUs a thread of `pid` may run on ("0", "1", "0-1"): each thread's
 // Cpus_allowed_list.
 std::vector<std::string> ThreadCpus(pid_t pid) {
