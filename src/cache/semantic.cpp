@@ -379,7 +379,7 @@ util::StatusOr<SemanticLookup> SemanticIndex::Lookup(std::string_view ns,
 
 util::StatusOr<std::vector<std::pair<std::string, uint64_t>>> SemanticIndex::Insert(
     std::string_view ns, std::span<const float> vector, const NearDupText* text, uint64_t payload,
-    std::shared_ptr<const CachedValue> value) {
+    std::shared_ptr<const CachedValue> value, std::optional<std::chrono::milliseconds> ttl) {
   State& s = *state_;
   if (static_cast<int64_t>(vector.size()) != s.dim()) {
     return InvalidArgumentError(
@@ -416,7 +416,10 @@ util::StatusOr<std::vector<std::pair<std::string, uint64_t>>> SemanticIndex::Ins
   if (text != nullptr) e.text = *text;
   e.value = std::move(value);
   e.slot = n.slots.size();
-  if (s.ttl.count() > 0) {
+  if (ttl) {
+    e.expiry = now + *ttl;
+    s.expiries.emplace(e.expiry, id);
+  } else if (s.ttl.count() > 0) {
     const double f = 1.0 + s.ttl_jitter * (2.0 * s.rng.Uniform() - 1.0);
     e.expiry = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                          std::chrono::duration<double>(static_cast<double>(s.ttl.count()) * f));
@@ -674,30 +677,11 @@ util::StatusOr<size_t> SemanticIndex::Load(util::FileSystem& fs, const std::stri
   size_t added = 0;
   for (Loaded& l : entries) {
     if (l.ttl_ms == 0) continue;
-    auto st = Insert(l.ns, l.vector, l.text ? &*l.text : nullptr, l.payload, l.value);
+    // Keeps what was left of its TTL (-1: none).
+    auto st =
+        Insert(l.ns, l.vector, l.text ? &*l.text : nullptr, l.payload, l.value,
+               l.ttl_ms > 0 ? std::optional(std::chrono::milliseconds(l.ttl_ms)) : std::nullopt);
     if (!st.ok()) continue;  // a zero vector: nothing to find it by
-    if (l.ttl_ms > 0) {
-      // Keep what was left of its TTL (Insert gave it a fresh one).
-      std::lock_guard lock(state_->mu);
-      auto ns_it = state_->namespaces.find(l.ns);
-      if (ns_it != state_->namespaces.end()) {
-        auto p = ns_it->second.by_payload.find(l.payload);
-        if (p != ns_it->second.by_payload.end()) {
-          State::Entry& e = state_->entries[p->second];
-          if (e.expiry != TimePoint::max()) {
-            auto [b, end] = state_->expiries.equal_range(e.expiry);
-            for (auto x = b; x != end; ++x) {
-              if (x->second == p->second) {
-                state_->expiries.erase(x);
-                break;
-              }
-            }
-          }
-          e.expiry = state_->clock.Now() + std::chrono::milliseconds(l.ttl_ms);
-          state_->expiries.emplace(e.expiry, p->second);
-        }
-      }
-    }
     ++added;
   }
   return added;

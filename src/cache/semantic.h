@@ -131,11 +131,14 @@ class SemanticIndex {
                                         const NearDupText* text,
                                         std::optional<double> min_similarity = std::nullopt);
   // Remembers `vector` (normalised here) under `ns` with `payload`; an entry
-  // of `ns` with the same payload is replaced. Returns the payloads of the
-  // entries that left (evicted or replaced), with their namespaces.
+  // of `ns` with the same payload is replaced. It lives the tier's jittered
+  // TTL, or `ttl` when given (a copy that keeps what its source had left).
+  // Returns the payloads of the entries that left (evicted or replaced),
+  // with their namespaces.
   util::StatusOr<std::vector<std::pair<std::string, uint64_t>>> Insert(
       std::string_view ns, std::span<const float> vector, const NearDupText* text, uint64_t payload,
-      std::shared_ptr<const CachedValue> value = nullptr);
+      std::shared_ptr<const CachedValue> value = nullptr,
+      std::optional<std::chrono::milliseconds> ttl = std::nullopt);
   // Rebuilds every namespace's nearest-neighbour index from its vectors
   // (IVF: its lists retrained on them), e.g. when the tier's hit rate fell
   // (hit_rate_trigger.h); how many were rebuilt. Each is trained on a copy

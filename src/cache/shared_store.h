@@ -49,6 +49,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "cache/cache_key.h"
 #include "cache/near_dup.h"
@@ -97,6 +98,16 @@ struct SharedHit {
   double similarity = 1.0;                // L3: ScorePair similarity; L1: 1
 };
 
+// A semantic tier entry (cache/semantic.h) as the shared tier keeps it.
+struct SharedSemanticEntry {
+  std::string ns;  // the semantic namespace (tenant and exact scope)
+  uint64_t payload = 0;
+  std::vector<float> vector;
+  std::shared_ptr<const NearDupText> text;  // for the guards; may be null
+  std::shared_ptr<const CachedValue> value;
+  std::chrono::milliseconds ttl_left{0};  // GetSemantic: what Redis has left of it
+};
+
 struct SharedStoreStats {
   bool up = false;
   uint64_t lookups = 0;         // lookups sent to Redis
@@ -113,7 +124,8 @@ struct SharedStoreStats {
 struct SharedInvalidation {
   std::optional<std::string> tenant;
   std::optional<uint64_t> model;  // a model fingerprint
-  // Exactly one request: its L1 key, and its L3 entry (scope id and text).
+  // Exactly one request: its L1 key, its L3 entry (scope id and text), and
+  // its semantic entries (found by the key's hash).
   std::optional<CacheKey> key;
   std::optional<std::pair<std::string, std::shared_ptr<const NearDupText>>> near;
   // Entries whose decoded value it accepts (null: all); entries that do not
@@ -167,6 +179,26 @@ class SharedStore {
   // not finish (what was deleted stays deleted).
   util::StatusOr<SharedInvalidationResult> Invalidate(
       const SharedInvalidation& what, std::chrono::steady_clock::time_point deadline);
+  // The semantic tier, shared by replication (shared_semantic.cpp): each
+  // instance keeps every instance's entries in its own index, so lookups
+  // stay local. PutSemantic queues the entry (a hash under
+  // <prefix>:<model>:<tenant>:sem:<encoder>:<id>, with a Redis TTL of `ttl`,
+  // jittered) and its key on the stream <prefix>:semantic, which other
+  // instances read with a SharedFeed (id() marks this store's own).
+  // `encoder` is the encoder's fingerprint: vectors are only ever read back
+  // by an instance with the same encoder.
+  void PutSemantic(const SharedScope& scope, uint64_t encoder, SharedSemanticEntry entry,
+                   std::chrono::nanoseconds ttl);
+  // The entry under `key` (a message of the semantic stream) when it is
+  // still there, decodes, and was made by `encoder`; on the calling thread.
+  std::optional<SharedSemanticEntry> GetSemantic(std::string_view key, uint64_t encoder);
+  // The keys of up to `max` semantic entries of model `model` made by
+  // `encoder` (a SCAN; for a warm start), within `deadline`.
+  std::vector<std::string> SemanticKeys(uint64_t model, uint64_t encoder, size_t max,
+                                        std::chrono::steady_clock::time_point deadline);
+  // What marks this store's messages on the semantic stream.
+  const std::string& id() const;
+
   bool up() const;
   SharedStoreStats stats() const;
   // Waits until every queued store has been written or dropped; false if

@@ -257,8 +257,8 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(std::vector<backend::Ba
       "Entries removed by invalidations (DELETE /v1/cache, or another instance's), by tier "
       "(l2: prefix blocks; shared: Redis entries).",
       {"tier"});
-  const char* tiers[5] = {"l1", "l3", "semantic", "l2", "shared"};
-  for (int i = 0; i < 5; ++i) g->invalidated_[i] = &invalidated.With({tiers[i]});
+  const char* tier_names[5] = {"l1", "l3", "semantic", "l2", "shared"};
+  for (int i = 0; i < 5; ++i) g->invalidated_[i] = &invalidated.With({tier_names[i]});
   g->invalidation_requests_ =
       &metrics
            .Counter("strata_cache_invalidations_total",
@@ -266,9 +266,19 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(std::vector<backend::Ba
            .With({});
   // Other instances' invalidations; the watcher stops in ~Gateway, before
   // anything it uses goes.
-  if (cache::InvalidationFeed* feed = g->tiers_->feed()) {
+  if (cache::SharedFeed* feed = g->tiers_->feed()) {
     Gateway* raw = g.get();
     feed->Listen([raw](std::string_view message) { raw->ApplyRemoteInvalidation(message); });
+  }
+  // Other instances' semantic entries: what Redis holds now, then each new
+  // one as its key comes on the stream.
+  if (cache::SharedFeed* feed = g->tiers_->semantic_feed()) {
+    ResponseTiers* tiers = g->tiers_.get();
+    std::vector<uint64_t> models;
+    for (const backend::Backend* b : g->backends_) models.push_back(b->fingerprint());
+    feed->Listen([tiers](std::string_view key) { tiers->AdoptSemantic(key); },
+                 std::chrono::milliseconds(250),
+                 [tiers, models] { tiers->AdoptStoredSemantic(models); });
   }
   return g;
 }
@@ -279,7 +289,8 @@ Gateway::Gateway(std::vector<backend::Backend*> backends, const GatewayOptions& 
 
 Gateway::~Gateway() {
   if (tiers_ != nullptr) {
-    if (cache::InvalidationFeed* feed = tiers_->feed()) feed->StopListening();
+    if (cache::SharedFeed* feed = tiers_->feed()) feed->StopListening();
+    if (cache::SharedFeed* feed = tiers_->semantic_feed()) feed->StopListening();
   }
 }
 

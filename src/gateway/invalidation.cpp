@@ -180,7 +180,7 @@ util::StatusOr<InvalidationReport> Gateway::Invalidate(const Invalidation& what)
       }
     }
   }
-  if (cache::InvalidationFeed* feed = tiers_->feed()) {
+  if (cache::SharedFeed* feed = tiers_->feed()) {
     util::Status told = feed->Announce(EncodeInvalidationMessage({.tenant = sel.tenant,
                                                                   .model = sel.model,
                                                                   .fingerprint = sel.fingerprint,

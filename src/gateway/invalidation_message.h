@@ -1,6 +1,6 @@
 // gateway/invalidation_message.h — an invalidation (Gateway::Invalidate) as
 // other instances read it from the shared tier's invalidation feed
-// (cache/invalidation_feed.h).
+// (cache/shared_feed.h).
 //
 // Format (version 01): one "name=value" line per field set, the value
 // hex-encoded (any bytes): v (the version, not hex), tenant, model,

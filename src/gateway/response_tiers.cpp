@@ -315,7 +315,7 @@ util::StatusOr<std::shared_ptr<ResponseTiers>> ResponseTiers::Create(const Gatew
                                          {}, obs::ExponentialBuckets(0.0005, 2, 14))
                               .With({});
   }
-  if (options.shared && (t->l1_ || t->l3_)) {
+  if (options.shared && (t->l1_ || t->l3_ || t->semantic_)) {
     cache::SharedStoreOptions so = *options.shared;
     so.near_dup.bands = options.l3.bands;
     so.near_dup.probe_radius = options.l3.probe_radius;
@@ -326,7 +326,19 @@ util::StatusOr<std::shared_ptr<ResponseTiers>> ResponseTiers::Create(const Gatew
     STRATA_ASSIGN_OR_RETURN(
         t->shared_, cache::SharedStore::Create(so, *t->codec_, clock,
                                                util::Rng(options.l1_seed ^ 0x5348'5244ULL), log));
-    STRATA_ASSIGN_OR_RETURN(t->feed_, cache::InvalidationFeed::Create(so, log));
+    STRATA_ASSIGN_OR_RETURN(t->feed_, cache::SharedFeed::Create(so, "invalidations", log));
+    if (t->semantic_) {
+      // The store appends the keys; the feed skips the ones it appended.
+      STRATA_ASSIGN_OR_RETURN(
+          t->semantic_feed_,
+          cache::SharedFeed::Create(so, "semantic", log, 10'000, t->shared_->id()));
+      t->semantic_adopted_ =
+          &metrics
+               .Counter("strata_semantic_shared_adopted_total",
+                        "Semantic entries other instances stored, copied from Redis into this "
+                        "instance's index.")
+               .With({});
+    }
     for (int i = 0; i < 2; ++i) {
       const std::string label = i == 0 ? "l1" : "l3";
       t->remote_hits_[i] = &remote_hits.With({label});
@@ -723,6 +735,28 @@ std::unique_ptr<Generation> ResponseTiers::FindSemantic(const CompletionRequest&
       plan.n_prompt, CacheOutcome::kSemantic);
 }
 
+void ResponseTiers::AdoptSemantic(std::string_view key) {
+  auto e = shared_->GetSemantic(key, options_.semantic_encoder->fingerprint());
+  if (!e) return;  // gone, another encoder's, or damaged (counted by the store)
+  auto st = semantic_->Insert(e->ns, e->vector, e->text.get(), e->payload, e->value, e->ttl_left);
+  if (st.ok()) semantic_adopted_->Inc();
+}
+
+void ResponseTiers::AdoptStoredSemantic(const std::vector<uint64_t>& models) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  size_t adopted = 0;
+  for (uint64_t model : models) {
+    for (const std::string& key :
+         shared_->SemanticKeys(model, options_.semantic_encoder->fingerprint(),
+                               options_.semantic.max_entries, deadline)) {
+      const double before = semantic_adopted_->Get();
+      AdoptSemantic(key);
+      adopted += semantic_adopted_->Get() > before ? 1 : 0;
+    }
+  }
+  if (adopted > 0) log_.Info("semantic tier: {} entries adopted from the shared tier", adopted);
+}
+
 void ResponseTiers::RecordSemanticLookup(bool served) {
   const bool learning = false_hits_->Estimate().warming_up;
   const std::optional<cache::HitRateEvent> event = hit_trigger_->Record(served, learning);
@@ -803,8 +837,24 @@ Flight::Hook ResponseTiers::StoreHook(const CompletionRequest& r, const Plan& pl
       }
       if (verify && verify->stored) tiers->Verify(verify->similarity, *verify->stored, log);
       if (semantic && vector && !vector->empty()) {
-        (void)tiers->semantic_->Insert(cache::SemanticNamespace(semantic->tenant, semantic->scope),
-                                       *vector, &semantic->text, key.hash, stored);
+        const std::string ns = cache::SemanticNamespace(semantic->tenant, semantic->scope);
+        (void)tiers->semantic_->Insert(ns, *vector, &semantic->text, key.hash, stored);
+        if (tiers->shared_) {
+          // The other instances copy it into their own index (its key on the
+          // semantic stream).
+          const auto ttl = tiers->options_.semantic.ttl.count() > 0
+                               ? std::chrono::nanoseconds(tiers->options_.semantic.ttl)
+                               : l1_ttl;
+          tiers->shared_->PutSemantic(
+              scope, tiers->options_.semantic_encoder->fingerprint(),
+              {.ns = ns,
+               .payload = key.hash,
+               .vector = *vector,
+               .text = std::shared_ptr<const cache::NearDupText>(semantic, &semantic->text),
+               .value = stored,
+               .ttl_left = {}},
+              ttl);
+        }
       }
     }
     tiers->flights_.Finish(f.key(), &f);

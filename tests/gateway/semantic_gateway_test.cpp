@@ -5,12 +5,15 @@
 // encoder failure never fails a request.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "backend/encoder.h"
 #include "gateway/gateway.h"
 #include "model/encoder.h"
 #include "model/synthetic.h"
 #include "testing/fake_clock.h"
 #include "testing/mem_file_system.h"
+#include "testing/redis_server.h"
 #include "testing/serving_stack.h"
 #include "util/log.h"
 
@@ -66,11 +69,21 @@ class SemanticGatewayTest : public ::testing::Test {
     go.semantic_verify.verify_share = verify_share_;
     go.semantic_verify.min_samples = 3;
     go.semantic_hit_trigger = trigger_;
+    if (redis_port_ > 0) {
+      cache::SharedStoreOptions so;
+      so.port = redis_port_;
+      so.timeout = std::chrono::milliseconds(200);
+      so.backoff_min = std::chrono::milliseconds(10);
+      so.backoff_max = std::chrono::milliseconds(50);
+      go.shared = so;
+    }
+    options_ = go;
     testing::StartServingStack(s_, go, *metrics_, clock_, *log_);
   }
-  Observed Run(const CompletionRequest& r) {
+  Observed Run(const CompletionRequest& r) { return RunOn(*s_.gw, r); }
+  static Observed RunOn(Gateway& gw, const CompletionRequest& r) {
     Observed o;
-    auto g = s_.gw->Start(r);
+    auto g = gw.Start(r);
     EXPECT_TRUE(g.ok()) << g.status().ToString();
     if (!g.ok()) return o;
     o.outcome = (*g)->cache_outcome();
@@ -107,6 +120,8 @@ class SemanticGatewayTest : public ::testing::Test {
   std::unique_ptr<backend::EncoderBackend> backend_;
   double verify_share_ = 0;               // verification off unless a test turns it on
   cache::HitRateTriggerOptions trigger_;  // off unless a test turns it on
+  int redis_port_ = 0;                    // > 0: the shared tier on this Redis
+  GatewayOptions options_;                // Build's
   testing::FakeClock clock_;
   std::unique_ptr<obs::MetricsRegistry> metrics_;
   testing::ServingStack s_;
@@ -253,6 +268,61 @@ TEST_F(SemanticGatewayTest, WouldBeHitsAreVerifiedAndTheLearnedThresholdIsServed
   EXPECT_GT(verified, 0) << "a share keeps being verified";
   // A rewording below the learned threshold (1.0) is not served.
   EXPECT_EQ(Run(Chat(kParaphrase)).outcome, CacheOutcome::kMiss);
+}
+
+template <typename F>
+bool Eventually(F&& f) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return f();
+}
+
+// Two instances on one Redis (a real redis-server; skipped without it):
+// each one's semantic entries reach the other's index (a new instance's by
+// a warm start, later ones through the stream), so a rewording asked of
+// the other is answered; an invalidation clears them everywhere.
+TEST_F(SemanticGatewayTest, InstancesShareTheirSemanticEntriesThroughRedis) {
+  auto redis = testing::RedisServer::Start();
+  if (!redis) GTEST_SKIP() << testing::RedisServer::kMissing;
+  redis_port_ = redis->port();
+  Build(L3Mode::kOptIn, {});
+  ASSERT_EQ(Run(Chat(kAsked)).outcome, CacheOutcome::kMiss);
+  ASSERT_TRUE(s_.gw->FlushShared(std::chrono::seconds(5)));
+
+  obs::MetricsRegistry b_metrics;
+  testing::ServingStack b;
+  testing::StartServingStack(b, options_, b_metrics, clock_, *log_);
+  // The warm start adopts what Redis holds.
+  ASSERT_TRUE(Eventually([&] { return b.gw->semantic_stats()->entries == 1; }));
+  const Observed reworded = RunOn(*b.gw, Chat(kParaphrase));
+  EXPECT_EQ(reworded.outcome, CacheOutcome::kSemantic);
+  EXPECT_EQ(reworded.text, Run(Chat(kAsked)).text);
+  // B's new answer reaches A through the stream.
+  ASSERT_EQ(RunOn(*b.gw, Chat(kOther)).outcome, CacheOutcome::kMiss);
+  ASSERT_TRUE(b.gw->FlushShared(std::chrono::seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return s_.gw->semantic_stats()->entries == 2; }));
+  EXPECT_GE(Metric("strata_semantic_shared_adopted_total"), 1);
+  // Another tenant never sees them.
+  CompletionRequest beta = Chat(kParaphrase);
+  beta.tenant = "beta";
+  EXPECT_EQ(RunOn(*b.gw, beta).outcome, CacheOutcome::kMiss);
+
+  // An invalidation on A removes them from Redis and from B.
+  Invalidation what;
+  what.tenant = "alpha";
+  auto report = s_.gw->Invalidate(what);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->semantic, 2u);
+  EXPECT_GE(report->shared, 4u) << "two L1 and two semantic entries in Redis";
+  ASSERT_TRUE(Eventually([&] {
+    const auto st = b.gw->semantic_stats();
+    return st->entries == 1;  // beta's
+  }));
+  EXPECT_EQ(RunOn(*b.gw, Chat(kParaphrase)).outcome, CacheOutcome::kMiss);
+  b.Stop();
 }
 
 // The hit-rate trigger: lookups the tier cannot answer push its rate below

@@ -31,10 +31,10 @@
 #include <thread>
 
 #include "backend/backend.h"
-#include "cache/invalidation_feed.h"
 #include "cache/near_dup.h"
 #include "cache/response_cache.h"
 #include "cache/semantic.h"
+#include "cache/shared_feed.h"
 #include "cache/shared_store.h"
 #include "cache/single_flight.h"
 #include "gateway/gateway.h"
@@ -114,7 +114,17 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
                                                    const backend::Backend& b,
                                                    const backend::Prepared& p) const;
   // Other instances' invalidations come and go through it; null without Redis.
-  cache::InvalidationFeed* feed() { return feed_.get(); }
+  cache::SharedFeed* feed() { return feed_.get(); }
+  // The keys of other instances' semantic entries come through it; null
+  // without Redis or without the semantic tier.
+  cache::SharedFeed* semantic_feed() { return semantic_feed_.get(); }
+  // Copies the semantic entry stored in Redis under `key` into the local
+  // index (on the feed's thread), keeping the TTL Redis has left.
+  void AdoptSemantic(std::string_view key);
+  // A warm start: adopts up to the index's capacity of the entries Redis
+  // holds for these model fingerprints (on the feed's thread, before it
+  // reads the stream).
+  void AdoptStoredSemantic(const std::vector<uint64_t>& models);
   bool has_shared() const { return shared_ != nullptr; }
   bool has_semantic() const { return semantic_ != nullptr; }
 
@@ -170,8 +180,10 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
   // joins its writer thread, bounded by one command's timeout.
   std::unique_ptr<cache::ValueCodec> codec_;
   std::unique_ptr<cache::SharedStore> shared_;
-  std::unique_ptr<cache::InvalidationFeed> feed_;             // with shared_
-  obs::CounterValue* remote_hits_[2] = {nullptr, nullptr};    // [0] l1, [1] l3
+  std::unique_ptr<cache::SharedFeed> feed_;                 // with shared_
+  std::unique_ptr<cache::SharedFeed> semantic_feed_;        // with shared_ and semantic_
+  obs::CounterValue* semantic_adopted_ = nullptr;           // strata_semantic_shared_adopted_total
+  obs::CounterValue* remote_hits_[2] = {nullptr, nullptr};  // [0] l1, [1] l3
   obs::CounterValue* remote_misses_[2] = {nullptr, nullptr};  // [0] l1, [1] l3
   cache::SingleFlight<Flight> flights_;                       // used when coalesce is on
   // Bumped by every invalidation: a store hook whose request was admitted

@@ -1,4 +1,4 @@
-#include "cache/invalidation_feed.h"
+#include "cache/shared_feed.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -17,17 +17,15 @@ namespace strata::cache {
 using net::RedisConn;
 using net::RedisReply;
 
-struct InvalidationFeed::State {
-  State(const SharedStoreOptions& o, util::Logger& l)
+struct SharedFeed::State {
+  State(const SharedStoreOptions& o, std::string s, util::Logger& l, size_t max, std::string i)
       : options(o),
         log(l),
-        // Unique per process (a seeded source could be shared by two
-        // instances, which would then skip each other's messages).
-        id(fmt::format("{:016x}", (uint64_t{std::random_device{}()} << 32) ^
-                                      std::random_device{}() ^ reinterpret_cast<uintptr_t>(this))) {
-  }
+        stream(std::move(s)),
+        max_len(std::to_string(max)),
+        id(i.empty() ? NewInstanceId(this) : std::move(i)) {}
 
-  std::string StreamKey() const { return options.prefix + ":invalidations"; }
+  std::string StreamKey() const { return options.prefix + ":" + stream; }
 
   util::StatusOr<std::unique_ptr<RedisConn>> Connect(std::chrono::milliseconds timeout) const {
     STRATA_ASSIGN_OR_RETURN(auto conn, RedisConn::Connect(options.host, options.port, timeout));
@@ -37,6 +35,7 @@ struct InvalidationFeed::State {
   // The listener's loop: XREAD with a short BLOCK on a connection of its
   // own, so a stop is seen within one poll.
   void Watch() {
+    if (start) start();
     std::unique_ptr<RedisConn> conn;
     std::string last;  // the last id seen; empty until the first connection
     auto retry_in = options.backoff_min;
@@ -70,9 +69,9 @@ struct InvalidationFeed::State {
           st = got.status();
         } else if (got->type == RedisReply::Type::kArray) {
           // [[stream, [[id, [field, value, ...]], ...]]]
-          for (const RedisReply& stream : got->elements) {
-            if (stream.elements.size() != 2) continue;
-            for (const RedisReply& entry : stream.elements[1].elements) {
+          for (const RedisReply& part : got->elements) {
+            if (part.elements.size() != 2) continue;
+            for (const RedisReply& entry : part.elements[1].elements) {
               if (entry.elements.size() != 2) continue;
               last = entry.elements[0].str;
               const auto& fields = entry.elements[1].elements;
@@ -87,9 +86,9 @@ struct InvalidationFeed::State {
         }
       }
       for (const std::string& m : messages) listener(m);
-      if (st.ok() && was_down) log.Info("invalidation feed: redis back");
+      if (st.ok() && was_down) log.Info("shared feed '{}': redis back", stream);
       if (!st.ok() && !was_down) {
-        log.Warn("invalidation feed: {} (other instances' invalidations wait; retrying)",
+        log.Warn("shared feed '{}': {} (other instances' messages wait; retrying)", stream,
                  st.message());
       }
       was_down = !st.ok();
@@ -106,7 +105,9 @@ struct InvalidationFeed::State {
 
   const SharedStoreOptions options;
   util::Logger& log;
-  const std::string id;  // this feed's, in every message it appends
+  const std::string stream;   // the stream's name after the prefix
+  const std::string max_len;  // messages the stream keeps (XADD MAXLEN ~)
+  const std::string id;       // this feed's, in every message it appends
 
   std::mutex announce_mu;                // guards announcer
   std::unique_ptr<RedisConn> announcer;  // Announce's connection, opened on first use
@@ -115,40 +116,56 @@ struct InvalidationFeed::State {
   std::condition_variable cv;                      // stop
   bool stop = false;                               // StopListening or the destructor
   std::function<void(std::string_view)> listener;  // set once by Listen, before the thread
+  std::function<void()> start;                     // likewise
   std::chrono::milliseconds poll{250};
   std::thread watcher;  // runs Watch
 };
 
-util::StatusOr<std::unique_ptr<InvalidationFeed>> InvalidationFeed::Create(
-    const SharedStoreOptions& options, util::Logger& log) {
+std::string NewInstanceId(const void* salt) {
+  // Unique per process: a seeded source could be shared by two instances,
+  // which would then skip each other's messages.
+  return fmt::format("{:016x}", (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
+                                    reinterpret_cast<uintptr_t>(salt));
+}
+
+util::StatusOr<std::unique_ptr<SharedFeed>> SharedFeed::Create(const SharedStoreOptions& options,
+                                                               std::string stream,
+                                                               util::Logger& log, size_t max_len,
+                                                               std::string id) {
   using std::chrono::milliseconds;
   if (options.host.empty() || options.port < 1 || options.port > 65535 ||
       options.timeout < milliseconds(1) || options.timeout > milliseconds(10'000) ||
       options.backoff_min < milliseconds(1) || options.backoff_max < options.backoff_min ||
       options.prefix.empty() || options.prefix.find_first_of(" \r\n\t") != std::string::npos) {
     return util::InvalidArgumentError(
-        "invalidation feed: host, port [1, 65535], timeout [1 ms, 10 s], backoff and a prefix "
+        "shared feed: host, port [1, 65535], timeout [1 ms, 10 s], backoff and a prefix "
         "without spaces are needed");
   }
-  return std::unique_ptr<InvalidationFeed>(
-      new InvalidationFeed(std::make_unique<State>(options, log)));
+  if (stream.empty() ||
+      stream.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") != std::string::npos || max_len < 1) {
+    return util::InvalidArgumentError(
+        fmt::format("shared feed: stream '{}' is not [a-z_]+, or it keeps nothing", stream));
+  }
+  return std::unique_ptr<SharedFeed>(new SharedFeed(
+      std::make_unique<State>(options, std::move(stream), log, max_len, std::move(id))));
 }
 
-InvalidationFeed::InvalidationFeed(std::unique_ptr<State> state) : state_(std::move(state)) {}
+SharedFeed::SharedFeed(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
-InvalidationFeed::~InvalidationFeed() { StopListening(); }
+SharedFeed::~SharedFeed() { StopListening(); }
 
-void InvalidationFeed::Listen(std::function<void(std::string_view)> listener,
-                              std::chrono::milliseconds poll) {
+void SharedFeed::Listen(std::function<void(std::string_view)> listener,
+                        std::chrono::milliseconds poll, std::function<void()> start) {
   State& s = *state_;
   if (s.watcher.joinable() || !listener) return;
   s.listener = std::move(listener);
+  s.start = std::move(start);
   s.poll = std::clamp(poll, std::chrono::milliseconds(10), std::chrono::milliseconds(5000));
   State* p = &s;
   s.watcher = std::thread([p] { p->Watch(); });
 }
 
-void InvalidationFeed::StopListening() {
+void SharedFeed::StopListening() {
   State& s = *state_;
   {
     std::lock_guard lock(s.mu);
@@ -158,7 +175,7 @@ void InvalidationFeed::StopListening() {
   if (s.watcher.joinable()) s.watcher.join();
 }
 
-util::Status InvalidationFeed::Announce(std::string_view message) {
+util::Status SharedFeed::Announce(std::string_view message) {
   State& s = *state_;
   std::lock_guard lock(s.announce_mu);
   util::Status st;
@@ -171,8 +188,8 @@ util::Status InvalidationFeed::Announce(std::string_view message) {
     }
   }
   if (st.ok()) {
-    auto r = s.announcer->Command({"XADD", s.StreamKey(), "MAXLEN", "~", "1000", "*", "from", s.id,
-                                   "m", std::string(message)});
+    auto r = s.announcer->Command({"XADD", s.StreamKey(), "MAXLEN", "~", s.max_len, "*", "from",
+                                   s.id, "m", std::string(message)});
     if (!r.ok()) {
       st = r.status();
     } else if (r->type == RedisReply::Type::kError) {
@@ -181,9 +198,8 @@ util::Status InvalidationFeed::Announce(std::string_view message) {
   }
   if (st.ok()) return st;
   return util::UnavailableError(
-      fmt::format("redis {}:{}: the invalidation was not announced to "
-                  "other instances: {}",
-                  s.options.host, s.options.port, st.message()));
+      fmt::format("redis {}:{}: not announced to the other instances on '{}': {}", s.options.host,
+                  s.options.port, s.stream, st.message()));
 }
 
 }  // namespace strata::cache
