@@ -8,8 +8,10 @@
 
 #include <fmt/format.h>
 
+#include <mutex>
 #include <thread>
 
+#include "cache/shared_feed.h"
 #include "net/redis.h"
 #include "testing/redis_server.h"
 #include "util/clock.h"
@@ -257,6 +259,85 @@ TEST(ParseRedisAddressTest, AcceptsHostPortAndUrlsAndNamesWhatIsWrong) {
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("redis address"), std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace strata::cache
+
+namespace strata::cache {
+namespace {
+
+// Feeds on one stream: each hears the others' messages in order, never its
+// own, only those announced after it started listening (its start hook
+// runs first), and keeps going across a Redis restart.
+TEST_F(SharedStoreTest, FeedsHearEachOthersMessagesInOrderButNotTheirOwn) {
+  SharedStoreOptions o;
+  o.port = redis_->port();
+  o.timeout = milliseconds(200);
+  o.backoff_min = milliseconds(10);
+  o.backoff_max = milliseconds(50);
+  auto a = SharedFeed::Create(o, "invalidations", log_).value();
+  auto b = SharedFeed::Create(o, "invalidations", log_).value();
+  ASSERT_TRUE(a->Announce("before anyone listens").ok());
+  std::mutex mu;
+  std::vector<std::string> heard_a, heard_b;
+  bool started = false;
+  a->Listen([&](std::string_view m) {
+    std::lock_guard lock(mu);
+    heard_a.emplace_back(m);
+  });
+  b->Listen(
+      [&](std::string_view m) {
+        std::lock_guard lock(mu);
+        heard_b.emplace_back(m);
+      },
+      milliseconds(20),
+      [&] {
+        std::lock_guard lock(mu);
+        started = true;
+      });
+  // Listening starts asynchronously: wait until each hears the other.
+  ASSERT_TRUE(Eventually([&] {
+    (void)a->Announce("ping");
+    (void)b->Announce("ping");
+    std::lock_guard lock(mu);
+    return !heard_a.empty() && !heard_b.empty();
+  }));
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(heard_b.front(), "ping") << "nothing from before Listen";
+    heard_a.clear();
+    heard_b.clear();
+  }
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(a->Announce(fmt::format("m{}", i)).ok());
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard lock(mu);
+    return std::find(heard_b.begin(), heard_b.end(), "m4") != heard_b.end();
+  }));
+  {
+    std::lock_guard lock(mu);
+    EXPECT_TRUE(started);
+    // Pings still on their way may come first.
+    std::vector<std::string> got;
+    for (const std::string& m : heard_b) {
+      if (m != "ping") got.push_back(m);
+    }
+    EXPECT_EQ(got, (std::vector<std::string>{"m0", "m1", "m2", "m3", "m4"}))
+        << "in order, nothing of its own";
+    for (const std::string& m : heard_a) EXPECT_EQ(m, "ping") << "never its own";
+  }
+  // Redis restarts: announcing fails while it is down, then both go on.
+  redis_->Kill();
+  EXPECT_EQ(a->Announce("lost").code(), util::StatusCode::kUnavailable);
+  ASSERT_TRUE(redis_->Restart());
+  ASSERT_TRUE(Eventually([&] { return a->Announce("after").ok(); }));
+  EXPECT_TRUE(Eventually([&] {
+    std::lock_guard lock(mu);
+    return std::find(heard_b.begin(), heard_b.end(), "after") != heard_b.end();
+  }));
+  EXPECT_FALSE(SharedFeed::Create(o, "Bad Name", log_).ok());
+  a->StopListening();
+  b.reset();  // joins its thread
 }
 
 }  // namespace
