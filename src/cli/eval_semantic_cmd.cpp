@@ -22,13 +22,63 @@
 #include "cache/near_dup.h"
 #include "cli/commands.h"
 #include "cli/prompt_sets.h"
+#include "engine/engine.h"
 #include "model/default_encoder.h"
 #include "model/encoder.h"
 #include "model/hash_encoder.h"
+#include "model/model.h"
 #include "util/thread_pool.h"
 
 namespace strata::cli {
 namespace {
+
+// A chat model's mean-pooled final hidden states, L2-normalised: what
+// /v1/embeddings serves for a chat model, and so what the semantic tier's
+// `--encoder model` compares. One sequence at a time on an engine of its own.
+class ChatPooled {
+ public:
+  static util::StatusOr<std::unique_ptr<ChatPooled>> Load(const Env& env, const std::string& path,
+                                                          int32_t threads, util::Logger& log) {
+    auto out = std::unique_ptr<ChatPooled>(new ChatPooled());
+    STRATA_ASSIGN_OR_RETURN(out->model_, model::Model::Load(*env.fs, path, {}, log));
+    engine::EngineOptions eo;
+    eo.n_threads = threads;
+    eo.n_seq_max = 1;
+    eo.n_ctx = std::min<int32_t>(512, out->model_->config().n_ctx_train);
+    STRATA_ASSIGN_OR_RETURN(out->engine_, engine::Engine::Create(*out->model_, eo, log));
+    return out;
+  }
+  // Empty when the text has no tokens or the forward pass failed (a cosine
+  // of 0 then).
+  std::vector<float> Embed(std::string_view text) {
+    std::vector<int32_t> ids = model_->tokenizer().Encode(text, {.add_special = true});
+    if (ids.size() > static_cast<size_t>(engine_->n_ctx())) ids.resize(engine_->n_ctx());
+    if (ids.empty()) return {};
+    const engine::SeqId seq = engine_->NewSequence();
+    const engine::Engine::Work w{seq, ids, /*logits=*/false, /*hidden=*/true};
+    auto stepped = engine_->Step(std::span(&w, 1));
+    std::vector<float> mean;
+    if (stepped.ok()) {
+      const auto hidden = engine_->hidden();
+      const size_t d = hidden.size() / ids.size();
+      mean.assign(d, 0.0f);
+      for (size_t t = 0; t < ids.size(); ++t) {
+        for (size_t i = 0; i < d; ++i) mean[i] += hidden[t * d + i];
+      }
+      double norm = 0;
+      for (float x : mean) norm += static_cast<double>(x) * x;
+      norm = std::sqrt(norm);
+      for (float& x : mean) x = norm > 0 ? static_cast<float>(x / norm) : 0.0f;
+    }
+    engine_->FreeSequence(seq);
+    return mean;
+  }
+
+ private:
+  ChatPooled() = default;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<engine::Engine> engine_;
+};
 
 struct EvalSemanticFlags {
   std::string data_dir = "../shared/data/prompts";
@@ -156,6 +206,7 @@ int RunEvalSemantic(const Env& env, const EvalSemanticFlags& f) {
   };
   std::vector<std::unique_ptr<model::HashEncoder>> hash_encoders;
   std::vector<std::unique_ptr<model::Encoder>> bert_encoders;
+  std::vector<std::unique_ptr<ChatPooled>> chat_encoders;
   for (const std::string& path : f.encoders) {
     // The built-in encoder is a strata-hash file in the binary.
     auto g = path == "builtin"
@@ -163,7 +214,16 @@ int RunEvalSemantic(const Env& env, const EvalSemanticFlags& f) {
                  : format::GgufFile::Open(*env.fs, path);
     if (!g.ok()) return ReportError(g.status());
     auto arch = (*g)->GetStringOr("general.architecture", "");
-    if (arch.ok() && *arch == model::kHashEncoderArchitecture) {
+    if (arch.ok() && *arch != model::kHashEncoderArchitecture && *arch != "bert" &&
+        *arch != "nomic-bert") {
+      // A chat model: its pooled hidden states (--encoder model's fallback).
+      auto c = ChatPooled::Load(env, path, f.threads, *log);
+      if (!c.ok()) return ReportError(c.status());
+      ChatPooled* enc = c->get();
+      chat_encoders.push_back(std::move(c).value());
+      add_encoder(fmt::format("{} pooled hidden states", *arch),
+                  [enc](const Pair& p) { return Cosine(enc->Embed(p.a), enc->Embed(p.b)); });
+    } else if (arch.ok() && *arch == model::kHashEncoderArchitecture) {
       auto e = model::HashEncoder::FromGguf(**g, *log);
       if (!e.ok()) return ReportError(e.status());
       const model::HashEncoder* enc = e->get();
@@ -282,7 +342,8 @@ Command RegisterEvalSemantic(CLI::App& app) {
   cmd->add_option("--data-dir", f->data_dir, "Directory of the prompt sets")->capture_default_str();
   cmd->add_option("--encoder", f->encoders,
                   "Encoder to evaluate (repeatable): builtin (the one built into strata), or a "
-                  "GGUF: strata-hash (strata train-encoder), bert or nomic-bert");
+                  "GGUF: strata-hash (strata train-encoder), bert or nomic-bert, or a chat model "
+                  "(its mean-pooled hidden states, as --encoder model serves them)");
   cmd->add_option("--target-precision", f->target_precision,
                   "Precision the chosen threshold must keep on dev")
       ->capture_default_str();
