@@ -54,12 +54,7 @@ std::optional<SharedSemanticEntry> SharedStore::GetSemantic(std::string_view key
   if (!replies) return std::nullopt;
   const RedisReply& fields = (*replies)[0];
   const RedisReply& ttl = (*replies)[1];
-  auto count = [&](bool hit, bool error) {
-    std::lock_guard lock(s.mu);
-    ++s.stats.lookups;
-    s.stats.hits += hit;
-    s.stats.errors += error;
-  };
+  auto count = [&s](bool hit, bool error) { s.CountLookup(hit, error ? 1 : 0); };
   if (fields.type != RedisReply::Type::kArray || fields.elements.size() != 4 ||
       fields.elements[0].type != RedisReply::Type::kString) {
     count(false, false);  // expired or deleted since it was announced

@@ -208,12 +208,7 @@ std::optional<SharedHit> SharedStore::GetExact(const SharedScope& scope, const C
   if (!replies) return std::nullopt;
   const RedisReply& got = (*replies)[0];
   const RedisReply& ttl = (*replies)[1];
-  auto count = [&](bool hit, bool error) {
-    std::lock_guard lock(s.mu);
-    ++s.stats.lookups;
-    s.stats.hits += hit;
-    s.stats.errors += error;
-  };
+  auto count = [&s](bool hit, bool error) { s.CountLookup(hit, error ? 1 : 0); };
   if (got.type != RedisReply::Type::kString) {
     count(false, got.type == RedisReply::Type::kError);
     return std::nullopt;
@@ -272,12 +267,7 @@ std::optional<SharedHit> SharedStore::FindNear(const SharedScope& scope, std::st
   for (std::string& k : s.ProbeKeys(base, text.fingerprint)) probe[0].push_back(std::move(k));
   auto members = s.Run(probe);
   if (!members) return std::nullopt;
-  auto count = [&](bool hit, uint64_t errors) {
-    std::lock_guard lock(s.mu);
-    ++s.stats.lookups;
-    s.stats.hits += hit;
-    s.stats.errors += errors;
-  };
+  auto count = [&s](bool hit, uint64_t errors) { s.CountLookup(hit, errors); };
   // Candidates within the index's distance, closest first (ties by id, so the
   // order does not depend on Redis's set order).
   std::vector<std::tuple<int, uint64_t, uint64_t>> found;  // (distance, id, fingerprint)

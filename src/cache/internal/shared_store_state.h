@@ -196,6 +196,15 @@ struct SharedStore::State {
   }
 
   // --- lookups: pooled connections ----------------------------------------
+  // Counts one lookup sent to Redis: answered or not, with `errors`
+  // (transport or undecodable entries) met on the way.
+  void CountLookup(bool hit, uint64_t errors) {
+    std::lock_guard lock(mu);
+    ++stats.lookups;
+    stats.hits += hit;
+    stats.errors += errors;
+  }
+
   std::optional<Pooled> Borrow() {
     std::unique_lock lock(mu);
     if (!up) {
