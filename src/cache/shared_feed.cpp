@@ -35,7 +35,6 @@ struct SharedFeed::State {
   // The listener's loop: XREAD with a short BLOCK on a connection of its
   // own, so a stop is seen within one poll.
   void Watch() {
-    if (start) start();
     std::unique_ptr<RedisConn> conn;
     std::string last;  // the last id seen; empty until the first connection
     auto retry_in = options.backoff_min;
@@ -58,6 +57,12 @@ struct SharedFeed::State {
                            !tail->elements[0].elements.empty()
                        ? tail->elements[0].elements[0].str
                        : "0-0";
+            // Where the stream ends is known: what `start` catches up on
+            // and what is appended meanwhile both reach the listener.
+            if (start) {
+              start();
+              start = nullptr;
+            }
           }
         }
       }

@@ -7,9 +7,10 @@
 // (<prefix>:<stream>, trimmed to about the last `max_len`); every other feed
 // on the same Redis, prefix and stream that Listens gets it, in order,
 // within about one poll interval. A feed never hears its own announcements.
-// Messages from before Listen are not replayed (Listen's `start` runs
-// first, on the listener's thread, for whatever catching up the caller
-// wants). Redis being down never blocks anything longer than the timeout:
+// Messages from before Listen are not replayed; Listen's `start` runs
+// once on the listener's thread, as soon as it has learnt where the stream
+// ends, for whatever catching up the caller wants (messages appended while
+// it runs are read after it). Redis being down never blocks anything longer than the timeout:
 // Announce fails with Unavailable, the listener reconnects with exponential
 // backoff (backoff_min doubling to backoff_max) and resumes after the last
 // message it saw, so a short outage loses nothing the stream still holds.
@@ -60,7 +61,8 @@ class SharedFeed {
   // Unavailable (naming Redis) when it could not be appended.
   util::Status Announce(std::string_view message);
   // Starts the listener thread (once; a second call does nothing), which
-  // runs `start` (may be empty) first; `poll` is clamped to [10 ms, 5 s].
+  // runs `start` (may be empty) once it has reached Redis; `poll` is
+  // clamped to [10 ms, 5 s].
   void Listen(std::function<void(std::string_view message)> listener,
               std::chrono::milliseconds poll = std::chrono::milliseconds(250),
               std::function<void()> start = nullptr);
