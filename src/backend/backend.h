@@ -346,6 +346,14 @@ struct PrefixInvalidation {
   static constexpr size_t kMaxPrefixLead = 1024;  // room for a chat template's header
 };
 
+// A cached prompt prefix of the local engine (L2), for a warm-up: its
+// cache namespace (a hash of the model and tenant: the same on every
+// instance of the same model) and its tokens.
+struct CachedPrefix {
+  uint64_t cache_namespace = 0;
+  std::vector<int32_t> tokens;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -376,6 +384,22 @@ class Backend {
   virtual util::StatusOr<int64_t> ForgetPrefixes(const PrefixInvalidation& what,
                                                  std::chrono::milliseconds timeout) {
     (void)what;
+    (void)timeout;
+    return 0;
+  }
+  // A warm-up (docs/api.md, "Cache warm-up"): the longest cached prefixes,
+  // at most `max`, and computing given ones into the cache. A backend
+  // without such state has none and computes nothing.
+  virtual util::StatusOr<std::vector<CachedPrefix>> CachedPrefixes(
+      size_t max, std::chrono::milliseconds timeout) {
+    (void)max;
+    (void)timeout;
+    return std::vector<CachedPrefix>();
+  }
+  // Returns the blocks published.
+  virtual util::StatusOr<int64_t> WarmPrefixes(const std::vector<CachedPrefix>& prefixes,
+                                               std::chrono::milliseconds timeout) {
+    (void)prefixes;
     (void)timeout;
     return 0;
   }

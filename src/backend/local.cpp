@@ -562,6 +562,45 @@ util::StatusOr<int64_t> LocalBackend::ForgetPrefixes(const PrefixInvalidation& w
   return forgotten->load();
 }
 
+util::StatusOr<std::vector<CachedPrefix>> LocalBackend::CachedPrefixes(
+    size_t max, std::chrono::milliseconds timeout) {
+  if (!options_.prefix_cache) return std::vector<CachedPrefix>();
+  auto out = std::make_shared<std::vector<CachedPrefix>>();  // the task may outlive the wait
+  STRATA_RETURN_IF_ERROR(scheduler_.RunOnEngine(
+      [out, max](engine::Engine& engine) {
+        engine.kv_pool().ForEachLeafChain(max, [&](uint64_t root, std::span<const int32_t> t) {
+          out->push_back({root, std::vector<int32_t>(t.begin(), t.end())});
+        });
+      },
+      timeout));
+  return *out;
+}
+
+util::StatusOr<int64_t> LocalBackend::WarmPrefixes(const std::vector<CachedPrefix>& prefixes,
+                                                   std::chrono::milliseconds timeout) {
+  if (!options_.prefix_cache || prefixes.empty()) return 0;
+  const int32_t n_vocab = model_.tokenizer().n_vocab();
+  auto valid = std::make_shared<std::vector<CachedPrefix>>();
+  for (const CachedPrefix& p : prefixes) {
+    // From a file: only ids of this vocabulary are computed.
+    if (std::all_of(p.tokens.begin(), p.tokens.end(),
+                    [n_vocab](int32_t t) { return t >= 0 && t < n_vocab; })) {
+      valid->push_back(p);
+    }
+  }
+  auto published = std::make_shared<std::atomic<int64_t>>(0);
+  STRATA_RETURN_IF_ERROR(scheduler_.RunOnEngine(
+      [valid, published](engine::Engine& engine) {
+        for (const CachedPrefix& p : *valid) {
+          auto n = engine.WarmPrefix(p.cache_namespace, p.tokens);
+          if (!n.ok()) break;  // the KV pool is full: the rest would not fit either
+          published->fetch_add(*n);
+        }
+      },
+      timeout));
+  return published->load();
+}
+
 util::StatusOr<int32_t> LocalBackend::PromptTokens(const Request& r) const {
   STRATA_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, Tokenize(r));
   return static_cast<int32_t>(tokens.size());

@@ -105,6 +105,10 @@ class LocalBackend final : public Backend {
   util::StatusOr<int32_t> PromptTokens(const Request& r) const override;
   util::StatusOr<int64_t> ForgetPrefixes(const PrefixInvalidation& what,
                                          std::chrono::milliseconds timeout) override;
+  util::StatusOr<std::vector<CachedPrefix>> CachedPrefixes(
+      size_t max, std::chrono::milliseconds timeout) override;
+  util::StatusOr<int64_t> WarmPrefixes(const std::vector<CachedPrefix>& prefixes,
+                                       std::chrono::milliseconds timeout) override;
   // The prompt's tokens as Prepare computes them (tests, usage reporting).
   util::StatusOr<std::vector<int32_t>> Tokenize(const Request& r) const;
   // New caps for requests prepared from now on (a reload): max_tokens_cap

@@ -183,6 +183,20 @@ class ModelResidency::ResidentBackend final : public Backend {
     STRATA_ASSIGN_OR_RETURN(std::shared_ptr<Lease> lease, owner_.Acquire(i_));
     return lease->backend().TokenBytes(id);
   }
+  // A model that is not resident holds no prefix blocks, and is not loaded
+  // to warm it.
+  util::StatusOr<std::vector<CachedPrefix>> CachedPrefixes(
+      size_t max, std::chrono::milliseconds timeout) override {
+    const std::shared_ptr<Lease> lease = owner_.AcquireIfResident(i_);
+    if (lease == nullptr) return std::vector<CachedPrefix>();
+    return lease->backend().CachedPrefixes(max, timeout);
+  }
+  util::StatusOr<int64_t> WarmPrefixes(const std::vector<CachedPrefix>& prefixes,
+                                       std::chrono::milliseconds timeout) override {
+    const std::shared_ptr<Lease> lease = owner_.AcquireIfResident(i_);
+    if (lease == nullptr) return 0;
+    return lease->backend().WarmPrefixes(prefixes, timeout);
+  }
   // A model that is not resident holds no prefix blocks: nothing to forget.
   util::StatusOr<int64_t> ForgetPrefixes(const PrefixInvalidation& what,
                                          std::chrono::milliseconds timeout) override {

@@ -61,9 +61,13 @@ CacheKeyBuilder& CacheKeyBuilder::I32s(std::span<const int32_t> v) {
   return *this;
 }
 
+uint64_t KeyHashOf(std::string_view bytes) {
+  return util::Hash64(bytes, 0x4c31'6b65'7973'0001ULL);  // "L1keys", v1
+}
+
 CacheKey CacheKeyBuilder::Build() {
   CacheKey k;
-  k.hash = util::Hash64(bytes_, 0x4c31'6b65'7973'0001ULL);  // "L1keys", v1
+  k.hash = KeyHashOf(bytes_);
   k.bytes = std::move(bytes_);
   bytes_.clear();
   return k;

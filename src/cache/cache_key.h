@@ -30,6 +30,9 @@ struct CacheKey {
   bool operator==(const CacheKey& o) const { return hash == o.hash && bytes == o.bytes; }
 };
 
+// The hash Build gives a key of these bytes.
+uint64_t KeyHashOf(std::string_view bytes);
+
 struct CacheKeyHash {
   size_t operator()(const CacheKey& k) const { return static_cast<size_t>(k.hash); }
 };

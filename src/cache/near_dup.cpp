@@ -641,7 +641,7 @@ util::StatusOr<std::optional<NearDupMatch>> NearDupIndex::Lookup(std::string_vie
 
 util::StatusOr<std::vector<NearDupDropped>> NearDupIndex::Insert(
     std::string_view ns, const NearDupText& text, uint64_t payload,
-    std::shared_ptr<const CachedValue> value) {
+    std::shared_ptr<const CachedValue> value, std::optional<std::chrono::nanoseconds> ttl) {
   State& s = *state_;
   auto shared = std::make_shared<const NearDupText>(text);
   const size_t entry_bytes = shared->MemoryBytes() + kIndexEntryOverheadBytes +
@@ -681,8 +681,10 @@ util::StatusOr<std::vector<NearDupDropped>> NearDupIndex::Insert(
   if (auto id = same_sequence()) dropped.push_back(s.RemoveEntry(*id, RemoveReason::kReplaced));
   const uint32_t final_ns = s.NamespaceId(ns);
   const uint64_t id = s.next_id++;
-  s.AddEntry(id, Entry{final_ns, payload, std::move(shared), std::move(value), s.ExpiryFor(now),
-                       entry_bytes});
+  const TimePoint expires =
+      ttl ? now + std::chrono::duration_cast<TimePoint::duration>(*ttl) : s.ExpiryFor(now);
+  s.AddEntry(id,
+             Entry{final_ns, payload, std::move(shared), std::move(value), expires, entry_bytes});
   ++s.stats.inserts;
   while (s.entries.size() > s.options.max_entries || s.bytes > s.options.max_bytes) {
     const std::optional<uint64_t> victim = s.policy->Victim(now);
@@ -708,6 +710,21 @@ bool NearDupIndex::Erase(std::string_view ns, uint64_t payload) {
   if (it == s.by_payload.end()) return false;
   s.RemoveEntry(it->second, RemoveReason::kErased);
   return true;
+}
+
+void NearDupIndex::ForEach(
+    const std::function<void(std::string_view, const NearDupText&, uint64_t, const CachedValue*,
+                             std::optional<std::chrono::nanoseconds>)>& fn) const {
+  const State& s = *state_;
+  std::lock_guard lock(s.mu);
+  const TimePoint now = s.clock.Now();
+  for (const auto& [id, e] : s.entries) {
+    if (s.Expired(e, now)) continue;
+    const std::optional<std::chrono::nanoseconds> left =
+        e.expires == TimePoint::max() ? std::nullopt
+                                      : std::optional<std::chrono::nanoseconds>(e.expires - now);
+    fn(s.ns_names.at(e.ns), *e.text, e.payload, e.value.get(), left);
+  }
 }
 
 size_t NearDupIndex::EraseIf(

@@ -205,12 +205,22 @@ class NearDupIndex {
   // the same payload, or the same token sequence, in `ns` is replaced.
   // ResourceExhausted if the entry alone is over max_bytes. Nothing changes
   // (an empty list) when the admission gate turns a new entry away.
+  // `ttl`, when given, replaces the jittered TTL (a copy that keeps what its
+  // source had left).
   util::StatusOr<std::vector<NearDupDropped>> Insert(
       std::string_view ns, const NearDupText& text, uint64_t payload,
-      std::shared_ptr<const CachedValue> value = nullptr);
+      std::shared_ptr<const CachedValue> value = nullptr,
+      std::optional<std::chrono::nanoseconds> ttl = std::nullopt);
   util::StatusOr<std::vector<NearDupDropped>> Insert(std::string_view ns, std::string_view text,
                                                      uint64_t payload);
 
+  // Calls `fn` with every live entry (its namespace, text, payload, value
+  // — may be null — and the time it has left; nullopt without a TTL), for
+  // a snapshot; under the index's mutex: `fn` must not call back into it.
+  void ForEach(
+      const std::function<void(std::string_view ns, const NearDupText& text, uint64_t payload,
+                               const CachedValue* value,
+                               std::optional<std::chrono::nanoseconds> ttl_left)>& fn) const;
   // Forgets the entry of `ns` with `payload`; false if there is none.
   bool Erase(std::string_view ns, uint64_t payload);
   // Forgets every entry for which `match(ns, payload, value)` is true (value

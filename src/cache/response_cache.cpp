@@ -166,6 +166,15 @@ bool ResponseCache::Erase(const CacheKey& key) {
   return true;
 }
 
+void ResponseCache::ForEach(const std::function<void(const CacheKey&, const CachedValue&,
+                                                     std::chrono::nanoseconds)>& fn) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const TimePoint now = clock_.Now();
+  for (const auto& [key, e] : map_) {
+    if (e.expires > now) fn(key, *e.value, e.expires - now);
+  }
+}
+
 size_t ResponseCache::EraseIf(
     const std::function<bool(const CacheKey&, const CachedValue&)>& match) {
   std::lock_guard<std::mutex> lock(mu_);

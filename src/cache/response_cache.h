@@ -145,6 +145,10 @@ class ResponseCache {
               std::optional<std::chrono::nanoseconds> ttl = std::nullopt);
   // True when an entry was removed.
   bool Erase(const CacheKey& key);
+  // Calls `fn` with every live entry and the time it has left (for a
+  // snapshot; under the cache's mutex: `fn` must not call back into it).
+  void ForEach(const std::function<void(const CacheKey& key, const CachedValue& value,
+                                        std::chrono::nanoseconds ttl_left)>& fn) const;
   // Removes every entry for which `match(key, value)` is true; how many.
   // `match` runs with the cache's mutex held: it must be quick and must not
   // call back into the cache.

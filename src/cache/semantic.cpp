@@ -581,6 +581,17 @@ class SemanticFileReader {
 
 util::Status SemanticIndex::Save(util::FileSystem& fs, const std::string& path,
                                  const ValueCodec& codec, uint64_t encoder) const {
+  const std::string out = Encode(codec, encoder);
+  const std::string tmp = path + ".tmp";
+  STRATA_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(tmp));
+  STRATA_RETURN_IF_ERROR(file->Append(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(out.data()), out.size())));
+  STRATA_RETURN_IF_ERROR(file->Sync());
+  STRATA_RETURN_IF_ERROR(file->Close());
+  return fs.Rename(tmp, path);
+}
+
+std::string SemanticIndex::Encode(const ValueCodec& codec, uint64_t encoder) const {
   std::string out(kFileMagic);
   Put<uint32_t>(out, kFileVersion);
   Put<uint32_t>(out, static_cast<uint32_t>(state_->options.dim));
@@ -609,18 +620,17 @@ util::Status SemanticIndex::Save(util::FileSystem& fs, const std::string& path,
   }
   Put<uint64_t>(out, count);
   out += body;
-  const std::string tmp = path + ".tmp";
-  STRATA_ASSIGN_OR_RETURN(auto file, fs.NewWritableFile(tmp));
-  STRATA_RETURN_IF_ERROR(file->Append(
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(out.data()), out.size())));
-  STRATA_RETURN_IF_ERROR(file->Sync());
-  STRATA_RETURN_IF_ERROR(file->Close());
-  return fs.Rename(tmp, path);
+  return out;
 }
 
 util::StatusOr<size_t> SemanticIndex::Load(util::FileSystem& fs, const std::string& path,
                                            const ValueCodec& codec, uint64_t encoder) {
   STRATA_ASSIGN_OR_RETURN(const std::string data, fs.ReadFile(path));
+  return Decode(data, codec, encoder, path);
+}
+
+util::StatusOr<size_t> SemanticIndex::Decode(std::string_view data, const ValueCodec& codec,
+                                             uint64_t encoder, std::string_view path) {
   if (!std::string_view(data).starts_with(kFileMagic)) {
     return util::DataLossError(fmt::format("{} is not a semantic tier file", path));
   }

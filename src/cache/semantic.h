@@ -164,6 +164,11 @@ class SemanticIndex {
   // file of another encoder (fingerprint) or vector width; nothing is added then.
   util::StatusOr<size_t> Load(util::FileSystem& fs, const std::string& path,
                               const ValueCodec& codec, uint64_t encoder);
+  // The same as bytes (Save's content; a cache snapshot embeds it), and
+  // back (`name` names the source in errors).
+  std::string Encode(const ValueCodec& codec, uint64_t encoder) const;
+  util::StatusOr<size_t> Decode(std::string_view data, const ValueCodec& codec, uint64_t encoder,
+                                std::string_view name);
 
   // From now on a Lookup without an override needs `min_similarity`, and
   // new entries live `ttl`; InvalidArgument, changing nothing, when out of range.

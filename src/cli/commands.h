@@ -39,6 +39,7 @@ Command RegisterGenerate(CLI::App& app);
 Command RegisterInspect(CLI::App& app);
 Command RegisterEmbed(CLI::App& app);
 Command RegisterTrainEncoder(CLI::App& app);
+Command RegisterCache(CLI::App& app);
 Command RegisterPlan(CLI::App& app);
 Command RegisterMkModel(CLI::App& app);
 Command RegisterBench(CLI::App& app);

@@ -26,11 +26,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "strata " STRATA_VERSION);
   const std::vector<Command> commands = {
-      RegisterServe(app),       RegisterGenerate(app), RegisterBench(app),
-      RegisterMkModel(app),     RegisterInspect(app),  RegisterEvalSampling(app),
-      RegisterConfig(app),      RegisterAudit(app),    RegisterWatermark(app),
-      RegisterReplay(app),      RegisterPlan(app),     RegisterEmbed(app),
-      RegisterTrainEncoder(app)};
+      RegisterServe(app),        RegisterGenerate(app), RegisterBench(app),
+      RegisterMkModel(app),      RegisterInspect(app),  RegisterEvalSampling(app),
+      RegisterConfig(app),       RegisterAudit(app),    RegisterWatermark(app),
+      RegisterReplay(app),       RegisterPlan(app),     RegisterEmbed(app),
+      RegisterTrainEncoder(app), RegisterCache(app)};
   // Subcommands that join a group registered above (`eval l3` under `eval`);
   // they run instead of the group's own runner when parsed.
   const std::vector<Command> members = {RegisterEvalL3(app), RegisterEvalSemantic(app)};

@@ -604,6 +604,19 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
                                       .log = log.get(),
                                       .tracer = (*tracing)->tracer.get()},
                                      *remotes, clock, *log);
+  if (!f.warm_from.empty()) {
+    // Before /health says ready: the first requests already find the cache warm.
+    auto snapshot = env.fs->ReadFile(f.warm_from);
+    if (!snapshot.ok()) {
+      return ReportError(
+          util::Status(snapshot.status().code(), "--warm-from: " + snapshot.status().message()));
+    }
+    auto warmed = (*gw)->ImportCache(*snapshot);
+    if (!warmed.ok()) {
+      return ReportError(util::Status(
+          warmed.status().code(), "--warm-from " + f.warm_from + ": " + warmed.status().message()));
+    }
+  }
   OpenForRequests(f, *srv, **gw, l, util::SecondsBetween(t0, clock.Now()), metrics, *log);
   const bool clean = WaitAndDrain(signals, f, *srv->server, l, *reloader, *log);
   const int rc = ShutDown(clean, f, *srv->server, l, **gw, *log);
@@ -656,6 +669,9 @@ Command RegisterServe(CLI::App& app) {
   cmd->add_option("-t,--threads", f->threads, "Threads of the forward pass")->capture_default_str();
   cmd->add_option("--api-keys", f->api_keys,
                   "File of 'KEY TENANT' lines; without it no key is needed (re-read on reload)");
+  cmd->add_option("--warm-from", f->warm_from,
+                  "Load this cache snapshot (strata cache export) before taking traffic: its L1, "
+                  "L3 and semantic entries, and its cached prompt prefixes computed again");
   cmd->add_option("--admin-key-file", f->admin_key_file,
                   "File whose first line is the admin key (16+ characters): POST /admin/reload "
                   "and the dashboard need it (Bearer or Basic auth); re-read on reload");

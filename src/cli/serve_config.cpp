@@ -274,6 +274,8 @@ std::vector<ServeKnob> MakeServeKnobs() {
   // [auth]
   k.push_back(Bind("auth.api_keys_file", "--api-keys",
                    [](ServeFlags & f) -> auto& { return f.api_keys; }, {.reload = kLive}));
+  k.push_back(Bind(
+      "cache.warm_from", "--warm-from", [](ServeFlags & f) -> auto& { return f.warm_from; }));
   k.push_back(Bind("auth.admin_key_file", "--admin-key-file",
                    [](ServeFlags & f) -> auto& { return f.admin_key_file; }, {.reload = kLive}));
   // [log]

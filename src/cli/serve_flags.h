@@ -40,6 +40,7 @@ struct ServeFlags {
   int32_t threads = 2;
   std::string api_keys;
   std::string admin_key_file;  // --admin-key-file: the admin API's key (first line)
+  std::string warm_from;       // --warm-from: a cache snapshot loaded before serving
   int32_t ctx = 4096;
   int32_t kv_tokens = 0;
   int32_t parallel = 16;

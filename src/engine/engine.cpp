@@ -78,6 +78,27 @@ uint64_t Engine::ChainHash(uint64_t parent, std::span<const int32_t> block_token
   return v == 0 ? 1 : v;
 }
 
+util::StatusOr<int32_t> Engine::WarmPrefix(uint64_t cache_namespace,
+                                           std::span<const int32_t> tokens) {
+  if (cache_namespace == 0 || tokens.empty()) return 0;
+  if (static_cast<int64_t>(tokens.size()) > n_ctx_) tokens = tokens.subspan(0, n_ctx_);
+  const int32_t before = static_cast<int32_t>(pool_.prefix_stats().published);
+  const SeqId seq = NewSequence(cache_namespace);
+  size_t at = static_cast<size_t>(AttachCachedPrefix(seq, tokens));
+  util::Status failed;
+  constexpr size_t kChunk = 512;  // tokens per forward pass
+  while (at < tokens.size() && failed.ok()) {
+    const size_t n = std::min(kChunk, tokens.size() - at);
+    const Work w{seq, tokens.subspan(at, n), /*logits=*/false, /*hidden=*/false};
+    auto stepped = Step(std::span(&w, 1));
+    if (!stepped.ok()) failed = stepped.status();
+    at += n;
+  }
+  FreeSequence(seq);
+  STRATA_RETURN_IF_ERROR(failed);
+  return static_cast<int32_t>(pool_.prefix_stats().published) - before;
+}
+
 int32_t Engine::AttachCachedPrefix(SeqId seq, std::span<const int32_t> prompt) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return 0;

@@ -100,6 +100,10 @@ class Engine {
   int32_t n_ctx() const { return n_ctx_; }
   int32_t n_vocab() const { return model_.config().n_vocab; }
   const KvBlockPool& kv_pool() const { return pool_; }
+  // A warm-up: computes `tokens` in `cache_namespace` as a prompt would be,
+  // so their full blocks are published (and stay cached once freed);
+  // returns the blocks published. Nothing is sampled.
+  util::StatusOr<int32_t> WarmPrefix(uint64_t cache_namespace, std::span<const int32_t> tokens);
   // Invalidation of the prefix cache (KvBlockPool::ForgetChains): blocks of
   // chains started in `cache_namespace` (nullopt = every chain) that `visit`
   // selects are never adopted again. Running sequences keep what they hold.

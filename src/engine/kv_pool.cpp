@@ -193,6 +193,33 @@ int32_t KvBlockPool::ForgetChains(
   return forgotten;
 }
 
+void KvBlockPool::ForEachLeafChain(
+    size_t max, const std::function<void(uint64_t, std::span<const int32_t>)>& fn) const {
+  const size_t bs = static_cast<size_t>(block_size_);
+  size_t given = 0;
+  std::vector<int32_t> chain;
+  for (const auto& [root, first] : children_) {
+    if (index_.contains(root)) continue;            // not a chain's start
+    std::vector<std::pair<int32_t, size_t>> stack;  // (block, depth), as in ForgetChains
+    for (int32_t b : first) stack.emplace_back(b, 0);
+    while (!stack.empty() && given < max) {
+      const auto [b, depth] = stack.back();
+      stack.pop_back();
+      const size_t i = static_cast<size_t>(b);
+      chain.resize(depth * bs);
+      chain.insert(chain.end(), block_tokens_.begin() + static_cast<ptrdiff_t>(i * bs),
+                   block_tokens_.begin() + static_cast<ptrdiff_t>((i + 1) * bs));
+      auto kids = children_.find(hashes_[i]);
+      if (kids == children_.end()) {
+        fn(root, chain);
+        ++given;
+        continue;
+      }
+      for (int32_t k : kids->second) stack.emplace_back(k, depth + 1);
+    }
+  }
+}
+
 std::optional<KvBlockPool::PartialMatch> KvBlockPool::LongestPartialMatch(
     uint64_t parent, std::span<const int32_t> tokens) {
   auto it = children_.find(parent);

@@ -135,6 +135,11 @@ class KvBlockPool {
   // how many blocks were forgotten.
   int32_t ForgetChains(std::optional<uint64_t> root,
                        const std::function<ChainVisit(std::span<const int32_t>)>& visit);
+  // Calls `fn` with each chain of published blocks that nothing follows
+  // (its start's root — a cache namespace — and all its tokens), at most
+  // `max` of them: what a warm-up of another engine prefills.
+  void ForEachLeafChain(
+      size_t max, const std::function<void(uint64_t root, std::span<const int32_t>)>& fn) const;
   const PrefixCacheStats& prefix_stats() const { return stats_; }
 
   model::KvBuffer buffer() { return {data_.get(), n_blocks_, block_size_}; }

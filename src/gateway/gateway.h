@@ -313,6 +313,14 @@ struct InvalidationReport {
   std::vector<std::string> warnings;
 };
 
+// What Gateway::ImportCache loaded.
+struct WarmUpReport {
+  uint64_t l1 = 0, l3 = 0, semantic = 0;  // entries
+  uint64_t l2_prefixes = 0, l2_blocks = 0;
+  uint64_t skipped = 0;  // entries of a model version not served here, or expired
+  std::vector<std::string> warnings;
+};
+
 struct GatewayMetrics;
 class ResponseTiers;
 class RtGovernor;
@@ -367,6 +375,17 @@ class Gateway {
   // refuses gets that error. Blocks while Redis is scanned: call it off the
   // I/O threads.
   util::StatusOr<InvalidationReport> Invalidate(const Invalidation& what);
+  // Cache warm-up (gateway/cache_snapshot.h; `strata cache export`,
+  // `strata serve --warm-from`). ExportCache: the live entries of L1, L3 and
+  // the semantic tier with the time each has left, and each local model's
+  // longest cached prompt prefixes (at most 4,096 per model). ImportCache,
+  // before the server takes traffic: the entries of the models served here
+  // (the same fingerprint; others are skipped) go into the tiers with the
+  // time they had left, and the prefixes are computed into the local
+  // engines' prefix caches. DataLoss, with nothing applied, when the bytes
+  // are not a snapshot.
+  util::StatusOr<std::string> ExportCache();
+  util::StatusOr<WarmUpReport> ImportCache(std::string_view snapshot);
   // The L1's counters; nullopt when L1 is off.
   std::optional<cache::ResponseCacheStats> l1_stats() const;
   // The L3's counters; nullopt when L3 is off.

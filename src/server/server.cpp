@@ -26,6 +26,7 @@ enum class Route {
   kDashboardState,
   kAdminReload,
   kCacheInvalidate,  // DELETE /v1/cache (admin)
+  kCacheSnapshot,    // GET /admin/cache/snapshot (admin)
   kModels,
   kComplete,
   kEmbed,
@@ -55,6 +56,7 @@ constexpr Endpoint kEndpoints[] = {
     {"/dashboard", nullptr, true, Route::kDashboard, ApiKind::kOpenAIChat},
     {"/dashboard/state", nullptr, true, Route::kDashboardState, ApiKind::kOpenAIChat},
     {"/admin/reload", nullptr, false, Route::kAdminReload, ApiKind::kOpenAIChat},
+    {"/admin/cache/snapshot", nullptr, true, Route::kCacheSnapshot, ApiKind::kOpenAIChat},
     {"/v1/models", "/models", true, Route::kModels, ApiKind::kOpenAIChat},
     {"/v1/chat/completions", "/chat/completions", false, Route::kComplete, ApiKind::kOpenAIChat},
     {"/v1/completions", "/completions", false, Route::kComplete, ApiKind::kOpenAICompletion},
@@ -278,6 +280,7 @@ class HttpServer::Impl final : public net::HttpHandler {
       }
       case Route::kAdminReload:
       case Route::kCacheInvalidate:
+      case Route::kCacheSnapshot:
         // The key is checked before a body byte is read.
         if (auto refused = ScreenAdmin(head, /*dashboard=*/false)) return std::move(*refused);
         return std::nullopt;
@@ -331,6 +334,9 @@ class HttpServer::Impl final : public net::HttpHandler {
           break;
         case Route::kCacheInvalidate:
           reply = InvalidateCache(call);
+          break;
+        case Route::kCacheSnapshot:
+          reply = SnapshotCache(call);
           break;
         case Route::kEmbed:
           reply = handler_.Embed(call);
@@ -415,7 +421,8 @@ class HttpServer::Impl final : public net::HttpHandler {
     net::Response r;
     r.status = reply.status;
     for (auto& [name, value] : reply.headers) r.headers.Add(std::move(name), std::move(value));
-    r.headers.Set("Content-Type", kJson);
+    r.headers.Set("Content-Type",
+                  reply.content_type.empty() ? std::string(kJson) : std::move(reply.content_type));
     r.body = std::move(reply.body);
     AddCors(r.headers, head);
     return r;
@@ -530,6 +537,29 @@ class HttpServer::Impl final : public net::HttpHandler {
     }
     log_.Info("req={} POST /admin/reload {}: {} applied, {} need a restart", call.request_id,
               reply.status, report.applied.size(), report.restart_required.size());
+    return reply;
+  }
+
+  // GET /admin/cache/snapshot on a worker thread: the cache tiers and the
+  // cached prefixes as a snapshot (gateway/cache_snapshot.h), for `strata
+  // serve --warm-from` on a new instance.
+  ApiReply SnapshotCache(const ApiCall& call) {
+    ApiReply reply = ApiHandler::NewReply(ApiKind::kOpenAIChat, call.request_id);
+    gateway::Gateway* g = handler_.admin_gateway();
+    if (g == nullptr) {
+      return ApiHandler::ErrorReply(ApiKind::kOpenAIChat,
+                                    util::UnavailableError("the server is still loading its model"),
+                                    std::move(reply));
+    }
+    auto snapshot = g->ExportCache();
+    if (!snapshot.ok()) {
+      return ApiHandler::ErrorReply(ApiKind::kOpenAIChat, snapshot.status(), std::move(reply));
+    }
+    reply.body = std::move(snapshot).value();
+    reply.content_type = "application/octet-stream";
+    reply.headers.emplace_back("Cache-Control", "no-store");
+    log_.Info("req={} GET /admin/cache/snapshot 200 ({} bytes)", call.request_id,
+              reply.body.size());
     return reply;
   }
 

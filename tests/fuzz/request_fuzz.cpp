@@ -1,7 +1,7 @@
 // Fuzz target: the OpenAI and Anthropic request parsers (and Anthropic's
-// count_tokens parser), the admin API's cache invalidation body and the
-// invalidation message other instances send through Redis, on arbitrary
-// bytes.
+// count_tokens parser), the admin API's cache invalidation body, the
+// invalidation message other instances send through Redis and the cache
+// snapshot a server loads at start, on arbitrary bytes.
 // Whatever the input, parsing returns a request or an InvalidArgument whose
 // reason says what kind of input problem it is (malformed JSON, or an invalid
 // field); it never throws, crashes or reads out of bounds, and rendering an
@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gateway/cache_snapshot.h"
 #include "gateway/invalidation_message.h"
 #include "server/api.h"
 #include "server/cache_admin.h"
@@ -49,6 +50,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto twice = strata::gateway::DecodeInvalidationMessage(again);
     if (!twice.ok() || strata::gateway::EncodeInvalidationMessage(*twice) != again) std::abort();
   } else if (message.status().code() != strata::util::StatusCode::kDataLoss) {
+    std::abort();
+  }
+  // A cache snapshot (--warm-from): records or DataLoss.
+  auto snapshot = strata::gateway::DecodeCacheSnapshot(body);
+  if (!snapshot.ok() && snapshot.status().code() != strata::util::StatusCode::kDataLoss) {
     std::abort();
   }
   auto count = ParseCountTokensRequest(body);

@@ -325,6 +325,46 @@ TEST_F(SemanticGatewayTest, InstancesShareTheirSemanticEntriesThroughRedis) {
   b.Stop();
 }
 
+// Warm-up: what one instance exports, a new one imports before its first
+// request: L1, the semantic tier and the prompt's prefix blocks (L2).
+TEST_F(SemanticGatewayTest, ASnapshotWarmsANewInstance) {
+  CompletionRequest long_prompt = Chat(kAsked);
+  long_prompt.messages.front().content =
+      "You are terse. Answer in one short sentence, and never more than that.";
+  const Observed first = Run(long_prompt);
+  ASSERT_TRUE(first.ok);
+  auto snapshot = s_.gw->ExportCache();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status().ToString();
+
+  obs::MetricsRegistry b_metrics;
+  testing::ServingStack b;
+  testing::StartServingStack(b, options_, b_metrics, clock_, *log_);
+  auto report = b.gw->ImportCache(*snapshot);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->l1, 1u);
+  EXPECT_EQ(report->semantic, 1u);
+  EXPECT_GE(report->l2_prefixes, 1u);
+  EXPECT_GE(report->l2_blocks, 1u);
+  EXPECT_TRUE(report->warnings.empty());
+  const Observed exact = RunOn(*b.gw, long_prompt);
+  EXPECT_EQ(exact.outcome, CacheOutcome::kL1);
+  EXPECT_EQ(exact.text, first.text);
+  CompletionRequest reworded = long_prompt;
+  reworded.messages.back().content = kParaphrase;
+  EXPECT_EQ(RunOn(*b.gw, reworded).outcome, CacheOutcome::kSemantic);
+  // The prefix blocks were computed before the first request: a new
+  // question after the same system prompt adopts them.
+  CompletionRequest other = long_prompt;
+  other.messages.back().content = kOther;
+  EXPECT_EQ(RunOn(*b.gw, other).outcome, CacheOutcome::kMiss);
+  EXPECT_GT(b.sched->Stats().prefix_hits, 0);
+  // Damaged bytes: nothing applied.
+  std::string damaged = *snapshot;
+  damaged.resize(damaged.size() - 3);
+  EXPECT_EQ(b.gw->ImportCache(damaged).status().code(), util::StatusCode::kDataLoss);
+  b.Stop();
+}
+
 // The hit-rate trigger: lookups the tier cannot answer push its rate below
 // the floor; it re-learns (threshold from recent checks, lists retrained),
 // says so in a log line and the metrics, and reports the rate after.

@@ -192,6 +192,15 @@ else
 fi
 expect 2 "--buckets-log2 30 is outside" -- train-encoder -o "$tmp/x.gguf" --buckets-log2 30
 
+# strata cache export: the admin key file is required; an unreachable
+# server is a clear failure.
+expect 2 "--admin-key-file" -- cache export -o "$tmp/snap.bin"
+printf 'admin-key-0123456789\n' >"$tmp/admin.key"
+expect 1 "127.0.0.1:9" -- cache export --url http://127.0.0.1:9 --admin-key-file "$tmp/admin.key" -o "$tmp/snap.bin"
+printf 'not a snapshot' >"$tmp/bad.snap"
+expect 1 "not a strata cache snapshot" -- serve -m "$tmp/m.gguf" --port 0 --warm-from "$tmp/bad.snap"
+expect 1 "--warm-from" -- serve -m "$tmp/m.gguf" --port 0 --warm-from "$tmp/missing.snap"
+
 # strata config: the defaults file is complete and checks clean; each kind
 # of problem is named with its line, and the check ends in exit 1.
 expect 0 "strata serve configuration" -- config defaults

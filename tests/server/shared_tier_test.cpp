@@ -312,6 +312,24 @@ TEST_F(SharedTierTest, ATenantInvalidationLeavesOtherTenantsAlone) {
   EXPECT_EQ(b_->Post(Chat("shared words"))->get_header_value("x-strata-cache"), "l1");
 }
 
+TEST_F(SharedTierTest, TheCacheSnapshotNeedsTheAdminKeyAndHoldsTheAnswers) {
+  ASSERT_EQ(a_->Post(Chat("snapshot words"))->status, 200);
+  auto refused = a_->client->Get("/admin/cache/snapshot");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 401);
+  auto got =
+      a_->client->Get("/admin/cache/snapshot", {{"Authorization", "Bearer admin-key-0123456789"}});
+  ASSERT_TRUE(got);
+  ASSERT_EQ(got->status, 200);
+  EXPECT_EQ(got->get_header_value("Content-Type"), "application/octet-stream");
+  // B (cold for this prompt) loads it: its first request is an L1 hit.
+  auto report = b_->gw->ImportCache(got->body);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->l1, 1u);
+  EXPECT_EQ(b_->Post(Chat("snapshot words"))->get_header_value("x-strata-cache"), "l1");
+  EXPECT_EQ(b_->Metric("strata_cache_remote_hits_total{tier=\"l1\"}"), 0) << "not from Redis";
+}
+
 TEST_F(SharedTierTest, BadInvalidationsAreRefusedWithAClearError) {
   struct Case {
     std::string body;

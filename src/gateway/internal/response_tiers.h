@@ -37,6 +37,7 @@
 #include "cache/shared_feed.h"
 #include "cache/shared_store.h"
 #include "cache/single_flight.h"
+#include "gateway/cache_snapshot.h"
 #include "gateway/gateway.h"
 #include "gateway/internal/flight.h"
 #include "gateway/internal/near_dup_request.h"
@@ -89,6 +90,11 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
   std::optional<cache::SharedStoreStats> shared_stats() const;
   bool FlushShared(std::chrono::milliseconds timeout);
 
+  // Warm-up (gateway/warm_up.cpp): the tiers' live entries as snapshot
+  // records, and back (only entries of these model fingerprints).
+  void AppendSnapshot(std::vector<CacheSnapshotRecord>& out) const;
+  void ImportSnapshot(const std::vector<CacheSnapshotRecord>& records,
+                      const std::vector<uint64_t>& models, WarmUpReport& report);
   // Invalidation (gateway/invalidation.cpp): which stored answers go.
   struct Selector {
     std::optional<std::string> tenant, model, prefix;

@@ -68,8 +68,9 @@ struct ApiCall {
 struct ApiReply {
   int status = 200;
   std::vector<std::pair<std::string, std::string>> headers;  // besides Content-Type
-  std::string body;                      // application/json; unused with `responder`
-  std::shared_ptr<Responder> responder;  // set: the generation answers
+  std::string body;                                          // unused with `responder`
+  std::string content_type;                                  // "" = application/json
+  std::shared_ptr<Responder> responder;                      // set: the generation answers
 };
 
 // One started generation turned into its API's response, event by event,

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Cache warm-up: the first minute of a new instance, cold and warmed from a
+# snapshot of a running one (docs/api.md, "Cache warm-up").
+#
+#   bench/warm_up.sh MODEL.gguf OUT_DIR
+#
+# A running instance (A) answers a workload of FAQ-style repeats: QUESTIONS
+# distinct questions (temperature 0, so their answers are cached) after one
+# of SYSTEMS long system prompts of SYSTEM tokens; `strata cache export`
+# takes its snapshot. Then, ROUNDS times (the order flips each round), a new
+# instance serves the same workload for DURATION seconds cold, and a new
+# one started with --warm-from serves it warm; loadgen reports TTFT of
+# each. Env: SYSTEM (512), SYSTEMS (8), QUESTIONS (64), GEN (16), CLIENTS
+# (4), DURATION (60), ROUNDS (2), THREADS (2), PORT (18470), STRATA
+# (build/release/strata), LOADGEN (build/release/bench/loadgen). Writes
+# OUT_DIR/{cold,warm}-rN.json and prints each run's TTFT P50/P99 and the
+# requests served.
+set -euo pipefail
+if [ $# -ne 2 ] || [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+  [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ] && exit 0
+  exit 2
+fi
+model="$1" out="$2"
+strata="${STRATA:-build/release/strata}" loadgen="${LOADGEN:-build/release/bench/loadgen}"
+system="${SYSTEM:-512}" systems="${SYSTEMS:-8}" questions="${QUESTIONS:-64}" gen="${GEN:-16}"
+clients="${CLIENTS:-4}" duration="${DURATION:-60}" rounds="${ROUNDS:-2}" threads="${THREADS:-2}"
+port="${PORT:-18470}"
+[ -x "$strata" ] || { echo "error: '$strata' is not built" >&2; exit 2; }
+[ -x "$loadgen" ] || { echo "error: '$loadgen' is not built" >&2; exit 2; }
+[ -f "$model" ] || { echo "error: no model file '$model'" >&2; exit 2; }
+mkdir -p "$out"
+printf 'admin-key-warm-up-bench\n' >"$out/admin.key"
+for i in $(seq 1 "$questions"); do
+  printf '{"prompt": "Question %d: how do I configure option %d of the product, and what does it change?"}\n' "$i" "$i"
+done >"$out/questions.jsonl"
+
+pid=""
+stop() { [ -n "$pid" ] && { kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }; pid=""; }
+trap stop EXIT
+serve() {  # serve LOG [FLAGS...]
+  local log="$1"
+  shift
+  "$strata" serve -m "$model" --port "$port" -t "$threads" --admin-key-file "$out/admin.key" \
+    "$@" >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "error: the server did not start (see $log)" >&2
+  exit 1
+}
+load() {  # load JSON [FLAGS...]
+  local json="$1"
+  shift
+  "$loadgen" --url "http://127.0.0.1:$port" --endpoint chat --system-prompt-tokens "$system" \
+    --system-prompts "$systems" --system-seed 7 --prompt-file "$out/questions.jsonl" \
+    --max-tokens "$gen" --temperature 0 -c "$clients" -q --json "$json" "$@"
+}
+
+echo "A: answering the workload once, then exporting its caches $(date +%T)"
+serve "$out/a.log"
+load "$out/prime.json" -n $((systems * questions))
+"$strata" cache export --url "http://127.0.0.1:$port" --admin-key-file "$out/admin.key" \
+  -o "$out/snapshot.bin"
+stop
+
+summary() {
+  python3 - "$1" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["summary"]
+t = s["ttft_ms"]
+print(f"{s['requests']} requests, TTFT P50 {t['p50']:.1f} ms, P99 {t['p99']:.1f} ms, cache {json.dumps(s.get('cache', {}))}")
+PY
+}
+for r in $(seq 1 "$rounds"); do
+  order="cold warm"
+  [ $((r % 2)) -eq 0 ] && order="warm cold"
+  for side in $order; do
+    if [ "$side" = warm ]; then
+      serve "$out/$side-r$r.log" --warm-from "$out/snapshot.bin"
+    else
+      serve "$out/$side-r$r.log"
+    fi
+    load "$out/$side-r$r.json" --duration "$duration"
+    stop
+    printf 'round %d %-4s: %s\n' "$r" "$side" "$(summary "$out/$side-r$r.json")"
+  done
+done
