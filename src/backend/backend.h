@@ -387,7 +387,8 @@ class Backend {
     (void)timeout;
     return 0;
   }
-  // A warm-up (docs/api.md, "Cache warm-up"): the longest cached prefixes,
+  // A warm-up (docs/api.md, "Cache warm-up"): the shared cached prefixes
+  // (KvBlockPool::ForEachSharedChain),
   // at most `max`, and computing given ones into the cache. A backend
   // without such state has none and computes nothing.
   virtual util::StatusOr<std::vector<CachedPrefix>> CachedPrefixes(

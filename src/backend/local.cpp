@@ -568,7 +568,7 @@ util::StatusOr<std::vector<CachedPrefix>> LocalBackend::CachedPrefixes(
   auto out = std::make_shared<std::vector<CachedPrefix>>();  // the task may outlive the wait
   STRATA_RETURN_IF_ERROR(scheduler_.RunOnEngine(
       [out, max](engine::Engine& engine) {
-        engine.kv_pool().ForEachLeafChain(max, [&](uint64_t root, std::span<const int32_t> t) {
+        engine.kv_pool().ForEachSharedChain(max, [&](uint64_t root, std::span<const int32_t> t) {
           out->push_back({root, std::vector<int32_t>(t.begin(), t.end())});
         });
       },

@@ -193,30 +193,33 @@ int32_t KvBlockPool::ForgetChains(
   return forgotten;
 }
 
-void KvBlockPool::ForEachLeafChain(
+void KvBlockPool::ForEachSharedChain(
     size_t max, const std::function<void(uint64_t, std::span<const int32_t>)>& fn) const {
   const size_t bs = static_cast<size_t>(block_size_);
   size_t given = 0;
   std::vector<int32_t> chain;
-  for (const auto& [root, first] : children_) {
-    if (index_.contains(root)) continue;            // not a chain's start
-    std::vector<std::pair<int32_t, size_t>> stack;  // (block, depth), as in ForgetChains
-    for (int32_t b : first) stack.emplace_back(b, 0);
-    while (!stack.empty() && given < max) {
-      const auto [b, depth] = stack.back();
-      stack.pop_back();
-      const size_t i = static_cast<size_t>(b);
-      chain.resize(depth * bs);
-      chain.insert(chain.end(), block_tokens_.begin() + static_cast<ptrdiff_t>(i * bs),
-                   block_tokens_.begin() + static_cast<ptrdiff_t>((i + 1) * bs));
-      auto kids = children_.find(hashes_[i]);
-      if (kids == children_.end()) {
-        fn(root, chain);
-        ++given;
-        continue;
-      }
-      for (int32_t k : kids->second) stack.emplace_back(k, depth + 1);
+  // Depth first; true when the subtree of `block` holds a shared block (one
+  // with two or more continuations), which was then given (the deepest).
+  std::function<bool(uint64_t, int32_t, size_t)> visit = [&](uint64_t root, int32_t block,
+                                                             size_t depth) {
+    const size_t i = static_cast<size_t>(block);
+    chain.resize(depth * bs);
+    chain.insert(chain.end(), block_tokens_.begin() + static_cast<ptrdiff_t>(i * bs),
+                 block_tokens_.begin() + static_cast<ptrdiff_t>((i + 1) * bs));
+    auto kids = children_.find(hashes_[i]);
+    if (kids == children_.end()) return false;
+    bool below = false;
+    for (int32_t k : kids->second) below = visit(root, k, depth + 1) || below;
+    if (below || kids->second.size() < 2) return below;
+    if (given < max) {
+      fn(root, std::span<const int32_t>(chain.data(), (depth + 1) * bs));
+      ++given;
     }
+    return true;
+  };
+  for (const auto& [root, first] : children_) {
+    if (index_.contains(root)) continue;  // not a chain's start
+    for (int32_t b : first) visit(root, b, 0);
   }
 }
 

@@ -135,10 +135,13 @@ class KvBlockPool {
   // how many blocks were forgotten.
   int32_t ForgetChains(std::optional<uint64_t> root,
                        const std::function<ChainVisit(std::span<const int32_t>)>& visit);
-  // Calls `fn` with each chain of published blocks that nothing follows
-  // (its start's root — a cache namespace — and all its tokens), at most
-  // `max` of them: what a warm-up of another engine prefills.
-  void ForEachLeafChain(
+  // Calls `fn` with each shared prefix: a chain of published blocks that
+  // two or more chains continue (a system prompt several conversations
+  // follow), the deepest only (a shorter one is its prefix), with its
+  // start's root (a cache namespace) and all its tokens; at most `max` of
+  // them. What a warm-up of another engine prefills: the blocks that were
+  // reused, not every conversation's own tail.
+  void ForEachSharedChain(
       size_t max, const std::function<void(uint64_t root, std::span<const int32_t>)>& fn) const;
   const PrefixCacheStats& prefix_stats() const { return stats_; }
 

@@ -3,7 +3,7 @@
 // --warm-from`; docs/api.md, "Cache warm-up").
 //
 // Promise: the snapshot holds the live entries of L1, L3 and the semantic
-// tier with the time each has left, and the local engines' longest cached
+// tier with the time each has left, and the local engines' shared cached
 // prompt prefixes (L2) with their cache namespaces. Format
 // (docs/formats/cache-snapshot.md): "SCS1", u32 version 1, then records
 // until the end: u8 kind, u32 length, body. Reading treats the bytes as

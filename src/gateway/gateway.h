@@ -378,7 +378,7 @@ class Gateway {
   // Cache warm-up (gateway/cache_snapshot.h; `strata cache export`,
   // `strata serve --warm-from`). ExportCache: the live entries of L1, L3 and
   // the semantic tier with the time each has left, and each local model's
-  // longest cached prompt prefixes (at most 4,096 per model). ImportCache,
+  // shared cached prompt prefixes (at most 4,096 per model). ImportCache,
   // before the server takes traffic: the entries of the models served here
   // (the same fingerprint; others are skipped) go into the tiers with the
   // time they had left, and the prefixes are computed into the local

@@ -333,6 +333,11 @@ TEST_F(SemanticGatewayTest, ASnapshotWarmsANewInstance) {
       "You are terse. Answer in one short sentence, and never more than that.";
   const Observed first = Run(long_prompt);
   ASSERT_TRUE(first.ok);
+  // A second question after the same system prompt: its blocks are shared,
+  // so the snapshot carries them.
+  CompletionRequest second = long_prompt;
+  second.messages.back().content = "where did the bird fly after it saw the dog";
+  ASSERT_TRUE(Run(second).ok);
   auto snapshot = s_.gw->ExportCache();
   ASSERT_TRUE(snapshot.ok()) << snapshot.status().ToString();
 
@@ -341,8 +346,8 @@ TEST_F(SemanticGatewayTest, ASnapshotWarmsANewInstance) {
   testing::StartServingStack(b, options_, b_metrics, clock_, *log_);
   auto report = b.gw->ImportCache(*snapshot);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
-  EXPECT_EQ(report->l1, 1u);
-  EXPECT_EQ(report->semantic, 1u);
+  EXPECT_EQ(report->l1, 2u);
+  EXPECT_EQ(report->semantic, 2u);
   EXPECT_GE(report->l2_prefixes, 1u);
   EXPECT_GE(report->l2_blocks, 1u);
   EXPECT_TRUE(report->warnings.empty());
