@@ -10,7 +10,9 @@
 # takes its snapshot. Then, ROUNDS times (the order flips each round), a new
 # instance serves the same workload for DURATION seconds cold, and a new
 # one started with --warm-from serves it warm; loadgen reports TTFT of
-# each. Env: SYSTEM (512), SYSTEMS (8), QUESTIONS (64), GEN (16), CLIENTS
+# each. With FRESH=1 the measured runs ask questions A never saw (after the
+# same system prompts), so only the prefix cache (L2) can help them.
+# Env: SYSTEM (512), SYSTEMS (8), QUESTIONS (64), GEN (16), CLIENTS
 # (4), DURATION (60), ROUNDS (2), THREADS (2), PORT (18470), STRATA
 # (build/release/strata), LOADGEN (build/release/bench/loadgen). Writes
 # OUT_DIR/{cold,warm}-rN.json and prints each run's TTFT P50/P99 and the
@@ -31,9 +33,14 @@ port="${PORT:-18470}"
 [ -f "$model" ] || { echo "error: no model file '$model'" >&2; exit 2; }
 mkdir -p "$out"
 printf 'admin-key-warm-up-bench\n' >"$out/admin.key"
-for i in $(seq 1 "$questions"); do
-  printf '{"prompt": "Question %d: how do I configure option %d of the product, and what does it change?"}\n' "$i" "$i"
-done >"$out/questions.jsonl"
+questions_file() {  # questions_file FIRST: QUESTIONS lines numbered from FIRST
+  for i in $(seq "$1" $(($1 + questions - 1))); do
+    printf '{"prompt": "Question %d: how do I configure option %d of the product, and what does it change?"}\n' "$i" "$i"
+  done
+}
+questions_file 1 >"$out/questions.jsonl"
+if [ "${FRESH:-0}" = 1 ]; then questions_file 100001 >"$out/measured.jsonl"; else
+  cp "$out/questions.jsonl" "$out/measured.jsonl"; fi
 
 pid=""
 stop() { [ -n "$pid" ] && { kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }; pid=""; }
@@ -51,17 +58,17 @@ serve() {  # serve LOG [FLAGS...]
   echo "error: the server did not start (see $log)" >&2
   exit 1
 }
-load() {  # load JSON [FLAGS...]
-  local json="$1"
-  shift
+load() {  # load QUESTIONS JSON [FLAGS...]
+  local questions_file="$1" json="$2"
+  shift 2
   "$loadgen" --url "http://127.0.0.1:$port" --endpoint chat --system-prompt-tokens "$system" \
-    --system-prompts "$systems" --system-seed 7 --prompt-file "$out/questions.jsonl" \
+    --system-prompts "$systems" --system-seed 7 --prompt-file "$questions_file" \
     --max-tokens "$gen" --temperature 0 -c "$clients" -q --json "$json" "$@"
 }
 
 echo "A: answering the workload once, then exporting its caches $(date +%T)"
 serve "$out/a.log"
-load "$out/prime.json" -n $((systems * questions))
+load "$out/questions.jsonl" "$out/prime.json" -n $((systems * questions))
 "$strata" cache export --url "http://127.0.0.1:$port" --admin-key-file "$out/admin.key" \
   -o "$out/snapshot.bin"
 stop
@@ -83,7 +90,7 @@ for r in $(seq 1 "$rounds"); do
     else
       serve "$out/$side-r$r.log"
     fi
-    load "$out/$side-r$r.json" --duration "$duration"
+    load "$out/measured.jsonl" "$out/$side-r$r.json" --duration "$duration"
     stop
     printf 'round %d %-4s: %s\n' "$r" "$side" "$(summary "$out/$side-r$r.json")"
   done
