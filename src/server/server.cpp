@@ -540,17 +540,25 @@ class HttpServer::Impl final : public net::HttpHandler {
     return reply;
   }
 
+  // The gateway the admin API's cache endpoints act on; nullptr, with
+  // `reply` made the 503, while the model loads.
+  gateway::Gateway* AdminGateway(ApiReply& reply) {
+    gateway::Gateway* g = handler_.admin_gateway();
+    if (g == nullptr) {
+      reply = ApiHandler::ErrorReply(
+          ApiKind::kOpenAIChat, util::UnavailableError("the server is still loading its model"),
+          std::move(reply));
+    }
+    return g;
+  }
+
   // GET /admin/cache/snapshot on a worker thread: the cache tiers and the
   // cached prefixes as a snapshot (gateway/cache_snapshot.h), for `strata
   // serve --warm-from` on a new instance.
   ApiReply SnapshotCache(const ApiCall& call) {
     ApiReply reply = ApiHandler::NewReply(ApiKind::kOpenAIChat, call.request_id);
-    gateway::Gateway* g = handler_.admin_gateway();
-    if (g == nullptr) {
-      return ApiHandler::ErrorReply(ApiKind::kOpenAIChat,
-                                    util::UnavailableError("the server is still loading its model"),
-                                    std::move(reply));
-    }
+    gateway::Gateway* g = AdminGateway(reply);
+    if (g == nullptr) return reply;
     auto snapshot = g->ExportCache();
     if (!snapshot.ok()) {
       return ApiHandler::ErrorReply(ApiKind::kOpenAIChat, snapshot.status(), std::move(reply));
@@ -567,12 +575,8 @@ class HttpServer::Impl final : public net::HttpHandler {
   // what goes (gateway::Invalidation); the answer counts what went per tier.
   ApiReply InvalidateCache(const ApiCall& call) {
     ApiReply reply = ApiHandler::NewReply(ApiKind::kOpenAIChat, call.request_id);
-    gateway::Gateway* g = handler_.admin_gateway();
-    if (g == nullptr) {
-      return ApiHandler::ErrorReply(ApiKind::kOpenAIChat,
-                                    util::UnavailableError("the server is still loading its model"),
-                                    std::move(reply));
-    }
+    gateway::Gateway* g = AdminGateway(reply);
+    if (g == nullptr) return reply;
     auto what = ParseInvalidationBody(call.body);
     if (!what.ok())
       return ApiHandler::ErrorReply(ApiKind::kOpenAIChat, what.status(), std::move(reply));
