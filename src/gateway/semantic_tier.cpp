@@ -7,11 +7,13 @@
 
 namespace strata::gateway {
 
-void ResponseTiers::AdoptSemantic(std::string_view key) {
+bool ResponseTiers::AdoptSemantic(std::string_view key) {
   auto e = shared_->GetSemantic(key, options_.semantic_encoder->fingerprint());
-  if (!e) return;  // gone, another encoder's, or damaged (counted by the store)
+  if (!e) return false;  // gone, another encoder's, or damaged (counted by the store)
   auto st = semantic_->Insert(e->ns, e->vector, e->text.get(), e->payload, e->value, e->ttl_left);
-  if (st.ok()) semantic_adopted_->Inc();
+  if (!st.ok()) return false;
+  semantic_adopted_->Inc();
+  return true;
 }
 
 void ResponseTiers::AdoptStoredSemantic(const std::vector<uint64_t>& models) {
@@ -21,9 +23,7 @@ void ResponseTiers::AdoptStoredSemantic(const std::vector<uint64_t>& models) {
     for (const std::string& key :
          shared_->SemanticKeys(model, options_.semantic_encoder->fingerprint(),
                                options_.semantic.max_entries, deadline)) {
-      const double before = semantic_adopted_->Get();
-      AdoptSemantic(key);
-      adopted += semantic_adopted_->Get() > before ? 1 : 0;
+      adopted += AdoptSemantic(key) ? 1 : 0;
     }
   }
   if (adopted > 0) log_.Info("semantic tier: {} entries adopted from the shared tier", adopted);

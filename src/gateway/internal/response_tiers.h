@@ -125,8 +125,9 @@ class ResponseTiers : public std::enable_shared_from_this<ResponseTiers> {
   // without Redis or without the semantic tier.
   cache::SharedFeed* semantic_feed() { return semantic_feed_.get(); }
   // Copies the semantic entry stored in Redis under `key` into the local
-  // index (on the feed's thread), keeping the TTL Redis has left.
-  void AdoptSemantic(std::string_view key);
+  // index (on the feed's thread), keeping the TTL Redis has left; false
+  // when it is gone, another encoder's or damaged.
+  bool AdoptSemantic(std::string_view key);
   // A warm start: adopts up to the index's capacity of the entries Redis
   // holds for these model fingerprints (on the feed's thread, before it
   // reads the stream).
