@@ -6,22 +6,9 @@
 
 #include <fmt/format.h>
 
+#include "util/stats.h"
+
 namespace strata::cache {
-namespace {
-
-// Wilson score interval of k successes in n trials at 95 %.
-std::pair<double, double> Wilson(size_t k, size_t n) {
-  if (n == 0) return {0.0, 1.0};
-  constexpr double z = 1.959963984540054;
-  const double nn = static_cast<double>(n);
-  const double p = static_cast<double>(k) / nn;
-  const double denom = 1 + z * z / nn;
-  const double center = (p + z * z / (2 * nn)) / denom;
-  const double half = z * std::sqrt(p * (1 - p) / nn + z * z / (4 * nn * nn)) / denom;
-  return {std::max(0.0, center - half), std::min(1.0, center + half)};
-}
-
-}  // namespace
 
 util::Status FalseHitControl::Validate(const FalseHitOptions& o) {
   if (!(o.max_false_hit > 0 && o.max_false_hit < 1)) {
@@ -110,7 +97,7 @@ void FalseHitControl::Update() {
     }
   }
   e.rate = e.samples ? static_cast<double>(e.false_hits) / static_cast<double>(e.samples) : 0.0;
-  std::tie(e.lower, e.upper) = Wilson(e.false_hits, e.samples);
+  std::tie(e.lower, e.upper) = util::WilsonInterval(e.false_hits, e.samples);
   estimate_ = e;
 }
 
