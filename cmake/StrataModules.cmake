@@ -8,7 +8,7 @@
 #
 # A module may include only modules above it: a row names modules from the
 # rows before it.
-set(STRATA_MODULES util net kernels format text grammar model engine sampling cache obs config session backend gateway server cli)
+set(STRATA_MODULES util net kernels format text grammar model engine sampling cache obs config session backend gateway server tune cli)
 
 set(STRATA_MAY_INCLUDE_util "")
 set(STRATA_MAY_INCLUDE_net util)
@@ -26,4 +26,5 @@ set(STRATA_MAY_INCLUDE_session net util)
 set(STRATA_MAY_INCLUDE_backend engine sampling cache obs net model grammar text format kernels util)
 set(STRATA_MAY_INCLUDE_gateway backend engine sampling cache obs model text format kernels util)
 set(STRATA_MAY_INCLUDE_server gateway backend session obs net util)
-set(STRATA_MAY_INCLUDE_cli server gateway backend session config obs cache sampling engine model grammar text format kernels net util)
+set(STRATA_MAY_INCLUDE_tune server gateway backend session config obs cache sampling engine model grammar text format kernels net util)
+set(STRATA_MAY_INCLUDE_cli tune server gateway backend session config obs cache sampling engine model grammar text format kernels net util)
