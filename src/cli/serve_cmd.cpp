@@ -404,9 +404,9 @@ std::vector<backend::Backend*> ServedBackends(LocalModels* local, const RemoteBa
 }
 
 util::StatusOr<std::unique_ptr<gateway::Gateway>> BuildGateway(
-    LocalModels* local, const RemoteBackends& remotes, obs::MetricsRegistry& metrics,
-    const gateway::GatewayOptions& go, const util::Clock& clock, util::Logger& log) {
-  const std::vector<backend::Backend*> backends = ServedBackends(local, remotes);
+    LocalModels* local, const std::vector<backend::Backend*>& backends,
+    obs::MetricsRegistry& metrics, const gateway::GatewayOptions& go, const util::Clock& clock,
+    util::Logger& log) {
   STRATA_ASSIGN_OR_RETURN(auto gw, gateway::Gateway::Create(backends, metrics, go, clock, log));
   if (local != nullptr) {
     gateway::ExportPrefixCacheMetrics(metrics, [local] { return local->scheduler_stats(); });
@@ -497,6 +497,31 @@ int ShutDown(bool clean, const ServeFlags& f, server::HttpServer& srv, const Loc
   return kExitOk;
 }
 
+// The candidate of a canary that is not served yet: a local file is added
+// to the local models (as "<baseline>-canary"), an upstream to the remote
+// backends (named after the baseline: StartCanary takes it out again).
+void AddCanaryCandidate(const ServeFlags& f, std::vector<LocalModelFile>& files,
+                        const CanaryPlan& plan, std::vector<backend::RemoteOptions>& remotes) {
+  if (plan.kind != CanaryPlan::Kind::kLocalFile && plan.kind != CanaryPlan::Kind::kRemote) return;
+  if (files.empty() && remotes.empty()) return;  // StartCanary: no model is served
+  std::string baseline = f.canary.of;
+  if (baseline.empty()) baseline = !files.empty() ? files.front().name : remotes.front().name;
+  if (plan.kind == CanaryPlan::Kind::kLocalFile) {
+    files.push_back({.name = CanaryFileModelName(baseline), .path = plan.file});
+    return;
+  }
+  backend::RemoteOptions o = plan.remote;
+  if (o.upstream_model.empty()) {
+    // The baseline's model id upstream when it is an upstream itself.
+    o.upstream_model = baseline;
+    for (const auto& r : remotes) {
+      if (r.name == baseline && !r.upstream_model.empty()) o.upstream_model = r.upstream_model;
+    }
+  }
+  o.name = baseline;
+  remotes.push_back(std::move(o));
+}
+
 // Start-up and shutdown in the order of the file comment. Locals are
 // destroyed in reverse: gateway, remote backends (the upstream client
 // cancels its calls on the I/O loops, which the stopped server no longer
@@ -522,6 +547,8 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
   if (!plan.ok()) return usage(plan.status());
   auto remote_options = RemoteBackendOptions(f.backends, env, f.max_tokens_cap);
   if (!remote_options.ok()) return usage(remote_options.status());
+  auto canary_plan = PlanCanary(env, f);
+  if (!canary_plan.ok()) return usage(canary_plan.status());
   auto keys = LoadApiKeys(env, f.api_keys, *log);
   if (!keys.ok()) return ReportError(keys.status());
   auto admin_key = LoadAdminKey(env, f.admin_key_file);
@@ -559,6 +586,7 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
   if (!rt.ok()) return ReportError(rt.status());
   auto files = LocalModelFiles(env, f, *log);
   if (!files.ok()) return usage(files.status());
+  AddCanaryCandidate(f, *files, *canary_plan, *remote_options);
   if (auto st = CheckAcceptAnyModel(f, files->size() + f.backends.specs.size()); !st.ok()) {
     return usage(st);
   }
@@ -579,17 +607,32 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
   auto remotes = StartRemoteBackends(f.backends, std::move(remote_options).value(), **loops,
                                      metrics, clock, *log);
   if (!remotes.ok()) return ReportError(remotes.status());
+  // An upstream candidate shares the remote backends' client, but is served
+  // only through the canary.
+  std::unique_ptr<backend::RemoteBackend> canary_remote;
+  if (canary_plan->kind == CanaryPlan::Kind::kRemote) {
+    canary_remote = std::move(remotes->backends.back());
+    remotes->backends.pop_back();
+  }
+  std::vector<backend::Backend*> served = ServedBackends(l, *remotes);
+  // Declared before the gateway, which serves its backend.
+  auto canary =
+      StartCanary(*canary_plan, f, served, canary_remote.get(), env, metrics, clock, *log);
+  if (!canary.ok()) return usage(canary.status());
+  if (canary->controller) {
+    srv->server->SetCanaryStateHook([c = canary->controller.get()] { return c->StateJson(); });
+  }
   auto go = GatewayOptionsFor(f, l ? l->n_ctx() : 0, rt->get(), clock);
   if (!go.ok()) return UsageError(go.status().message());  // ValidateFlags: does not happen
   // Declared before the gateway, which borrows it.
-  auto semantic = StartEncoder(env, f.semantic, f.threads, ServedBackends(l, *remotes), *go, *log);
+  auto semantic = StartEncoder(env, f.semantic, f.threads, served, *go, *log);
   if (!semantic.ok()) return ReportError(semantic.status());
   if (go->semantic_mode != gateway::L3Mode::kOff) {
     log->Info("semantic cache (L4/L5): {}, encoder {}, similarity >= {}, {} entries, {} index",
               gateway::L3ModeName(go->semantic_mode), (*semantic)->description,
               f.semantic.similarity, f.semantic.entries, f.semantic.ann);
   }
-  auto gw = BuildGateway(l, *remotes, metrics, *go, clock, *log);
+  auto gw = BuildGateway(l, served, metrics, *go, clock, *log);
   if (!gw.ok()) return ReportError(gw.status());
   LoadSemanticFile(env, f.semantic, **gw, *log);
   LogCacheTiers(f, *plan, *go, l, *log);
@@ -630,6 +673,7 @@ int RunServe(const Env& env, const ServeFlags& command_line, const CLI::App& cmd
 util::Status CheckServeFlags(const Env& env, const ServeFlags& f) {
   STRATA_RETURN_IF_ERROR(ValidateFlags(f).status());
   STRATA_RETURN_IF_ERROR(RemoteBackendOptions(f.backends, env, f.max_tokens_cap).status());
+  STRATA_RETURN_IF_ERROR(PlanCanary(env, f).status());
   if (!f.api_keys.empty()) {
     STRATA_RETURN_IF_ERROR(server::ApiKeys::Load(*env.fs, f.api_keys).status());
   }
@@ -691,6 +735,7 @@ Command RegisterServe(CLI::App& app) {
   RegisterHttpFlags(*cmd, f->http);
   RegisterBackendFlags(*cmd, f->backends);
   RegisterTraceFlags(*cmd, f->trace);
+  RegisterCanaryFlags(*cmd, f->canary);
   cmd->add_option("--max-embedding-inputs", f->max_embedding_inputs,
                   "Most inputs in one /v1/embeddings request [1, 65536]")
       ->capture_default_str();

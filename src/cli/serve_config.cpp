@@ -417,6 +417,41 @@ std::vector<ServeKnob> MakeServeKnobs() {
   k.push_back(Bind("redis.timeout_ms", "--redis-timeout-ms",
                    [](ServeFlags & f) -> auto& { return f.cache.redis_timeout_ms; },
                    {.unit = "ms", .min = 1, .max = 10000}));
+  // [canary]: restart to change (the ramp's state file carries it across)
+  k.push_back(Bind(
+      "canary.candidate", "--canary", [](ServeFlags & f) -> auto& { return f.canary.spec; }));
+  k.push_back(Bind(
+      "canary.baseline", "--canary-for", [](ServeFlags & f) -> auto& { return f.canary.of; }));
+  k.push_back(Bind(
+      "canary.model", "--canary-model", [](ServeFlags & f) -> auto& { return f.canary.model; }));
+  k.push_back(Bind(
+      "canary.key_file", "--canary-key-file",
+      [](ServeFlags & f) -> auto& { return f.canary.key_file; }));
+  k.push_back(CommaList("canary.steps", "--canary-steps",
+                        [](ServeFlags & f) -> auto& { return f.canary.steps; }, {.unit = "%"}));
+  k.push_back(Bind("canary.step_time", "--canary-step-s",
+                   [](ServeFlags & f) -> auto& { return f.canary.step_s; },
+                   {.unit = "s", .min = 1, .max = 7 * 86400}));
+  k.push_back(Bind(
+      "canary.state_file", "--canary-state",
+      [](ServeFlags & f) -> auto& { return f.canary.state_file; }));
+  k.push_back(Bind("canary.mirror", "--canary-mirror",
+                   [](ServeFlags & f) -> auto& { return f.canary.mirror; }, {.min = 0, .max = 1}));
+  k.push_back(Bind("canary.min_samples", "--canary-min-samples",
+                   [](ServeFlags & f) -> auto& { return f.canary.min_samples; },
+                   {.min = 1, .max = 1'000'000}));
+  k.push_back(Bind("canary.max_error_rate", "--canary-max-error-rate",
+                   [](ServeFlags & f) -> auto& { return f.canary.max_error_rate; },
+                   {.min = 0, .max = 1, .max_exclusive = true}));
+  k.push_back(Bind("canary.ttft_ratio", "--canary-ttft-ratio",
+                   [](ServeFlags & f) -> auto& { return f.canary.ttft_ratio; },
+                   {.min = 1, .max = 100}));
+  k.push_back(Bind("canary.ttft_slo", "--canary-ttft-slo",
+                   [](ServeFlags & f) -> auto& { return f.canary.ttft_slo_s; },
+                   {.unit = "s", .min = 0.001, .max = 3600}));
+  k.push_back(Bind("canary.min_agreement", "--canary-min-agreement",
+                   [](ServeFlags & f) -> auto& { return f.canary.min_agreement; },
+                   {.min = 0, .max = 1, .min_exclusive = true}));
   // [rt]
   k.push_back(Bind("rt.switcher", "--rt-switcher",
                    [](ServeFlags & f) -> auto& { return f.rt_switcher; }, {.choices = kOnOff}));

@@ -12,6 +12,7 @@
 #include "cli/serve_audit.h"
 #include "cli/serve_backends.h"
 #include "cli/serve_cache.h"
+#include "cli/serve_canary.h"
 #include "cli/serve_http.h"
 #include "cli/serve_semantic.h"
 #include "cli/serve_sessions.h"
@@ -81,6 +82,7 @@ struct ServeFlags {
   double rt_kv_pressure = 0.1;
   std::string rt_fallback;  // the model id of levels marked FALLBACK
   AuditFlags audit;         // audit log and response watermark (cli/serve_audit.h)
+  CanaryFlags canary;       // a canary rollout (cli/serve_canary.h)
 };
 
 // The RT-Switcher's options from the flags; InvalidArgument naming the flag

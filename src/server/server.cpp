@@ -27,6 +27,7 @@ enum class Route {
   kAdminReload,
   kCacheInvalidate,  // DELETE /v1/cache (admin)
   kCacheSnapshot,    // GET /admin/cache/snapshot (admin)
+  kCanaryState,      // GET /admin/canary (admin)
   kModels,
   kComplete,
   kEmbed,
@@ -57,6 +58,7 @@ constexpr Endpoint kEndpoints[] = {
     {"/dashboard/state", nullptr, true, Route::kDashboardState, ApiKind::kOpenAIChat},
     {"/admin/reload", nullptr, false, Route::kAdminReload, ApiKind::kOpenAIChat},
     {"/admin/cache/snapshot", nullptr, true, Route::kCacheSnapshot, ApiKind::kOpenAIChat},
+    {"/admin/canary", nullptr, true, Route::kCanaryState, ApiKind::kOpenAIChat},
     {"/v1/models", "/models", true, Route::kModels, ApiKind::kOpenAIChat},
     {"/v1/chat/completions", "/chat/completions", false, Route::kComplete, ApiKind::kOpenAIChat},
     {"/v1/completions", "/completions", false, Route::kComplete, ApiKind::kOpenAICompletion},
@@ -220,6 +222,19 @@ class HttpServer::Impl final : public net::HttpHandler {
     std::lock_guard<std::mutex> lock(reload_mu_);
     reload_ = std::move(hook);
   }
+  void SetCanaryStateHook(std::function<std::string()> hook) {
+    std::lock_guard<std::mutex> lock(reload_mu_);
+    canary_state_ = std::move(hook);
+  }
+  // The canary's state ("" without a canary).
+  std::string CanaryState() {
+    std::function<std::string()> hook;
+    {
+      std::lock_guard<std::mutex> lock(reload_mu_);
+      hook = canary_state_;
+    }
+    return hook ? hook() : std::string();
+  }
   void SetBroken(util::Status why) { handler_.SetBroken(std::move(why)); }
   void StartDraining() {
     handler_.StartDraining();
@@ -273,7 +288,20 @@ class HttpServer::Impl final : public net::HttpHandler {
       case Route::kDashboardState: {
         if (auto refused = ScreenAdmin(head, /*dashboard=*/true)) return std::move(*refused);
         ApiReply state;
-        state.body = DashboardState(handler_.gateway());
+        state.body = DashboardState(handler_.gateway(), CanaryState());
+        net::Response res = ToResponse(std::move(state), &head);
+        res.headers.Set("Cache-Control", "no-store");
+        return res;
+      }
+      case Route::kCanaryState: {
+        if (auto refused = ScreenAdmin(head, /*dashboard=*/false)) return std::move(*refused);
+        ApiReply state;
+        state.body = CanaryState();
+        if (state.body.empty()) {
+          state = ApiHandler::ErrorReply(
+              ApiKind::kOpenAIChat,
+              util::NotFoundError("no canary rollout is running (strata serve --canary)"));
+        }
         net::Response res = ToResponse(std::move(state), &head);
         res.headers.Set("Cache-Control", "no-store");
         return res;
@@ -737,7 +765,8 @@ class HttpServer::Impl final : public net::HttpHandler {
   const std::shared_ptr<Live> live_;
   std::atomic<std::shared_ptr<const std::string>> admin_key_;  // null: no admin key
   std::mutex reload_mu_;
-  std::function<ReloadReport()> reload_;  // guarded by reload_mu_
+  std::function<ReloadReport()> reload_;       // guarded by reload_mu_
+  std::function<std::string()> canary_state_;  // guarded by reload_mu_
   std::unique_ptr<net::HttpServer> net_;
   std::unique_ptr<util::WorkQueue> workers_;
   bool metrics_registered_ = false;
@@ -780,6 +809,10 @@ void HttpServer::SetRequestTimeout(std::chrono::seconds timeout) {
 }
 void HttpServer::SetReloadHook(std::function<ReloadReport()> reload) {
   impl_->SetReloadHook(std::move(reload));
+}
+
+void HttpServer::SetCanaryStateHook(std::function<std::string()> state) {
+  impl_->SetCanaryStateHook(std::move(state));
 }
 
 void HttpServer::StartDraining() { impl_->StartDraining(); }

@@ -154,6 +154,10 @@ class HttpServer {
   // What POST /admin/reload runs (on a worker thread; it may read files),
   // after the admin key was checked. Without one, the endpoint answers 503.
   void SetReloadHook(std::function<ReloadReport()> reload);
+  // What GET /admin/canary answers and the dashboard shows of a canary
+  // rollout: its state as JSON, read on an I/O thread (it must be quick).
+  // Without one, /admin/canary answers 404.
+  void SetCanaryStateHook(std::function<std::string()> state);
   // Waits up to `flush` for responses still going out (a drained stream's
   // last frames), then closes every connection and joins every thread.
   void Stop(std::chrono::milliseconds flush = std::chrono::milliseconds(0));

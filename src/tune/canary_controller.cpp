@@ -419,8 +419,11 @@ struct CanaryController::Impl {
           persisted = PersistedLocked();
         }
       }
+      // Written before the lock is left: what StateJson shows of a
+      // transition is on disk (the weight changed at once; a crash before
+      // the write resumes the step before, the safer side).
+      if (!persisted.empty()) Save(persisted);
     }
-    if (!persisted.empty()) Save(persisted);
   }
 };
 

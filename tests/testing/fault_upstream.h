@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "net/http_server.h"
@@ -84,6 +85,13 @@ class FaultUpstream final : public net::HttpHandler {
     posts_ = 0;
     held_.clear();  // a held exchange stays open until its client or Cut ends it
   }
+  // Every POST from now on waits `d` before it answers (on the server's one
+  // I/O thread: the POSTs are answered one after another), as a slow
+  // upstream would.
+  void SetLatency(std::chrono::milliseconds d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    latency_ = d;
+  }
   int posts() const {
     std::lock_guard<std::mutex> lock(mu_);
     return posts_;
@@ -104,14 +112,17 @@ class FaultUpstream final : public net::HttpHandler {
       return;
     }
     Step step;
+    std::chrono::milliseconds latency{0};
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++posts_;
+      latency = latency_;
       if (!script_.empty()) {
         step = script_.front();
         script_.pop_front();
       }
     }
+    if (latency.count() > 0) std::this_thread::sleep_for(latency);
     const bool anthropic = path == "/v1/messages";
     const bool chat = path == "/v1/chat/completions";
     if (step.status != 200) {
@@ -189,10 +200,11 @@ class FaultUpstream final : public net::HttpHandler {
 
   std::unique_ptr<util::Logger> log_ = util::NewNullLogger();
   int port_ = 0;
-  mutable std::mutex mu_;  // guards script_, posts_, held_
+  mutable std::mutex mu_;  // guards script_, posts_, held_, latency_
   std::condition_variable cv_;
   std::deque<Step> script_;
   int posts_ = 0;
+  std::chrono::milliseconds latency_{0};
   std::vector<std::shared_ptr<net::Exchange>> held_;
   std::unique_ptr<net::HttpServer> server_;  // last: stopped before the state it uses
 };

@@ -10,10 +10,15 @@ namespace {
 
 std::string_view DashboardPage() { return {kDashboardHtml, sizeof(kDashboardHtml) - 1}; }
 
-std::string DashboardState(const gateway::Gateway* g) {
+std::string DashboardState(const gateway::Gateway* g, std::string_view canary) {
   wire::Json state = wire::Json::object();
   state["models"] = wire::Json::array();
   state["rt_switcher"] = nullptr;
+  state["canary"] = nullptr;
+  if (!canary.empty()) {
+    wire::Json c = wire::Json::parse(canary, nullptr, /*allow_exceptions=*/false);
+    if (!c.is_discarded()) state["canary"] = std::move(c);
+  }
   if (g == nullptr) return wire::Dump(state);
   for (const std::string& name : g->model_names()) state["models"].push_back(name);
   if (const gateway::RtControl* rt = g->rt_control()) {

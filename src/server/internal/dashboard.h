@@ -15,8 +15,9 @@ namespace strata::server {
 std::string_view DashboardPage();
 
 // {"models": [...], "rt_switcher": null | {"level", "policy", "switches":
-// [{"at" (unix ms), "from", "to", "reason", "policy"}]}}; `g` null while
-// the model loads (no models yet).
-std::string DashboardState(const gateway::Gateway* g);
+// [{"at" (unix ms), "from", "to", "reason", "policy"}]}, "canary": null |
+// the canary's state (tune::CanaryController::StateJson)}; `g` null while
+// the model loads (no models yet); `canary` "" without a canary.
+std::string DashboardState(const gateway::Gateway* g, std::string_view canary);
 
 }  // namespace strata::server
