@@ -163,6 +163,10 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
       return util::InvalidArgumentError(fmt::format("{} {} is outside [{}, {}]", flag, v, lo, hi));
     }
   }
+  if (!(f.policy_ramp_s >= 0 && f.policy_ramp_s <= 86400)) {
+    return util::InvalidArgumentError(
+        fmt::format("--policy-ramp-s {} is outside [0, 86400] seconds", f.policy_ramp_s));
+  }
   if (f.max_embedding_inputs < 1 || f.max_embedding_inputs > 65536) {
     return util::InvalidArgumentError(
         fmt::format("--max-embedding-inputs {} is outside [1, 65536]", f.max_embedding_inputs));
@@ -731,6 +735,10 @@ Command RegisterServe(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--timeout", f->timeout_s, "Seconds a request may run")->capture_default_str();
   cmd->add_option("--grace", f->grace_s, "Seconds to finish running requests on SIGTERM")
+      ->capture_default_str();
+  cmd->add_option("--policy-ramp-s", f->policy_ramp_s,
+                  "On a reload, move new requests to the new caching and sampling policy over "
+                  "this many seconds (a rising share; running requests keep theirs); 0 = at once")
       ->capture_default_str();
   RegisterHttpFlags(*cmd, f->http);
   RegisterBackendFlags(*cmd, f->backends);

@@ -268,6 +268,9 @@ std::vector<ServeKnob> MakeServeKnobs() {
                    {.unit = "s", .min = 1, .max = 30 * 86400, .reload = kLive}));
   k.push_back(Bind("server.grace", "--grace", [](ServeFlags & f) -> auto& { return f.grace_s; },
                    {.unit = "s", .min = 0, .max = 86400}));
+  k.push_back(Bind("server.policy_ramp", "--policy-ramp-s",
+                   [](ServeFlags & f) -> auto& { return f.policy_ramp_s; },
+                   {.unit = "s", .min = 0, .max = 86400, .reload = kLive}));
   k.push_back(Bind(
       "server.cors_origins", "--cors-origin",
       [](ServeFlags & f) -> auto& { return f.http.cors_origins; }));

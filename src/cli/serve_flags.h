@@ -50,6 +50,9 @@ struct ServeFlags {
   int32_t max_tokens_cap = 4096;
   int32_t timeout_s = 600;
   int32_t grace_s = 30;
+  // --policy-ramp-s: a reload's new caching and sampling policy takes a
+  // share of new requests rising to all of them over this time (0 = at once).
+  double policy_ramp_s = 0;
   int32_t max_embedding_inputs = 256;
   bool prompt_special_tokens = false;
   HttpFlags http;         // listening, threads and the request reader's limits (cli/serve_http.h)

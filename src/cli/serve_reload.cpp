@@ -1,6 +1,7 @@
 #include "cli/serve_reload.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -63,6 +64,8 @@ util::Status Reloader::Apply(const ServeFlags& f, std::vector<std::string>& rere
     if (!file.empty()) reread.push_back(file);
   }
   const auto level = util::ParseLogLevel(f.log_level);
+  // A new policy ramps in over the ramp this reload sets (0: at once).
+  const auto ramp = std::chrono::milliseconds(std::llround(f.policy_ramp_s * 1e3));
 
   if (targets_.server != nullptr) {
     targets_.server->SetApiKeys(std::move(keys));
@@ -77,9 +80,9 @@ util::Status Reloader::Apply(const ServeFlags& f, std::vector<std::string>& rere
     STRATA_RETURN_IF_ERROR(targets_.local->SetLimits(f.max_tokens_cap, f.max_embedding_inputs));
   }
   if (targets_.gateway != nullptr) {
-    STRATA_RETURN_IF_ERROR(targets_.gateway->Reconfigure(gateway::LiveOptionsOf(go)));
+    STRATA_RETURN_IF_ERROR(targets_.gateway->Reconfigure(gateway::LiveOptionsOf(go), ramp));
   }
-  if (targets_.rt != nullptr) STRATA_RETURN_IF_ERROR(targets_.rt->Reconfigure(rt));
+  if (targets_.rt != nullptr) STRATA_RETURN_IF_ERROR(targets_.rt->Reconfigure(rt, ramp));
   for (size_t i = 0; i < targets_.remotes.size() && i < remotes.size(); ++i) {
     STRATA_RETURN_IF_ERROR(targets_.remotes[i]->Reconfigure(backend::LiveOptionsOf(remotes[i])));
   }

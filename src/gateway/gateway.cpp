@@ -9,6 +9,7 @@
 #include "gateway/internal/response_tiers.h"
 #include "gateway/rt_control.h"
 #include "sampling/tiers.h"
+#include "util/hash.h"
 
 namespace strata::gateway {
 
@@ -251,7 +252,21 @@ util::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(std::vector<backend::Ba
                                 "the one they named.")
                        .With({});
   STRATA_ASSIGN_OR_RETURN(g->tiers_, ResponseTiers::Create(options, metrics, clock, log));
-  g->live_.store(std::make_shared<const GatewayLiveOptions>(LiveOptionsOf(options)));
+  g->clock_ = &clock;
+  auto policies = std::make_shared<LivePolicies>();
+  policies->current = std::make_shared<const GatewayLiveOptions>(LiveOptionsOf(options));
+  g->live_.store(std::move(policies));
+  auto& policy_requests = metrics.Counter(
+      "strata_policy_requests_total",
+      "Requests by the live options they started on: current, or previous while a policy "
+      "migration ramps (Gateway::Reconfigure with a ramp).",
+      {"policy"});
+  g->policy_requests_[0] = &policy_requests.With({"current"});
+  g->policy_requests_[1] = &policy_requests.With({"previous"});
+  metrics.GaugeCallback("strata_policy_ramp_progress",
+                        "Share of new requests on the newest live options (1 when no policy "
+                        "migration ramps).",
+                        [gw = g.get()] { return gw->policy_ramp_progress(); });
   auto& invalidated = metrics.Counter(
       "strata_cache_invalidated_total",
       "Entries removed by invalidations (DELETE /v1/cache, or another instance's), by tier "
@@ -348,7 +363,11 @@ bool Gateway::StartIsCpuBound() const {
                       [](const backend::Backend* b) { return b->may_block(); });
 }
 
-util::Status Gateway::Reconfigure(const GatewayLiveOptions& live) {
+util::Status Gateway::Reconfigure(const GatewayLiveOptions& live, std::chrono::milliseconds ramp) {
+  if (ramp.count() < 0 || ramp > std::chrono::hours(24)) {
+    return InvalidArgumentError(
+        fmt::format("policy ramp {} ms is outside [0, 1 day]", ramp.count()));
+  }
   if (live.max_tokens_cap < 1 || live.max_tokens_cap > (1 << 24)) {
     return InvalidArgumentError(
         fmt::format("max_tokens_cap {} is outside [1, 16777216]", live.max_tokens_cap));
@@ -365,11 +384,52 @@ util::Status Gateway::Reconfigure(const GatewayLiveOptions& live) {
   std::lock_guard<std::mutex> lock(reconfigure_mu_);
   // The tiers check their own values before anything changes.
   STRATA_RETURN_IF_ERROR(tiers_->Reconfigure(live));
-  live_.store(std::make_shared<const GatewayLiveOptions>(live));
+  const std::shared_ptr<const LivePolicies> before = live_.load();
+  auto next = std::make_shared<LivePolicies>();
+  next->current = std::make_shared<const GatewayLiveOptions>(live);
+  if (ramp.count() > 0) {
+    const auto now = clock_->Now();
+    // A ramp still running starts again from what was fully in force.
+    const bool ramping = before->previous != nullptr && before->Progress(now) < 1;
+    next->previous = ramping ? before->previous : before->current;
+    next->ramp_start = now;
+    next->ramp = ramp;
+    log_.Info("policy migration: new requests move to the new live options over {:.1f} s{}",
+              std::chrono::duration<double>(ramp).count(),
+              ramping ? " (the ramp before it restarts from the options it began with)" : "");
+  }
+  live_.store(std::move(next));
   return util::OkStatus();
 }
 
-GatewayLiveOptions Gateway::live_options() const { return *live_.load(); }
+double Gateway::LivePolicies::Progress(std::chrono::steady_clock::time_point now) const {
+  if (previous == nullptr || ramp.count() <= 0) return 1;
+  const double p =
+      std::chrono::duration<double>(now - ramp_start) / std::chrono::duration<double>(ramp);
+  return std::clamp(p, 0.0, 1.0);
+}
+
+std::shared_ptr<const GatewayLiveOptions> Gateway::LiveFor(const CompletionRequest& r) {
+  std::shared_ptr<const LivePolicies> p = live_.load();
+  if (p->previous != nullptr) {
+    const double progress = p->Progress(clock_->Now());
+    if (progress < 1) {
+      const uint64_t key = r.session_id.empty()
+                               ? util::Hash64(r.request_id, 0x706f6c696379)  // "policy"
+                               : util::Hash64(r.session_id, util::Hash64(r.tenant, 0x706f6c696379));
+      if (static_cast<double>(key >> 11) * 0x1.0p-53 >= progress) {
+        policy_requests_[1]->Inc();
+        return p->previous;
+      }
+    }
+  }
+  policy_requests_[0]->Inc();
+  return p->current;
+}
+
+GatewayLiveOptions Gateway::live_options() const { return *live_.load()->current; }
+
+double Gateway::policy_ramp_progress() const { return live_.load()->Progress(clock_->Now()); }
 
 util::Status Gateway::Validate(const CompletionRequest& r, const GatewayLiveOptions& live) const {
   if (!r.completion() && r.messages.empty()) {
@@ -405,7 +465,7 @@ util::Status Gateway::Validate(const CompletionRequest& r, const GatewayLiveOpti
 
 util::StatusOr<std::unique_ptr<Generation>> Gateway::Start(const CompletionRequest& r) {
   // This request's options, whatever a reload does while it runs.
-  const std::shared_ptr<const GatewayLiveOptions> live = live_.load();
+  const std::shared_ptr<const GatewayLiveOptions> live = LiveFor(r);
   STRATA_RETURN_IF_ERROR(Validate(r, *live));
   backend::Backend* b = Find(r.model);
   if (b == nullptr) {

@@ -347,9 +347,22 @@ class Gateway {
   // them; running ones finish on theirs. InvalidArgument (naming the option),
   // changing nothing, when one is out of range, names a model not served, or
   // turns on a tier that was off at creation (that needs a new gateway).
-  util::Status Reconfigure(const GatewayLiveOptions& live);
-  // The live options in force.
+  //
+  // With `ramp` > 0, a hot migration: the share of new requests that take
+  // `live` rises linearly from 0 to 1 over `ramp`; the others take the
+  // options in force before (a hash of the request's session, else of its
+  // id, against the share: a session moves once and stays moved). A
+  // reconfiguration during a ramp ramps from the options fully in force
+  // before it to the newest. What the caches hold themselves (L1 and L3
+  // expiry, admission, thresholds of stores) changes at once; what each
+  // request decides (its caps, which tiers it may use and at what
+  // similarity, coalescing, the fallback model) follows the ramp.
+  util::Status Reconfigure(const GatewayLiveOptions& live,
+                           std::chrono::milliseconds ramp = std::chrono::milliseconds(0));
+  // The live options in force (the newest, during a ramp).
   GatewayLiveOptions live_options() const;
+  // The share of new requests on the newest options: 1 when no ramp runs.
+  double policy_ramp_progress() const;
   // Unit-length embeddings of each input, from the backend the request
   // names. Waits until `deadline` (DeadlineExceeded after it, cancelling
   // what is left).
@@ -427,8 +440,21 @@ class Gateway {
   obs::CounterValue* invalidated_[5] = {};
   obs::CounterValue* invalidation_requests_ = nullptr;  // strata_cache_invalidations_total
   std::shared_ptr<ResponseTiers> tiers_;                // shared with running flights
-  // The live options: replaced whole by Reconfigure, read once by each Start.
-  std::atomic<std::shared_ptr<const GatewayLiveOptions>> live_;
+  // The live options and the ramp from the previous ones: replaced whole
+  // by Reconfigure, read once by each Start.
+  struct LivePolicies {
+    std::shared_ptr<const GatewayLiveOptions> current;
+    std::shared_ptr<const GatewayLiveOptions> previous;  // null: no ramp
+    std::chrono::steady_clock::time_point ramp_start;
+    std::chrono::nanoseconds ramp{0};
+    // The share of new requests on `current` at `now`, in [0, 1].
+    double Progress(std::chrono::steady_clock::time_point now) const;
+  };
+  // The options request `r` runs on.
+  std::shared_ptr<const GatewayLiveOptions> LiveFor(const CompletionRequest& r);
+  const util::Clock* clock_ = nullptr;
+  obs::CounterValue* policy_requests_[2] = {};  // strata_policy_requests_total{policy}
+  std::atomic<std::shared_ptr<const LivePolicies>> live_;
   std::mutex reconfigure_mu_;  // serialises Reconfigure (validate, then swap)
 };
 

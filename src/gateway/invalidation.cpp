@@ -144,7 +144,7 @@ util::StatusOr<InvalidationReport> Gateway::Invalidate(const Invalidation& what)
           "model",
           fmt::format("'model' is '{}' but the request is for '{}'", *sel.model, b->name()));
     }
-    STRATA_RETURN_IF_ERROR(Validate(r, *live_.load()));
+    STRATA_RETURN_IF_ERROR(Validate(r, *live_.load()->current));
     STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const backend::Prepared> p, b->Prepare(r));
     sel.key = tiers_->KeyOf(r, *b, *p);
     sel.near = tiers_->NearViewOf(r, *b, *p);

@@ -132,7 +132,11 @@ double RtControl::trace_sample_rate() const { return switcher_->current()->trace
 
 bool RtControl::RoutesToFallback() const { return switcher_->current()->use_fallback; }
 
-util::Status RtControl::Reconfigure(const RtControlOptions& o) {
+util::Status RtControl::Reconfigure(const RtControlOptions& o, std::chrono::milliseconds ramp) {
+  if (ramp.count() < 0 || ramp > std::chrono::hours(24)) {
+    return util::InvalidArgumentError(
+        fmt::format("rt_control: policy ramp {} ms is outside [0, 1 day]", ramp.count()));
+  }
   if (o.capacity_memory.count() < 0) {
     return util::InvalidArgumentError("rt_control: capacity_memory must be >= 0");
   }
@@ -141,7 +145,21 @@ util::Status RtControl::Reconfigure(const RtControlOptions& o) {
         "rt_control: kv_pressure_free_fraction {} is outside [0, 1)", o.kv_pressure_free_fraction));
   }
   std::lock_guard<std::mutex> lock(mu_);
+  std::vector<gateway::Policy> before = switcher_->options().levels;
   STRATA_RETURN_IF_ERROR(switcher_->Reconfigure(o.switcher));
+  const auto now = clock_.Now();
+  const bool ramping = !previous_levels_.empty() && RampProgressLocked(now) < 1;
+  if (ramp.count() > 0 && FormatLevels(before) != FormatLevels(o.switcher.levels)) {
+    // A ramp still running starts again from the levels it began with.
+    if (!ramping) previous_levels_ = std::move(before);
+    ramp_start_ = now;
+    ramp_ = ramp;
+    log_.Info("rt-switcher: policy migration: new admissions move to the new levels over {:.1f} s",
+              std::chrono::duration<double>(ramp).count());
+  } else if (ramp.count() == 0) {
+    previous_levels_.clear();
+    previous_policy_ = nullptr;
+  }
   const uint64_t seed = options_.trace_seed;
   options_ = o;
   options_.trace_seed = seed;
@@ -250,12 +268,34 @@ RtControl::Admission RtControl::Admit() {
   ++admitted_open_;
   Admission a;
   a.policy = policy_;
-  const double rate = policy_->trace_sample_rate;
   // Always draw, so the sequence of decisions depends only on the seed and the
   // number of admissions.
   const double u = rng_.Uniform();
+  if (!previous_levels_.empty()) {
+    const double v = rng_.Uniform();
+    const double progress = RampProgressLocked(clock_.Now());
+    if (progress >= 1) {
+      previous_levels_.clear();
+      previous_policy_ = nullptr;
+    } else if (v >= progress && previous_policy_ != nullptr) {
+      a.policy = previous_policy_;
+    }
+  }
+  const double rate = a.policy->trace_sample_rate;
   a.traced = rate >= 1.0 || u < rate;
   return a;
+}
+
+double RtControl::RampProgressLocked(std::chrono::steady_clock::time_point now) const {
+  if (previous_levels_.empty() || ramp_.count() <= 0) return 1;
+  const double p =
+      std::chrono::duration<double>(now - ramp_start_) / std::chrono::duration<double>(ramp_);
+  return std::clamp(p, 0.0, 1.0);
+}
+
+double RtControl::policy_ramp_progress() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return RampProgressLocked(clock_.Now());
 }
 
 void RtControl::ObserveTtft(std::chrono::nanoseconds ttft) {
@@ -313,6 +353,11 @@ void RtControl::Publish() {
   const int32_t level = switcher_->level();
   policy_ = std::make_shared<const gateway::Policy>(
       EffectivePolicy(switcher_->options().levels, level, kv_pressure_));
+  if (!previous_levels_.empty()) {
+    const auto top = static_cast<int32_t>(previous_levels_.size()) - 1;
+    previous_policy_ = std::make_shared<const gateway::Policy>(
+        EffectivePolicy(previous_levels_, std::min(level, top), kv_pressure_));
+  }
   metrics_->level.Set(level);
   metrics_->kv_pressure.Set(kv_pressure_ ? 1 : 0);
   metrics_->max_batch.Set(policy_->max_batch_size);

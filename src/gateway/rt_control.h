@@ -138,7 +138,16 @@ class RtControl final : public engine::SchedulerControl {
   // pressure fraction and the capacity memory. Requests admitted from now on
   // get the new level's policy; admitted ones keep theirs. Logged.
   // InvalidArgument, changing nothing, when an option is out of range.
-  util::Status Reconfigure(const RtControlOptions& options);
+  //
+  // With `ramp` > 0 and new levels, a hot migration of the sampling policy:
+  // a rising share (0 to 1 over `ramp`) of the choices admitted takes the
+  // new levels' policy, the rest the old levels' at the same level (a
+  // choice keeps what it was admitted with). A reconfiguration during a
+  // ramp ramps from the levels fully in force before it.
+  util::Status Reconfigure(const RtControlOptions& options,
+                           std::chrono::milliseconds ramp = std::chrono::milliseconds(0));
+  // The share of admissions on the newest levels: 1 when no ramp runs.
+  double policy_ramp_progress() const;
 
  private:
   struct Metrics;
@@ -163,7 +172,13 @@ class RtControl final : public engine::SchedulerControl {
   util::Rng rng_;                                  // trace-sampling draws
   bool kv_pressure_ = false;
   std::shared_ptr<const gateway::Policy> policy_;  // what Admit hands out
-  int32_t admitted_open_ = 0;                      // admissions in the open interval
+  // A migration's ramp from the levels before (previous_levels_ empty: none).
+  std::vector<gateway::Policy> previous_levels_;
+  std::shared_ptr<const gateway::Policy> previous_policy_;  // their policy at the level
+  std::chrono::steady_clock::time_point ramp_start_;
+  std::chrono::nanoseconds ramp_{0};
+  double RampProgressLocked(std::chrono::steady_clock::time_point now) const;
+  int32_t admitted_open_ = 0;      // admissions in the open interval
   std::deque<int32_t> admitted_;   // admissions of the last closed intervals, oldest first
   int64_t refused_seen_ = -1;      // SchedulerStats::refused last reported; -1 = none yet
   int64_t submitted_seen_ = -1;    // SchedulerStats::submitted last seen; -1 = none yet

@@ -196,6 +196,7 @@ class BackendTiersTest : public ::testing::Test {
   std::unique_ptr<util::Logger> log_ = util::NewNullLogger();
   ScriptedBackend a_{"a", 0xa}, b_{"b", 0xb};
   std::unique_ptr<Gateway> gw_;
+  int next_id_ = 0;
 };
 
 TEST_F(BackendTiersTest, RoutesByModelAndListsEveryBackend) {
@@ -341,6 +342,51 @@ TEST_F(BackendTiersTest, ALevelMarkedFallbackSendsRequestsToTheFallbackModel) {
   go.rt_fallback_model = "c";
   obs::MetricsRegistry other;
   EXPECT_FALSE(Gateway::Create({&a_, &b_}, other, go, clock_, *log_).ok());
+}
+
+TEST_F(BackendTiersTest, ANewPolicyRampsInAndASessionMovesOnce) {
+  // The policies differ in the cap: max_tokens 100 fits the old one only.
+  GatewayLiveOptions next = gw_->live_options();
+  next.max_tokens_cap = 50;
+  auto share_new = [&] {
+    int refused = 0;
+    for (int i = 0; i < 2000; ++i) {
+      CompletionRequest r = Chat("q");
+      r.request_id = fmt::format("r{}-{}", i, next_id_++);
+      r.max_tokens = 100;
+      r.response_cache = false;
+      auto gen = gw_->Start(r);
+      refused += gen.ok() ? 0 : 1;
+    }
+    return refused / 2000.0;
+  };
+  ASSERT_TRUE(gw_->Reconfigure(next, std::chrono::seconds(100)).ok());
+  EXPECT_EQ(gw_->live_options().max_tokens_cap, 50) << "the newest options are the ones in force";
+  EXPECT_LT(share_new(), 0.02);
+  clock_.Advance(std::chrono::seconds(40));
+  EXPECT_NEAR(gw_->policy_ramp_progress(), 0.4, 1e-9);
+  EXPECT_NEAR(share_new(), 0.4, 0.05);
+  EXPECT_NE(metrics_.Render().find("strata_policy_ramp_progress 0.4"), std::string::npos);
+  // A session moves once and stays moved.
+  for (int s = 0; s < 50; ++s) {
+    CompletionRequest r = Chat("q");
+    r.session_id = fmt::format("session-{}", s);
+    r.max_tokens = 100;
+    r.response_cache = false;
+    r.request_id = "a";
+    const bool first = gw_->Start(r).ok();
+    r.request_id = "b";
+    EXPECT_EQ(gw_->Start(r).ok(), first) << "session " << s;
+  }
+  // Reconfigured again mid-ramp: the ramp starts over from the options
+  // fully in force before it.
+  next.max_tokens_cap = 60;
+  ASSERT_TRUE(gw_->Reconfigure(next, std::chrono::seconds(100)).ok());
+  EXPECT_LT(share_new(), 0.02);
+  clock_.Advance(std::chrono::seconds(101));
+  EXPECT_DOUBLE_EQ(share_new(), 1.0);
+  EXPECT_DOUBLE_EQ(gw_->policy_ramp_progress(), 1.0);
+  EXPECT_FALSE(gw_->Reconfigure(next, std::chrono::hours(48)).ok());
 }
 
 }  // namespace

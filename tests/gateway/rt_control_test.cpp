@@ -484,5 +484,43 @@ TEST_F(RtServingTest, AtFullQualityDeterministicAnswersAreStillStored) {
   EXPECT_EQ((*second)->cache_outcome(), CacheOutcome::kL1);
 }
 
+TEST_F(RtControlTest, ANewSamplingPolicyRampsInOverItsTime) {
+  const auto topk = sampling::SamplingTier::kTopK;
+  const auto entropy = sampling::SamplingTier::kEntropyTargeted;
+  Make(CeilingOptions({Level(0, 1.0, entropy, 0, 0)}));
+  // Share of 2,000 admissions on the new policy.
+  auto share_new = [&] {
+    int n = 0;
+    for (int i = 0; i < 2000; ++i) n += rt_->Admit().policy->sampling_tier == topk ? 1 : 0;
+    return n / 2000.0;
+  };
+  const RtControl::Admission admitted_before = rt_->Admit();
+  ASSERT_TRUE(rt_->Reconfigure(CeilingOptions({Level(0, 1.0, topk, 0, 0)}), seconds(100)).ok());
+  EXPECT_TRUE(
+      log_.Contains("policy migration: new admissions move to the new levels over 100.0 s"));
+  EXPECT_LT(share_new(), 0.02) << "at the start almost every admission keeps the old policy";
+  clock_.Advance(seconds(50));
+  EXPECT_NEAR(rt_->policy_ramp_progress(), 0.5, 1e-9);
+  EXPECT_NEAR(share_new(), 0.5, 0.05);
+  clock_.Advance(seconds(25));
+  EXPECT_NEAR(share_new(), 0.75, 0.05);
+  clock_.Advance(seconds(26));
+  EXPECT_DOUBLE_EQ(share_new(), 1.0);
+  EXPECT_DOUBLE_EQ(rt_->policy_ramp_progress(), 1.0);
+  EXPECT_EQ(admitted_before.policy->sampling_tier, entropy)
+      << "an admitted choice keeps its policy";
+}
+
+TEST_F(RtControlTest, WithoutARampANewPolicyHoldsAtOnce) {
+  Make(CeilingOptions({Level(0, 1.0, sampling::SamplingTier::kEntropyTargeted, 0, 0)}));
+  ASSERT_TRUE(
+      rt_->Reconfigure(CeilingOptions({Level(0, 1.0, sampling::SamplingTier::kTopK, 0, 0)})).ok());
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(rt_->Admit().policy->sampling_tier, sampling::SamplingTier::kTopK);
+  }
+  EXPECT_FALSE(
+      rt_->Reconfigure(CeilingOptions(gateway::DefaultLevels()), std::chrono::hours(48)).ok());
+}
+
 }  // namespace
 }  // namespace strata::gateway

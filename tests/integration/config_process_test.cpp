@@ -213,6 +213,35 @@ TEST_F(ConfigProcessTest, ARunningRequestFinishesOnTheConfigItStartedWith) {
   EXPECT_EQ(Chat(9)->status, 400);  // a new request has the new cap
 }
 
+TEST_F(ConfigProcessTest, APolicyRampMovesNewRequestsOverItsTime) {
+  Write(demo_->dir / "c.toml", Config("max_tokens_cap = 64", "\n[server]\npolicy_ramp = 3\n"));
+  ASSERT_GT(Serve(), 0);
+  Write(demo_->dir / "c.toml", Config("max_tokens_cap = 32", "\n[server]\npolicy_ramp = 3\n"));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(Reload()->status, 200);
+  EXPECT_TRUE(LogHas("policy migration: new requests move to the new live options over 3.0 s"));
+  // max_tokens 40 fits the old cap only: a 400 is a request on the new policy.
+  int early_new = 0, early = 0;
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(600)) {
+    auto r = Chat(40);
+    ASSERT_TRUE(r);
+    early_new += r->status == 400 ? 1 : 0;
+    ++early;
+  }
+  ASSERT_GT(early, 0);
+  EXPECT_LT(early_new, early) << "the first half second is mostly the old policy";
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000) -
+                              (std::chrono::steady_clock::now() - t0));
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(Chat(40)->status, 400) << "the ramp is over";
+  RawClient m(port_);
+  ASSERT_TRUE(m.Send("GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n"));
+  auto metrics = m.ReadResponse(std::chrono::seconds(10));
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("strata_policy_ramp_progress 1\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("strata_policy_requests_total{policy=\"previous\"}"),
+            std::string::npos);
+}
+
 TEST_F(ConfigProcessTest, AnInvalidFileChangesNothingAndSaysWhy) {
   ASSERT_GT(Serve(), 0);
   Write(demo_->dir / "c.toml", "[limits]\nmax_tokens_cap = 0\n[l1]\nttl = 5\nttll = 1\n");
