@@ -44,10 +44,16 @@
 #include "loadgen/runner.h"
 #include "loadgen/schedule.h"
 #include "loadgen/stats.h"
-#include "loadgen/trace.h"
+#include "tune/trace.h"
 
 namespace strata::loadgen {
 namespace {
+
+using tune::kMooncakeBlockTokens;
+using tune::ParseTrace;
+using tune::ParseTraceFormat;
+using tune::RequestSpec;
+using tune::SliceTrace;
 
 // Set by SIGINT/SIGTERM; the only global, as a signal handler needs one.
 std::atomic<bool> g_stop{false};

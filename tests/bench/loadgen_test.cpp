@@ -18,11 +18,14 @@
 #include "loadgen/recorder.h"
 #include "loadgen/schedule.h"
 #include "loadgen/stats.h"
-#include "loadgen/trace.h"
 #include "testing/shared_data.h"
+#include "tune/trace.h"
 
 namespace strata::loadgen {
 namespace {
+
+// The trace parsers are the tuner's (tune/trace.h); the load generator replays them.
+using namespace strata::tune;
 
 std::string ReadShared(const std::string& relative) {
   std::ifstream in(testing::SharedPath(relative), std::ios::binary);

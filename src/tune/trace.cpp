@@ -1,4 +1,4 @@
-#include "loadgen/trace.h"
+#include "tune/trace.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-namespace strata::loadgen {
+namespace strata::tune {
 namespace {
 
 using util::InvalidArgumentError;
@@ -290,4 +290,4 @@ std::vector<RequestSpec> SliceTrace(const std::vector<RequestSpec>& requests,
   return out;
 }
 
-}  // namespace strata::loadgen
+}  // namespace strata::tune

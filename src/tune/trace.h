@@ -1,4 +1,5 @@
-// bench/loadgen/trace.h — request specs and the real-trace parsers of the load generator.
+// tune/trace.h — request specs and the parsers of real serving traces, for
+// the load generator (bench/loadgen) and the tuner's scenarios.
 //
 // Promise: turns the text of a serving trace (Azure LLM inference CSV, Mooncake
 // JSONL, BurstGPT CSV; see ../shared/PROVENANCE.md) into a list of RequestSpec
@@ -22,7 +23,7 @@
 
 #include "util/status.h"
 
-namespace strata::loadgen {
+namespace strata::tune {
 
 // Mooncake hash_ids cover this many tokens each (the trace's block size).
 inline constexpr int64_t kMooncakeBlockTokens = 512;
@@ -76,4 +77,4 @@ std::vector<RequestSpec> SliceTrace(const std::vector<RequestSpec>& requests,
 // Seconds since 1970-01-01 of "YYYY-MM-DD HH:MM:SS[.fraction]" read as UTC.
 util::StatusOr<double> ParseDateTimeSeconds(std::string_view text);
 
-}  // namespace strata::loadgen
+}  // namespace strata::tune
