@@ -59,6 +59,8 @@ CLI::App* EvalGroup(CLI::App& app);
 // `strata audit verify` (cli/audit_cmd.cpp) and `strata watermark verify`
 // (cli/watermark_cmd.cpp).
 Command RegisterAudit(CLI::App& app);
+// `strata tune calibrate|scenarios|sensitivity|pareto` (cli/tune_cmd.cpp).
+Command RegisterTune(CLI::App& app);
 Command RegisterWatermark(CLI::App& app);
 
 // The model to use: `flag` if set, else $STRATA_MODEL, else

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
       RegisterMkModel(app),      RegisterInspect(app),  RegisterEvalSampling(app),
       RegisterConfig(app),       RegisterAudit(app),    RegisterWatermark(app),
       RegisterReplay(app),       RegisterPlan(app),     RegisterEmbed(app),
-      RegisterTrainEncoder(app), RegisterCache(app)};
+      RegisterTrainEncoder(app), RegisterCache(app),    RegisterTune(app)};
   // Subcommands that join a group registered above (`eval l3` under `eval`);
   // they run instead of the group's own runner when parsed.
   const std::vector<Command> members = {RegisterEvalL3(app), RegisterEvalSemantic(app)};

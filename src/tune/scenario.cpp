@@ -14,6 +14,8 @@
 namespace strata::tune {
 namespace {
 
+constexpr int64_t kMaxScenarioRequests = 1'000'000;
+
 using config::Knob;
 using config::Type;
 
@@ -47,6 +49,10 @@ const config::Schema& ScenarioSchema() {
       K("arrival.speedup", Type::kFloat, "trace: arrival offsets are divided by this.", "1", 0.001,
         10000),
       K("arrival.duration", Type::kFloat, "Seconds of arrivals.", "60", 1, 86400),
+      K("arrival.max_prompt_tokens", Type::kInt,
+        "trace: longer prompts are cut to this (0 = none).", "0", 0, 1 << 24),
+      K("arrival.max_output_tokens", Type::kInt,
+        "trace: longer answers are cut to this (0 = none).", "0", 0, 1 << 24),
       K("arrival.max_requests", Type::kInt, "At most this many requests (0 = the duration's).", "0",
         0, 1e7),
       K("prompts.tokens", Type::kInt, "Mean tokens of a question (a trace gives its own).", "200",
@@ -75,6 +81,14 @@ const config::Schema& ScenarioSchema() {
         "[\"throughput\", \"ttft_p95\", \"quality\"]"),
       K("metrics.first_seconds", Type::kFloat,
         "> 0: time to first token over the first seconds only (a cold start).", "0", 0, 86400),
+      K("metrics.warmup", Type::kFloat,
+        "Seconds at the start whose requests' TTFT is not counted (the steady state is judged; "
+        "a cold start scenario sets first_seconds instead).",
+        "0", 0, 86400),
+      K("metrics.ttft_p99_slo", Type::kFloat,
+        "> 0: seconds of P99 time to first token this workload must stay within (0 = the "
+        "tuner's --ttft-p99-slo).",
+        "0", 0, 86400),
   });
   return *schema;
 }
@@ -130,6 +144,8 @@ util::StatusOr<Scenario> ParseScenario(std::string_view text, std::string_view f
   num("arrival.speedup", s.speedup);
   num("arrival.duration", s.duration_s);
   num("arrival.max_requests", s.max_requests);
+  num("arrival.max_prompt_tokens", s.max_prompt_tokens);
+  num("arrival.max_output_tokens", s.max_output_tokens);
   num("prompts.tokens", s.prompt_tokens);
   num("prompts.spread", s.prompt_spread);
   num("prompts.system_tokens", s.system_tokens);
@@ -144,6 +160,8 @@ util::StatusOr<Scenario> ParseScenario(std::string_view text, std::string_view f
   num("output.temperature", s.temperature);
   if (const config::Value* v = doc.Get("metrics.matter")) s.metrics = v->list;
   num("metrics.first_seconds", s.measure_first_s);
+  num("metrics.ttft_p99_slo", s.ttft_p99_slo_s);
+  num("metrics.warmup", s.warmup_s);
 
   auto line = [&](std::string_view key) {
     const config::Value* v = doc.Get(key);
@@ -157,6 +175,15 @@ util::StatusOr<Scenario> ParseScenario(std::string_view text, std::string_view f
   }
   if (s.arrival == ArrivalProcess::kTrace && s.trace.empty()) {
     problems.push_back(line("arrival.process") + "a trace scenario needs arrival.trace");
+  }
+  // A bound on the work a scenario asks for (the simulator holds every request).
+  const double expected = s.arrival == ArrivalProcess::kPoisson ? s.rate * s.duration_s
+                          : s.max_requests > 0                  ? s.max_requests
+                                                                : 64.0 * s.concurrency;
+  if (expected > kMaxScenarioRequests) {
+    problems.push_back(line("arrival.duration") +
+                       fmt::format("about {:.0f} requests; a scenario makes at most {}", expected,
+                                   kMaxScenarioRequests));
   }
   if (s.repeat + s.reword > 1) {
     problems.push_back(line("prompts.reword") + "repeat and reword together exceed 1");
@@ -244,7 +271,10 @@ util::StatusOr<std::vector<WorkloadRequest>> Requests(const Scenario& s, uint64_
         return util::FailedPreconditionError(
             fmt::format("scenario '{}' replays {}, which was not read", s.name, s.trace));
       }
-      sliced = SliceTrace(*trace, {.max_requests = s.max_requests, .speedup = s.speedup});
+      sliced = SliceTrace(*trace, {.max_requests = s.max_requests,
+                                   .speedup = s.speedup,
+                                   .max_prompt_tokens = s.max_prompt_tokens,
+                                   .max_output_tokens = s.max_output_tokens});
       while (!sliced.empty() && sliced.back().arrival_s >= s.duration_s) sliced.pop_back();
       for (const RequestSpec& r : sliced) arrivals.push_back(r.arrival_s);
       break;

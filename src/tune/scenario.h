@@ -37,9 +37,11 @@ struct Scenario {
   int32_t concurrency = 4;  // kClosed: clients, each sending when its last answer is in
   std::string trace;        // kTrace: the trace file (a path relative to the repository root)
   TraceFormat trace_format = TraceFormat::kAzure;
-  double speedup = 1;        // kTrace: arrival offsets divided by this
-  double duration_s = 60;    // arrivals over this long (kTrace: the slice of the trace)
-  int32_t max_requests = 0;  // 0 = as many as the duration holds
+  double speedup = 1;             // kTrace: arrival offsets divided by this
+  int32_t max_prompt_tokens = 0;  // kTrace: longer prompts are cut to this (0 = none)
+  int32_t max_output_tokens = 0;  // kTrace: longer answers are cut to this (0 = none)
+  double duration_s = 60;         // arrivals over this long (kTrace: the slice of the trace)
+  int32_t max_requests = 0;       // 0 = as many as the duration holds
   // [prompts]
   int32_t prompt_tokens = 200;  // the question's own tokens (a trace gives its own)
   double prompt_spread = 0.3;   // log-normal sigma of the lengths; 0 = all equal
@@ -57,6 +59,8 @@ struct Scenario {
   // [metrics]
   std::vector<std::string> metrics{"throughput", "ttft_p95", "quality"};
   double measure_first_s = 0;  // > 0: TTFT is measured over the first seconds only (cold start)
+  double ttft_p99_slo_s = 0;   // > 0: this workload's own P99 TTFT bound (else the tuner's)
+  double warmup_s = 0;         // TTFT of requests arriving in the first seconds is not counted
 };
 
 // InvalidArgument listing every problem, "FILE:LINE: key: message" per line.

@@ -271,7 +271,7 @@ ParetoResult Pareto(size_t scenarios, const std::vector<TuneKnob>& knobs, const 
       log_thr += std::log(std::max(m->throughput, 1e-9) / std::max(b.throughput, 1e-9));
       log_ttft += std::log((m->ttft_p95_s + 1e-3) / (b.ttft_p95_s + 1e-3));
       p.quality = std::min(p.quality, m->quality);
-      p.violation += std::max(0.0, m->ttft_p99_s / o.constraints.ttft_p99_slo_s - 1);
+      p.violation += std::max(0.0, m->ttft_p99_s / o.constraints.SloFor(s) - 1);
       p.violation += std::max(0.0, m->error_rate - o.constraints.max_error_rate) /
                      std::max(o.constraints.max_error_rate, 1e-6);
     }

@@ -91,7 +91,13 @@ SensitivityResult Sensitivity(const std::vector<std::string>& scenarios,
 
 struct Constraints {
   double ttft_p99_slo_s = 0.8;
+  std::vector<double> per_scenario_slo_s;  // > 0 replaces ttft_p99_slo_s for that scenario
   double max_error_rate = 0.0002;
+  double SloFor(size_t scenario) const {
+    return scenario < per_scenario_slo_s.size() && per_scenario_slo_s[scenario] > 0
+               ? per_scenario_slo_s[scenario]
+               : ttft_p99_slo_s;
+  }
 };
 
 struct ParetoPoint {

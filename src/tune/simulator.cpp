@@ -403,17 +403,21 @@ SimResult Simulate(const Scenario& s, const std::vector<WorkloadRequest>& reques
       running.pop_back();
     }
   }
-  // Tally.
+  // Tally: every request sent.
   std::vector<double> ttfts;
   double quality_sum = 0;
+  out.requests = 0;
   for (size_t i = 0; i < n; ++i) {
+    if (arrival[i] < 0) continue;  // a closed loop's, after the duration: never sent
+    ++out.requests;
     if (failed[i] || quality[i] < 0) {
       ++out.errors;
       continue;
     }
     ++out.answered;
     quality_sum += quality[i];
-    if (ttft[i] >= 0 && (s.measure_first_s <= 0 || arrival[i] < s.measure_first_s)) {
+    if (ttft[i] >= 0 && (s.measure_first_s <= 0 || arrival[i] < s.measure_first_s) &&
+        arrival[i] >= s.warmup_s) {
       ttfts.push_back(ttft[i]);
     }
   }
@@ -423,7 +427,7 @@ SimResult Simulate(const Scenario& s, const std::vector<WorkloadRequest>& reques
   out.duration_s = std::max(1e-9, last_answer - std::max(0.0, first));
   out.throughput_rps = static_cast<double>(out.answered) / out.duration_s;
   out.output_tokens_per_s = static_cast<double>(out.output_tokens) / out.duration_s;
-  out.error_rate = static_cast<double>(out.errors) / static_cast<double>(n);
+  out.error_rate = out.requests > 0 ? static_cast<double>(out.errors) / out.requests : 0;
   out.quality = out.answered > 0 ? quality_sum / static_cast<double>(out.answered) : 0;
   if (!ttfts.empty()) {
     out.ttft_p50_s = util::NearestRankQuantile(ttfts, 0.50);

@@ -93,7 +93,7 @@ util::StatusOr<CostModel> ParseCostModel(std::string_view json);
 std::string CostModelJson(const CostModel& model);
 
 struct SimResult {
-  int64_t requests = 0;
+  int64_t requests = 0;  // sent (a closed loop sends none after the duration)
   int64_t answered = 0;  // generated, or served from a tier
   int64_t errors = 0;    // refused (queue full, over the context) or never answered
   int64_t l1_hits = 0, coalesced = 0, l3_hits = 0, semantic_hits = 0, false_hits = 0;

@@ -229,6 +229,38 @@ expect 1 "cannot" -- config check "$tmp/missing.toml"
 expect 2 "FILE is required" -- config check
 expect 2 "config file '$tmp/bad.toml' has 4 problems" -- serve --config "$tmp/bad.toml"
 
+# strata tune: the repository's scenarios list; a simulated sensitivity run
+# and a Pareto search over two small scenarios write every output, the
+# chosen point is a configuration `config check` accepts, and a resumed run
+# replays its journal instead of measuring again. Bad flags and scenario
+# files are named.
+expect 0 "paraphrase-heavy" -- tune scenarios
+mkdir -p "$tmp/scen"
+printf 'name = "chat"\n[arrival]\nrate = 2\nduration = 30\n[prompts]\ntokens = 60\nsystem_tokens = 300\nrepeat = 0.3\n[output]\ntokens = 40\n[metrics]\nttft_p99_slo = 30\n' >"$tmp/scen/chat.toml"
+printf 'name = "batch"\n[arrival]\nprocess = "closed"\nconcurrency = 4\nmax_requests = 40\n[output]\ntokens = 60\ntemperature = 1\n[metrics]\nttft_p99_slo = 30\n' >"$tmp/scen/batch.toml"
+expect 0 "frozen" -- tune sensitivity --simulate --budget-s 60 --scenarios-dir "$tmp/scen" --out "$tmp/sens"
+for f in sensitivity.csv sensitivity.svg frozen.txt journal.jsonl; do
+  [ -s "$tmp/sens/$f" ] || [ "$f" = frozen.txt ] || { echo "FAIL: tune sensitivity wrote no $f"; fail=1; }
+done
+grep -q '^chat,engine.parallel,' "$tmp/sens/sensitivity.csv" || { echo "FAIL: no chat x engine.parallel row"; fail=1; }
+expect 0 "0 trials simulated" -- tune sensitivity --simulate --budget-s 60 --scenarios-dir "$tmp/scen" --resume "$tmp/sens"
+expect 0 "chosen" -- tune pareto --simulate --budget-s 60 --population 8 --generations 3 --scenarios-dir "$tmp/scen" --out "$tmp/par" --frozen-from "$tmp/sens"
+for f in front.csv front.html best.toml journal.jsonl; do
+  [ -s "$tmp/par/$f" ] || { echo "FAIL: tune pareto wrote no $f"; fail=1; }
+done
+expect 0 "ok (" -- config check "$tmp/par/best.toml"
+expect 2 "--simulate" -- tune pareto --budget-s 60 --scenarios-dir "$tmp/scen" --out "$tmp/par2"
+expect 2 "another run" -- tune pareto --simulate --budget-s 60 --scenarios-dir "$tmp/scen" --resume "$tmp/sens"
+expect 2 "no journal" -- tune pareto --simulate --budget-s 60 --scenarios-dir "$tmp/scen" --resume "$tmp/nothing"
+expect 2 "--budget-s" -- tune pareto --simulate --budget-s 0 --scenarios-dir "$tmp/scen" --out "$tmp/par3"
+expect 2 "no scenario 'nope'" -- tune pareto --simulate --scenario nope --scenarios-dir "$tmp/scen" --out "$tmp/par4"
+printf 'name = "x"\n[arrival]\nprocess = "trace"\nrat = 2\n' >"$tmp/scen/bad.toml"
+expect 2 "bad.toml:4: arrival.rat" -- tune sensitivity --simulate --scenarios-dir "$tmp/scen" --out "$tmp/sens2"
+rm "$tmp/scen/bad.toml"
+printf '{"step_s": -1}' >"$tmp/cost.json"
+expect 2 "--cost: cost model: step_s" -- tune sensitivity --simulate --cost "$tmp/cost.json" --scenarios-dir "$tmp/scen" --out "$tmp/sens3"
+expect 1 "cannot open" -- tune calibrate -m "$tmp/missing.gguf" -o "$tmp/c.json"
+
 # strata plan: a model split over two small nodes of a topology file, one
 # that fits nowhere, and bad topologies.
 "$STRATA" mkmodel --dims n_embd=256,n_layers=8,n_heads=4,n_ff=512 -o "$tmp/plan.gguf" \
