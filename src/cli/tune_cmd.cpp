@@ -50,6 +50,8 @@ struct TuneFlags {
   std::string frozen_from;
   double ttft_p99_slo_s = 0.8;
   double max_error_rate = 0.0002;
+  // simulate
+  double duration_s = 0;
   // calibrate
   std::string model;
   int32_t threads = 2;
@@ -649,6 +651,63 @@ int RunCalibrate(const Env& env, const TuneFlags& f) {
   return kExitOk;
 }
 
+// One configuration in the simulator, per scenario: what `tune check`
+// compares with a real run.
+int RunSimulate(const Env& env, const TuneFlags& f) {
+  auto base = BaseFlags(env, f.config);
+  if (!base.ok()) return UsageError(base.status().message());
+  tune::CostModel cost;
+  if (!f.cost.empty()) {
+    auto text = env.fs->ReadFile(f.cost);
+    if (!text.ok()) return ReportError(text.status());
+    auto parsed = tune::ParseCostModel(*text);
+    if (!parsed.ok()) return UsageError("--cost: " + parsed.status().message());
+    cost = *parsed;
+  }
+  auto all = tune::LoadScenarios(*env.fs, f.scenarios_dir, f.scenarios);
+  if (!all.ok()) return UsageError(all.status().message());
+  if (f.duration_s < 0 || f.duration_s > 86400)
+    return UsageError("--duration must be in [0, 86400]");
+  Json out = Json::object();
+  for (tune::Scenario s : *all) {
+    if (f.duration_s > 0) s.duration_s = f.duration_s;
+    std::vector<tune::RequestSpec> trace;
+    if (s.arrival == tune::ArrivalProcess::kTrace) {
+      auto text = env.fs->ReadFile(s.trace);
+      if (!text.ok()) {
+        std::fprintf(stderr, "scenario %s skipped: %s\n", s.name.c_str(),
+                     text.status().message().c_str());
+        continue;
+      }
+      auto parsed = tune::ParseTrace(s.trace_format, *text);
+      if (!parsed.ok()) return ReportError(parsed.status());
+      trace = std::move(parsed->requests);
+    }
+    auto requests = tune::Requests(s, f.seed, &trace);
+    if (!requests.ok()) return ReportError(requests.status());
+    const tune::SimResult r = tune::Simulate(s, *requests, SimConfigOf(*base), cost, f.seed);
+    std::printf(
+        "%-22s %5lld requests  %7.3f req/s  TTFT P50/P95/P99 %6.0f / %6.0f / %6.0f ms  "
+        "errors %.4f  quality %.4f  hits l1 %lld l3 %lld semantic %lld  cached prompt "
+        "%.0f%%\n",
+        s.name.c_str(), static_cast<long long>(r.requests), r.throughput_rps, r.ttft_p50_s * 1e3,
+        r.ttft_p95_s * 1e3, r.ttft_p99_s * 1e3, r.error_rate, r.quality,
+        static_cast<long long>(r.l1_hits), static_cast<long long>(r.l3_hits),
+        static_cast<long long>(r.semantic_hits),
+        r.prompt_tokens > 0 ? 100.0 * r.cached_prompt_tokens / r.prompt_tokens : 0.0);
+    out[s.name] = {{"requests", r.requests},     {"throughput_rps", r.throughput_rps},
+                   {"ttft_p50_s", r.ttft_p50_s}, {"ttft_p95_s", r.ttft_p95_s},
+                   {"ttft_p99_s", r.ttft_p99_s}, {"error_rate", r.error_rate},
+                   {"quality", r.quality},       {"output_tokens_per_s", r.output_tokens_per_s}};
+  }
+  if (!f.out.empty()) {
+    if (util::Status st = env.fs->WriteFileAtomic(f.out, out.dump(2) + "\n"); !st.ok()) {
+      return ReportError(st);
+    }
+  }
+  return kExitOk;
+}
+
 int RunScenarios(const Env& env, const TuneFlags& f) {
   auto all = tune::LoadScenarios(*env.fs, f.scenarios_dir);
   if (!all.ok()) return ReportError(all.status());
@@ -698,6 +757,19 @@ Command RegisterTune(CLI::App& app) {
   cal->add_option("-o,--output", f->cost_out, "The cost model file to write")
       ->capture_default_str();
   cal->callback([which] { *which = "calibrate"; });
+  CLI::App* sim = tune->add_subcommand(
+      "simulate",
+      "One configuration in the simulator: per scenario, throughput, TTFT, errors, "
+      "quality and cache hits");
+  sim->add_option("--config", f->config, "The configuration (default: serve's defaults)");
+  sim->add_option("--cost", f->cost, "The cost model (strata tune calibrate's JSON)");
+  sim->add_option("--scenario", f->scenarios, "Scenarios to run (repeatable; default: all)");
+  sim->add_option("--scenarios-dir", f->scenarios_dir, "Where the scenario files are")
+      ->capture_default_str();
+  sim->add_option("--duration", f->duration_s, "Seconds of arrivals instead of each scenario's");
+  sim->add_option("--seed", f->seed, "Seed of the workloads")->capture_default_str();
+  sim->add_option("--json", f->out, "Also write the numbers to this file");
+  sim->callback([which] { *which = "simulate"; });
   CLI::App* list = tune->add_subcommand("scenarios", "List the scenarios and what they measure");
   list->add_option("--scenarios-dir", f->scenarios_dir, "Where the scenario files are")
       ->capture_default_str();
@@ -735,6 +807,7 @@ Command RegisterTune(CLI::App& app) {
   return {tune, [f, which](const Env& env) {
             if (*which == "calibrate") return RunCalibrate(env, *f);
             if (*which == "scenarios") return RunScenarios(env, *f);
+            if (*which == "simulate") return RunSimulate(env, *f);
             if (*which == "sensitivity") return RunSensitivity(env, *f);
             return RunPareto(env, *f);
           }};

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -207,6 +208,8 @@ TEST_F(CanaryProcessTest, AWrongCanaryIsRolledBackOnQualityAndStaysRolledBackAft
   // Decided from its first 10 mirrored pairs: at 25 %, about 40 requests,
   // within the first step.
   EXPECT_LE(sent, 120) << seconds << " s";
+  std::printf("wrong canary: rolled back after %d requests, %.2f s after traffic began\n", sent,
+              seconds);
   EXPECT_EQ(st["events"].back()["from"], 25);
   // Another instance started on the same state file does not ramp it again.
   testing::Kill(front.pid);
@@ -238,6 +241,10 @@ TEST_F(CanaryProcessTest, ASlowCanaryIsRolledBackOnItsTimeToFirstToken) {
   // 0.4 s, and a tick of 0.25 s.
   EXPECT_LE(seconds, 20.0);
   EXPECT_LE(slow.posts(), 12) << "the candidate stopped getting requests at the rollback";
+  std::printf(
+      "slow canary: rolled back after %d requests (%d of them on the candidate), %.2f s "
+      "after traffic began\n",
+      sent, slow.posts(), seconds);
   const int after = slow.posts();
   for (int i = 0; i < 10; ++i) EXPECT_EQ(Chat(front, 1000 + i), 200);
   EXPECT_EQ(slow.posts(), after);
