@@ -111,6 +111,7 @@ util::StatusOr<CostModel> ParseCostModel(std::string_view text) {
         std::tuple{"step_s", &m.step_s, 0.0, 100.0},
         std::tuple{"decode_s_per_sequence", &m.decode_s_per_sequence, 0.0, 100.0},
         std::tuple{"attention_s_per_token", &m.attention_s_per_token, 0.0, 1.0},
+        std::tuple{"prefill_attention_s_per_token", &m.prefill_attention_s_per_token, 0.0, 1.0},
         std::tuple{"hit_s", &m.hit_s, 0.0, 10.0},
         std::tuple{"answer_bytes_per_token", &m.answer_bytes_per_token, 0.0, 1e6},
         std::tuple{"entry_bytes", &m.entry_bytes, 0.0, 1e9}}) {
@@ -160,6 +161,7 @@ std::string CostModelJson(const CostModel& m) {
                       {"step_s", m.step_s},
                       {"decode_s_per_sequence", m.decode_s_per_sequence},
                       {"attention_s_per_token", m.attention_s_per_token},
+                      {"prefill_attention_s_per_token", m.prefill_attention_s_per_token},
                       {"hit_s", m.hit_s},
                       {"answer_bytes_per_token", m.answer_bytes_per_token},
                       {"entry_bytes", m.entry_bytes},
@@ -342,11 +344,13 @@ SimResult Simulate(const Scenario& s, const std::vector<WorkloadRequest>& reques
     // One engine step: prefill chunks in admission order, one token for each decoder.
     int32_t budget = c.batch_tokens;
     int64_t prefill = 0, decoders = 0, context = 0;
+    double prefill_context = 0;  // prefill tokens × the context each attends to
     for (Running& r : running) {
       if (r.prefill_left > 0) {
         const int32_t take = std::min(r.prefill_left, budget);
         budget -= take;
         prefill += take;
+        prefill_context += static_cast<double>(take) * (r.context + take / 2.0);
         r.prefill_left -= take;
         r.context += take;
       } else {
@@ -356,7 +360,8 @@ SimResult Simulate(const Scenario& s, const std::vector<WorkloadRequest>& reques
     }
     now += cost.step_s + cost.decode_s_per_sequence * static_cast<double>(decoders) +
            cost.prefill_s_per_token * static_cast<double>(prefill) +
-           cost.attention_s_per_token * static_cast<double>(context);
+           cost.attention_s_per_token * static_cast<double>(context) +
+           cost.prefill_attention_s_per_token * prefill_context;
     for (size_t k = 0; k < running.size();) {
       Running& r = running[k];
       const WorkloadRequest& w = requests[r.request];

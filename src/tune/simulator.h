@@ -13,7 +13,9 @@
 //  - the queue (`queue` waiting at most, then refused: an error) and
 //    continuous batching (`parallel` sequences at once, prefill in chunks
 //    of `batch_tokens` per step), with each step costing the calibrated
-//    step, per-sequence, prefill-token and attention-token times;
+//    step, per-sequence, prefill-token and attention times (a decoder
+//    attends to its context, a prefilled token to the tokens before it:
+//    prefill's attention grows with the square of the prompt);
 //  - the prefix cache (L2): a request whose leading tokens were computed
 //    before (a system prompt, its session's earlier turns, a trace's shared
 //    blocks) prefills only the rest while they are still cached; cached
@@ -76,16 +78,20 @@ struct CostModel {
   double step_s = 8e-3;                   // per engine step (the weights streamed once)
   double decode_s_per_sequence = 1.5e-3;  // per decoding sequence per step
   double attention_s_per_token = 2e-7;    // per step, per context token of the decoding sequences
-  double hit_s = 5e-4;                    // serving an answer from a cache tier
-  double answer_bytes_per_token = 24;     // an L1 entry's bytes per answer token
-  double entry_bytes = 1024;              // an L1 entry's fixed bytes
+  // per prompt token prefilled, per token before it (prefill's attention;
+  // batched, so far cheaper per pair than a decoder's)
+  double prefill_attention_s_per_token = 1e-7;
+  double hit_s = 5e-4;                 // serving an answer from a cache tier
+  double answer_bytes_per_token = 24;  // an L1 entry's bytes per answer token
+  double entry_bytes = 1024;           // an L1 entry's fixed bytes
   TierCurve l3;
   TierCurve semantic;
   CostModel();
 };
 
 // {"source", "prefill_s_per_token", "step_s", "decode_s_per_sequence",
-//  "attention_s_per_token", "hit_s", "answer_bytes_per_token",
+//  "attention_s_per_token", "prefill_attention_s_per_token", "hit_s",
+//  "answer_bytes_per_token",
 //  "entry_bytes", "l3": {"threshold": [...], "recall": [...],
 //  "false_hit": [...]}, "semantic": {...}}; missing fields keep the
 // built-in values. InvalidArgument naming the field at fault.

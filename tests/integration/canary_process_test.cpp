@@ -250,6 +250,47 @@ TEST_F(CanaryProcessTest, ASlowCanaryIsRolledBackOnItsTimeToFirstToken) {
   EXPECT_EQ(slow.posts(), after);
 }
 
+TEST_F(CanaryProcessTest, ACanaryFileNamesItsBackend) {
+  Server base = Upstream(*model_);
+  Server cand = Upstream(*model_);
+  const std::string file = (*dir_ / "candidate.toml").string();
+  {
+    FILE* f = std::fopen(file.c_str(), "w");
+    std::fprintf(f, "[[backend]]\nkind = \"openai\"\nurls = [\"%s\"]\nmodel = \"demo\"\n",
+                 cand.url().c_str());
+    std::fclose(f);
+  }
+  Server front = Front(base.url(), file);
+  int sent = 0;
+  EXPECT_EQ(DriveUntilDecided(front, 60s, &sent), 0);
+  EXPECT_EQ(CanaryState(front)["phase"], "promoted") << testing::ReadAll(front.log);
+  // A canary file that sets anything else is refused, naming the key.
+  {
+    FILE* f = std::fopen(file.c_str(), "w");
+    std::fprintf(f, "[l1]\nttl = 5\n");
+    std::fclose(f);
+  }
+  const std::string log = (*dir_ / "bad_file.log").string();
+  const pid_t pid = testing::Spawn({"serve", "--port", "0", "--backend", "openai:" + base.url(),
+                                    "--backend-name", "demo", "--canary", file},
+                                   log);
+  EXPECT_NE(testing::WaitExit(pid, 30s), 0);
+  EXPECT_NE(testing::ReadAll(log).find("not l1.ttl"), std::string::npos) << testing::ReadAll(log);
+}
+
+TEST_F(CanaryProcessTest, AnotherLocalModelCanBeTheCandidate) {
+  // Two local models under one budget; the second is the first's candidate.
+  Server front = Serve(
+      {"-m", "demo=" + *model_, "-m", "next=" + *model_, "--l1-bytes", "0", "--canary",
+       "model:next", "--canary-steps", "50,100", "--canary-step-s", "1", "--canary-min-samples",
+       "5", "--canary-state", state_file(), "--admin-key-file", AdminKeyFile()},
+      "front");
+  int sent = 0;
+  EXPECT_EQ(DriveUntilDecided(front, 90s, &sent), 0);
+  const Json st = CanaryState(front);
+  EXPECT_EQ(st["phase"], "promoted") << st.dump() << "\n" << testing::ReadAll(front.log);
+}
+
 TEST_F(CanaryProcessTest, BadCanaryFlagsAreUsageErrors) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--canary", "openai:http://127.0.0.1:1", "--canary-steps", "5,50"},
