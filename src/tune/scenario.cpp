@@ -185,6 +185,9 @@ util::StatusOr<Scenario> ParseScenario(std::string_view text, std::string_view f
                        fmt::format("about {:.0f} requests; a scenario makes at most {}", expected,
                                    kMaxScenarioRequests));
   }
+  if (s.warmup_s >= s.duration_s) {
+    problems.push_back(line("metrics.warmup") + "the warm-up must be shorter than the duration");
+  }
   if (s.repeat + s.reword > 1) {
     problems.push_back(line("prompts.reword") + "repeat and reword together exceed 1");
   }

@@ -434,6 +434,7 @@ SimResult Simulate(const Scenario& s, const std::vector<WorkloadRequest>& reques
   out.output_tokens_per_s = static_cast<double>(out.output_tokens) / out.duration_s;
   out.error_rate = out.requests > 0 ? static_cast<double>(out.errors) / out.requests : 0;
   out.quality = out.answered > 0 ? quality_sum / static_cast<double>(out.answered) : 0;
+  out.ttft_samples = static_cast<int64_t>(ttfts.size());
   if (!ttfts.empty()) {
     out.ttft_p50_s = util::NearestRankQuantile(ttfts, 0.50);
     out.ttft_p95_s = util::NearestRankQuantile(ttfts, 0.95);

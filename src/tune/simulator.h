@@ -73,14 +73,16 @@ struct TierCurve {
 };
 
 struct CostModel {
-  std::string source = "built-in";        // what it was calibrated on
-  double prefill_s_per_token = 2.5e-3;    // per prompt token prefilled
-  double step_s = 8e-3;                   // per engine step (the weights streamed once)
-  double decode_s_per_sequence = 1.5e-3;  // per decoding sequence per step
-  double attention_s_per_token = 2e-7;    // per step, per context token of the decoding sequences
+  // The built-in values: llama-100m (Q8_0) on 2 threads of an AMD EPYC
+  // (docs/benchmarks.md, "Tuning"). `strata tune calibrate` measures yours.
+  std::string source = "built-in: llama-100m Q8_0, 2 threads, AMD EPYC";
+  double prefill_s_per_token = 0.598e-3;   // per prompt token prefilled
+  double step_s = 2.11e-3;                 // per engine step (the weights streamed once)
+  double decode_s_per_sequence = 1.09e-3;  // per decoding sequence per step
+  double attention_s_per_token = 1.33e-6;  // per step, per context token of the decoding sequences
   // per prompt token prefilled, per token before it (prefill's attention;
   // batched, so far cheaper per pair than a decoder's)
-  double prefill_attention_s_per_token = 1e-7;
+  double prefill_attention_s_per_token = 0.252e-6;
   double hit_s = 5e-4;                 // serving an answer from a cache tier
   double answer_bytes_per_token = 24;  // an L1 entry's bytes per answer token
   double entry_bytes = 1024;           // an L1 entry's fixed bytes
@@ -107,7 +109,8 @@ struct SimResult {
   double duration_s = 0;  // first arrival to last answer
   double throughput_rps = 0;
   double output_tokens_per_s = 0;
-  double ttft_p50_s = 0, ttft_p95_s = 0, ttft_p99_s = 0;
+  double ttft_p50_s = 0, ttft_p95_s = 0, ttft_p99_s = 0;  // 0 without samples
+  int64_t ttft_samples = 0;  // answered requests outside the warm-up (and inside first_seconds)
   double error_rate = 0;
   double quality = 1;
 };
