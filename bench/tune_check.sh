@@ -45,12 +45,7 @@ serve() {  # serve LOG [FLAGS...]
   shift
   "$strata" serve -m "$model" --port "$port" -t "$threads" --l1-bytes 0 "$@" >"$log" 2>&1 &
   pid=$!
-  for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "error: the server did not start (see $log)" >&2
-  exit 1
+  wait_healthy "$port" "$log"
 }
 for scenario in shared-system-prompt cold-start long-context; do
   for r in $(seq 1 "$rounds"); do

@@ -366,6 +366,13 @@ class Trials {
   util::Status error_;
 };
 
+// A search that could not start: a usage error for what the flags (or the
+// files they name) got wrong, a failure otherwise.
+int OpenFailed(const util::Status& st) {
+  return st.code() == util::StatusCode::kInvalidArgument ? UsageError(st.message())
+                                                         : ReportError(st);
+}
+
 int Finished(Trials& t, const std::string& what) {
   if (util::Status st = t.Finish(); !st.ok()) return ReportError(st);
   if (!t.error().ok()) return ReportError(t.error());
@@ -382,11 +389,7 @@ int RunSensitivity(const Env& env, const TuneFlags& f) {
   }
   auto log = MakeLogger(f.log_level);
   auto trials = Trials::Open(env, f, "sensitivity", *log);
-  if (!trials.ok()) {
-    return trials.status().code() == util::StatusCode::kInvalidArgument
-               ? UsageError(trials.status().message())
-               : ReportError(trials.status());
-  }
+  if (!trials.ok()) return OpenFailed(trials.status());
   Trials& t = **trials;
   const std::vector<tune::TuneKnob> knobs = tune::KnobsFor(t.base());
   int64_t planned = 0;
@@ -439,11 +442,7 @@ int RunPareto(const Env& env, const TuneFlags& f) {
   }
   auto log = MakeLogger(f.log_level);
   auto trials = Trials::Open(env, f, "pareto", *log);
-  if (!trials.ok()) {
-    return trials.status().code() == util::StatusCode::kInvalidArgument
-               ? UsageError(trials.status().message())
-               : ReportError(trials.status());
-  }
+  if (!trials.ok()) return OpenFailed(trials.status());
   Trials& t = **trials;
   std::vector<tune::TuneKnob> knobs = tune::KnobsFor(t.base());
   if (!f.frozen_from.empty()) {
