@@ -42,21 +42,15 @@ questions_file 1 >"$out/questions.jsonl"
 if [ "${FRESH:-0}" = 1 ]; then questions_file 100001 >"$out/measured.jsonl"; else
   cp "$out/questions.jsonl" "$out/measured.jsonl"; fi
 
-pid=""
-stop() { [ -n "$pid" ] && { kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }; pid=""; }
-trap stop EXIT
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 serve() {  # serve LOG [FLAGS...]
   local log="$1"
   shift
   "$strata" serve -m "$model" --port "$port" -t "$threads" --admin-key-file "$out/admin.key" \
     "$@" >"$log" 2>&1 &
   pid=$!
-  for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "error: the server did not start (see $log)" >&2
-  exit 1
+  wait_healthy "$port" "$log"
 }
 load() {  # load QUESTIONS JSON [FLAGS...]
   local questions_file="$1" json="$2"
@@ -71,7 +65,7 @@ serve "$out/a.log"
 load "$out/questions.jsonl" "$out/prime.json" -n $((systems * questions))
 "$strata" cache export --url "http://127.0.0.1:$port" --admin-key-file "$out/admin.key" \
   -o "$out/snapshot.bin"
-stop
+stop_server
 
 summary() {
   python3 - "$1" <<'PY'
@@ -91,7 +85,7 @@ for r in $(seq 1 "$rounds"); do
       serve "$out/$side-r$r.log"
     fi
     load "$out/measured.jsonl" "$out/$side-r$r.json" --duration "$duration"
-    stop
+    stop_server
     printf 'round %d %-4s: %s\n' "$r" "$side" "$(summary "$out/$side-r$r.json")"
   done
 done

@@ -157,9 +157,7 @@ util::StatusOr<CanaryPlan> PlanCanary(const Env& env, const ServeFlags& f) {
     return plan;
   }
   // A canary file: serve's schema, one backend or one model file, nothing else.
-  std::vector<config::Knob> knobs;
-  for (const ServeKnob& k : ServeKnobs()) knobs.push_back(k.knob);
-  auto doc = ReadConfigFile(env, spec, config::Schema(std::move(knobs)));
+  auto doc = ReadConfigFile(env, spec, ServeFileSchema());
   if (!doc.ok()) return util::InvalidArgumentError("--canary: " + doc.status().message());
   ServeFlags g;
   const ServeFlags defaults;

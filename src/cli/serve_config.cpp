@@ -681,6 +681,12 @@ config::Schema ServeSchema(const CLI::App& serve) {
   return config::Schema(std::move(knobs));
 }
 
+config::Schema ServeFileSchema() {
+  std::vector<config::Knob> knobs;
+  for (const ServeKnob& k : ServeKnobs()) knobs.push_back(k.knob);
+  return config::Schema(std::move(knobs));
+}
+
 std::set<std::string> GivenFlags(const CLI::App& serve) {
   std::set<std::string> given;
   for (const ServeKnob& k : ServeKnobs()) {

@@ -50,6 +50,10 @@ const std::vector<ServeKnob>& ServeKnobs();
 // the value a default ServeFlags holds.
 config::Schema ServeSchema(const CLI::App& serve);
 
+// The same knobs without their flags' help: enough to read a file (a
+// canary file, the tuner's base configuration) where no serve command exists.
+config::Schema ServeFileSchema();
+
 // The flags of `serve` given on the command line (by the knob's flag names).
 std::set<std::string> GivenFlags(const CLI::App& serve);
 

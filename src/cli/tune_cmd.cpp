@@ -62,10 +62,7 @@ struct TuneFlags {
 util::StatusOr<ServeFlags> BaseFlags(const Env& env, const std::string& path) {
   ServeFlags f;
   if (!path.empty()) {
-    std::vector<config::Knob> knobs;
-    for (const ServeKnob& k : ServeKnobs()) knobs.push_back(k.knob);
-    STRATA_ASSIGN_OR_RETURN(config::Document doc,
-                            ReadConfigFile(env, path, config::Schema(std::move(knobs))));
+    STRATA_ASSIGN_OR_RETURN(config::Document doc, ReadConfigFile(env, path, ServeFileSchema()));
     ApplyConfig(doc, {}, f);
   }
   return f;
@@ -160,6 +157,18 @@ class Trials {
   int64_t measured() const { return measured_; }
   int64_t replayed() const { return replayed_; }
   util::Status error() const { return error_; }
+  // Syncs and closes the journal.
+  util::Status Finish() {
+    STRATA_RETURN_IF_ERROR(journal_->Sync());
+    return journal_->Close();
+  }
+  const tune::SimConfig& base() const { return base_; }
+  std::vector<double> slos() const {
+    std::vector<double> out;
+    for (const tune::Scenario& s : scenarios_) out.push_back(s.ttft_p99_slo_s);
+    return out;
+  }
+  const ServeFlags& base_flags() const { return base_flags_; }
 
   tune::Evaluate Evaluator(int64_t planned) {
     planned_ = planned;
@@ -331,21 +340,6 @@ class Trials {
     return m;
   }
 
- public:
-  // Syncs and closes the journal.
-  util::Status Finish() {
-    STRATA_RETURN_IF_ERROR(journal_->Sync());
-    return journal_->Close();
-  }
-  const tune::SimConfig& base() const { return base_; }
-  std::vector<double> slos() const {
-    std::vector<double> out;
-    for (const tune::Scenario& s : scenarios_) out.push_back(s.ttft_p99_slo_s);
-    return out;
-  }
-  const ServeFlags& base_flags() const { return base_flags_; }
-
- private:
   const Env& env_;
   const TuneFlags& f_;
   util::Logger& log_;

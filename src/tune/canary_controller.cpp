@@ -126,7 +126,10 @@ struct CanaryController::Impl {
   obs::CounterValue* errors_[2] = {nullptr, nullptr};
   obs::CounterValue* mirrored_[2] = {nullptr, nullptr};
 
+  // What request threads read without the lock: the share and the phase,
+  // published together by PublishLocked at every transition.
   std::atomic<double> weight{0};
+  std::atomic<CanaryPhase> published_phase{CanaryPhase::kRamping};
 
   mutable std::mutex mu;  // guards everything below
   CanaryPhase phase = CanaryPhase::kRamping;
@@ -155,9 +158,10 @@ struct CanaryController::Impl {
     return 0;
   }
 
-  void PublishWeightLocked() {
+  void PublishLocked() {
     const double w = PercentLocked() / 100.0;
     weight.store(w, std::memory_order_relaxed);
+    published_phase.store(phase, std::memory_order_relaxed);
     if (weight_gauge != nullptr) weight_gauge->Set(w);
   }
 
@@ -376,7 +380,7 @@ struct CanaryController::Impl {
         Verdict v = Judge(*name, *s);
         if (v.reason.empty()) continue;
         phase = CanaryPhase::kRolledBack;
-        PublishWeightLocked();
+        PublishLocked();
         if (auto it = rollbacks_.find(v.reason); it != rollbacks_.end()) it->second->Inc();
         log.Warn("canary: rolled back at {}% ({}): {}", percent, v.reason, v.detail);
         AddEventLocked({.at_unix_ms = UnixMs(clock.WallNow()),
@@ -415,7 +419,7 @@ struct CanaryController::Impl {
           }
           AddEventLocked(std::move(e));
           StartStepLocked();
-          PublishWeightLocked();
+          PublishLocked();
           persisted = PersistedLocked();
         }
       }
@@ -527,7 +531,7 @@ util::StatusOr<std::unique_ptr<CanaryController>> CanaryController::Create(
     impl->segments[std::string(kOther)];
     impl->Resume();
     impl->StartStepLocked();
-    impl->PublishWeightLocked();
+    impl->PublishLocked();
   }
   return std::unique_ptr<CanaryController>(new CanaryController(std::move(impl), options));
 }
@@ -552,8 +556,7 @@ void CanaryController::Start() {
 double CanaryController::Weight() const { return impl_->weight.load(std::memory_order_relaxed); }
 
 CanaryPhase CanaryController::phase() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->phase;
+  return impl_->published_phase.load(std::memory_order_relaxed);
 }
 
 int32_t CanaryController::percent() const {

@@ -79,26 +79,21 @@ class CanaryProcessTest : public ::testing::Test {
   }
   // A front serving "demo" from `baseline`, rolling out `candidate` in two
   // one-second steps (25 %, 100 %) judged from 5 requests.
+  // The canary flags every test uses: `candidate` in `steps` of one second,
+  // each judged from 5 requests, no response cache, the admin key.
+  std::vector<std::string> CanaryArgs(const std::string& candidate, const std::string& steps) {
+    return {"--l1-bytes",           "0",           "--canary",        candidate,
+            "--canary-steps",       steps,         "--canary-step-s", "1",
+            "--canary-min-samples", "5",           "--canary-state",  state_file(),
+            "--admin-key-file",     AdminKeyFile()};
+  }
+  // A front serving "demo" from `baseline`, rolling out `candidate` in two
+  // steps (25 %, 100 %).
   Server Front(const std::string& baseline, const std::string& candidate,
                std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--backend",
-                                     "openai:" + baseline,
-                                     "--backend-name",
-                                     "demo",
-                                     "--l1-bytes",
-                                     "0",
-                                     "--canary",
-                                     candidate,
-                                     "--canary-steps",
-                                     "25,100",
-                                     "--canary-step-s",
-                                     "1",
-                                     "--canary-min-samples",
-                                     "5",
-                                     "--canary-state",
-                                     state_file(),
-                                     "--admin-key-file",
-                                     AdminKeyFile()};
+    std::vector<std::string> args = {"--backend", "openai:" + baseline, "--backend-name", "demo"};
+    const std::vector<std::string> canary = CanaryArgs(candidate, "25,100");
+    args.insert(args.end(), canary.begin(), canary.end());
     args.insert(args.end(), extra.begin(), extra.end());
     return Serve(args, "front");
   }
@@ -287,27 +282,11 @@ TEST_F(CanaryProcessTest, ACanaryFileNamesItsBackend) {
 
 TEST_F(CanaryProcessTest, AnotherLocalModelCanBeTheCandidate) {
   // Two local models under one budget; the second is the first's candidate.
-  Server front = Serve({"-m",
-                        "demo=" + *model_,
-                        "-m",
-                        "next=" + *model_,
-                        "--l1-bytes",
-                        "0",
-                        "--canary",
-                        "model:next",
-                        "--canary-steps",
-                        "50,100",
-                        "--canary-step-s",
-                        "1",
-                        "--canary-min-samples",
-                        "5",
-                        "--canary-state",
-                        state_file(),
-                        "--canary-ttft-ratio",
-                        "4",
-                        "--admin-key-file",
-                        AdminKeyFile()},
-                       "front");
+  std::vector<std::string> args = {
+      "-m", "demo=" + *model_, "-m", "next=" + *model_, "--canary-ttft-ratio", "4"};
+  const std::vector<std::string> canary = CanaryArgs("model:next", "50,100");
+  args.insert(args.end(), canary.begin(), canary.end());
+  Server front = Serve(args, "front");
   int sent = 0;
   EXPECT_EQ(DriveUntilDecided(front, 90s, &sent), 0);
   const Json st = CanaryState(front);
