@@ -40,18 +40,20 @@
 #include <vector>
 
 #include "loadgen/openai.h"
-#include "loadgen/prompt.h"
 #include "loadgen/runner.h"
 #include "loadgen/schedule.h"
 #include "loadgen/stats.h"
+#include "tune/prompt_text.h"
 #include "tune/trace.h"
 
 namespace strata::loadgen {
 namespace {
 
 using tune::kMooncakeBlockTokens;
+using tune::ParsePromptFile;
 using tune::ParseTrace;
 using tune::ParseTraceFormat;
+using tune::PromptBuilder;
 using tune::RequestSpec;
 using tune::SliceTrace;
 

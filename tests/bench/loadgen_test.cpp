@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "loadgen/openai.h"
-#include "loadgen/prompt.h"
 #include "loadgen/recorder.h"
 #include "loadgen/schedule.h"
 #include "loadgen/stats.h"
 #include "testing/shared_data.h"
+#include "tune/prompt_text.h"
 #include "tune/trace.h"
 
 namespace strata::loadgen {

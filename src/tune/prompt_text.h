@@ -1,4 +1,4 @@
-// bench/loadgen/prompt.h — prompts of a chosen length without a tokenizer.
+// tune/prompt_text.h — prompts of a chosen length without a tokenizer.
 //
 // Promise: text that a server will tokenize into roughly the requested number
 // of tokens, built from a fixed list of common lowercase English words joined
@@ -31,7 +31,7 @@
 
 #include "util/status.h"
 
-namespace strata::loadgen {
+namespace strata::tune {
 
 struct PromptOptions {
   uint64_t seed = 0;             // fixes every word drawn
@@ -80,4 +80,4 @@ class PromptBuilder {
 // replays a workload (repetition, popularity, paraphrases) exactly.
 util::StatusOr<std::vector<std::string>> ParsePromptFile(std::string_view text);
 
-}  // namespace strata::loadgen
+}  // namespace strata::tune

@@ -1,4 +1,4 @@
-#include "loadgen/prompt.h"
+#include "tune/prompt_text.h"
 
 #include <algorithm>
 #include <array>
@@ -7,7 +7,7 @@
 
 #include "util/random.h"
 
-namespace strata::loadgen {
+namespace strata::tune {
 namespace {
 
 // Common English words, lowercase ASCII, each a single token after a space in
@@ -145,4 +145,4 @@ util::StatusOr<std::vector<std::string>> ParsePromptFile(std::string_view text) 
   return out;
 }
 
-}  // namespace strata::loadgen
+}  // namespace strata::tune
