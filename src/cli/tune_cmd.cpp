@@ -14,10 +14,13 @@
 #include "cli/commands.h"
 #include "cli/serve_config.h"
 #include "cli/serve_flags.h"
+#include "cli/tune_calibrate.h"
+#include "cli/tune_live.h"
 #include "cli/tune_report.h"
 #include "config/config.h"
 #include "engine/engine.h"
 #include "model/transformer.h"
+#include "tune/live.h"
 #include "tune/scenario.h"
 #include "tune/search.h"
 #include "tune/simulator.h"
@@ -50,6 +53,9 @@ struct TuneFlags {
   std::string frozen_from;
   double ttft_p99_slo_s = 0.8;
   double max_error_rate = 0.0002;
+  // real trials (and --check): the model, its threads, each trial's seconds
+  double trial_s = 0;
+  int32_t check = 0;
   // simulate
   double duration_s = 0;
   // calibrate
@@ -68,78 +74,6 @@ util::StatusOr<ServeFlags> BaseFlags(const Env& env, const std::string& path) {
   return f;
 }
 
-// What the simulator models of `f`. A tier in opt-in mode serves only the
-// requests that ask for it, and a scenario's never do: it counts as off.
-tune::SimConfig SimConfigOf(const ServeFlags& f) {
-  tune::SimConfig c;
-  c.parallel = f.parallel;
-  c.queue = f.queue;
-  c.batch_tokens = f.batch_tokens;
-  c.ctx = f.ctx;
-  c.kv_tokens = f.kv_tokens;
-  c.l1_bytes = static_cast<int64_t>(f.l1_bytes);
-  c.l1_ttl_s = f.l1_ttl_s;
-  c.coalesce = f.coalesce;
-  c.l3 = f.cache.l3 == "on";
-  c.l3_similarity = f.cache.l3_similarity;
-  c.semantic = f.semantic.mode == "on";
-  c.semantic_similarity = f.semantic.similarity;
-  c.max_tokens_cap = f.max_tokens_cap;
-  return c;
-}
-
-// `base` with the tuner's settings: the fields the simulator's knobs name.
-// A tier switched off keeps the base's opt-in (it serves no scenario request either).
-ServeFlags WithSettings(ServeFlags f, const tune::Settings& settings) {
-  const tune::SimConfig base = SimConfigOf(f);
-  for (const auto& [key, v] : settings) {
-    if (v == tune::KnobValue(base, key)) continue;  // as it was (kv_tokens 0 stays 0)
-    if (key == "engine.parallel") f.parallel = static_cast<int32_t>(v);
-    if (key == "engine.batch_tokens") f.batch_tokens = static_cast<int32_t>(v);
-    if (key == "engine.queue") f.queue = static_cast<int32_t>(v);
-    if (key == "engine.kv_tokens") f.kv_tokens = static_cast<int32_t>(v);
-    if (key == "l1.bytes") f.l1_bytes = static_cast<uint64_t>(v);
-    if (key == "l1.ttl") f.l1_ttl_s = v;
-    if (key == "cache.coalesce") f.coalesce = v != 0;
-    if (key == "l3.mode") f.cache.l3 = v != 0 ? "on" : (f.cache.l3 == "on" ? "off" : f.cache.l3);
-    if (key == "l3.similarity") f.cache.l3_similarity = v;
-    if (key == "semantic.mode") {
-      f.semantic.mode = v != 0 ? "on" : (f.semantic.mode == "on" ? "off" : f.semantic.mode);
-    }
-    if (key == "semantic.similarity") f.semantic.similarity = v;
-    if (key == "limits.max_tokens_cap") f.max_tokens_cap = static_cast<int32_t>(v);
-  }
-  return f;
-}
-
-// A configuration file of every knob of `f` that differs from serve's
-// defaults ([[backend]] tables are not repeated: the comment says so).
-std::string RenderConfig(const ServeFlags& f, const std::string& comment) {
-  std::map<std::string, std::vector<std::string>> tables;
-  bool backends = false;
-  for (const ServeKnob* k : ChangedKnobs(ServeFlags{}, f)) {
-    if (k->knob.type == config::Type::kTables) {
-      backends = true;
-      continue;
-    }
-    const size_t dot = k->knob.key.find('.');
-    tables[k->knob.key.substr(0, dot)].push_back(k->knob.key.substr(dot + 1) + " = " + k->get(f));
-  }
-  std::string out;
-  std::string text = comment;
-  if (backends) text += "\nThe base configuration's [[backend]] tables are not repeated here.";
-  for (size_t at = 0; at < text.size();) {
-    const size_t nl = std::min(text.find('\n', at), text.size());
-    out += "# " + text.substr(at, nl - at) + "\n";
-    at = nl + 1;
-  }
-  for (const auto& [table, lines] : tables) {
-    out += "\n[" + table + "]\n";
-    for (const std::string& l : lines) out += l + "\n";
-  }
-  return out;
-}
-
 // Everything one search needs: the scenarios with their requests, the cost
 // model, the journal, the budget and the progress line.
 class Trials {
@@ -152,7 +86,12 @@ class Trials {
   }
 
   const std::vector<std::string>& names() const { return names_; }
-  const std::string& cost_source() const { return cost_.source; }
+  bool simulated() const { return f_.simulate; }
+  // What the trials were measured with: the cost model, or the served model.
+  std::string source() const {
+    return f_.simulate ? "simulated with the cost model of " + cost_.source
+                       : "measured on a server of " + model_;
+  }
   const std::string& dir() const { return dir_; }
   int64_t measured() const { return measured_; }
   int64_t replayed() const { return replayed_; }
@@ -181,7 +120,9 @@ class Trials {
   // A line of progress on stderr (at most twice a second unless `force`).
   void Progress(const std::string& what, bool force = false) {
     const auto now = clock_.Now();
-    if (!force && now - last_progress_ < std::chrono::milliseconds(500)) return;
+    if (!force && now - last_progress_ < std::chrono::milliseconds(f_.simulate ? 500 : 2000)) {
+      return;
+    }
     last_progress_ = now;
     const double left = std::max(0.0, f_.budget_s - util::SecondsBetween(start_, now));
     std::fprintf(stderr, "trial %lld of about %lld (%lld from the journal): %s; %.0f s left\n",
@@ -196,10 +137,19 @@ class Trials {
   util::Status Load(const std::string& kind) {
     dir_ = !f_.resume.empty() ? f_.resume : f_.out;
     if (dir_.empty()) return util::InvalidArgumentError("--out DIR (or --resume DIR) is required");
-    if (!f_.simulate) {
+    if (f_.check < 0 || f_.check > 64) {
+      return util::InvalidArgumentError("--check must be in [0, 64]");
+    }
+    if (f_.check > 0 && !f_.simulate) {
       return util::InvalidArgumentError(
-          "trials on a running server are not built yet: pass --simulate (the simulator, "
-          "calibrated with `strata tune calibrate`)");
+          "--check runs the simulator's picks for real: it goes with --simulate");
+    }
+    if (!(f_.trial_s >= 0 && f_.trial_s <= 86400)) {
+      return util::InvalidArgumentError(
+          fmt::format("--trial-s {} is outside [0, 86400]", f_.trial_s));
+    }
+    if (f_.threads < 1 || f_.threads > 1024) {
+      return util::InvalidArgumentError("--threads must be in [1, 1024]");
     }
     if (!(f_.budget_s > 0 && f_.budget_s <= 7 * 86400)) {
       return util::InvalidArgumentError(
@@ -207,7 +157,17 @@ class Trials {
     }
     STRATA_ASSIGN_OR_RETURN(base_flags_, BaseFlags(env_, f_.config));
     base_ = SimConfigOf(base_flags_);
-    if (!f_.cost.empty()) {
+    const bool live = !f_.simulate || f_.check > 0;
+    if (live) {
+      // The trials' model: -m, else the configuration's, else serve's default.
+      std::string flag = f_.model;
+      if (flag.empty() && !base_flags_.model.empty()) flag = base_flags_.model.front();
+      if (const size_t eq = flag.find('='); eq != std::string::npos) flag = flag.substr(eq + 1);
+      STRATA_ASSIGN_OR_RETURN(model_, ResolveModelPath(env_, flag, log_));
+    }
+    if (!f_.simulate) {
+      // Real trials measure; no cost model is read.
+    } else if (!f_.cost.empty()) {
       STRATA_ASSIGN_OR_RETURN(std::string text, env_.fs->ReadFile(f_.cost));
       auto cost = tune::ParseCostModel(text);
       if (!cost.ok()) return util::InvalidArgumentError("--cost: " + cost.status().message());
@@ -221,6 +181,7 @@ class Trials {
     STRATA_ASSIGN_OR_RETURN(std::vector<tune::Scenario> all,
                             tune::LoadScenarios(*env_.fs, f_.scenarios_dir, f_.scenarios));
     for (tune::Scenario& s : all) {
+      if (f_.trial_s > 0) s.duration_s = std::min(s.duration_s, f_.trial_s);
       std::vector<tune::RequestSpec> trace;
       if (s.arrival == tune::ArrivalProcess::kTrace) {
         auto text = env_.fs->ReadFile(s.trace);
@@ -233,6 +194,22 @@ class Trials {
         trace = std::move(parsed.requests);
       }
       STRATA_ASSIGN_OR_RETURN(auto requests, tune::Requests(s, f_.seed, &trace));
+      if (live) {
+        tune::PromptPool pool;
+        if (!s.prompt_file.empty()) {
+          auto text = env_.fs->ReadFile(s.prompt_file);
+          auto parsed = text.ok() ? tune::ParsePromptPool(*text)
+                                  : util::StatusOr<tune::PromptPool>(text.status());
+          if (parsed.ok()) {
+            pool = std::move(*parsed);
+          } else {
+            log_.Warn("scenario {}: its prompts file {} cannot be used ({}); made-up questions",
+                      s.name, s.prompt_file, parsed.status().message());
+          }
+        }
+        texts_.emplace_back(s, requests, pool, f_.seed);
+        references_.emplace_back();
+      }
       names_.push_back(s.name);
       requests_.push_back(std::move(requests));
       scenarios_.push_back(std::move(s));
@@ -241,8 +218,11 @@ class Trials {
     STRATA_RETURN_IF_ERROR(env_.fs->CreateDirs(dir_));
     // The journal: a header, then one line per trial.
     const std::string path = dir_ + "/journal.jsonl";
-    const Json header = {{"kind", kind},         {"scenarios", names_}, {"seed", f_.seed},
-                         {"cost", cost_.source}, {"mode", "simulate"},  {"config", f_.config}};
+    Json header = {{"kind", kind},        {"scenarios", names_},
+                   {"seed", f_.seed},     {"mode", f_.simulate ? "simulate" : "real"},
+                   {"config", f_.config}, {"trial_s", f_.trial_s}};
+    if (f_.simulate) header["cost"] = cost_.source;
+    if (!f_.simulate) header["model"] = model_;
     if (!f_.resume.empty()) {
       auto text = env_.fs->ReadFile(path);
       if (!text.ok()) {
@@ -257,6 +237,13 @@ class Trials {
     STRATA_ASSIGN_OR_RETURN(journal_, env_.fs->NewWritableFile(path));
     STRATA_RETURN_IF_ERROR(Append(header));
     for (const Json& line : kept_) STRATA_RETURN_IF_ERROR(Append(line));
+    if (live) {
+      LiveTrialOptions lo;
+      lo.model = model_;
+      lo.threads = f_.threads;
+      lo.dir = dir_;
+      STRATA_ASSIGN_OR_RETURN(live_, LiveTrials::Create(env_, lo, log_));
+    }
     return util::OkStatus();
   }
 
@@ -310,36 +297,85 @@ class Trials {
     if (!error_.ok() || util::SecondsBetween(start_, clock_.Now()) > f_.budget_s) {
       return std::nullopt;
     }
-    const tune::SimResult r =
-        tune::Simulate(scenarios_[s], requests_[s], tune::Apply(base_, settings), cost_, f_.seed);
-    tune::Measured m{.throughput = r.throughput_rps,
-                     .ttft_p95_s = r.ttft_p95_s,
-                     .ttft_p99_s = r.ttft_p99_s,
-                     .error_rate = r.error_rate,
-                     .quality = r.quality};
-    ++measured_;
-    cache_[key] = m;
     Json settings_json = Json::object();
     for (const auto& [k, v] : settings) settings_json[k] = v;
-    const util::Status st =
-        Append({{"key", key},
-                {"scenario", names_[s]},
-                {"settings", settings_json},
-                {"measured",
-                 {{"throughput", m.throughput},
-                  {"ttft_p95_s", m.ttft_p95_s},
-                  {"ttft_p99_s", m.ttft_p99_s},
-                  {"error_rate", m.error_rate},
-                  {"quality", m.quality}}},
-                {"requests", r.requests},
-                {"errors", r.errors},
-                {"prompt_tokens", {{"all", r.prompt_tokens}, {"cached", r.cached_prompt_tokens}}},
-                {"ttft_p50_s", r.ttft_p50_s},
-                {"hits", {{"l1", r.l1_hits}, {"l3", r.l3_hits}, {"semantic", r.semantic_hits}}}});
+    Json line = {{"key", key}, {"scenario", names_[s]}, {"settings", settings_json}};
+    std::optional<tune::Measured> measured =
+        f_.simulate ? Simulated(s, settings, line) : Live(s, settings, line);
+    if (!measured) return std::nullopt;
+    const tune::Measured& m = *measured;
+    ++measured_;
+    cache_[key] = m;
+    line["measured"] = {{"throughput", m.throughput},
+                        {"ttft_p95_s", m.ttft_p95_s},
+                        {"ttft_p99_s", m.ttft_p99_s},
+                        {"error_rate", m.error_rate},
+                        {"quality", m.quality}};
+    const util::Status st = Append(line);
     if (!st.ok()) error_ = st;  // the search stops at the next trial, and says why
     return m;
   }
 
+  tune::Measured Simulated(size_t s, const tune::Settings& settings, Json& line) {
+    const tune::SimResult r =
+        tune::Simulate(scenarios_[s], requests_[s], tune::Apply(base_, settings), cost_, f_.seed);
+    line["requests"] = r.requests;
+    line["errors"] = r.errors;
+    line["prompt_tokens"] = {{"all", r.prompt_tokens}, {"cached", r.cached_prompt_tokens}};
+    line["ttft_p50_s"] = r.ttft_p50_s;
+    line["hits"] = {{"l1", r.l1_hits}, {"l3", r.l3_hits}, {"semantic", r.semantic_hits}};
+    return {.throughput = r.throughput_rps,
+            .ttft_p95_s = r.ttft_p95_s,
+            .ttft_p99_s = r.ttft_p99_s,
+            .error_rate = r.error_rate,
+            .quality = r.quality};
+  }
+
+ public:
+  // Scenario `s` replayed on a server of `settings` (a real trial). A
+  // configuration whose server cannot run it counts as failing every
+  // request; the base configuration failing stops the search (error()).
+  std::optional<tune::Measured> Live(size_t s, const tune::Settings& settings, Json& line) {
+    const ServeFlags flags = WithSettings(base_flags_, settings);
+    auto progress = [&](size_t done, size_t of) {
+      Progress(fmt::format("scenario {} on a server: {} of {} requests done", names_[s], done, of));
+    };
+    auto r = live_->Run(scenarios_[s], requests_[s], texts_[s], flags, references_[s], progress);
+    if (!r.ok()) {
+      if (ChangedKnobs(base_flags_, flags).empty()) {
+        error_ = r.status();
+        return std::nullopt;
+      }
+      log_.Warn(
+          "scenario {}: a configuration could not be measured ({}); it counts as failing "
+          "every request",
+          names_[s], r.status().message());
+      line["failed"] = r.status().message();
+      return tune::Measured{
+          .throughput = 0, .ttft_p95_s = 1e6, .ttft_p99_s = 1e6, .error_rate = 1, .quality = 0};
+    }
+    for (const std::string& e : r->first_errors) {
+      log_.Warn("scenario {}: {}", names_[s], e);
+    }
+    if (r->answered == 0 && ChangedKnobs(base_flags_, flags).empty()) {
+      error_ = util::FailedPreconditionError(fmt::format(
+          "scenario {}: the base configuration answered none of {} requests{}", names_[s],
+          r->requests, r->first_errors.empty() ? "" : " (" + r->first_errors.front() + ")"));
+      return std::nullopt;
+    }
+    line["requests"] = r->requests;
+    line["errors"] = r->errors;
+    line["ttft_p50_s"] = r->ttft_p50_s;
+    line["served"] = r->served;
+    line["approximate_hits"] = r->approximate_hits;
+    line["false_hits"] = r->false_hits;
+    line["compared"] = {{"pairs", r->compared}, {"agreed", r->agreed}};
+    line["log_likelihood_per_token"] = r->log_likelihood;
+    if (!r->first_errors.empty()) line["first_errors"] = r->first_errors;
+    return r->measured;
+  }
+
+ private:
   const Env& env_;
   const TuneFlags& f_;
   util::Logger& log_;
@@ -353,6 +389,10 @@ class Trials {
   std::vector<tune::Scenario> scenarios_;
   std::vector<std::string> names_;
   std::vector<std::vector<tune::WorkloadRequest>> requests_;
+  std::string model_;                         // real trials' GGUF
+  std::vector<tune::ScenarioText> texts_;     // real trials: per scenario
+  std::vector<tune::References> references_;  // real trials: per scenario
+  std::unique_ptr<LiveTrials> live_;
   std::map<std::string, tune::Measured> cache_;
   std::vector<Json> kept_;
   std::unique_ptr<util::WritableFile> journal_;
@@ -370,8 +410,9 @@ int OpenFailed(const util::Status& st) {
 int Finished(Trials& t, const std::string& what) {
   if (util::Status st = t.Finish(); !st.ok()) return ReportError(st);
   if (!t.error().ok()) return ReportError(t.error());
-  std::fprintf(stderr, "%s: %lld trials simulated, %lld replayed from the journal; wrote %s\n",
+  std::fprintf(stderr, "%s: %lld trials %s, %lld replayed from the journal; wrote %s\n",
                what.c_str(), static_cast<long long>(t.measured()),
+               t.simulated() ? "simulated" : "run on a server",
                static_cast<long long>(t.replayed()), t.dir().c_str());
   return kExitOk;
 }
@@ -423,6 +464,65 @@ int RunSensitivity(const Env& env, const TuneFlags& f) {
                  t.dir().c_str());
   }
   return Finished(t, "sensitivity");
+}
+
+// --check N: the base configuration, the chosen point and the next best
+// of the front (by throughput ratio over TTFT ratio), up to N besides the
+// base, each run on a server on every scenario beside what the simulator
+// predicted: check.csv, and the simulator's errors on stdout.
+int CheckPicks(Trials& t, const tune::ParetoResult& r,
+               const std::optional<tune::ParetoPoint>& chosen, int32_t n) {
+  std::vector<std::pair<std::string, const tune::ParetoPoint*>> picks = {{"base", &r.base}};
+  if (chosen) picks.emplace_back("chosen", &*chosen);
+  std::vector<const tune::ParetoPoint*> front;
+  for (const tune::ParetoPoint& p : r.front) front.push_back(&p);
+  std::sort(front.begin(), front.end(), [](const auto* a, const auto* b) {
+    return a->throughput_ratio / a->ttft_p95_ratio > b->throughput_ratio / b->ttft_p95_ratio;
+  });
+  for (const tune::ParetoPoint* p : front) {
+    if (static_cast<int32_t>(picks.size()) > n) break;
+    if ((chosen && p->settings == chosen->settings) || p->settings == r.base.settings) continue;
+    picks.emplace_back(fmt::format("front-{}", picks.size() - (chosen ? 1 : 0)), p);
+  }
+  std::fprintf(stderr, "checking %zu configurations on a server, on %zu scenarios each ...\n",
+               picks.size(), t.names().size());
+  std::string csv =
+      "point,scenario,sim_throughput,real_throughput,sim_ttft_p95_s,real_ttft_p95_s,"
+      "ttft_p95_error,sim_quality,real_quality,real_error_rate\n";
+  std::vector<double> p95_errors, rps_errors;
+  std::printf("%-9s %-22s %17s %23s %8s %15s\n", "point", "scenario", "req/s sim / real",
+              "P95 TTFT ms sim / real", "error", "quality sim/real");
+  for (const auto& [label, p] : picks) {
+    for (size_t i = 0; i < t.names().size() && i < p->per_scenario.size(); ++i) {
+      const tune::Measured& sim = p->per_scenario[i];
+      Json unused;
+      const std::optional<tune::Measured> real = t.Live(i, p->settings, unused);
+      if (!real) return ReportError(t.error());
+      const double err =
+          real->ttft_p95_s > 0 ? (sim.ttft_p95_s - real->ttft_p95_s) / real->ttft_p95_s : 0;
+      if (real->ttft_p95_s > 0) p95_errors.push_back(std::abs(err));
+      if (real->throughput > 0) {
+        rps_errors.push_back(std::abs(sim.throughput - real->throughput) / real->throughput);
+      }
+      csv += fmt::format("{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.6f}\n", label,
+                         t.names()[i], sim.throughput, real->throughput, sim.ttft_p95_s,
+                         real->ttft_p95_s, err, sim.quality, real->quality, real->error_rate);
+      std::printf("%-9s %-22s %8.2f / %6.2f %11.0f / %9.0f %+7.0f%% %7.3f / %5.3f\n", label.c_str(),
+                  t.names()[i].c_str(), sim.throughput, real->throughput, sim.ttft_p95_s * 1e3,
+                  real->ttft_p95_s * 1e3, err * 100, sim.quality, real->quality);
+    }
+  }
+  if (util::Status st = t.Write("check.csv", csv); !st.ok()) return ReportError(st);
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf(
+      "the simulator's median absolute error: P95 TTFT %.0f%%, throughput %.0f%% (%zu runs; "
+      "check.csv)\n",
+      median(p95_errors) * 100, median(rps_errors) * 100, p95_errors.size());
+  return kExitOk;
 }
 
 int RunPareto(const Env& env, const TuneFlags& f) {
@@ -480,7 +580,7 @@ int RunPareto(const Env& env, const TuneFlags& f) {
   const std::optional<tune::ParetoPoint> chosen = tune::ChoosePoint(r);
   std::vector<std::pair<std::string, std::string>> files = {
       {"front.csv", FrontCsv(r, knobs)},
-      {"front.html", FrontHtml(r, knobs, t.names(), chosen ? &*chosen : nullptr, t.cost_source())}};
+      {"front.html", FrontHtml(r, knobs, t.names(), chosen ? &*chosen : nullptr, t.source())}};
   if (chosen) {
     std::string scenarios;
     for (const std::string& n : t.names()) scenarios += (scenarios.empty() ? "" : ", ") + n;
@@ -489,12 +589,12 @@ int RunPareto(const Env& env, const TuneFlags& f) {
         RenderConfig(
             WithSettings(t.base_flags(), chosen->settings),
             fmt::format("strata tune pareto: throughput x{:.3f}, P95 TTFT x{:.3f} of the "
-                        "base configuration{}, lowest quality {:.4f},\nover {} (simulated "
-                        "with the cost model of {}).\nEvery knob that differs from serve's "
-                        "defaults: strata serve --config best.toml.",
+                        "base configuration{}, lowest quality {:.4f},\nover {} ({}).\nEvery "
+                        "knob that differs from serve's defaults: strata serve --config "
+                        "best.toml.",
                         chosen->throughput_ratio, chosen->ttft_p95_ratio,
                         f.config.empty() ? " (serve's defaults)" : " (" + f.config + ")",
-                        chosen->quality, scenarios, t.cost_source())));
+                        chosen->quality, scenarios, t.source())));
   }
   for (const auto& [name, text] : files) {
     if (util::Status st = t.Write(name, text); !st.ok()) return ReportError(st);
@@ -543,145 +643,10 @@ int RunPareto(const Env& env, const TuneFlags& f) {
                  "the time budget ran out before the last generation; --resume %s goes on\n",
                  t.dir().c_str());
   }
+  if (f.check > 0) {
+    if (const int rc = CheckPicks(t, r, chosen, f.check); rc != kExitOk) return rc;
+  }
   return Finished(t, "pareto");
-}
-
-// The engine's costs on this machine: a prefill chunk's time per token, a
-// decode step's fixed and per-sequence time, and attention's per context token.
-int RunCalibrate(const Env& env, const TuneFlags& f) {
-  if (f.threads < 1 || f.threads > 256) return UsageError("-t must be in [1, 256]");
-  auto log = MakeLogger(f.log_level == "warn" ? "info" : f.log_level);
-  auto path = ResolveModelPath(env, f.model, *log);
-  if (!path.ok()) return ReportError(path.status());
-  auto loaded = model::Model::Load(*env.fs, *path, {}, *log);
-  if (!loaded.ok()) return ReportError(loaded.status());
-  const model::Model& m = **loaded;
-  engine::EngineOptions eo;
-  eo.n_threads = f.threads;
-  eo.n_ctx = std::min(m.config().n_ctx_train > 0 ? m.config().n_ctx_train : 4096, 4096);
-  eo.n_seq_max = 16;
-  auto created = engine::Engine::Create(m, eo, *log);
-  if (!created.ok()) return ReportError(created.status());
-  engine::Engine& eng = **created;
-  const util::Clock& clock = util::RealClock();
-  util::Rng rng(7);
-  auto tokens = [&](int32_t n) {
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& x : t)
-      x = static_cast<int32_t>(rng.Below(static_cast<uint64_t>(m.config().n_vocab)));
-    return t;
-  };
-  const int32_t chunk = std::min(256, eo.n_ctx / 4);
-  // Sequences of `context` tokens each, then `steps` decode steps of all of
-  // them together: seconds per step (the median of 3 runs).
-  auto step_time = [&](int32_t batch, int32_t context, int32_t steps) -> util::StatusOr<double> {
-    std::vector<double> runs;
-    for (int rep = 0; rep < 3; ++rep) {
-      std::vector<engine::SeqId> seqs;
-      std::vector<std::vector<int32_t>> prompts;
-      for (int32_t b = 0; b < batch; ++b) {
-        seqs.push_back(eng.NewSequence());
-        prompts.push_back(tokens(context));
-        engine::Engine::Work w{seqs.back(), prompts.back(), true};
-        STRATA_RETURN_IF_ERROR(eng.Step(std::span(&w, 1)).status());
-      }
-      const std::vector<int32_t> one = tokens(steps);
-      const auto t0 = clock.Now();
-      for (int32_t s = 0; s < steps; ++s) {
-        std::vector<engine::Engine::Work> works;
-        for (engine::SeqId q : seqs) {
-          works.push_back({q, std::span(one).subspan(static_cast<size_t>(s), 1), true});
-        }
-        STRATA_RETURN_IF_ERROR(eng.Step(works).status());
-      }
-      runs.push_back(util::SecondsBetween(t0, clock.Now()) / steps);
-      for (engine::SeqId q : seqs) eng.FreeSequence(q);
-    }
-    std::sort(runs.begin(), runs.end());
-    return runs[1];
-  };
-  std::fprintf(stderr,
-               "calibrating on %s with %d threads: prefill, then decode at batch 1, 4, "
-               "8 and 16 ...\n",
-               path->c_str(), f.threads);
-  // Prefill: a chunk at a time, as the scheduler feeds a prompt.
-  std::vector<double> prefill;
-  for (int rep = 0; rep < 3; ++rep) {
-    const engine::SeqId s = eng.NewSequence();
-    const std::vector<int32_t> p = tokens(chunk * 2);
-    const auto t0 = clock.Now();
-    for (int32_t i = 0; i < 2; ++i) {
-      engine::Engine::Work w{s, std::span(p).subspan(static_cast<size_t>(i * chunk), chunk),
-                             i == 1};
-      if (auto st = eng.Step(std::span(&w, 1)); !st.ok()) return ReportError(st.status());
-    }
-    prefill.push_back(util::SecondsBetween(t0, clock.Now()) / (2.0 * chunk));
-    eng.FreeSequence(s);
-  }
-  std::sort(prefill.begin(), prefill.end());
-  tune::CostModel cost;
-  cost.prefill_s_per_token = prefill[1];
-  // Prefill's attention: a chunk at a long context against the chunks above
-  // (whose tokens attended to `chunk` tokens before them on average).
-  const int32_t deep = std::max(chunk * 2, std::min(2048, eo.n_ctx - chunk - 8));
-  std::vector<double> late;
-  for (int rep = 0; rep < 3; ++rep) {
-    const engine::SeqId s = eng.NewSequence();
-    const std::vector<int32_t> p = tokens(deep + chunk);
-    for (int32_t at = 0; at < deep; at += chunk) {
-      const int32_t k = std::min(chunk, deep - at);
-      engine::Engine::Work w{s, std::span(p).subspan(static_cast<size_t>(at), k), false};
-      if (auto st = eng.Step(std::span(&w, 1)); !st.ok()) return ReportError(st.status());
-    }
-    const auto t0 = clock.Now();
-    engine::Engine::Work w{s, std::span(p).subspan(static_cast<size_t>(deep), chunk), true};
-    if (auto st = eng.Step(std::span(&w, 1)); !st.ok()) return ReportError(st.status());
-    late.push_back(util::SecondsBetween(t0, clock.Now()) / chunk);
-    eng.FreeSequence(s);
-  }
-  std::sort(late.begin(), late.end());
-  cost.prefill_attention_s_per_token =
-      std::max(0.0, (late[1] - cost.prefill_s_per_token) / (deep + chunk / 2.0 - chunk));
-  // The short chunks' own attention, taken out of the per-token time.
-  cost.prefill_s_per_token =
-      std::max(0.0, cost.prefill_s_per_token - cost.prefill_attention_s_per_token * chunk);
-  // Decode: t(B) = step + B·per_sequence, by least squares over B = 1, 4, 8, 16 at a short
-  // context (the batches a server runs; a line fitted to small ones alone overstates 16).
-  const int32_t short_ctx = 32, long_ctx = std::min(eo.n_ctx - 64, 1024);
-  std::vector<std::pair<double, double>> points;
-  for (int32_t b : {1, 4, 8, 16}) {
-    auto t = step_time(b, short_ctx, 16);
-    if (!t.ok()) return ReportError(t.status());
-    points.emplace_back(b, *t);
-  }
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (const auto& [x, y] : points) {
-    sx += x;
-    sy += y;
-    sxx += x * x;
-    sxy += x * y;
-  }
-  const double n = static_cast<double>(points.size());
-  const double slope = std::max(0.0, (n * sxy - sx * sy) / (n * sxx - sx * sx));
-  cost.decode_s_per_sequence = slope;
-  cost.step_s = std::max(0.0, (sy - slope * sx) / n);
-  // Attention: the same batch at a long context.
-  auto at_long = step_time(4, long_ctx, 16);
-  if (!at_long.ok()) return ReportError(at_long.status());
-  const double at_short = cost.step_s + 4 * cost.decode_s_per_sequence;
-  cost.attention_s_per_token =
-      std::max(0.0, (*at_long - at_short) / (4.0 * (long_ctx - short_ctx)));
-  cost.source = fmt::format("{} ({}, {} threads, {})", *path, m.WeightTypeSummary(), f.threads,
-                            kernels::IsaName(eng.kernels().isa));
-  if (util::Status st = env.fs->WriteFileAtomic(f.cost_out, tune::CostModelJson(cost)); !st.ok()) {
-    return ReportError(st);
-  }
-  std::printf(
-      "prefill %.3f ms/token + %.4f us per token before it; a decode step %.2f ms + %.3f ms per "
-      "sequence + %.3f us per context token; wrote %s\n",
-      cost.prefill_s_per_token * 1e3, cost.prefill_attention_s_per_token * 1e6, cost.step_s * 1e3,
-      cost.decode_s_per_sequence * 1e3, cost.attention_s_per_token * 1e6, f.cost_out.c_str());
-  return kExitOk;
 }
 
 // One configuration in the simulator, per scenario: what `tune check`
@@ -765,7 +730,16 @@ void SearchFlags(CLI::App* cmd, TuneFlags& f) {
   cmd->add_option("--scenarios-dir", f.scenarios_dir, "Where the scenario files are")
       ->capture_default_str();
   cmd->add_flag("--simulate", f.simulate,
-                "Evaluate configurations with the calibrated simulator (thousands per minute)");
+                "Evaluate configurations with the calibrated simulator (thousands per minute); "
+                "without it, each trial runs the scenario on a strata serve of its configuration");
+  cmd->add_option("-m,--model", f.model,
+                  "Real trials: the GGUF model they serve (default: the configuration's, else as "
+                  "for serve)");
+  cmd->add_option("-t,--threads", f.threads, "Real trials: the server's forward-pass threads")
+      ->capture_default_str();
+  cmd->add_option("--trial-s", f.trial_s,
+                  "Seconds of each scenario's arrivals a trial replays (0 = the scenario's "
+                  "duration); the simulator uses the same");
   cmd->add_option("--budget-s", f.budget_s,
                   "Seconds the search may take; it stops with what it "
                   "has, resumable")
@@ -830,6 +804,11 @@ Command RegisterTune(CLI::App& app) {
   par->add_option("--population", f->population, "Configurations per generation")
       ->capture_default_str();
   par->add_option("--generations", f->generations, "Generations")->capture_default_str();
+  par->add_option("--check", f->check,
+                  "With --simulate: run the base, the chosen point and the next best front points, "
+                  "this many besides the base, on a server and report the simulator's error "
+                  "(check.csv)")
+      ->capture_default_str();
   par->add_option("--frozen-from", f->frozen_from,
                   "A sensitivity run's directory: its frozen knobs stay at their base value");
   par->add_option("--ttft-p99-slo", f->ttft_p99_slo_s,
@@ -842,7 +821,8 @@ Command RegisterTune(CLI::App& app) {
       ->capture_default_str();
   par->callback([which] { *which = "pareto"; });
   return {tune, [f, which](const Env& env) {
-            if (*which == "calibrate") return RunCalibrate(env, *f);
+            if (*which == "calibrate")
+              return RunTuneCalibrate(env, f->model, f->threads, f->cost_out);
             if (*which == "scenarios") return RunScenarios(env, *f);
             if (*which == "simulate") return RunSimulate(env, *f);
             if (*which == "sensitivity") return RunSensitivity(env, *f);

@@ -6,6 +6,9 @@
 
 #include <fmt/format.h>
 
+#include "cli/serve_config.h"
+#include "config/config.h"
+
 namespace strata::cli {
 namespace {
 
@@ -150,7 +153,7 @@ std::string FrontCsv(const tune::ParetoResult& r, const std::vector<tune::TuneKn
 
 std::string FrontHtml(const tune::ParetoResult& r, const std::vector<tune::TuneKnob>& knobs,
                       const std::vector<std::string>& scenarios, const tune::ParetoPoint* chosen,
-                      const std::string& cost_source) {
+                      const std::string& source) {
   const int w = 720, h = 480, pad = 60;
   double x_max = 1.2, y_max = 1.2;
   for (const tune::ParetoPoint& p : r.evaluated) {
@@ -266,9 +269,81 @@ std::string FrontHtml(const tune::ParetoResult& r, const std::vector<tune::TuneK
       "the ratio to the base configuration over the scenarios, and the lowest quality. Points "
       "outlined in black break a constraint (P99 TTFT SLO or error rate). Hover a point for its "
       "settings.{}</p>\n{}<h2>The front</h2>\n{}{}</body></html>\n",
-      r.evaluated.size(), scenarios.size(), Escape(cost_source),
+      r.evaluated.size(), scenarios.size(), Escape(source),
       r.complete ? "" : " <b>The time budget ran out before the last generation.</b>", plot, table,
       per);
+}
+
+// What the simulator models of `f`. A tier in opt-in mode serves only the
+// requests that ask for it, and a scenario's never do: it counts as off.
+tune::SimConfig SimConfigOf(const ServeFlags& f) {
+  tune::SimConfig c;
+  c.parallel = f.parallel;
+  c.queue = f.queue;
+  c.batch_tokens = f.batch_tokens;
+  c.ctx = f.ctx;
+  c.kv_tokens = f.kv_tokens;
+  c.l1_bytes = static_cast<int64_t>(f.l1_bytes);
+  c.l1_ttl_s = f.l1_ttl_s;
+  c.coalesce = f.coalesce;
+  c.l3 = f.cache.l3 == "on";
+  c.l3_similarity = f.cache.l3_similarity;
+  c.semantic = f.semantic.mode == "on";
+  c.semantic_similarity = f.semantic.similarity;
+  c.max_tokens_cap = f.max_tokens_cap;
+  return c;
+}
+
+// `base` with the tuner's settings: the fields the simulator's knobs name.
+// A tier switched off keeps the base's opt-in (it serves no scenario request either).
+ServeFlags WithSettings(ServeFlags f, const tune::Settings& settings) {
+  const tune::SimConfig base = SimConfigOf(f);
+  for (const auto& [key, v] : settings) {
+    if (v == tune::KnobValue(base, key)) continue;  // as it was (kv_tokens 0 stays 0)
+    if (key == "engine.parallel") f.parallel = static_cast<int32_t>(v);
+    if (key == "engine.batch_tokens") f.batch_tokens = static_cast<int32_t>(v);
+    if (key == "engine.queue") f.queue = static_cast<int32_t>(v);
+    if (key == "engine.kv_tokens") f.kv_tokens = static_cast<int32_t>(v);
+    if (key == "l1.bytes") f.l1_bytes = static_cast<uint64_t>(v);
+    if (key == "l1.ttl") f.l1_ttl_s = v;
+    if (key == "cache.coalesce") f.coalesce = v != 0;
+    if (key == "l3.mode") f.cache.l3 = v != 0 ? "on" : (f.cache.l3 == "on" ? "off" : f.cache.l3);
+    if (key == "l3.similarity") f.cache.l3_similarity = v;
+    if (key == "semantic.mode") {
+      f.semantic.mode = v != 0 ? "on" : (f.semantic.mode == "on" ? "off" : f.semantic.mode);
+    }
+    if (key == "semantic.similarity") f.semantic.similarity = v;
+    if (key == "limits.max_tokens_cap") f.max_tokens_cap = static_cast<int32_t>(v);
+  }
+  return f;
+}
+
+// A configuration file of every knob of `f` that differs from serve's
+// defaults ([[backend]] tables are not repeated: the comment says so).
+std::string RenderConfig(const ServeFlags& f, const std::string& comment) {
+  std::map<std::string, std::vector<std::string>> tables;
+  bool backends = false;
+  for (const ServeKnob* k : ChangedKnobs(ServeFlags{}, f)) {
+    if (k->knob.type == config::Type::kTables) {
+      backends = true;
+      continue;
+    }
+    const size_t dot = k->knob.key.find('.');
+    tables[k->knob.key.substr(0, dot)].push_back(k->knob.key.substr(dot + 1) + " = " + k->get(f));
+  }
+  std::string out;
+  std::string text = comment;
+  if (backends) text += "\nThe base configuration's [[backend]] tables are not repeated here.";
+  for (size_t at = 0; at < text.size();) {
+    const size_t nl = std::min(text.find('\n', at), text.size());
+    out += "# " + text.substr(at, nl - at) + "\n";
+    at = nl + 1;
+  }
+  for (const auto& [table, lines] : tables) {
+    out += "\n[" + table + "]\n";
+    for (const std::string& l : lines) out += l + "\n";
+  }
+  return out;
 }
 
 }  // namespace strata::cli

@@ -1,6 +1,7 @@
 // cli/tune_report.h — what `strata tune` writes: the sensitivity matrix as
 // CSV and an SVG heat map, the Pareto front as CSV and an HTML page with
-// its plot, and a chosen point as a configuration file.
+// its plot, and a configuration (a chosen point, a trial's) as a
+// configuration file.
 //
 // Pure functions over the results (text in, text out); the caller writes
 // the files.
@@ -9,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "cli/serve_flags.h"
 #include "tune/search.h"
+#include "tune/simulator.h"
 
 namespace strata::cli {
 
@@ -30,6 +33,18 @@ std::string FrontCsv(const tune::ParetoResult& r, const std::vector<tune::TuneKn
 // its tooltip) and a table of the front with per-scenario numbers.
 std::string FrontHtml(const tune::ParetoResult& r, const std::vector<tune::TuneKnob>& knobs,
                       const std::vector<std::string>& scenarios, const tune::ParetoPoint* chosen,
-                      const std::string& cost_source);
+                      const std::string& source);
+
+// What the simulator models of `f`. A tier in opt-in mode serves only the
+// requests that ask for it, and a scenario's never do: it counts as off.
+tune::SimConfig SimConfigOf(const ServeFlags& f);
+// `f` with the tuner's settings: the fields the simulator's knobs name. A
+// tier switched off keeps the base's opt-in (it serves no scenario request
+// either).
+ServeFlags WithSettings(ServeFlags f, const tune::Settings& settings);
+// A configuration file of every knob of `f` that differs from serve's
+// defaults, after `comment` (each line a TOML comment); [[backend]] tables
+// are not repeated (the comment says so).
+std::string RenderConfig(const ServeFlags& f, const std::string& comment);
 
 }  // namespace strata::cli

@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "cache/near_dup.h"
 #include "tune/canary.h"
+#include "tune/live.h"
 #include "util/hash.h"
 
 namespace strata::tune {
@@ -76,11 +76,7 @@ class MirrorPair {
 
  private:
   bool Agree(const std::string& a, const std::string& b) const {
-    if (a == b) return true;
-    auto pa = cache::PrepareNearDupText(std::string_view(a).substr(0, kMaxComparedBytes));
-    auto pb = cache::PrepareNearDupText(std::string_view(b).substr(0, kMaxComparedBytes));
-    if (!pa.ok() || !pb.ok()) return false;  // one is empty or unreadable, the other not
-    return cache::ScorePair(*pa, *pb, {}, similarity_).similarity >= similarity_;
+    return AnswersAgree(a, b, similarity_);
   }
 
   CanaryController& controller_;

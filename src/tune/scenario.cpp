@@ -287,6 +287,7 @@ util::StatusOr<std::vector<WorkloadRequest>> Requests(const Scenario& s, uint64_
   struct Asked {
     uint64_t question, meaning;
     int32_t tokens;
+    int32_t output_tokens;  // an exact repeat asks for the same answer
   };
   std::vector<Asked> asked;  // every question asked so far
   uint64_t next_id = 1;
@@ -332,6 +333,7 @@ util::StatusOr<std::vector<WorkloadRequest>> Requests(const Scenario& s, uint64_
       if (u < s.repeat) {
         w.question = a.question;
         question_tokens = a.tokens;
+        w.output_tokens = a.output_tokens;
       } else {
         w.question = next_id++;
         question_tokens = std::max(1, static_cast<int32_t>(a.tokens * (0.9 + 0.2 * rng.Uniform())));
@@ -340,7 +342,7 @@ util::StatusOr<std::vector<WorkloadRequest>> Requests(const Scenario& s, uint64_
       w.question = next_id++;
       w.meaning = next_id++;
     }
-    asked.push_back({w.question, w.meaning, question_tokens});
+    asked.push_back({w.question, w.meaning, question_tokens, w.output_tokens});
     // The system prompt and the conversation so far come first.
     int32_t lead = 0;
     if (s.system_tokens > 0) {

@@ -1,13 +1,15 @@
 // Fuzz target: the tuner's readers — a scenario file (tune/scenario.h), a
-// cost model (tune/simulator.h) and the three trace formats (tune/trace.h)
-// — and, for what reads, the requests and one simulated run of a small
-// slice. Whatever the bytes: no crash, no hang, every error an error.
+// cost model (tune/simulator.h), the three trace formats (tune/trace.h) and
+// a prompts file (tune/live.h) — and, for what reads, the requests, their
+// texts and one simulated run of a small slice. Whatever the bytes: no crash, no hang, every error
+// an error.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
+#include "tune/live.h"
 #include "tune/scenario.h"
 #include "tune/simulator.h"
 #include "tune/trace.h"
@@ -16,6 +18,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   using namespace strata::tune;
   (void)ParseCostModel(text);
+  auto pool = ParsePromptPool(text);
+  if (pool.ok() &&
+      (pool->questions.empty() || pool->questions.size() != pool->paraphrases.size())) {
+    std::abort();
+  }
   for (TraceFormat f : {TraceFormat::kAzure, TraceFormat::kMooncake, TraceFormat::kBurstGpt}) {
     auto t = ParseTrace(f, text);
     if (!t.ok()) continue;
@@ -41,6 +48,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   SimConfig c;
   c.l3 = c.semantic = true;
   const SimResult r = Simulate(small, *requests, c, CostModel(), 1);
+  const ScenarioText texts(small, *requests, pool.ok() ? *pool : PromptPool{}, 1);
+  for (size_t i = 0; i < requests->size(); ++i) {
+    if (texts.Question(i).empty()) std::abort();
+  }
   if (r.answered + r.errors != r.requests || r.quality < 0 || r.quality > 1) std::abort();
   return 0;
 }

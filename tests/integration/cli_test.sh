@@ -249,7 +249,8 @@ for f in front.csv front.html best.toml journal.jsonl; do
   [ -s "$tmp/par/$f" ] || { echo "FAIL: tune pareto wrote no $f"; fail=1; }
 done
 expect 0 "ok (" -- config check "$tmp/par/best.toml"
-expect 2 "--simulate" -- tune pareto --budget-s 60 --scenarios-dir "$tmp/scen" --out "$tmp/par2"
+expect 2 "goes with --simulate" -- tune pareto --check 1 --budget-s 60 --scenarios-dir "$tmp/scen" --out "$tmp/par2"
+expect 2 "--trial-s" -- tune pareto --trial-s -1 --budget-s 60 --scenarios-dir "$tmp/scen" --out "$tmp/par2"
 expect 2 "another run" -- tune pareto --simulate --budget-s 60 --scenarios-dir "$tmp/scen" --resume "$tmp/sens"
 expect 2 "no journal" -- tune pareto --simulate --budget-s 60 --scenarios-dir "$tmp/scen" --resume "$tmp/nothing"
 expect 2 "--budget-s" -- tune pareto --simulate --budget-s 0 --scenarios-dir "$tmp/scen" --out "$tmp/par3"
@@ -260,6 +261,29 @@ rm "$tmp/scen/bad.toml"
 printf '{"step_s": -1}' >"$tmp/cost.json"
 expect 2 "--cost: cost model: step_s" -- tune sensitivity --simulate --cost "$tmp/cost.json" --scenarios-dir "$tmp/scen" --out "$tmp/sens3"
 expect 1 "cannot open" -- tune calibrate -m "$tmp/missing.gguf" -o "$tmp/c.json"
+
+# Real trials: each configuration served by its own `strata serve` of a
+# tiny model, the scenarios (greedy repeats and rewordings; sampled
+# two-turn sessions) replayed over HTTP. The journal, every trial's
+# configuration, log and per-request records are written; a resumed run
+# replays instead of serving; --check runs the simulator's picks for real
+# and reports its error; a model that cannot be served stops the run.
+mkdir -p "$tmp/live"
+printf 'name = "faq"\n[arrival]\nrate = 6\nduration = 4\n[prompts]\ntokens = 20\nsystem_tokens = 30\nrepeat = 0.4\nreword = 0.2\n[output]\ntokens = 8\n[metrics]\nttft_p99_slo = 30\n' >"$tmp/live/faq.toml"
+printf 'name = "chat"\n[arrival]\nrate = 4\nduration = 4\n[prompts]\ntokens = 20\nturns = 2\n[output]\ntokens = 8\ntemperature = 0.7\n[metrics]\nttft_p99_slo = 30\n' >"$tmp/live/chat.toml"
+expect 0 "trials run on a server" -- tune pareto --budget-s 120 --population 4 --generations 0 --scenarios-dir "$tmp/live" -m "$tmp/m.gguf" --out "$tmp/real"
+grep -q '"mode":"real"' "$tmp/real/journal.jsonl" || { echo "FAIL: the real run's journal says no real mode"; fail=1; }
+for f in trials/1.toml trials/1.log trials/1.jsonl trials/2.jsonl front.html; do
+  [ -s "$tmp/real/$f" ] || { echo "FAIL: tune pareto (real) wrote no $f"; fail=1; }
+done
+answered=$(cat "$tmp/real/trials/"*.jsonl | grep -c '"ok":true')
+[ "$answered" -ge 20 ] || { echo "FAIL: real trials answered only $answered requests"; fail=1; }
+grep -q '"cache":"l1"' "$tmp/real/trials/"*.jsonl || { echo "FAIL: no repeat was an L1 hit in a real trial"; fail=1; }
+grep -q '"quality":' "$tmp/real/journal.jsonl" || { echo "FAIL: no quality in the real journal"; fail=1; }
+expect 0 "0 trials run on a server" -- tune pareto --budget-s 120 --population 4 --generations 0 --scenarios-dir "$tmp/live" -m "$tmp/m.gguf" --resume "$tmp/real"
+expect 0 "median absolute error" -- tune pareto --simulate --check 1 --budget-s 60 --population 4 --generations 1 --scenarios-dir "$tmp/live" -m "$tmp/m.gguf" --out "$tmp/check"
+grep -q '^base,faq,' "$tmp/check/check.csv" || { echo "FAIL: check.csv has no base,faq row"; fail=1; }
+expect 1 "did not start" -- tune sensitivity --budget-s 60 --scenarios-dir "$tmp/live" -m "$tmp/text.gguf" --out "$tmp/nomodel"
 
 # strata plan: a model split over two small nodes of a topology file, one
 # that fits nowhere, and bad topologies.

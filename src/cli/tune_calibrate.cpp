@@ -1,0 +1,157 @@
+#include "cli/tune_calibrate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "engine/engine.h"
+#include "kernels/kernels.h"
+#include "model/transformer.h"
+#include "tune/simulator.h"
+#include "util/clock.h"
+#include "util/random.h"
+
+namespace strata::cli {
+
+// The engine's costs on this machine: a prefill chunk's time per token, a
+// decode step's fixed and per-sequence time, and attention's per context token.
+int RunTuneCalibrate(const Env& env, const std::string& model_flag, int32_t threads,
+                     const std::string& out) {
+  if (threads < 1 || threads > 256) return UsageError("-t must be in [1, 256]");
+  auto log = MakeLogger("info");
+  auto path = ResolveModelPath(env, model_flag, *log);
+  if (!path.ok()) return ReportError(path.status());
+  auto loaded = model::Model::Load(*env.fs, *path, {}, *log);
+  if (!loaded.ok()) return ReportError(loaded.status());
+  const model::Model& m = **loaded;
+  engine::EngineOptions eo;
+  eo.n_threads = threads;
+  eo.n_ctx = std::min(m.config().n_ctx_train > 0 ? m.config().n_ctx_train : 4096, 4096);
+  eo.n_seq_max = 16;
+  auto created = engine::Engine::Create(m, eo, *log);
+  if (!created.ok()) return ReportError(created.status());
+  engine::Engine& eng = **created;
+  const util::Clock& clock = util::RealClock();
+  util::Rng rng(7);
+  auto tokens = [&](int32_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t)
+      x = static_cast<int32_t>(rng.Below(static_cast<uint64_t>(m.config().n_vocab)));
+    return t;
+  };
+  const int32_t chunk = std::min(256, eo.n_ctx / 4);
+  // Sequences of `context` tokens each, then `steps` decode steps of all of
+  // them together: seconds per step (the median of 3 runs).
+  auto step_time = [&](int32_t batch, int32_t context, int32_t steps) -> util::StatusOr<double> {
+    std::vector<double> runs;
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<engine::SeqId> seqs;
+      std::vector<std::vector<int32_t>> prompts;
+      for (int32_t b = 0; b < batch; ++b) {
+        seqs.push_back(eng.NewSequence());
+        prompts.push_back(tokens(context));
+        engine::Engine::Work w{seqs.back(), prompts.back(), true};
+        STRATA_RETURN_IF_ERROR(eng.Step(std::span(&w, 1)).status());
+      }
+      const std::vector<int32_t> one = tokens(steps);
+      const auto t0 = clock.Now();
+      for (int32_t s = 0; s < steps; ++s) {
+        std::vector<engine::Engine::Work> works;
+        for (engine::SeqId q : seqs) {
+          works.push_back({q, std::span(one).subspan(static_cast<size_t>(s), 1), true});
+        }
+        STRATA_RETURN_IF_ERROR(eng.Step(works).status());
+      }
+      runs.push_back(util::SecondsBetween(t0, clock.Now()) / steps);
+      for (engine::SeqId q : seqs) eng.FreeSequence(q);
+    }
+    std::sort(runs.begin(), runs.end());
+    return runs[1];
+  };
+  std::fprintf(stderr,
+               "calibrating on %s with %d threads: prefill, then decode at batch 1, 4, "
+               "8 and 16 ...\n",
+               path->c_str(), threads);
+  // Prefill: a chunk at a time, as the scheduler feeds a prompt.
+  std::vector<double> prefill;
+  for (int rep = 0; rep < 3; ++rep) {
+    const engine::SeqId s = eng.NewSequence();
+    const std::vector<int32_t> p = tokens(chunk * 2);
+    const auto t0 = clock.Now();
+    for (int32_t i = 0; i < 2; ++i) {
+      engine::Engine::Work w{s, std::span(p).subspan(static_cast<size_t>(i * chunk), chunk),
+                             i == 1};
+      if (auto st = eng.Step(std::span(&w, 1)); !st.ok()) return ReportError(st.status());
+    }
+    prefill.push_back(util::SecondsBetween(t0, clock.Now()) / (2.0 * chunk));
+    eng.FreeSequence(s);
+  }
+  std::sort(prefill.begin(), prefill.end());
+  tune::CostModel cost;
+  cost.prefill_s_per_token = prefill[1];
+  // Prefill's attention: a chunk at a long context against the chunks above
+  // (whose tokens attended to `chunk` tokens before them on average).
+  const int32_t deep = std::max(chunk * 2, std::min(2048, eo.n_ctx - chunk - 8));
+  std::vector<double> late;
+  for (int rep = 0; rep < 3; ++rep) {
+    const engine::SeqId s = eng.NewSequence();
+    const std::vector<int32_t> p = tokens(deep + chunk);
+    for (int32_t at = 0; at < deep; at += chunk) {
+      const int32_t k = std::min(chunk, deep - at);
+      engine::Engine::Work w{s, std::span(p).subspan(static_cast<size_t>(at), k), false};
+      if (auto st = eng.Step(std::span(&w, 1)); !st.ok()) return ReportError(st.status());
+    }
+    const auto t0 = clock.Now();
+    engine::Engine::Work w{s, std::span(p).subspan(static_cast<size_t>(deep), chunk), true};
+    if (auto st = eng.Step(std::span(&w, 1)); !st.ok()) return ReportError(st.status());
+    late.push_back(util::SecondsBetween(t0, clock.Now()) / chunk);
+    eng.FreeSequence(s);
+  }
+  std::sort(late.begin(), late.end());
+  cost.prefill_attention_s_per_token =
+      std::max(0.0, (late[1] - cost.prefill_s_per_token) / (deep + chunk / 2.0 - chunk));
+  // The short chunks' own attention, taken out of the per-token time.
+  cost.prefill_s_per_token =
+      std::max(0.0, cost.prefill_s_per_token - cost.prefill_attention_s_per_token * chunk);
+  // Decode: t(B) = step + B·per_sequence, by least squares over B = 1, 4, 8, 16 at a short
+  // context (the batches a server runs; a line fitted to small ones alone overstates 16).
+  const int32_t short_ctx = 32, long_ctx = std::min(eo.n_ctx - 64, 1024);
+  std::vector<std::pair<double, double>> points;
+  for (int32_t b : {1, 4, 8, 16}) {
+    auto t = step_time(b, short_ctx, 16);
+    if (!t.ok()) return ReportError(t.status());
+    points.emplace_back(b, *t);
+  }
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : points) {
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  const double n = static_cast<double>(points.size());
+  const double slope = std::max(0.0, (n * sxy - sx * sy) / (n * sxx - sx * sx));
+  cost.decode_s_per_sequence = slope;
+  cost.step_s = std::max(0.0, (sy - slope * sx) / n);
+  // Attention: the same batch at a long context.
+  auto at_long = step_time(4, long_ctx, 16);
+  if (!at_long.ok()) return ReportError(at_long.status());
+  const double at_short = cost.step_s + 4 * cost.decode_s_per_sequence;
+  cost.attention_s_per_token =
+      std::max(0.0, (*at_long - at_short) / (4.0 * (long_ctx - short_ctx)));
+  cost.source = fmt::format("{} ({}, {} threads, {})", *path, m.WeightTypeSummary(), threads,
+                            kernels::IsaName(eng.kernels().isa));
+  if (util::Status st = env.fs->WriteFileAtomic(out, tune::CostModelJson(cost)); !st.ok()) {
+    return ReportError(st);
+  }
+  std::printf(
+      "prefill %.3f ms/token + %.4f us per token before it; a decode step %.2f ms + %.3f ms per "
+      "sequence + %.3f us per context token; wrote %s\n",
+      cost.prefill_s_per_token * 1e3, cost.prefill_attention_s_per_token * 1e6, cost.step_s * 1e3,
+      cost.decode_s_per_sequence * 1e3, cost.attention_s_per_token * 1e6, out.c_str());
+  return kExitOk;
+}
+
+}  // namespace strata::cli
