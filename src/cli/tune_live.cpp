@@ -1,6 +1,7 @@
 #include "cli/tune_live.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -112,10 +113,13 @@ util::StatusOr<tune::LiveSummary> LiveTrials::Run(
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::fflush(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return util::InternalError("fork failed: cannot start a trial server");
   if (pid == 0) {
-    // The child: its output to the trial's log, nothing else of ours open.
+    // The child: it goes when the tuner goes (Ctrl-C, a kill), its output
+    // to the trial's log, nothing else of ours open.
+    if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent) ::_exit(125);
     FILE* out = std::freopen(log_path.c_str(), "w", stdout);
     if (out == nullptr) ::_exit(126);
     ::dup2(STDOUT_FILENO, STDERR_FILENO);
