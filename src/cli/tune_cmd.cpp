@@ -488,10 +488,10 @@ int CheckPicks(Trials& t, const tune::ParetoResult& r,
                picks.size(), t.names().size());
   std::string csv =
       "point,scenario,sim_throughput,real_throughput,sim_ttft_p95_s,real_ttft_p95_s,"
-      "ttft_p95_error,sim_quality,real_quality,real_error_rate\n";
+      "ttft_p95_error,sim_quality,real_quality,sim_error_rate,real_error_rate\n";
   std::vector<double> p95_errors, rps_errors;
-  std::printf("%-9s %-22s %17s %23s %8s %15s\n", "point", "scenario", "req/s sim / real",
-              "P95 TTFT ms sim / real", "error", "quality sim/real");
+  std::printf("%-9s %-22s %17s %23s %8s %15s %17s\n", "point", "scenario", "req/s sim / real",
+              "P95 TTFT ms sim / real", "error", "quality sim/real", "errors sim / real");
   for (const auto& [label, p] : picks) {
     for (size_t i = 0; i < t.names().size() && i < p->per_scenario.size(); ++i) {
       const tune::Measured& sim = p->per_scenario[i];
@@ -504,12 +504,14 @@ int CheckPicks(Trials& t, const tune::ParetoResult& r,
       if (real->throughput > 0) {
         rps_errors.push_back(std::abs(sim.throughput - real->throughput) / real->throughput);
       }
-      csv += fmt::format("{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.6f}\n", label,
-                         t.names()[i], sim.throughput, real->throughput, sim.ttft_p95_s,
-                         real->ttft_p95_s, err, sim.quality, real->quality, real->error_rate);
-      std::printf("%-9s %-22s %8.2f / %6.2f %11.0f / %9.0f %+7.0f%% %7.3f / %5.3f\n", label.c_str(),
-                  t.names()[i].c_str(), sim.throughput, real->throughput, sim.ttft_p95_s * 1e3,
-                  real->ttft_p95_s * 1e3, err * 100, sim.quality, real->quality);
+      csv += fmt::format("{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.6f},{:.6f}\n",
+                         label, t.names()[i], sim.throughput, real->throughput, sim.ttft_p95_s,
+                         real->ttft_p95_s, err, sim.quality, real->quality, sim.error_rate,
+                         real->error_rate);
+      std::printf("%-9s %-22s %8.2f / %6.2f %11.0f / %9.0f %+7.0f%% %7.3f / %5.3f %8.4f / %6.4f\n",
+                  label.c_str(), t.names()[i].c_str(), sim.throughput, real->throughput,
+                  sim.ttft_p95_s * 1e3, real->ttft_p95_s * 1e3, err * 100, sim.quality,
+                  real->quality, sim.error_rate, real->error_rate);
     }
   }
   if (util::Status st = t.Write("check.csv", csv); !st.ok()) return ReportError(st);

@@ -72,12 +72,18 @@ class Lru {
   int64_t used_ = 0;
 };
 
+// The engine's KV block (engine/engine.h): admission keeps one spare per
+// running sequence.
+constexpr int64_t kBlockTokens = 16;
+
 struct Running {
   size_t request = 0;
   int32_t prefill_left = 0;  // prompt tokens still to prefill
   int32_t context = 0;       // tokens in its KV now
   int32_t to_generate = 0;
   int32_t generated = 0;
+  int32_t held =
+      0;  // KV tokens of its own (its cached prefix is shared): prompt - cached + generated
   double quality = 1;
 };
 
@@ -293,7 +299,9 @@ SimResult Simulate(const Scenario& s, const std::vector<WorkloadRequest>& reques
       const double at = pending.begin()->first;
       pending.erase(pending.begin());
       const WorkloadRequest& w = requests[i];
-      if (w.prompt_tokens + 1 > c.ctx) {
+      // Refused before any tier: a prompt over the context, an answer over
+      // the largest max_tokens a request may ask.
+      if (w.prompt_tokens + 1 > c.ctx || w.output_tokens > c.max_tokens_cap) {
         fail(i, at);
         continue;
       }
@@ -315,18 +323,17 @@ SimResult Simulate(const Scenario& s, const std::vector<WorkloadRequest>& reques
           cached = static_cast<int32_t>(std::min<int64_t>(e->size, w.shared_tokens));
         }
       }
-      const int32_t answer = std::min(w.output_tokens, std::max(1, c.ctx - w.prompt_tokens));
-      const int32_t capped = std::min(answer, c.max_tokens_cap);
-      const int64_t need = w.prompt_tokens + capped;
-      if (need > kv_capacity) {
-        waiting.pop_front();
-        fail(i, now);
-        continue;
-      }
-      if (active_tokens + need > kv_capacity) break;  // waits for a running one to end
+      const int32_t capped = std::min(w.output_tokens, std::max(1, c.ctx - w.prompt_tokens));
+      // As the engine admits: the prompt's own blocks must fit beside a
+      // spare block per running sequence; its cached prefix is shared, and
+      // the answer's blocks come as it is generated.
+      const int64_t need = w.prompt_tokens - cached + 1;
+      const int64_t spare =
+          kv_capacity - active_tokens - static_cast<int64_t>(running.size()) * kBlockTokens;
+      if (need > spare && !running.empty()) break;  // waits for a running one to end
       l2.Shrink(kv_capacity - active_tokens - need);
       waiting.pop_front();
-      active_tokens += need;
+      active_tokens += need - 1;
       out.prompt_tokens += w.prompt_tokens;
       out.cached_prompt_tokens += cached;
       running.push_back({.request = i,
@@ -334,6 +341,7 @@ SimResult Simulate(const Scenario& s, const std::vector<WorkloadRequest>& reques
                          .context = cached,
                          .to_generate = capped,
                          .generated = 0,
+                         .held = w.prompt_tokens - cached,
                          .quality = static_cast<double>(capped) / w.output_tokens});
     }
     if (running.empty()) {
@@ -377,6 +385,9 @@ SimResult Simulate(const Scenario& s, const std::vector<WorkloadRequest>& reques
         }
         ++r.generated;
         ++r.context;
+        ++r.held;
+        // The answer's KV displaces cached prefixes when the pool is full.
+        if (++active_tokens + l2.used() > kv_capacity) l2.Shrink(kv_capacity - active_tokens);
       }
       if (r.generated < r.to_generate) {
         ++k;
@@ -384,7 +395,7 @@ SimResult Simulate(const Scenario& s, const std::vector<WorkloadRequest>& reques
       }
       // Answered: stored, published, its followers answered with it.
       out.output_tokens += r.generated;
-      active_tokens -= w.prompt_tokens + r.to_generate;
+      active_tokens -= r.held;
       if (w.greedy) {
         if (c.l1_bytes > 0 && r.to_generate == w.output_tokens) {
           l1.Put(w.question,

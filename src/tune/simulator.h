@@ -21,9 +21,13 @@
 //    blocks) prefills only the rest while they are still cached; cached
 //    prefixes live in the KV tokens no running sequence holds, least
 //    recently used first out;
-//  - limits: a prompt and answer over the context is refused (an error),
-//    an answer over max_tokens_cap is cut short (its quality is the share
-//    delivered).
+//  - limits: a prompt over the context, or a request asking for more than
+//    max_tokens_cap tokens, is refused (an error); an answer that would run
+//    past the context is cut short (its quality is the share delivered).
+//  - the KV cache as the engine holds it: a running sequence holds its own
+//    tokens (its prompt after the cached prefix, which it shares, then its
+//    answer as it grows); it is admitted when its prompt fits beside a spare
+//    block per running sequence.
 // It reports throughput, time to first token (P50/P95/P99), the error rate
 // and the quality score (docs/tuning.md): the mean over answered requests of
 // 1 for an answer generated in full or found exactly, 0 for a wrong

@@ -201,12 +201,20 @@ TEST(SimulatorTest, OverloadFillsTheQueueAndIsCountedAsErrors) {
   EXPECT_GT(Simulated(toml, more).throughput_rps, r.throughput_rps);
 }
 
-TEST(SimulatorTest, ACapCutsAnswersAndCostsQuality) {
+TEST(SimulatorTest, ACapRefusesLongerAnswersAndTheContextCutsThem) {
+  // As the server does: a request asking for more than the cap is a 400.
   SimConfig c;
-  c.max_tokens_cap = 10;  // answers average 20 tokens
+  c.max_tokens_cap = 20;  // answers average 20 tokens
   const SimResult r = Simulated(kFaq, c);
-  EXPECT_LT(r.quality, 0.8);
-  EXPECT_GT(r.quality, 0.3);
+  EXPECT_GT(r.error_rate, 0.2);
+  EXPECT_LT(r.error_rate, 0.8);
+  EXPECT_EQ(r.quality, 1);
+  // An answer that would run past the context is cut: its share delivered.
+  SimConfig small;
+  small.ctx = 55;  // prompts of about 40 tokens, answers of about 20
+  const SimResult cut = Simulated(kFaq, small);
+  EXPECT_LT(cut.quality, 0.95);
+  EXPECT_GT(cut.quality, 0.3);
 }
 
 TEST(SimulatorTest, TheSemanticTierTradesFalseHitsForSpeed) {
