@@ -241,6 +241,9 @@ SensitivityResult Sensitivity(const std::vector<std::string>& scenarios,
     }
     if (!out.complete) break;
   }
+  // A knob is frozen only once every scenario has measured it: a run the
+  // budget cut short freezes none (a resumed run finishes it).
+  if (!out.complete) return out;
   for (const TuneKnob& k : knobs) {
     if (largest[k.key] < freeze_below) out.frozen.push_back(k.key);
   }

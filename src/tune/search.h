@@ -11,7 +11,8 @@
 //    of throughput, P95 TTFT and quality: the mean over steps of |relative
 //    change of the metric| / |relative change of the knob| (a switch
 //    counts as a relative change of 1). A knob whose largest sensitivity
-//    over all scenarios and metrics is below the threshold is frozen.
+//    over all scenarios and metrics is below the threshold is frozen; a run
+//    the budget cut short freezes none.
 //  - Pareto runs NSGA-II (Deb et al. 2002: fast non-dominated sorting,
 //    crowding distance, binary tournaments, uniform crossover, mutation of
 //    one gene in n on average) over the unfrozen knobs, with constrained

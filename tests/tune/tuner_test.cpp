@@ -338,6 +338,13 @@ TEST(SearchTest, ASpentBudgetStopsTheSearchWithWhatItHas) {
   EXPECT_FALSE(r.complete);
   EXPECT_EQ(r.evaluated.size(), 5u);
   EXPECT_FALSE(r.front.empty());
+  // A sensitivity run cut short freezes nothing: an unmeasured knob is not
+  // a weak one.
+  calls = 0;
+  const SensitivityResult cut = Sensitivity({"a", "b"}, TwoKnobs(), 2, 0.05, limited);
+  EXPECT_FALSE(cut.complete);
+  EXPECT_FALSE(cut.rows.empty());
+  EXPECT_TRUE(cut.frozen.empty());
 }
 
 }  // namespace
