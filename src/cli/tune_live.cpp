@@ -1,5 +1,6 @@
 #include "cli/tune_live.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -7,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <random>
 #include <thread>
 
 #include <fmt/format.h>
@@ -65,6 +67,24 @@ util::StatusOr<std::unique_ptr<LiveTrials>> LiveTrials::Create(const Env& env,
   if (n <= 0) return util::FailedPreconditionError("cannot find this program's own binary");
   t->exe_.assign(buf, static_cast<size_t>(n));
   STRATA_RETURN_IF_ERROR(env.fs->CreateDirs(t->o_.dir + "/trials"));
+  // The trial servers' one API key, random, in a file only this user reads:
+  // nobody else on the machine uses a trial server while it is measured.
+  std::random_device entropy;
+  for (int i = 0; i < 4; ++i) t->api_key_ += fmt::format("{:08x}", entropy());
+  t->keys_path_ = t->o_.dir + "/trials/api-keys";
+  ::unlink(t->keys_path_.c_str());
+  const int fd = ::open(t->keys_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return util::FailedPreconditionError(
+        fmt::format("cannot write the trial servers' key file {}", t->keys_path_));
+  }
+  const std::string line = t->api_key_ + " tuner\n";
+  const bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  ::close(fd);
+  if (!written) {
+    return util::FailedPreconditionError(
+        fmt::format("cannot write the trial servers' key file {}", t->keys_path_));
+  }
   net::HttpClientOptions co;
   co.io_threads = 2;
   STRATA_ASSIGN_OR_RETURN(t->client_, net::HttpClient::Create(co, log));
@@ -93,8 +113,8 @@ util::StatusOr<tune::LiveSummary> LiveTrials::Run(
     const std::function<void(size_t, size_t)>& progress) {
   Stop();
   ServeFlags trial = flags;
-  // The trial server is the tuner's own: no keys, nothing shared or kept.
-  trial.api_keys.clear();
+  // The trial server is the tuner's own: its key only, nothing shared or kept.
+  trial.api_keys = keys_path_;
   trial.admin_key_file.clear();
   trial.canary = {};
   trial.cache.redis.clear();
@@ -155,10 +175,12 @@ util::StatusOr<tune::LiveSummary> LiveTrials::Run(
   }
   tune::LiveOptions lo;
   lo.url = fmt::format("http://127.0.0.1:{}", port);
+  lo.api_key = api_key_;
   // The served model's name: the first of /v1/models.
   {
     net::ClientRequest get;
     get.url = lo.url + "/v1/models";
+    get.headers.Add("Authorization", "Bearer " + api_key_);
     auto models = client_->Fetch(get);
     const nlohmann::json j =
         models.ok() ? nlohmann::json::parse(models->body, nullptr, false) : nlohmann::json();

@@ -3,8 +3,9 @@
 // it over HTTP (tune/live.h), then the process stopped.
 //
 // Promise: Run writes the configuration to DIR/trials/N.toml (serve's
-// knobs that differ from the defaults; no API keys, canary, Redis or
-// snapshots: the trial server is private to the tuner, on 127.0.0.1 at a
+// knobs that differ from the defaults; no canary, Redis or snapshots, and
+// one random API key of the run's in DIR/trials/api-keys, readable by this
+// user only: the trial server is private to the tuner, on 127.0.0.1 at a
 // port the system picks), starts `strata serve --config N.toml -m MODEL`
 // with its log in DIR/trials/N.log, waits until it is ready (at most
 // `start_timeout_s`), replays the scenario's requests, judges the answers
@@ -66,6 +67,8 @@ class LiveTrials {
   const LiveTrialOptions o_;
   util::Logger& log_;
   std::string exe_;
+  std::string api_key_;    // the trial servers' (random, per run)
+  std::string keys_path_;  // DIR/trials/api-keys, mode 0600
   std::unique_ptr<net::HttpClient> client_;
   pid_t pid_ = -1;  // the running trial server
   int64_t trials_ = 0;
