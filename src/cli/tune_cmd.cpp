@@ -1,6 +1,8 @@
 // `strata tune`: calibrate the simulator on a model, list the scenarios,
 // find the knobs that matter (sensitivity) and the best trade-offs among
-// them (pareto). docs/tuning.md says what each measures and writes.
+// them (pareto), each trial run on a server of its configuration
+// (cli/tune_live.h) or in the simulator. docs/tuning.md says what each
+// measures and writes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,14 +20,11 @@
 #include "cli/tune_live.h"
 #include "cli/tune_report.h"
 #include "config/config.h"
-#include "engine/engine.h"
-#include "model/transformer.h"
 #include "tune/live.h"
 #include "tune/scenario.h"
 #include "tune/search.h"
 #include "tune/simulator.h"
 #include "util/clock.h"
-#include "util/random.h"
 
 namespace strata::cli {
 namespace {
@@ -53,7 +52,7 @@ struct TuneFlags {
   std::string frozen_from;
   double ttft_p99_slo_s = 0.8;
   double max_error_rate = 0.0002;
-  // real trials (and --check): the model, its threads, each trial's seconds
+  // real trials and --simulate alike: seconds of each scenario; --check: picks run for real
   double trial_s = 0;
   int32_t check = 0;
   // simulate
