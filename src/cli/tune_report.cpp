@@ -290,6 +290,8 @@ tune::SimConfig SimConfigOf(const ServeFlags& f) {
   c.l3_similarity = f.cache.l3_similarity;
   c.semantic = f.semantic.mode == "on";
   c.semantic_similarity = f.semantic.similarity;
+  c.semantic_verify = f.semantic.verify;
+  c.semantic_verify_min = static_cast<int64_t>(f.semantic.verify_min);
   c.max_tokens_cap = f.max_tokens_cap;
   return c;
 }

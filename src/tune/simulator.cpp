@@ -247,6 +247,7 @@ SimResult Simulate(const Scenario& s, const std::vector<WorkloadRequest>& reques
       followers.erase(it);
     }
   };
+  int64_t semantic_checked = 0;  // would-be semantic hits generated to verify them
   auto serve_hit = [&](size_t i, double at, double q) {
     ttft[i] = cost.hit_s;
     done(i, at + cost.hit_s, q);
@@ -276,17 +277,20 @@ SimResult Simulate(const Scenario& s, const std::vector<WorkloadRequest>& reques
           std::tuple{c.semantic, c.semantic_similarity, &cost.semantic, &out.semantic_hits}}) {
       if (!on) continue;
       const double u = rng.Uniform();
-      if (has_meaning && u < curve->RecallAt(sim)) {
-        ++*hits;
-        serve_hit(i, now, 1);
-        return true;
+      const bool right = has_meaning && u < curve->RecallAt(sim);
+      const bool wrong = !has_meaning && !meanings.empty() && u < curve->FalseHitAt(sim);
+      if (!right && !wrong) continue;
+      // The semantic tier generates a would-be hit anyway to verify it:
+      // every one until verify_min have been, then a share.
+      if (hits == &out.semantic_hits && c.semantic_verify > 0 &&
+          (semantic_checked < c.semantic_verify_min || rng.Uniform() < c.semantic_verify)) {
+        ++semantic_checked;
+        continue;
       }
-      if (!has_meaning && !meanings.empty() && u < curve->FalseHitAt(sim)) {
-        ++*hits;
-        ++out.false_hits;
-        serve_hit(i, now, 0);
-        return true;
-      }
+      ++*hits;
+      out.false_hits += wrong;
+      serve_hit(i, now, right ? 1 : 0);
+      return true;
     }
     return false;
   };

@@ -9,7 +9,9 @@
 //    and the semantic tier (a reworded question finds its earlier answer
 //    with the tier's recall at its similarity threshold; a new question
 //    gets a wrong answer with the tier's false-hit rate: both measured by
-//    `strata eval l3` / `eval semantic` and kept in the CostModel);
+//    `strata eval l3` / `eval semantic` and kept in the CostModel; the
+//    semantic tier generates its first `semantic_verify_min` would-be hits,
+//    then a `semantic_verify` share of them, to verify them, as it does);
 //  - the queue (`queue` waiting at most, then refused: an error) and
 //    continuous batching (`parallel` sequences at once, prefill in chunks
 //    of `batch_tokens` per step), with each step costing the calibrated
@@ -62,6 +64,8 @@ struct SimConfig {
   double l3_similarity = 0.93;
   bool semantic = false;
   double semantic_similarity = 0.9;
+  double semantic_verify = 0.05;     // share of would-be hits generated to verify them
+  int64_t semantic_verify_min = 50;  // every would-be hit is, until this many were
   int32_t max_tokens_cap = 4096;
 };
 

@@ -233,6 +233,14 @@ TEST(SimulatorTest, TheSemanticTierTradesFalseHitsForSpeed) {
   EXPECT_GT(b.semantic_hits, 0);
   EXPECT_GT(b.false_hits, 0);
   EXPECT_LT(b.quality, a.quality);
+  // Verification, as the tier does it: nothing served before verify_min
+  // would-be hits were generated anyway, then a share of them is.
+  SimConfig unverified = loose;
+  unverified.semantic_verify = 0;
+  SimConfig learning = loose;
+  learning.semantic_verify_min = 100000;
+  EXPECT_GT(Simulated(toml, unverified, m).semantic_hits, b.semantic_hits);
+  EXPECT_EQ(Simulated(toml, learning, m).semantic_hits, 0);
 }
 
 TEST(SimulatorTest, AClosedLoopKeepsItsClientsBusy) {
