@@ -281,7 +281,8 @@ class Trials {
   }
 
   util::Status Append(const Json& line) {
-    const std::string text = line.dump() + "\n";
+    // (An upstream's error text may be cut inside a UTF-8 sequence: replaced, never thrown.)
+    const std::string text = line.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
     return journal_->Append(
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
   }
