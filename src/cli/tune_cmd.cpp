@@ -157,6 +157,13 @@ class Trials {
     STRATA_ASSIGN_OR_RETURN(base_flags_, BaseFlags(env_, f_.config));
     base_ = SimConfigOf(base_flags_);
     const bool live = !f_.simulate || f_.check > 0;
+    if (live && !base_flags_.backends.specs.empty()) {
+      // A trial server runs the local engine on -m MODEL; upstreams are
+      // not carried to it, so it would measure something else.
+      return util::InvalidArgumentError(
+          "real trials serve a local model (-m); the configuration's [[backend]] upstreams are "
+          "not carried to trial servers: leave its [[backend]] tables out");
+    }
     if (live) {
       // The trials' model: -m, else the configuration's, else serve's default.
       std::string flag = f_.model;

@@ -284,6 +284,8 @@ expect 0 "0 trials run on a server" -- tune pareto --budget-s 120 --population 4
 expect 0 "median absolute error" -- tune pareto --simulate --check 1 --budget-s 60 --population 4 --generations 1 --scenarios-dir "$tmp/live" -m "$tmp/m.gguf" --out "$tmp/check"
 grep -q '^base,faq,' "$tmp/check/check.csv" || { echo "FAIL: check.csv has no base,faq row"; fail=1; }
 expect 1 "did not start" -- tune sensitivity --budget-s 60 --scenarios-dir "$tmp/live" -m "$tmp/text.gguf" --out "$tmp/nomodel"
+printf '[[backend]]\nkind = "openai"\nurls = ["http://127.0.0.1:9"]\n' >"$tmp/upstream.toml"
+expect 2 "[[backend]] upstreams are not carried" -- tune pareto --config "$tmp/upstream.toml" --budget-s 60 --scenarios-dir "$tmp/live" -m "$tmp/m.gguf" --out "$tmp/upstream"
 
 # strata plan: a model split over two small nodes of a topology file, one
 # that fits nowhere, and bad topologies.
