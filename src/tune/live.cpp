@@ -11,6 +11,7 @@
 
 #include "cache/near_dup.h"
 #include "net/sse.h"
+#include "tune/internal/json_lines.h"
 #include "tune/prompt_text.h"
 #include "util/hash.h"
 #include "util/stats.h"
@@ -109,19 +110,12 @@ util::StatusOr<PromptPool> ParsePromptPool(std::string_view text) {
       STRATA_RETURN_IF_ERROR(add(all[i], fmt::format("element {}", i)));
     }
   } else {
-    int64_t line_no = 0;
-    while (!text.empty()) {
-      const size_t nl = text.find('\n');
-      std::string_view line = text.substr(0, nl);
-      text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-      ++line_no;
-      if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-      const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    STRATA_RETURN_IF_ERROR(internal::ForEachJsonLine(text, [&](const Json& j, int64_t line_no) {
       if (j.is_discarded()) {
         return util::InvalidArgumentError(fmt::format("line {}: not JSON", line_no));
       }
-      STRATA_RETURN_IF_ERROR(add(j, fmt::format("line {}", line_no)));
-    }
+      return add(j, fmt::format("line {}", line_no));
+    }));
   }
   if (pool.questions.empty()) return util::InvalidArgumentError("no questions");
   return pool;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "tune/internal/json_lines.h"
 #include "util/random.h"
 
 namespace strata::tune {
@@ -120,27 +121,19 @@ std::string PromptBuilder::Mooncake(std::span<const int64_t> hash_ids, int64_t t
 
 util::StatusOr<std::vector<std::string>> ParsePromptFile(std::string_view text) {
   std::vector<std::string> out;
-  int64_t line_no = 0;
-  while (!text.empty()) {
-    const size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    ++line_no;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) {
-      line.remove_suffix(1);
-    }
-    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
-    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_string()) {
-      out.push_back(j.get<std::string>());
-    } else if (j.is_object() && j.contains("prompt") && j["prompt"].is_string()) {
-      out.push_back(j["prompt"].get<std::string>());
-    } else {
-      return util::InvalidArgumentError(
-          "line " + std::to_string(line_no) +
-          ": expected a JSON string or an object with a string \"prompt\"");
-    }
-  }
+  STRATA_RETURN_IF_ERROR(
+      internal::ForEachJsonLine(text, [&](const nlohmann::json& j, int64_t line_no) {
+        if (j.is_string()) {
+          out.push_back(j.get<std::string>());
+        } else if (j.is_object() && j.contains("prompt") && j["prompt"].is_string()) {
+          out.push_back(j["prompt"].get<std::string>());
+        } else {
+          return util::InvalidArgumentError(
+              "line " + std::to_string(line_no) +
+              ": expected a JSON string or an object with a string \"prompt\"");
+        }
+        return util::OkStatus();
+      }));
   if (out.empty()) return util::InvalidArgumentError("no prompts");
   return out;
 }
