@@ -6,7 +6,6 @@
 // serve: tests/integration/cli_test.sh, "Real trials".)
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -27,7 +26,6 @@ struct LiveRun {
   Scenario scenario;
   std::vector<WorkloadRequest> requests;
   util::StatusOr<std::vector<LiveRecord>> records = util::InternalError("not run");
-  double seconds = 0;
 };
 
 LiveRun RunOn(const std::string& url, const std::string& scenario_toml, double request_s = 5) {
@@ -50,9 +48,7 @@ LiveRun RunOn(const std::string& url, const std::string& scenario_toml, double r
   o.model = "demo";
   o.request_s = request_s;
   o.drain_s = 10;
-  const auto t0 = std::chrono::steady_clock::now();
   run.records = RunLive(*s, run.requests, text, o, **client, util::RealClock());
-  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   (*client)->Stop();
   return run;
 }
@@ -116,13 +112,12 @@ TEST(RunLiveTest, ErrorsAndStallsEndAsFailedRecordsNotAHang) {
   EXPECT_FALSE(rec[0].ok);
   EXPECT_EQ(rec[0].http_status, 503);
   EXPECT_NE(rec[0].error.find("503"), std::string::npos) << rec[0].error;
-  EXPECT_FALSE(rec[1].ok);  // stalled: its deadline ended it
-  EXPECT_FALSE(rec[1].error.empty());
+  EXPECT_FALSE(rec[1].ok);  // stalled: its own deadline ended it, not the run's drain
+  EXPECT_NE(rec[1].error.find("within 1000 ms"), std::string::npos) << rec[1].error;
   for (size_t i = 2; i < rec.size(); ++i) {
     EXPECT_TRUE(rec[i].ok) << i << ": " << rec[i].error;
     EXPECT_GE(rec[i].sent_s + 1e-3, rec[i - 1].done_s) << "one at a time";
   }
-  EXPECT_LT(run.seconds, 10);
   References refs;
   const LiveSummary sum = Summarise(run.scenario, run.requests, rec, refs, nullptr);
   EXPECT_EQ(sum.errors, 2);
@@ -144,7 +139,6 @@ TEST(RunLiveTest, AServerThatIsGoneFailsEveryRequest) {
     EXPECT_FALSE(r.error.empty());
     EXPECT_GE(r.sent_s, 0);
   }
-  EXPECT_LT(run.seconds, 10);
   // No URL at all: an argument error, nothing sent.
   auto log = util::NewNullLogger();
   auto client = net::HttpClient::Create({}, *log);
