@@ -16,10 +16,9 @@
 #include "cli/commands.h"
 #include "cli/serve_config.h"
 #include "cli/serve_flags.h"
-#include "cli/tune_calibrate.h"
 #include "cli/tune_live.h"
 #include "cli/tune_report.h"
-#include "config/config.h"
+#include "cli/tune_tools.h"
 #include "tune/live.h"
 #include "tune/scenario.h"
 #include "tune/search.h"
@@ -62,16 +61,6 @@ struct TuneFlags {
   int32_t threads = 2;
   std::string cost_out = "cost.json";
 };
-
-// The base configuration: serve's defaults, or a configuration file's values.
-util::StatusOr<ServeFlags> BaseFlags(const Env& env, const std::string& path) {
-  ServeFlags f;
-  if (!path.empty()) {
-    STRATA_ASSIGN_OR_RETURN(config::Document doc, ReadConfigFile(env, path, ServeFileSchema()));
-    ApplyConfig(doc, {}, f);
-  }
-  return f;
-}
 
 // Everything one search needs: the scenarios with their requests, the cost
 // model, the journal, the budget and the progress line.
@@ -658,79 +647,6 @@ int RunPareto(const Env& env, const TuneFlags& f) {
   return Finished(t, "pareto");
 }
 
-// One configuration in the simulator, per scenario: what `tune check`
-// compares with a real run.
-int RunSimulate(const Env& env, const TuneFlags& f) {
-  auto base = BaseFlags(env, f.config);
-  if (!base.ok()) return UsageError(base.status().message());
-  tune::CostModel cost;
-  if (!f.cost.empty()) {
-    auto text = env.fs->ReadFile(f.cost);
-    if (!text.ok()) return ReportError(text.status());
-    auto parsed = tune::ParseCostModel(*text);
-    if (!parsed.ok()) return UsageError("--cost: " + parsed.status().message());
-    cost = *parsed;
-  }
-  auto all = tune::LoadScenarios(*env.fs, f.scenarios_dir, f.scenarios);
-  if (!all.ok()) return UsageError(all.status().message());
-  if (f.duration_s < 0 || f.duration_s > 86400)
-    return UsageError("--duration must be in [0, 86400]");
-  Json out = Json::object();
-  for (tune::Scenario s : *all) {
-    if (f.duration_s > 0) s.duration_s = f.duration_s;
-    std::vector<tune::RequestSpec> trace;
-    if (s.arrival == tune::ArrivalProcess::kTrace) {
-      auto text = env.fs->ReadFile(s.trace);
-      if (!text.ok()) {
-        std::fprintf(stderr, "scenario %s skipped: %s\n", s.name.c_str(),
-                     text.status().message().c_str());
-        continue;
-      }
-      auto parsed = tune::ParseTrace(s.trace_format, *text);
-      if (!parsed.ok()) return ReportError(parsed.status());
-      trace = std::move(parsed->requests);
-    }
-    auto requests = tune::Requests(s, f.seed, &trace);
-    if (!requests.ok()) return ReportError(requests.status());
-    if (s.warmup_s >= s.duration_s) {
-      std::fprintf(stderr, "scenario %s: its warm-up (%.0f s) covers the whole duration: no TTFT\n",
-                   s.name.c_str(), s.warmup_s);
-    }
-    const tune::SimResult r = tune::Simulate(s, *requests, SimConfigOf(*base), cost, f.seed);
-    std::printf(
-        "%-22s %5lld requests  %7.3f req/s  TTFT P50/P95/P99 %6.0f / %6.0f / %6.0f ms  "
-        "errors %.4f  quality %.4f  hits l1 %lld l3 %lld semantic %lld  cached prompt "
-        "%.0f%%\n",
-        s.name.c_str(), static_cast<long long>(r.requests), r.throughput_rps, r.ttft_p50_s * 1e3,
-        r.ttft_p95_s * 1e3, r.ttft_p99_s * 1e3, r.error_rate, r.quality,
-        static_cast<long long>(r.l1_hits), static_cast<long long>(r.l3_hits),
-        static_cast<long long>(r.semantic_hits),
-        r.prompt_tokens > 0 ? 100.0 * r.cached_prompt_tokens / r.prompt_tokens : 0.0);
-    out[s.name] = {{"requests", r.requests},     {"throughput_rps", r.throughput_rps},
-                   {"ttft_p50_s", r.ttft_p50_s}, {"ttft_p95_s", r.ttft_p95_s},
-                   {"ttft_p99_s", r.ttft_p99_s}, {"error_rate", r.error_rate},
-                   {"quality", r.quality},       {"output_tokens_per_s", r.output_tokens_per_s}};
-  }
-  if (!f.out.empty()) {
-    if (util::Status st = env.fs->WriteFileAtomic(f.out, out.dump(2) + "\n"); !st.ok()) {
-      return ReportError(st);
-    }
-  }
-  return kExitOk;
-}
-
-int RunScenarios(const Env& env, const TuneFlags& f) {
-  auto all = tune::LoadScenarios(*env.fs, f.scenarios_dir);
-  if (!all.ok()) return ReportError(all.status());
-  for (const tune::Scenario& s : *all) {
-    std::string matter;
-    for (const std::string& m : s.metrics) matter += (matter.empty() ? "" : ", ") + m;
-    std::printf("%-22s %s\n%-22s judged on: %s\n", s.name.c_str(), s.description.c_str(), "",
-                matter.c_str());
-  }
-  return kExitOk;
-}
-
 void SearchFlags(CLI::App* cmd, TuneFlags& f) {
   cmd->add_option("--out", f.out, "Directory for the results and the journal");
   cmd->add_option("--resume", f.resume,
@@ -832,8 +748,16 @@ Command RegisterTune(CLI::App& app) {
   return {tune, [f, which](const Env& env) {
             if (*which == "calibrate")
               return RunTuneCalibrate(env, f->model, f->threads, f->cost_out);
-            if (*which == "scenarios") return RunScenarios(env, *f);
-            if (*which == "simulate") return RunSimulate(env, *f);
+            if (*which == "scenarios") return RunTuneScenarios(env, f->scenarios_dir);
+            if (*which == "simulate") {
+              return RunTuneSimulate(env, {.config = f->config,
+                                           .cost = f->cost,
+                                           .scenarios = f->scenarios,
+                                           .scenarios_dir = f->scenarios_dir,
+                                           .duration_s = f->duration_s,
+                                           .seed = f->seed,
+                                           .json_out = f->out});
+            }
             if (*which == "sensitivity") return RunSensitivity(env, *f);
             return RunPareto(env, *f);
           }};

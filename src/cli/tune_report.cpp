@@ -348,4 +348,13 @@ std::string RenderConfig(const ServeFlags& f, const std::string& comment) {
   return out;
 }
 
+util::StatusOr<ServeFlags> BaseFlags(const Env& env, const std::string& path) {
+  ServeFlags f;
+  if (!path.empty()) {
+    STRATA_ASSIGN_OR_RETURN(config::Document doc, ReadConfigFile(env, path, ServeFileSchema()));
+    ApplyConfig(doc, {}, f);
+  }
+  return f;
+}
+
 }  // namespace strata::cli

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/commands.h"
 #include "cli/serve_flags.h"
 #include "tune/search.h"
 #include "tune/simulator.h"
@@ -35,6 +36,9 @@ std::string FrontHtml(const tune::ParetoResult& r, const std::vector<tune::TuneK
                       const std::vector<std::string>& scenarios, const tune::ParetoPoint* chosen,
                       const std::string& source);
 
+// The base configuration: serve's defaults, or a configuration file's
+// values (`path` "" = the defaults).
+util::StatusOr<ServeFlags> BaseFlags(const Env& env, const std::string& path);
 // What the simulator models of `f`. A tier in opt-in mode serves only the
 // requests that ask for it, and a scenario's never do: it counts as off.
 tune::SimConfig SimConfigOf(const ServeFlags& f);

@@ -1,19 +1,28 @@
-#include "cli/tune_calibrate.h"
+#include "cli/tune_tools.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include "cli/tune_report.h"
 #include "engine/engine.h"
 #include "kernels/kernels.h"
 #include "model/transformer.h"
+#include "tune/scenario.h"
 #include "tune/simulator.h"
+#include "tune/trace.h"
 #include "util/clock.h"
 #include "util/random.h"
 
 namespace strata::cli {
+namespace {
+
+using Json = nlohmann::json;
+
+}  // namespace
 
 // The engine's costs on this machine: a prefill chunk's time per token, a
 // decode step's fixed and per-sequence time, and attention's per context token.
@@ -151,6 +160,77 @@ int RunTuneCalibrate(const Env& env, const std::string& model_flag, int32_t thre
       "sequence + %.3f us per context token; wrote %s\n",
       cost.prefill_s_per_token * 1e3, cost.prefill_attention_s_per_token * 1e6, cost.step_s * 1e3,
       cost.decode_s_per_sequence * 1e3, cost.attention_s_per_token * 1e6, out.c_str());
+  return kExitOk;
+}
+
+int RunTuneSimulate(const Env& env, const TuneSimulateArgs& f) {
+  auto base = BaseFlags(env, f.config);
+  if (!base.ok()) return UsageError(base.status().message());
+  tune::CostModel cost;
+  if (!f.cost.empty()) {
+    auto text = env.fs->ReadFile(f.cost);
+    if (!text.ok()) return ReportError(text.status());
+    auto parsed = tune::ParseCostModel(*text);
+    if (!parsed.ok()) return UsageError("--cost: " + parsed.status().message());
+    cost = *parsed;
+  }
+  auto all = tune::LoadScenarios(*env.fs, f.scenarios_dir, f.scenarios);
+  if (!all.ok()) return UsageError(all.status().message());
+  if (f.duration_s < 0 || f.duration_s > 86400)
+    return UsageError("--duration must be in [0, 86400]");
+  Json out = Json::object();
+  for (tune::Scenario s : *all) {
+    if (f.duration_s > 0) s.duration_s = f.duration_s;
+    std::vector<tune::RequestSpec> trace;
+    if (s.arrival == tune::ArrivalProcess::kTrace) {
+      auto text = env.fs->ReadFile(s.trace);
+      if (!text.ok()) {
+        std::fprintf(stderr, "scenario %s skipped: %s\n", s.name.c_str(),
+                     text.status().message().c_str());
+        continue;
+      }
+      auto parsed = tune::ParseTrace(s.trace_format, *text);
+      if (!parsed.ok()) return ReportError(parsed.status());
+      trace = std::move(parsed->requests);
+    }
+    auto requests = tune::Requests(s, f.seed, &trace);
+    if (!requests.ok()) return ReportError(requests.status());
+    if (s.warmup_s >= s.duration_s) {
+      std::fprintf(stderr, "scenario %s: its warm-up (%.0f s) covers the whole duration: no TTFT\n",
+                   s.name.c_str(), s.warmup_s);
+    }
+    const tune::SimResult r = tune::Simulate(s, *requests, SimConfigOf(*base), cost, f.seed);
+    std::printf(
+        "%-22s %5lld requests  %7.3f req/s  TTFT P50/P95/P99 %6.0f / %6.0f / %6.0f ms  "
+        "errors %.4f  quality %.4f  hits l1 %lld l3 %lld semantic %lld  cached prompt "
+        "%.0f%%\n",
+        s.name.c_str(), static_cast<long long>(r.requests), r.throughput_rps, r.ttft_p50_s * 1e3,
+        r.ttft_p95_s * 1e3, r.ttft_p99_s * 1e3, r.error_rate, r.quality,
+        static_cast<long long>(r.l1_hits), static_cast<long long>(r.l3_hits),
+        static_cast<long long>(r.semantic_hits),
+        r.prompt_tokens > 0 ? 100.0 * r.cached_prompt_tokens / r.prompt_tokens : 0.0);
+    out[s.name] = {{"requests", r.requests},     {"throughput_rps", r.throughput_rps},
+                   {"ttft_p50_s", r.ttft_p50_s}, {"ttft_p95_s", r.ttft_p95_s},
+                   {"ttft_p99_s", r.ttft_p99_s}, {"error_rate", r.error_rate},
+                   {"quality", r.quality},       {"output_tokens_per_s", r.output_tokens_per_s}};
+  }
+  if (!f.json_out.empty()) {
+    if (util::Status st = env.fs->WriteFileAtomic(f.json_out, out.dump(2) + "\n"); !st.ok()) {
+      return ReportError(st);
+    }
+  }
+  return kExitOk;
+}
+
+int RunTuneScenarios(const Env& env, const std::string& scenarios_dir) {
+  auto all = tune::LoadScenarios(*env.fs, scenarios_dir);
+  if (!all.ok()) return ReportError(all.status());
+  for (const tune::Scenario& s : *all) {
+    std::string matter;
+    for (const std::string& m : s.metrics) matter += (matter.empty() ? "" : ", ") + m;
+    std::printf("%-22s %s\n%-22s judged on: %s\n", s.name.c_str(), s.description.c_str(), "",
+                matter.c_str());
+  }
   return kExitOk;
 }
 
