@@ -8,6 +8,7 @@
 //   build/release/bench/kernels_bench --benchmark_filter='Q8_0'
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -93,14 +94,15 @@ void BM_MatMul(benchmark::State& state, Isa isa, TensorType type, int64_t tokens
 }
 
 // Times `k` on random queries (head_dim 64) whose key rows are kv +
-// row_offs[m][p] and value rows `v_offset` floats further on; with `layers`
-// above 1, iteration i reads the rows of layer i % layers, layer_floats
-// further on per layer. Counts two MACs per (query, position below
-// `positions`, dimension): the score and the value sum.
+// row_offs[m][p] and value rows `v_offset` elements further on, stored as
+// `type` (the KV cache's element type); with `layers` above 1, iteration i
+// reads the rows of layer i % layers, layer_floats further on per layer.
+// Counts two MACs per (query, position below `positions`, dimension): the
+// score and the value sum.
 void TimeAttend(benchmark::State& state, const KernelTable& k, const std::vector<float>& kv,
                 size_t v_offset, const std::vector<const size_t*>& row_offs,
                 const std::vector<int32_t>& n_pos, int32_t positions, int32_t shared_pos,
-                int layers = 1, size_t layer_floats = 0) {
+                int layers = 1, size_t layer_floats = 0, TensorType type = TensorType::kF32) {
   const int64_t hd = 64;
   const int queries = static_cast<int>(n_pos.size());
   util::Rng rng(7);
@@ -113,22 +115,29 @@ void TimeAttend(benchmark::State& state, const KernelTable& k, const std::vector
     op.push_back(out.data() + m * hd);
   }
   std::vector<float> scratch(AttendScratchFloats(queries, positions, hd));
+  // Every offset here is a multiple of 32 elements: whole Q8_0 blocks.
+  std::vector<uint8_t> stored(KvRowBytes(type, kv.size()));
+  if (type == TensorType::kF32) {
+    std::memcpy(stored.data(), kv.data(), stored.size());
+  } else {
+    QuantizeRow(type, kv.data(), static_cast<int64_t>(kv.size()), stored.data());
+  }
   AttendArgs a;
   a.head_dim = hd;
   a.n_q = queries;
   a.q = qp.data();
   a.n_pos = n_pos.data();
   a.scale = 0.125f;
-  a.k_base = kv.data();
-  a.v_base = kv.data() + v_offset;
+  a.kv_type = type;
   a.row_off = row_offs.data();
   a.shared_pos = shared_pos;
   a.out = op.data();
   a.scratch = scratch.data();
   int layer = 0;
   for (auto _ : state) {
-    a.k_base = kv.data() + static_cast<size_t>(layer) * layer_floats;
-    a.v_base = a.k_base + v_offset;
+    const size_t at = static_cast<size_t>(layer) * layer_floats;
+    a.k_base = stored.data() + KvRowBytes(type, at);
+    a.v_base = stored.data() + KvRowBytes(type, at + v_offset);
     k.attend(a);
     benchmark::DoNotOptimize(out.data());
     layer = layer + 1 == layers ? 0 : layer + 1;
@@ -141,7 +150,7 @@ void TimeAttend(benchmark::State& state, const KernelTable& k, const std::vector
 // heads of a KV head; 64: a prefill tile of 8 tokens of one sequence) over
 // `positions` cached positions, rows stored as in a KV block (kv_dim 256
 // floats apart).
-void BM_Attend(benchmark::State& state, Isa isa, int queries, int32_t positions) {
+void BM_Attend(benchmark::State& state, Isa isa, int queries, int32_t positions, TensorType type) {
   const KernelTable* k = GetKernels(isa);
   if (k == nullptr) {
     state.SkipWithError("ISA not available on this CPU");
@@ -160,7 +169,7 @@ void BM_Attend(benchmark::State& state, Isa isa, int queries, int32_t positions)
   }
   TimeAttend(state, *k, kv, static_cast<size_t>(positions * stride),
              std::vector<const size_t*>(static_cast<size_t>(queries), row_off.data()), n_pos,
-             positions, 0);
+             positions, 0, 1, 0, type);
 }
 
 // Decode of 8 sequences on one system prompt: one token each (8 query heads),
@@ -208,7 +217,7 @@ void BM_AttendShared(benchmark::State& state, Isa isa, bool claimed, int layers)
 }
 
 void Register() {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     for (bool claimed : {false, true}) {
       const std::string name = std::string("Attend/") + std::string(IsaName(isa)) +
                                "/8_sequences_sharing_992_of_1024/" +
@@ -223,15 +232,20 @@ void Register() {
         ->Unit(benchmark::kMicrosecond)
         ->MinTime(0.3);
   }
-  for (Isa isa : {Isa::kScalar, Isa::kAvx512}) {
-    for (int queries : {8, 64}) {
-      for (int32_t positions : {128, 1024}) {
-        const std::string name = std::string("Attend/") + std::string(IsaName(isa)) +
-                                 "/queries:" + std::to_string(queries) +
-                                 "/positions:" + std::to_string(positions);
-        benchmark::RegisterBenchmark(name.c_str(), BM_Attend, isa, queries, positions)
-            ->Unit(benchmark::kMicrosecond)
-            ->MinTime(0.3);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    for (TensorType type : {TensorType::kF32, TensorType::kF16, TensorType::kQ8_0}) {
+      for (int queries : {8, 64}) {
+        for (int32_t positions : {128, 1024, 16384}) {
+          // The long context: decode only (8 queries), and not on the scalar table.
+          if (positions > 1024 && (queries > 8 || isa == Isa::kScalar)) continue;
+          const std::string name = std::string("Attend/") + std::string(IsaName(isa)) + "/" +
+                                   std::string(TypeName(type)) +
+                                   "/queries:" + std::to_string(queries) +
+                                   "/positions:" + std::to_string(positions);
+          benchmark::RegisterBenchmark(name.c_str(), BM_Attend, isa, queries, positions, type)
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(0.3);
+        }
       }
     }
   }

@@ -34,6 +34,8 @@ struct BenchFlags {
   int32_t threads = 2;
   int32_t reps = 5;
   int32_t batch = 512;
+  int32_t depth = 0;  // tokens already in the context of every test
+  std::string kv_type = "f16";
   std::string json;
   bool no_bandwidth = false;
   std::string log_level = "warn";
@@ -210,6 +212,11 @@ int RunBench(const Env& env, const BenchFlags& f) {
   if (f.reps < 1 || f.reps > 1000)
     return UsageError(fmt::format("-r {} is outside [1, 1000]", f.reps));
   if (f.batch < 1) return UsageError("--batch must be >= 1");
+  if (f.depth < 0 || f.depth > (1 << 20)) {
+    return UsageError(fmt::format("--depth {} is outside [0, 1048576]", f.depth));
+  }
+  const util::StatusOr<kernels::TensorType> kv_type = engine::ParseKvType(f.kv_type);
+  if (!kv_type.ok()) return UsageError("--kv-type: " + kv_type.status().message());
   auto log = MakeLogger(f.log_level);
   auto path = ResolveModelPath(env, f.model, *log);
   if (!path.ok()) return ReportError(path.status());
@@ -222,7 +229,10 @@ int RunBench(const Env& env, const BenchFlags& f) {
   const model::ModelConfig& c = m.config();
   engine::EngineOptions eo;
   eo.n_threads = f.threads;
-  eo.n_ctx = std::max(f.n_prompt, f.n_gen) + 16;
+  eo.n_ctx = f.depth + std::max(f.n_prompt, f.n_gen) + 16;
+  eo.kv_type = *kv_type;
+  // Room for a test's sequence beside the cached depth blocks it adopts.
+  eo.n_seq_max = f.depth > 0 ? 2 : 1;
   auto created = engine::Engine::Create(m, eo, *log);
   if (!created.ok()) return ReportError(created.status());
   engine::Engine& eng = **created;
@@ -243,9 +253,27 @@ int RunBench(const Env& env, const BenchFlags& f) {
   }
   const double load_to_first_ms = util::SecondsBetween(t_load, clock.Now()) * 1e3;
 
+  // --depth: every test's sequence starts with the same `depth` tokens,
+  // computed once (untimed) and then adopted from the prefix cache, so a
+  // test measures its own tokens attending over that much context.
+  const std::vector<int32_t> depth_tokens = random_tokens(f.depth);
+  constexpr uint64_t kDepthNamespace = 1;
+  auto start = [&]() -> util::StatusOr<engine::SeqId> {
+    if (f.depth == 0) return eng.NewSequence();
+    const engine::SeqId s = eng.NewSequence(kDepthNamespace);
+    const int32_t adopted = eng.AttachCachedPrefix(s, depth_tokens);
+    for (int32_t i = adopted; i < f.depth; i += f.batch) {
+      const int32_t k = std::min(f.batch, f.depth - i);
+      engine::Engine::Work w{
+          s, std::span(depth_tokens).subspan(static_cast<size_t>(i), static_cast<size_t>(k)),
+          false};
+      STRATA_RETURN_IF_ERROR(eng.Step(std::span(&w, 1)));
+    }
+    return s;
+  };
   auto run_prompt = [&](int32_t n) -> util::StatusOr<double> {
     const auto tokens = random_tokens(n);
-    const engine::SeqId s = eng.NewSequence();
+    STRATA_ASSIGN_OR_RETURN(const engine::SeqId s, start());
     const auto t0 = clock.Now();
     for (int32_t i = 0; i < n; i += f.batch) {
       const int32_t k = std::min(f.batch, n - i);
@@ -259,7 +287,7 @@ int RunBench(const Env& env, const BenchFlags& f) {
   };
   auto run_gen = [&](int32_t n) -> util::StatusOr<double> {
     const auto tokens = random_tokens(n);
-    const engine::SeqId s = eng.NewSequence();
+    STRATA_ASSIGN_OR_RETURN(const engine::SeqId s, start());
     const auto t0 = clock.Now();
     for (int32_t i = 0; i < n; ++i) {
       engine::Engine::Work w{s, std::span(tokens).subspan(static_cast<size_t>(i), 1), true};
@@ -271,8 +299,12 @@ int RunBench(const Env& env, const BenchFlags& f) {
   };
 
   std::vector<TestResult> results;
-  if (f.n_prompt > 0) results.push_back({fmt::format("pp{}", f.n_prompt), f.n_prompt, 0, {}});
-  if (f.n_gen > 0) results.push_back({fmt::format("tg{}", f.n_gen), 0, f.n_gen, {}});
+  // Named as llama-bench names them: "tg128", or "tg128 @ d4096" at a depth.
+  const std::string at = f.depth > 0 ? fmt::format(" @ d{}", f.depth) : "";
+  if (f.n_prompt > 0) {
+    results.push_back({fmt::format("pp{}{}", f.n_prompt, at), f.n_prompt, 0, {}});
+  }
+  if (f.n_gen > 0) results.push_back({fmt::format("tg{}{}", f.n_gen, at), 0, f.n_gen, {}});
   for (TestResult& t : results) {
     auto run = [&]() { return t.n_prompt > 0 ? run_prompt(t.n_prompt) : run_gen(t.n_gen); };
     auto warm = run();  // warm-up, not counted
@@ -312,8 +344,15 @@ int RunBench(const Env& env, const BenchFlags& f) {
   // A test's share of the machine's limit: decode against the read
   // bandwidth (it streams the weights once per token), prefill against the
   // int8 peak (it multiplies them by a batch of tokens); 0 when unmeasured.
+  // A decode step also reads the KV rows of its context: on average the
+  // depth and half the test's own tokens.
+  const double kv_per_token =
+      static_cast<double>(eng.kv_pool().bytes_per_block()) / eng.kv_pool().block_size();
+  auto read_bytes = [&](const TestResult& t) {
+    return step_bytes + (f.depth + t.n_gen / 2.0) * kv_per_token;
+  };
   auto fraction_of_limit = [&](const TestResult& t) {
-    if (t.n_gen > 0) return bandwidth > 0 ? t.Median() * step_bytes / bandwidth : 0.0;
+    if (t.n_gen > 0) return bandwidth > 0 ? t.Median() * read_bytes(t) / bandwidth : 0.0;
     return int8_peak > 0 ? t.Median() * token_ops / int8_peak : 0.0;
   };
 
@@ -323,16 +362,19 @@ int RunBench(const Env& env, const BenchFlags& f) {
       fmt::format("{} {:.2f}B {}", c.architecture, static_cast<double>(c.n_params) / 1e9,
                   m.WeightTypeSummary());
   const std::string isa(kernels::IsaName(eng.kernels().isa));
-  fmt::print("| {:<28} | {:>10} | {:>8} | {:<11} | {:>7} | {:>6} | {:>9} | {:>17} |\n", "model",
-             "size", "params", "backend", "threads", "test", "t/s", "min .. max");
-  fmt::print("| {:-<28} | {:->10} | {:->8} | {:-<11} | {:->7} | {:->6} | {:->9} | {:->17} |\n", "",
-             "", "", "", "", "", "", "");
+  const std::string kv_name(kernels::TypeName(*kv_type));
+  fmt::print("| {:<28} | {:>10} | {:>8} | {:<11} | {:>7} | {:>4} | {:>14} | {:>9} | {:>17} |\n",
+             "model", "size", "params", "backend", "threads", "KV", "test", "t/s", "min .. max");
+  fmt::print(
+      "| {:-<28} | {:->10} | {:->8} | {:-<11} | {:->7} | {:->4} | {:->14} | {:->9} | {:->17} |\n",
+      "", "", "", "", "", "", "", "", "");
   for (const TestResult& t : results) {
     fmt::print(
-        "| {:<28} | {:>10} | {:>8} | {:<11} | {:>7} | {:>6} | {:>9.2f} | {:>7.2f} .. {:>7.2f} |\n",
+        "| {:<28} | {:>10} | {:>8} | {:<11} | {:>7} | {:>4} | {:>14} | {:>9.2f} | {:>7.2f} .. "
+        "{:>7.2f} |\n",
         model_desc, HumanBytes(file_bytes),
         fmt::format("{:.2f} B", static_cast<double>(c.n_params) / 1e9), "CPU " + isa, f.threads,
-        t.name, t.Median(), t.Min(), t.Max());
+        kv_name, t.name, t.Median(), t.Min(), t.Max());
   }
   std::fprintf(stdout, "\nload to first token: %.1f ms (warm page cache)\n", load_to_first_ms);
   if (bandwidth > 0) {
@@ -341,7 +383,7 @@ int RunBench(const Env& env, const BenchFlags& f) {
       std::fprintf(
           stdout,
           "%s reads %.2f GB/token: %.1f GB/s of a measured %.1f GB/s read bandwidth (%.0f%%)\n",
-          t.name.c_str(), step_bytes / 1e9, t.Median() * step_bytes / 1e9, bandwidth / 1e9,
+          t.name.c_str(), read_bytes(t) / 1e9, t.Median() * read_bytes(t) / 1e9, bandwidth / 1e9,
           100.0 * fraction_of_limit(t));
     }
   }
@@ -381,10 +423,14 @@ int RunBench(const Env& env, const BenchFlags& f) {
     j["rss_bytes"] = rss;
     j["peak_rss_bytes"] = hwm;
     j["kv_cache_bytes"] = kv_bytes;
+    j["kv_type"] = kv_name;
+    j["kv_bytes_per_token"] = kv_per_token;
+    j["depth"] = f.depth;
     for (const TestResult& t : results) {
       j["tests"].push_back({{"name", t.name},
                             {"n_prompt", t.n_prompt},
                             {"n_gen", t.n_gen},
+                            {"depth", f.depth},
                             {"tokens_per_s", t.tps},
                             {"median", t.Median()},
                             {"min", t.Min()},
@@ -415,6 +461,11 @@ Command RegisterBench(CLI::App& app) {
   cmd->add_option("-r,--reps", f->reps, "Repetitions of each test (after one warm-up)")
       ->capture_default_str();
   cmd->add_option("-b,--batch", f->batch, "Prompt tokens per forward pass")->capture_default_str();
+  cmd->add_option("-d,--depth", f->depth,
+                  "Tokens already in the context of every test (computed once, untimed)")
+      ->capture_default_str();
+  cmd->add_option("--kv-type", f->kv_type, "KV cache element type: f32, f16 or q8_0")
+      ->capture_default_str();
   cmd->add_option("--json", f->json, "Also write the results as JSON to FILE ('-' = stdout)");
   cmd->add_flag("--no-bandwidth", f->no_bandwidth,
                 "Skip measuring the machine's limits (read bandwidth, int8 peak)");

@@ -25,6 +25,7 @@ struct GenerateFlags {
   int64_t seed = -1;
   int32_t threads = 2;
   int32_t ctx = 0;
+  std::string kv_type = "f16";
   bool no_echo = false;
   std::string log_level = "warn";
 };
@@ -101,6 +102,9 @@ int RunGenerate(const Env& env, const GenerateFlags& f) {
   sp.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
   if (util::Status st = sampling::Validate(sp); !st.ok()) return UsageError(st.message());
 
+  const util::StatusOr<kernels::TensorType> parsed_kv = engine::ParseKvType(f.kv_type);
+  if (!parsed_kv.ok()) return UsageError("--kv-type: " + parsed_kv.status().message());
+  const kernels::TensorType kv_type = *parsed_kv;
   auto log = MakeLogger(f.log_level);
   auto path = ResolveModelPath(env, f.model, *log);
   if (!path.ok()) return ReportError(path.status());
@@ -113,6 +117,7 @@ int RunGenerate(const Env& env, const GenerateFlags& f) {
   engine::EngineOptions eo;
   eo.n_threads = f.threads;
   eo.n_ctx = f.ctx;
+  eo.kv_type = kv_type;
   auto eng = engine::Engine::Create(**model, eo, *log);
   if (!eng.ok()) return ReportError(eng.status());
 
@@ -162,6 +167,8 @@ Command RegisterGenerate(CLI::App& app) {
   cmd->add_option("-s,--seed", f->seed, "Random seed; -1 = random (printed at the end)")
       ->capture_default_str();
   cmd->add_option("-t,--threads", f->threads, "Threads")->capture_default_str();
+  cmd->add_option("--kv-type", f->kv_type, "KV cache element type: f32, f16 or q8_0")
+      ->capture_default_str();
   cmd->add_option("-c,--ctx", f->ctx, "Context size in tokens; 0 = the model's")
       ->capture_default_str();
   cmd->add_flag("--no-echo", f->no_echo, "Do not print the prompt before the continuation");

@@ -219,6 +219,9 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   if (!f.rt_fallback.empty() && f.rt_switcher != "on") {
     return util::InvalidArgumentError("--rt-fallback needs --rt-switcher on");
   }
+  if (const auto kv_type = engine::ParseKvType(f.kv_type); !kv_type.ok()) {
+    return util::InvalidArgumentError(fmt::format("--kv-type: {}", kv_type.status().message()));
+  }
   const std::optional<cache::PolicyKind> l2_policy = cache::ParsePolicyKind(f.l2_policy);
   if (!l2_policy) {
     return util::InvalidArgumentError(
@@ -430,8 +433,8 @@ void LogCacheTiers(const ServeFlags& f, const ServePlan& plan, const gateway::Ga
   }
   log.Info("{}", DescribeCacheFlags(f.cache, go));
   if (local == nullptr) return;
-  log.Info("prefix cache (L2): {} KV tokens per model, eviction {}",
-           f.kv_tokens > 0 ? fmt::format("{}", f.kv_tokens) : "8 contexts' worth of",
+  log.Info("prefix cache (L2): {} KV tokens of {} per model, eviction {}",
+           f.kv_tokens > 0 ? fmt::format("{}", f.kv_tokens) : "8 contexts' worth of", f.kv_type,
            cache::PolicyKindName(plan.l2_policy));
   for (const std::string& line : local->Describe()) log.Info("{}", line);
 }
@@ -726,6 +729,10 @@ Command RegisterServe(CLI::App& app) {
   cmd->add_option("-c,--ctx", f->ctx, "Context per request in tokens (capped by the model's)")
       ->capture_default_str();
   cmd->add_option("--kv-tokens", f->kv_tokens, "KV cache capacity in tokens; 0 = 8 contexts");
+  cmd->add_option("--kv-type", f->kv_type,
+                  "KV cache element type: f32, f16 (half the memory) or q8_0 (about a quarter; "
+                  "head dimension a multiple of 32)")
+      ->capture_default_str();
   cmd->add_option("--parallel", f->parallel, "Requests decoding at once")->capture_default_str();
   cmd->add_option("--queue", f->queue, "Requests waiting beyond --parallel before 429")
       ->capture_default_str();

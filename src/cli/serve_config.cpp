@@ -335,6 +335,8 @@ std::vector<ServeKnob> MakeServeKnobs() {
   k.push_back(Bind("engine.kv_tokens", "--kv-tokens",
                    [](ServeFlags & f) -> auto& { return f.kv_tokens; },
                    {.unit = "tokens", .min = 0, .max = 1 << 30}));
+  k.push_back(Bind("engine.kv_type", "--kv-type", [](ServeFlags & f) -> auto& { return f.kv_type; },
+                   {.choices = {"f32", "f16", "q8_0"}}));
   k.push_back(Bind("engine.parallel", "--parallel",
                    [](ServeFlags & f) -> auto& { return f.parallel; },
                    {.unit = "requests", .min = 1, .max = 4096}));

@@ -44,6 +44,7 @@ struct ServeFlags {
   std::string warm_from;       // --warm-from: a cache snapshot loaded before serving
   int32_t ctx = 4096;
   int32_t kv_tokens = 0;
+  std::string kv_type = "f16";  // --kv-type f32 | f16 | q8_0
   int32_t parallel = 16;
   int32_t queue = 64;
   int32_t batch_tokens = 512;

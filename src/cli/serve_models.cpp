@@ -57,6 +57,9 @@ engine::EngineOptions EngineOptionsFor(const ServeFlags& f, const model::ModelCo
   o.n_ctx = n_ctx;
   const int32_t kv_tokens = std::max(n_ctx, f.kv_tokens > 0 ? f.kv_tokens : 8 * n_ctx);
   o.n_kv_blocks = (kv_tokens + o.block_size - 1) / o.block_size;
+  // Checked with the other flags before any model loads.
+  const util::StatusOr<kernels::TensorType> kv_type = engine::ParseKvType(f.kv_type);
+  if (kv_type.ok()) o.kv_type = *kv_type;
   return o;
 }
 
@@ -64,7 +67,7 @@ engine::EngineOptions EngineOptionsFor(const ServeFlags& f, const model::ModelCo
 // KV pool (reserved in full, though touched only as blocks fill).
 uint64_t ModelResidentBytes(const model::ModelConfig& config, const engine::EngineOptions& o) {
   const uint64_t kv = static_cast<uint64_t>(o.n_kv_blocks) *
-                      config.kv_layout(o.block_size).block_floats() * sizeof(float);
+                      config.kv_layout(o.block_size, o.kv_type).block_bytes();
   return config.weight_bytes + kv;
 }
 

@@ -8,6 +8,15 @@
 
 namespace strata::engine {
 
+util::StatusOr<kernels::TensorType> ParseKvType(std::string_view name) {
+  const std::optional<kernels::TensorType> t = kernels::ParseTensorType(name);
+  if (!t || !kernels::IsKvType(*t)) {
+    return util::InvalidArgumentError(
+        fmt::format("KV type '{}' is not one of f32, f16, q8_0", name));
+  }
+  return *t;
+}
+
 util::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model,
                                                        const EngineOptions& o, util::Logger& log) {
   const model::ModelConfig& c = model.config();
@@ -25,6 +34,16 @@ util::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model
   if (o.n_ctx < 0 || o.n_kv_blocks < 0) {
     return util::InvalidArgumentError("context size and KV block count must not be negative");
   }
+  if (!kernels::IsKvType(o.kv_type)) {
+    return util::InvalidArgumentError(
+        fmt::format("KV type {} is not one of F32, F16, Q8_0", kernels::TypeName(o.kv_type)));
+  }
+  if (o.kv_type == kernels::TensorType::kQ8_0 && c.head_dim % 32 != 0) {
+    return util::InvalidArgumentError(fmt::format(
+        "a Q8_0 KV cache needs a head dimension that is a multiple of 32; this model's is {} "
+        "(use f16)",
+        c.head_dim));
+  }
   const int32_t n_ctx = o.n_ctx == 0 ? c.n_ctx_train : o.n_ctx;
   if (n_ctx > c.n_ctx_train) {
     log.Warn("context {} exceeds the model's training context {}; quality may suffer", n_ctx,
@@ -32,8 +51,8 @@ util::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model
   }
   const int64_t per_seq = (n_ctx + o.block_size - 1) / o.block_size;
   const int64_t n_blocks = o.n_kv_blocks > 0 ? o.n_kv_blocks : per_seq * o.n_seq_max;
-  const double bytes = static_cast<double>(c.kv_layout(o.block_size).block_floats()) * 4.0 *
-                       static_cast<double>(n_blocks);
+  const model::KvLayout layout = c.kv_layout(o.block_size, o.kv_type);
+  const double bytes = static_cast<double>(layout.block_bytes()) * static_cast<double>(n_blocks);
   if (n_blocks > INT32_MAX || bytes > 1024.0 * 1024 * 1024 * 1024) {
     return util::InvalidArgumentError(fmt::format("KV cache of {} blocks ({:.1f} GiB) is too large",
                                                   n_blocks, bytes / (1024.0 * 1024 * 1024)));
@@ -42,23 +61,25 @@ util::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model
   std::unique_ptr<BlockEvictionPolicy> eviction =
       o.block_eviction ? o.block_eviction(static_cast<int32_t>(n_blocks)) : nullptr;
   log.Info(
-      "engine: {} threads, {} kernels, context {}, KV cache {} blocks x {} tokens ({:.1f} MiB)",
+      "engine: {} threads, {} kernels, context {}, KV cache {} blocks x {} tokens of {} ({:.1f} "
+      "MiB, {:.1f} KiB per token)",
       o.n_threads, kernels::IsaName(kernels.isa), n_ctx, n_blocks, o.block_size,
-      bytes / (1024.0 * 1024.0));
+      kernels::TypeName(o.kv_type), bytes / (1024.0 * 1024.0),
+      static_cast<double>(layout.block_bytes()) / o.block_size / 1024.0);
   auto threads = std::make_unique<util::ThreadPool>(o.n_threads);
   if (!o.cpus.empty()) STRATA_RETURN_IF_ERROR(threads->PinWorkers(o.cpus));
   return std::unique_ptr<Engine>(new Engine(model, n_ctx, std::move(threads),
-                                            static_cast<int32_t>(n_blocks), o.block_size, kernels,
-                                            std::move(eviction)));
+                                            static_cast<int32_t>(n_blocks), o.block_size, o.kv_type,
+                                            kernels, std::move(eviction)));
 }
 
 Engine::Engine(const model::Model& model, int32_t n_ctx, std::unique_ptr<util::ThreadPool> threads,
-               int32_t n_blocks, int32_t block_size, const kernels::KernelTable& kernels,
-               std::unique_ptr<BlockEvictionPolicy> eviction)
+               int32_t n_blocks, int32_t block_size, kernels::TensorType kv_type,
+               const kernels::KernelTable& kernels, std::unique_ptr<BlockEvictionPolicy> eviction)
     : model_(model),
       n_ctx_(n_ctx),
       threads_(std::move(threads)),
-      pool_(model.config(), n_blocks, block_size, std::move(eviction)),
+      pool_(model.config(), n_blocks, block_size, std::move(eviction), kv_type),
       forward_(model, *threads_, kernels) {}
 
 SeqId Engine::NewSequence(uint64_t cache_namespace) {

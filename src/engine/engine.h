@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -48,6 +49,10 @@ struct EngineOptions {
   int32_t block_size = 16;  // [1, 1024] token positions per KV block
   int32_t n_kv_blocks = 0;  // 0 = enough for n_seq_max full sequences
   int32_t n_seq_max = 1;    // [1, 4096] used only to size the default pool
+  // The KV cache's element type: F32, F16 (half the bytes of F32, the
+  // default) or Q8_0 (about a quarter; models whose head dimension is a
+  // multiple of 32). ParseKvType reads the flag's spelling.
+  kernels::TensorType kv_type = kernels::TensorType::kF16;
   const kernels::KernelTable* kernels = nullptr;  // nullptr = the best for this CPU
   // Which unreferenced cached block to reclaim; nullptr = LRU.
   std::function<std::unique_ptr<BlockEvictionPolicy>(int32_t n_blocks)> block_eviction;
@@ -56,6 +61,10 @@ struct EngineOptions {
   // thread 0, binds itself (the scheduler: SchedulerOptions::cpus).
   std::vector<int32_t> cpus;
 };
+
+// "f32", "f16" or "q8_0" (any case): the KV types an engine can hold;
+// InvalidArgument naming them otherwise.
+util::StatusOr<kernels::TensorType> ParseKvType(std::string_view name);
 
 class Engine {
  public:
@@ -124,8 +133,8 @@ class Engine {
     std::vector<uint64_t> chain;   // chain hash of each published block
   };
   Engine(const model::Model& model, int32_t n_ctx, std::unique_ptr<util::ThreadPool> threads,
-         int32_t n_blocks, int32_t block_size, const kernels::KernelTable& kernels,
-         std::unique_ptr<BlockEvictionPolicy> eviction);
+         int32_t n_blocks, int32_t block_size, kernels::TensorType kv_type,
+         const kernels::KernelTable& kernels, std::unique_ptr<BlockEvictionPolicy> eviction);
   // The chain hash of a block after `parent` (never 0).
   static uint64_t ChainHash(uint64_t parent, std::span<const int32_t> block_tokens);
   // Publishes the sequence's newly completed full blocks.

@@ -7,14 +7,14 @@
 namespace strata::engine {
 
 KvBlockPool::KvBlockPool(const model::ModelConfig& config, int32_t n_blocks, int32_t block_size,
-                         std::unique_ptr<BlockEvictionPolicy> eviction)
+                         std::unique_ptr<BlockEvictionPolicy> eviction, kernels::TensorType kv_type)
     : n_blocks_(n_blocks),
       block_size_(block_size),
-      layout_(config.kv_layout(block_size)),
-      bytes_(layout_.block_floats() * sizeof(float) * static_cast<size_t>(n_blocks)),
-      // new float[] without () leaves the memory untouched: pages are faulted in
-      // only when a block is first written.
-      data_(new float[layout_.block_floats() * static_cast<size_t>(n_blocks)]),
+      layout_(config.kv_layout(block_size, kv_type)),
+      bytes_(layout_.block_bytes() * static_cast<size_t>(n_blocks)),
+      // new uint8_t[] without () leaves the memory untouched: pages are
+      // faulted in only when a block is first written.
+      data_(new uint8_t[bytes_]),
       refs_(static_cast<size_t>(n_blocks), 0),
       hashes_(static_cast<size_t>(n_blocks), 0),
       parents_(static_cast<size_t>(n_blocks), 0),
@@ -22,6 +22,8 @@ KvBlockPool::KvBlockPool(const model::ModelConfig& config, int32_t n_blocks, int
       child_slot_(static_cast<size_t>(n_blocks), 0),
       eviction_(eviction ? std::move(eviction) : NewLruBlockEviction(n_blocks)) {
   STRATA_CHECK(n_blocks > 0 && block_size > 0);
+  STRATA_CHECK(kernels::IsKvType(kv_type) &&
+               (kv_type != kernels::TensorType::kQ8_0 || config.head_dim % 32 == 0));
   free_.reserve(static_cast<size_t>(n_blocks));
   for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
 }
@@ -248,12 +250,12 @@ void KvBlockPool::CopyPositions(int32_t from, int32_t to, int32_t n) {
   STRATA_CHECK(from >= 0 && from < n_blocks_ && to >= 0 && to < n_blocks_ && n >= 0 &&
                n <= block_size_);
   // The first n rows of every (layer, K|V) part.
-  const size_t rows = static_cast<size_t>(n) * layout_.row_floats();
-  const float* src = data_.get() + layout_.SlotOffset(from, 0);
-  float* dst = data_.get() + layout_.SlotOffset(to, 0);
+  const size_t rows = static_cast<size_t>(n) * layout_.row_bytes();
+  const uint8_t* src = data_.get() + layout_.Bytes(layout_.SlotOffset(from, 0));
+  uint8_t* dst = data_.get() + layout_.Bytes(layout_.SlotOffset(to, 0));
   for (int32_t l = 0; l < layout_.n_layers(); ++l) {
     for (const model::KvPart part : {model::KvPart::kKey, model::KvPart::kValue}) {
-      const size_t at = layout_.PartOffset(l, part);
+      const size_t at = layout_.Bytes(layout_.PartOffset(l, part));
       std::copy_n(src + at, rows, dst + at);
     }
   }

@@ -67,9 +67,11 @@ enum class ChainVisit {
 class KvBlockPool {
  public:
   // Memory is reserved but not touched until blocks are written. `eviction`
-  // defaults to LRU.
+  // defaults to LRU; `kv_type` is the element type (kernels::IsKvType, for
+  // Q8_0 a model whose head dimension is a multiple of 32).
   KvBlockPool(const model::ModelConfig& config, int32_t n_blocks, int32_t block_size,
-              std::unique_ptr<BlockEvictionPolicy> eviction = nullptr);
+              std::unique_ptr<BlockEvictionPolicy> eviction = nullptr,
+              kernels::TensorType kv_type = kernels::TensorType::kF32);
 
   int32_t n_blocks() const { return n_blocks_; }
   int32_t block_size() const { return block_size_; }
@@ -84,7 +86,8 @@ class KvBlockPool {
   // Published blocks, referenced or not: what the prefix cache holds.
   int32_t n_published() const { return static_cast<int32_t>(index_.size()); }
   size_t bytes() const { return bytes_; }
-  size_t bytes_per_block() const { return layout_.block_floats() * sizeof(float); }
+  size_t bytes_per_block() const { return layout_.block_bytes(); }
+  kernels::TensorType kv_type() const { return layout_.type(); }
   const model::KvLayout& layout() const { return layout_; }
 
   // A block with reference count 1: a never-used one if any, else the cached
@@ -145,7 +148,7 @@ class KvBlockPool {
       size_t max, const std::function<void(uint64_t root, std::span<const int32_t>)>& fn) const;
   const PrefixCacheStats& prefix_stats() const { return stats_; }
 
-  model::KvBuffer buffer() { return {data_.get(), n_blocks_, block_size_}; }
+  model::KvBuffer buffer() { return {data_.get(), n_blocks_, block_size_, layout_.type()}; }
   // Copies every position of block `from` into block `to`.
   void CopyBlock(int32_t from, int32_t to) { CopyPositions(from, to, block_size_); }
   // Copies positions [0, n) of block `from` into block `to`, every layer.
@@ -161,10 +164,10 @@ class KvBlockPool {
   const int32_t block_size_;
   const model::KvLayout layout_;
   const size_t bytes_;
-  std::unique_ptr<float[]> data_;  // [n_blocks][layout_.block_floats()], see model::KvLayout
-  std::vector<int32_t> refs_;      // per block
-  std::vector<int32_t> free_;      // stack of never-used or forgotten block ids
-  std::vector<uint64_t> hashes_;   // per block: published hash, 0 if none
+  std::unique_ptr<uint8_t[]> data_;  // [n_blocks][layout_.block_bytes()], see model::KvLayout
+  std::vector<int32_t> refs_;        // per block
+  std::vector<int32_t> free_;        // stack of never-used or forgotten block ids
+  std::vector<uint64_t> hashes_;     // per block: published hash, 0 if none
   std::unordered_map<uint64_t, int32_t> index_;  // published hash -> block
   // Partial matches: per block, the parent it was published after (0: not a
   // candidate), its tokens ([n_blocks][block_size]) and its place in

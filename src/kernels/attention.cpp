@@ -2,6 +2,8 @@
 // against) and the scratch size every kernel shares.
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "kernels/internal/kernels_impl.h"
@@ -10,8 +12,8 @@ namespace strata::kernels {
 
 size_t AttendScratchFloats(int n_q, int32_t max_pos, int64_t head_dim) {
   // Scores of every query, each row rounded up to 16 positions and then to an
-  // odd multiple of 16, two transposed 16-position key tiles, and room to
-  // align them to 64 bytes.
+  // odd multiple of 16, two transposed 16-position key tiles (the scalar
+  // kernel's converted row), and room to align them to 64 bytes.
   const size_t row = (static_cast<size_t>(max_pos) + 15) / 16 * 16 + 16;
   return static_cast<size_t>(n_q) * row + 32 * static_cast<size_t>(head_dim) + 16;
 }
@@ -35,19 +37,55 @@ inline float Dot16(const float* a, const float* b, int64_t n) {
   return acc[0];
 }
 
+// The head_dim elements of the row `off` elements from `base`, as floats:
+// in place for F32, else converted into `tmp`.
+inline const float* KvRow(const AttendArgs& a, const void* base, size_t off, float* tmp) {
+  const uint8_t* row = static_cast<const uint8_t*>(base) + KvRowBytes(a.kv_type, off);
+  switch (a.kv_type) {
+    case TensorType::kF16: {
+      for (int64_t i = 0; i < a.head_dim; ++i) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * i, sizeof(h));
+        tmp[i] = HalfToFloat(h);
+      }
+      return tmp;
+    }
+    case TensorType::kQ8_0: {
+      // Blocks of 32: the F16 scale, then 32 int8 values.
+      for (int64_t b = 0; b < a.head_dim / 32; ++b) {
+        const uint8_t* block = row + 34 * b;
+        uint16_t h;
+        std::memcpy(&h, block, sizeof(h));
+        const float d = HalfToFloat(h);
+        for (int i = 0; i < 32; ++i) {
+          tmp[32 * b + i] = d * static_cast<float>(static_cast<int8_t>(block[2 + i]));
+        }
+      }
+      return tmp;
+    }
+    default:
+      return reinterpret_cast<const float*>(row);
+  }
+}
+
 }  // namespace
 
 // One query at a time: scores, the max, exponentials summed in double, then
-// the probability-weighted sum of the value rows in position order.
+// the probability-weighted sum of the value rows in position order. Rows of
+// other types than F32 are converted to floats one at a time.
 void AttendScalar(const AttendArgs& a) {
   const int64_t hd = a.head_dim;
   float* scores = a.scratch;
+  int32_t n_max = 0;
+  for (int m = 0; m < a.n_q; ++m) n_max = a.n_pos[m] > n_max ? a.n_pos[m] : n_max;
+  // Past the first score row (AttendScratchFloats leaves room for one more row).
+  float* tmp = a.scratch + (static_cast<size_t>(n_max) + 15) / 16 * 16 + 16;
   for (int m = 0; m < a.n_q; ++m) {
     const int32_t n = a.n_pos[m];
     const float* q = a.q[m];
     float mx = -std::numeric_limits<float>::infinity();
     for (int32_t p = 0; p < n; ++p) {
-      const float s = Dot16(q, a.k_base + a.row_off[m][p], hd) * a.scale;
+      const float s = Dot16(q, KvRow(a, a.k_base, a.row_off[m][p], tmp), hd) * a.scale;
       scores[p] = s;
       mx = s > mx ? s : mx;
     }
@@ -60,7 +98,7 @@ void AttendScalar(const AttendArgs& a) {
     float* out = a.out[m];
     for (int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
     for (int32_t p = 0; p < n; ++p) {
-      const float* v = a.v_base + a.row_off[m][p];
+      const float* v = KvRow(a, a.v_base, a.row_off[m][p], tmp);
       const float w = scores[p] * inv;
       for (int64_t i = 0; i < hd; ++i) out[i] += w * v[i];
     }

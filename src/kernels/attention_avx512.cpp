@@ -8,7 +8,9 @@
 // scattered and the hardware prefetchers do not follow them. Every lane of
 // every query runs the same sequence of operations whatever the group holds
 // (masked FMAs skip positions beyond a query's own), which keeps results
-// independent of the batch.
+// independent of the batch. F16 and Q8_0 rows are converted to floats as
+// they are loaded, 16 elements at a time (KvLoad), so the arithmetic after
+// the load is the F32 kernel's.
 //
 // kernels_bench (single thread, GMAC/s) before -> after the blocked value
 // sums, two-tile scores, padded score rows and prefetching:
@@ -45,6 +47,44 @@ inline __m512 Exp(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(p, n);
 }
+
+// Loads of a KV row's elements, as floats, per element type T.
+template <TensorType T>
+struct KvLoad;
+template <>
+struct KvLoad<TensorType::kF32> {
+  static const char* At(const void* base, size_t off) {
+    return static_cast<const char*>(base) + off * sizeof(float);
+  }
+  // Elements [off, off + 16).
+  static __m512 Load16(const void* base, size_t off) {
+    return _mm512_loadu_ps(static_cast<const float*>(base) + off);
+  }
+};
+template <>
+struct KvLoad<TensorType::kF16> {
+  static const char* At(const void* base, size_t off) {
+    return static_cast<const char*>(base) + off * 2;
+  }
+  static __m512 Load16(const void* base, size_t off) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(At(base, off))));
+  }
+};
+template <>
+struct KvLoad<TensorType::kQ8_0> {
+  static const char* At(const void* base, size_t off) {
+    return static_cast<const char*>(base) + off / 32 * 34;
+  }
+  // off is a multiple of 16: half of one block, d·q.
+  static __m512 Load16(const void* base, size_t off) {
+    const char* block = At(base, off);
+    uint16_t h;
+    __builtin_memcpy(&h, block, sizeof(h));
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + off % 32));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+  }
+};
 
 inline __m512 Lo64(__m512 a, __m512 b) {
   return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
@@ -121,7 +161,7 @@ void ScoreGroup(const AttendArgs& a, int m0, const float* kt, int64_t p0, float*
 // run) in out[m][d0 .. d0 + 16C), which hold the sums of the positions before
 // (from zero when p_begin is 0). Rows in position order, each query's lanes
 // updated only at its own positions.
-template <int G, int C>
+template <TensorType T, int G, int C>
 [[gnu::noinline]] void ValueBlock(const AttendArgs& a, int m0, int64_t d0, const float* scores,
                                   int64_t stride, int32_t p_begin, int32_t p_end) {
   int32_t n_max = 0;
@@ -142,18 +182,18 @@ template <int G, int C>
   // the masked ones below, so a query's result does not depend on the split).
   int32_t p = p_begin;
   for (const int32_t plain_end = n_min < end ? n_min : end; p < plain_end; ++p) {
-    const float* v = a.v_base + a.row_off[m0][p] + d0;
+    const size_t v = a.row_off[m0][p] + static_cast<size_t>(d0);
     __m512 vv[C];
-    for (int c = 0; c < C; ++c) vv[c] = _mm512_loadu_ps(v + 16 * c);
+    for (int c = 0; c < C; ++c) vv[c] = KvLoad<T>::Load16(a.v_base, v + 16 * c);
     for (int g = 0; g < G; ++g) {
       const __m512 w = _mm512_set1_ps(scores[(m0 + g) * stride + p]);
       for (int c = 0; c < C; ++c) acc[g][c] = _mm512_fmadd_ps(w, vv[c], acc[g][c]);
     }
   }
   for (; p < end; ++p) {
-    const float* v = a.v_base + a.row_off[m0][p] + d0;
+    const size_t v = a.row_off[m0][p] + static_cast<size_t>(d0);
     __m512 vv[C];
-    for (int c = 0; c < C; ++c) vv[c] = _mm512_loadu_ps(v + 16 * c);
+    for (int c = 0; c < C; ++c) vv[c] = KvLoad<T>::Load16(a.v_base, v + 16 * c);
     for (int g = 0; g < G; ++g) {
       const __mmask16 live = p < a.n_pos[m0 + g] ? __mmask16(0xFFFF) : __mmask16(0);
       const __m512 w = _mm512_set1_ps(scores[(m0 + g) * stride + p]);
@@ -200,14 +240,15 @@ void ScoreQueries(const AttendArgs& a, int m_begin, int m_end, const float* kt, 
 
 // The np (<= 16) key rows of positions p0.. at `row_off`, transposed into kt
 // as [head_dim][16] (rows past np are zero).
+template <TensorType T>
 void TransposeKeys(const AttendArgs& a, const size_t* row_off, int64_t p0, int64_t np, float* kt) {
   for (int64_t i0 = 0; i0 < a.head_dim; i0 += 16) {
     __m512 r[16];
     if (np == 16) {
-      for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_ps(a.k_base + row_off[p0 + j] + i0);
+      for (int j = 0; j < 16; ++j) r[j] = KvLoad<T>::Load16(a.k_base, row_off[p0 + j] + i0);
     } else {
       for (int j = 0; j < 16; ++j) {
-        r[j] = j < np ? _mm512_loadu_ps(a.k_base + row_off[p0 + j] + i0) : _mm512_setzero_ps();
+        r[j] = j < np ? KvLoad<T>::Load16(a.k_base, row_off[p0 + j] + i0) : _mm512_setzero_ps();
       }
     }
     Transpose16(r);
@@ -215,59 +256,58 @@ void TransposeKeys(const AttendArgs& a, const size_t* row_off, int64_t p0, int64
   }
 }
 
-// Asks for the rows of positions [p_begin, p_end) at `row_off`, floats
+// Asks for the rows of positions [p_begin, p_end) at `row_off`, elements
 // d0 .. d0 + 16c of each, ahead of their use: rows of scattered KV blocks,
 // 1 KiB or more apart, which the hardware prefetchers do not foresee.
-inline void PrefetchRows(const float* base, const size_t* row_off, int64_t p_begin, int64_t p_end,
+template <TensorType T>
+inline void PrefetchRows(const void* base, const size_t* row_off, int64_t p_begin, int64_t p_end,
                          int64_t d0, int64_t c) {
+  const int64_t lines =
+      static_cast<int64_t>((KvRowBytes(T, static_cast<size_t>(16 * c)) + 63) / 64);
   for (int64_t p = p_begin; p < p_end; ++p) {
-    const char* row = reinterpret_cast<const char*>(base + row_off[p] + d0);
-    for (int64_t i = 0; i < c; ++i) _mm_prefetch(row + 64 * i, _MM_HINT_T0);
+    const char* row = KvLoad<T>::At(base, row_off[p] + static_cast<size_t>(d0));
+    for (int64_t i = 0; i < lines; ++i) _mm_prefetch(row + 64 * i, _MM_HINT_T0);
   }
 }
 
 // Scores of queries [m_begin, m_end) for the np (<= 32) positions from p0 at
 // `row_off`, as one or two key tiles; first asks for the key rows of the next
 // span, those below `ahead_end`.
+template <TensorType T>
 void ScoreSpan(const AttendArgs& a, const size_t* row_off, int m_begin, int m_end, int64_t p0,
                int64_t np, int64_t ahead_end, float* kt, float* scores, int64_t stride) {
-  PrefetchRows(a.k_base, row_off, p0 + 32, std::min<int64_t>(p0 + 64, ahead_end), 0,
-               a.head_dim / 16);
-  TransposeKeys(a, row_off, p0, np < 16 ? np : 16, kt);
+  PrefetchRows<T>(a.k_base, row_off, p0 + 32, std::min<int64_t>(p0 + 64, ahead_end), 0,
+                  a.head_dim / 16);
+  TransposeKeys<T>(a, row_off, p0, np < 16 ? np : 16, kt);
   if (np <= 16) {
     ScoreQueries<1>(a, m_begin, m_end, kt, p0, scores, stride);
     return;
   }
-  TransposeKeys(a, row_off, p0 + 16, np - 16, kt + 16 * a.head_dim);
+  TransposeKeys<T>(a, row_off, p0 + 16, np - 16, kt + 16 * a.head_dim);
   ScoreQueries<2>(a, m_begin, m_end, kt, p0, scores, stride);
 }
 
-template <int G>
+template <TensorType T, int G>
 void ValueBlockC(const AttendArgs& a, int m0, int64_t d0, int c, const float* scores,
                  int64_t stride, int32_t p_begin, int32_t p_end) {
   switch (c) {
     case 4:
-      ValueBlock<G, 4>(a, m0, d0, scores, stride, p_begin, p_end);
+      ValueBlock<T, G, 4>(a, m0, d0, scores, stride, p_begin, p_end);
       return;
     case 3:
-      ValueBlock<G, 3>(a, m0, d0, scores, stride, p_begin, p_end);
+      ValueBlock<T, G, 3>(a, m0, d0, scores, stride, p_begin, p_end);
       return;
     case 2:
-      ValueBlock<G, 2>(a, m0, d0, scores, stride, p_begin, p_end);
+      ValueBlock<T, G, 2>(a, m0, d0, scores, stride, p_begin, p_end);
       return;
     default:
-      ValueBlock<G, 1>(a, m0, d0, scores, stride, p_begin, p_end);
+      ValueBlock<T, G, 1>(a, m0, d0, scores, stride, p_begin, p_end);
       return;
   }
 }
 
-}  // namespace
-
-void AttendAvx512(const AttendArgs& a) {
-  if (a.head_dim % 16 != 0) {
-    AttendScalar(a);
-    return;
-  }
+template <TensorType T>
+void AttendTyped(const AttendArgs& a) {
   const int nq = a.n_q;
   int32_t n_max = 0;
   for (int m = 0; m < nq; ++m) n_max = a.n_pos[m] > n_max ? a.n_pos[m] : n_max;
@@ -297,14 +337,14 @@ void AttendAvx512(const AttendArgs& a) {
   // run's own last position.
   for (int64_t p0 = 0; p0 < n_max; p0 += 32) {
     if (p0 + 32 <= a.shared_pos) {
-      ScoreSpan(a, a.row_off[0], 0, nq, p0, 32, a.shared_pos, kt, scores, stride);
+      ScoreSpan<T>(a, a.row_off[0], 0, nq, p0, 32, a.shared_pos, kt, scores, stride);
       continue;
     }
     for (int r = 0; r < n_runs; ++r) {
       if (p0 >= run_max[r]) continue;
       const int64_t np = run_max[r] - p0 < 32 ? run_max[r] - p0 : 32;
-      ScoreSpan(a, a.row_off[run_begin[r]], run_begin[r], run_begin[r + 1], p0, np, run_max[r], kt,
-                scores, stride);
+      ScoreSpan<T>(a, a.row_off[run_begin[r]], run_begin[r], run_begin[r + 1], p0, np, run_max[r],
+                   kt, scores, stride);
     }
   }
 
@@ -342,21 +382,21 @@ void AttendAvx512(const AttendArgs& a) {
         if (pb >= run_max[r]) continue;
         // The next block's rows, once where the runs share them.
         if (r == 0 || pe + kValueBlock > a.shared_pos) {
-          PrefetchRows(a.v_base, a.row_off[run_begin[r]], pe,
-                       std::min<int64_t>(pe + kValueBlock, run_max[r]), d0, c);
+          PrefetchRows<T>(a.v_base, a.row_off[run_begin[r]], pe,
+                          std::min<int64_t>(pe + kValueBlock, run_max[r]), d0, c);
         }
         int m = run_begin[r];
         const int m_end = run_begin[r + 1];
-        for (; m + 4 <= m_end; m += 4) ValueBlockC<4>(a, m, d0, c, scores, stride, pb, pe);
+        for (; m + 4 <= m_end; m += 4) ValueBlockC<T, 4>(a, m, d0, c, scores, stride, pb, pe);
         switch (m_end - m) {
           case 3:
-            ValueBlockC<3>(a, m, d0, c, scores, stride, pb, pe);
+            ValueBlockC<T, 3>(a, m, d0, c, scores, stride, pb, pe);
             break;
           case 2:
-            ValueBlockC<2>(a, m, d0, c, scores, stride, pb, pe);
+            ValueBlockC<T, 2>(a, m, d0, c, scores, stride, pb, pe);
             break;
           case 1:
-            ValueBlockC<1>(a, m, d0, c, scores, stride, pb, pe);
+            ValueBlockC<T, 1>(a, m, d0, c, scores, stride, pb, pe);
             break;
           default:
             break;
@@ -369,6 +409,26 @@ void AttendAvx512(const AttendArgs& a) {
     for (int64_t i = 0; i < a.head_dim; i += 16) {
       _mm512_storeu_ps(a.out[m] + i, _mm512_mul_ps(_mm512_loadu_ps(a.out[m] + i), s));
     }
+  }
+}
+
+}  // namespace
+
+void AttendAvx512(const AttendArgs& a) {
+  if (a.head_dim % 16 != 0) {
+    AttendScalar(a);
+    return;
+  }
+  switch (a.kv_type) {
+    case TensorType::kF16:
+      AttendTyped<TensorType::kF16>(a);
+      return;
+    case TensorType::kQ8_0:
+      AttendTyped<TensorType::kQ8_0>(a);
+      return;
+    default:
+      AttendTyped<TensorType::kF32>(a);
+      return;
   }
 }
 

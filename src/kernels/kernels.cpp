@@ -21,6 +21,10 @@ std::string_view IsaName(Isa isa) {
   return "?";
 }
 
+bool IsKvType(TensorType t) {
+  return t == TensorType::kF32 || t == TensorType::kF16 || t == TensorType::kQ8_0;
+}
+
 int64_t ActBlockSize(ActFormat fmt) {
   switch (fmt) {
     case ActFormat::kF32:

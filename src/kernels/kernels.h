@@ -59,14 +59,18 @@ struct MatMulArgs {
 // query heads of a GQA group, for one or more tokens of one or more
 // sequences):
 //   out[m] = Σ_{p < n_pos[m]} softmax_p(scale · q[m]·k_p) · v_p
-// Query m's key and value rows of position p are k_base + row_off[m][p] and
-// v_base + row_off[m][p] (head_dim floats each). Consecutive queries with the
-// same row_off pointer form a run (the tokens of one sequence); row_off[m]
-// must cover positions below the largest n_pos of m's run. Below shared_pos
-// every query's offsets are the same (KV blocks the sequences share), so a
-// kernel may read those rows once for all runs; shared_pos <= every n_pos.
-// Each output depends only on its own query, n_pos and rows: computing a
-// query alone or in any group gives bitwise the same result.
+// Key and value rows are stored as `kv_type` (IsKvType: F32, F16 or Q8_0
+// blocks of 32). Query m's key row of position p starts row_off[m][p]
+// elements from k_base (KvRowBytes(kv_type, row_off) bytes; for Q8_0 a
+// multiple of 32, so a row is whole blocks), its value row as far from
+// v_base; each row is head_dim elements (a multiple of 32 for Q8_0).
+// Consecutive queries with the same row_off pointer form a run (the tokens
+// of one sequence); row_off[m] must cover positions below the largest n_pos
+// of m's run. Below shared_pos every query's offsets are the same (KV blocks
+// the sequences share), so a kernel may read those rows once for all runs;
+// shared_pos <= every n_pos. Each output depends only on its own query,
+// n_pos and rows: computing a query alone or in any group gives bitwise the
+// same result.
 inline constexpr int kMaxAttendQueries = 64;
 struct AttendArgs {
   int64_t head_dim = 0;
@@ -74,14 +78,25 @@ struct AttendArgs {
   const float* const* q = nullptr;  // q[m]: head_dim floats
   const int32_t* n_pos = nullptr;   // n_pos[m] >= 1
   float scale = 1.0f;
-  const float* k_base = nullptr;
-  const float* v_base = nullptr;
-  const size_t* const* row_off = nullptr;  // row_off[m][p]: floats from the base to the row
+  TensorType kv_type = TensorType::kF32;
+  const void* k_base = nullptr;
+  const void* v_base = nullptr;
+  const size_t* const* row_off = nullptr;  // row_off[m][p]: elements from the base to the row
   int32_t shared_pos = 0;                  // positions whose rows every query shares
   float* const* out = nullptr;             // out[m]: head_dim floats, apart from every input
   float* scratch = nullptr;                // AttendScratchFloats(n_q, max n_pos, head_dim) floats
 };
 size_t AttendScratchFloats(int n_q, int32_t max_pos, int64_t head_dim);
+
+// The element types a KV cache can hold (AttendArgs::kv_type): F32, F16 and
+// Q8_0 (GGUF's blocks of 32: an F16 scale and 32 int8 values, 34 bytes).
+bool IsKvType(TensorType t);
+// Bytes of `elements` KV elements of type `t` (IsKvType; for Q8_0 a multiple of 32).
+constexpr size_t KvRowBytes(TensorType t, size_t elements) {
+  return t == TensorType::kF16    ? elements * 2
+         : t == TensorType::kQ8_0 ? elements / 32 * 34
+                                  : elements * 4;
+}
 
 struct KernelTable {
   Isa isa = Isa::kScalar;

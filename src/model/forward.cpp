@@ -86,10 +86,18 @@ Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<flo
 StatusOr<Forward::Pass> Forward::Validate(const ForwardBatch& batch, const KvBuffer& kv,
                                           size_t logits_floats, size_t hidden_floats) const {
   const int64_t T = static_cast<int64_t>(batch.entries.size());
-  Pass p{.batch = &batch, .kv = kv.data, .layout = c_.kv_layout(kv.block_size), .n_tokens = T};
+  Pass p{.batch = &batch,
+         .kv = static_cast<uint8_t*>(kv.data),
+         .layout = c_.kv_layout(kv.block_size, kv.type),
+         .n_tokens = T};
   if (T == 0) return p;
   if (kv.data == nullptr || kv.block_size < 1) {
     return InvalidArgumentError("forward: KV buffer is empty");
+  }
+  if (!kernels::IsKvType(kv.type) ||
+      (kv.type == kernels::TensorType::kQ8_0 && c_.head_dim % 32 != 0)) {
+    return InvalidArgumentError(fmt::format("forward: a KV cache of {} with head dimension {}",
+                                            kernels::TypeName(kv.type), c_.head_dim));
   }
   for (int64_t t = 0; t < T; ++t) {
     const BatchEntry& e = batch.entries[static_cast<size_t>(t)];
@@ -321,10 +329,17 @@ void Forward::RopeAndStoreKv(const Pass& p, const LayerWeights& L, int32_t layer
           p.batch
               ->block_tables[static_cast<size_t>(e.seq)][static_cast<size_t>(kv.BlockIndex(e.pos))];
       const int32_t slot = kv.Slot(e.pos);
-      std::memcpy(p.kv + kv.RowOffset(block, layer, KvPart::kKey, slot), kt,
-                  static_cast<size_t>(KVD) * sizeof(float));
-      std::memcpy(p.kv + kv.RowOffset(block, layer, KvPart::kValue, slot), vt,
-                  static_cast<size_t>(KVD) * sizeof(float));
+      uint8_t* kd = p.kv + kv.Bytes(kv.RowOffset(block, layer, KvPart::kKey, slot));
+      uint8_t* vd = p.kv + kv.Bytes(kv.RowOffset(block, layer, KvPart::kValue, slot));
+      if (kv.type() == kernels::TensorType::kF32) {
+        std::memcpy(kd, kt, static_cast<size_t>(KVD) * sizeof(float));
+        std::memcpy(vd, vt, static_cast<size_t>(KVD) * sizeof(float));
+      } else {
+        // F16: round to nearest even; Q8_0: blocks of 32 along the row, each
+        // head's own (head_dim is a multiple of 32).
+        kernels::QuantizeRow(kv.type(), kt, KVD, kd);
+        kernels::QuantizeRow(kv.type(), vt, KVD, vd);
+      }
     }
   });
 }
@@ -337,8 +352,8 @@ void Forward::Attend(const Pass& p, int32_t layer) {
   // computes each query the same way in whatever tile it lands. Tiles are
   // taken from a shared counter, last first (in a prefill the latest
   // positions, the longest), so the threads finish together.
-  const float* k_layer = p.kv + p.layout.PartOffset(layer, KvPart::kKey);
-  const float* v_layer = p.kv + p.layout.PartOffset(layer, KvPart::kValue);
+  const uint8_t* k_layer = p.kv + p.layout.Bytes(p.layout.PartOffset(layer, KvPart::kKey));
+  const uint8_t* v_layer = p.kv + p.layout.Bytes(p.layout.PartOffset(layer, KvPart::kValue));
   std::atomic<int64_t> next{0};
   const int64_t n_tiles = static_cast<int64_t>(attend_tiles_.size());
   pool_.RunOnAll([&](int thread) {
@@ -367,8 +382,9 @@ void Forward::Attend(const Pass& p, int32_t layer) {
       a.q = q;
       a.n_pos = n_pos;
       a.scale = kq_scale;
-      a.k_base = k_layer + static_cast<size_t>(tile.kv_head) * HD;
-      a.v_base = v_layer + static_cast<size_t>(tile.kv_head) * HD;
+      a.kv_type = p.layout.type();
+      a.k_base = k_layer + p.layout.Bytes(static_cast<size_t>(tile.kv_head) * HD);
+      a.v_base = v_layer + p.layout.Bytes(static_cast<size_t>(tile.kv_head) * HD);
       a.row_off = roff;
       a.shared_pos = tile.shared_pos;
       a.out = out;

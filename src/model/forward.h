@@ -73,7 +73,7 @@ class Forward {
   // n_tokens, D n_embd, QD q_dim, KVD kv_dim, F n_ff; buffers are row-major.
   struct Pass {
     const ForwardBatch* batch = nullptr;
-    float* kv = nullptr;  // KvBuffer::data, laid out as `layout`
+    uint8_t* kv = nullptr;  // KvBuffer::data, laid out as `layout`
     KvLayout layout;
     int64_t n_tokens = 0;  // entries
     int32_t max_pos = 0;   // the largest position of any entry

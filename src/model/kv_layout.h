@@ -5,11 +5,14 @@
 // memory is an array of blocks, each holding `block_size` consecutive
 // positions of one sequence, every layer:
 //
-//   buffer: [n_blocks][n_layers][2 (K, V)][block_size][kv_dim] floats, row-major
+//   buffer: [n_blocks][n_layers][2 (K, V)][block_size][kv_dim] elements, row-major
 //
-// with kv_dim = n_kv_heads * head_dim. A sequence's block table maps its
-// position p to block table[p / block_size], slot p % block_size. Offsets are
-// in floats from the start of the buffer and additive:
+// with kv_dim = n_kv_heads * head_dim, each element of `type`: F32, F16 or
+// Q8_0 (kernels::IsKvType; Q8_0 in blocks of 32 along a row, so head_dim must
+// be a multiple of 32 and every head's part of a row is whole blocks). A
+// sequence's block table maps its position p to block table[p / block_size],
+// slot p % block_size. Offsets are in elements from the start of the buffer
+// (Bytes converts them) and additive:
 //   RowOffset(block, layer, part, slot) = SlotOffset(block, slot) + PartOffset(layer, part)
 // which is how the attention kernel reads rows: per position the slot offset
 // (row_off), per (layer, part, KV head) a base pointer.
@@ -18,13 +21,15 @@
 // caller owns (engine::KvBlockPool) and says nothing about who writes it.
 //
 // Usage:
-//   const KvLayout layout = config.kv_layout(/*block_size=*/16);
-//   std::vector<float> kv(layout.block_floats() * n_blocks);
-//   float* k = kv.data() + layout.RowOffset(block, layer, KvPart::kKey, slot);  // kv_dim floats
+//   const KvLayout layout = config.kv_layout(/*block_size=*/16, kernels::TensorType::kF16);
+//   std::vector<uint8_t> kv(layout.block_bytes() * n_blocks);
+//   uint8_t* k = kv.data() + layout.Bytes(layout.RowOffset(block, layer, KvPart::kKey, slot));
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "kernels/kernels.h"
 
 namespace strata::model {
 
@@ -32,9 +37,12 @@ enum class KvPart : int32_t { kKey = 0, kValue = 1 };
 
 class KvLayout {
  public:
-  // n_layers, kv_dim and block_size >= 1.
-  KvLayout(int32_t n_layers, int32_t kv_dim, int32_t block_size)
-      : n_layers_(n_layers),
+  // n_layers, kv_dim and block_size >= 1; `type` one of kernels::IsKvType
+  // (for Q8_0, kv_dim and head_dim multiples of 32).
+  KvLayout(int32_t n_layers, int32_t kv_dim, int32_t block_size,
+           kernels::TensorType type = kernels::TensorType::kF32)
+      : type_(type),
+        n_layers_(n_layers),
         kv_dim_(kv_dim),
         block_size_(block_size),
         row_floats_(static_cast<size_t>(kv_dim)),
@@ -42,10 +50,19 @@ class KvLayout {
         layer_floats_(2 * part_floats_),
         block_floats_(static_cast<size_t>(n_layers) * layer_floats_) {}
 
+  kernels::TensorType type() const { return type_; }
   int32_t n_layers() const { return n_layers_; }
   int32_t kv_dim() const { return kv_dim_; }
   int32_t block_size() const { return block_size_; }
 
+  // Bytes of `elements` elements (an offset or a size below; for Q8_0 a
+  // multiple of 32).
+  size_t Bytes(size_t elements) const { return kernels::KvRowBytes(type_, elements); }
+  // Bytes of one block, of one position's row.
+  size_t block_bytes() const { return Bytes(block_floats_); }
+  size_t row_bytes() const { return Bytes(row_floats_); }
+
+  // Sizes in elements (the names say floats: what an F32 cache holds).
   // One position's K (or V) row of one layer: [kv_dim].
   size_t row_floats() const { return row_floats_; }
   // One (layer, K|V) part of a block: [block_size][kv_dim].
@@ -59,7 +76,7 @@ class KvLayout {
   int32_t BlockIndex(int32_t pos) const { return pos / block_size_; }
   int32_t Slot(int32_t pos) const { return pos % block_size_; }
 
-  // Offset of slot `slot` of block `block` in layer 0's K part.
+  // Offsets in elements. Offset of slot `slot` of block `block` in layer 0's K part.
   size_t SlotOffset(int32_t block, int32_t slot) const {
     return static_cast<size_t>(block) * block_floats_ + static_cast<size_t>(slot) * row_floats_;
   }
@@ -73,16 +90,18 @@ class KvLayout {
   }
 
  private:
+  kernels::TensorType type_;
   int32_t n_layers_, kv_dim_, block_size_;
   size_t row_floats_, part_floats_, layer_floats_, block_floats_;
 };
 
 // Caller-owned KV memory: n_blocks blocks laid out as KvLayout says, for the
-// model's n_layers and kv_dim and this block_size.
+// model's n_layers and kv_dim and this block_size and element type.
 struct KvBuffer {
-  float* data = nullptr;
+  void* data = nullptr;  // n_blocks × KvLayout::block_bytes()
   int32_t n_blocks = 0;
   int32_t block_size = 16;
+  kernels::TensorType type = kernels::TensorType::kF32;
 };
 
 }  // namespace strata::model

@@ -56,8 +56,12 @@ struct ModelConfig {
 
   int32_t kv_dim() const { return n_kv_heads * head_dim; }
   int32_t q_dim() const { return n_heads * head_dim; }
-  // The layout of this model's KV memory in blocks of `block_size` positions.
-  KvLayout kv_layout(int32_t block_size) const { return {n_layers, kv_dim(), block_size}; }
+  // The layout of this model's KV memory in blocks of `block_size` positions
+  // of `type` elements (kernels::IsKvType).
+  KvLayout kv_layout(int32_t block_size,
+                     kernels::TensorType type = kernels::TensorType::kF32) const {
+    return {n_layers, kv_dim(), block_size, type};
+  }
 };
 
 // One weight matrix, row-major: [n_rows][n_cols] in `type`, rows `row_bytes` apart.

@@ -161,7 +161,7 @@ TEST(KvBlockPoolCache, CopyPositionsCopiesTheFirstRowsOfEveryLayer) {
   KvBlockPool pool(config, 2, 4);
   const int32_t a = *pool.Allocate(), b = *pool.Allocate();
   const size_t per_block = pool.bytes_per_block() / sizeof(float);
-  float* data = pool.buffer().data;
+  float* data = static_cast<float*>(pool.buffer().data);
   for (size_t i = 0; i < 2 * per_block; ++i) data[i] = static_cast<float>(i);
   pool.CopyPositions(a, b, 3);
   // [layer][K|V][position][kv_dim = 4]: 4 groups of 4 positions of 4 floats.
@@ -231,6 +231,72 @@ TEST_F(PrefixCacheTest, APartlyMatchingBlockIsCopiedAndGivesTheSameLogitsBitForB
   all.push_back(next[0]);
   const auto want_a = Logits(*fresh, fresh->NewSequence(), all);
   EXPECT_EQ(0, std::memcmp(after.data(), want_a.data(), want_a.size() * sizeof(float)));
+}
+
+// Adoption, a partial copy and a truncation into a shared block, with the
+// KV cache in each type, on a model whose heads are one Q8_0 block (32 wide):
+// the cached rows are the rows a fresh computation writes, so the logits are
+// bitwise those of an uncached engine of the same type.
+TEST(PrefixCacheKvTypes, EveryKvTypeReusesPrefixesBitForBit) {
+  model::SyntheticShape shape = testing::TinyShape();
+  shape.n_embd = 128;
+  shape.n_heads = 4;
+  shape.n_kv_heads = 2;
+  auto tiny = testing::MakeTinyModel(kernels::TensorType::kF32, 3, shape);
+  ASSERT_NE(tiny.model, nullptr);
+  ASSERT_EQ(tiny.model->config().head_dim, 32);
+  auto log = util::NewNullLogger();
+  for (kernels::TensorType type :
+       {kernels::TensorType::kF32, kernels::TensorType::kF16, kernels::TensorType::kQ8_0}) {
+    SCOPED_TRACE(std::string(kernels::TypeName(type)));
+    auto make = [&]() {
+      EngineOptions o;
+      o.n_threads = 2;
+      o.n_ctx = 128;
+      o.n_kv_blocks = 64;
+      o.block_size = 4;
+      o.kv_type = type;
+      return std::move(Engine::Create(*tiny.model, o, *log)).value();
+    };
+    auto logits = [](Engine& e, SeqId s, std::span<const int32_t> tokens) {
+      Engine::Work w{s, tokens, true};
+      auto l = e.Step(std::span(&w, 1));
+      EXPECT_TRUE(l.ok()) << l.status().ToString();
+      return std::vector<float>(l->begin(), l->end());
+    };
+    auto e = make();
+    EXPECT_EQ(e->kv_pool().kv_type(), type);
+    util::Rng r(11);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 17; ++i) prompt.push_back(3 + static_cast<int32_t>(r.Below(250)));
+    logits(*e, e->NewSequence(5), prompt);  // publishes four full blocks
+    // Shares the first 14 tokens: three blocks adopted, two positions copied.
+    std::vector<int32_t> other(prompt.begin(), prompt.begin() + 14);
+    for (int i = 0; i < 6; ++i) other.push_back(3 + (prompt[14] - 3 + 1 + i) % 250);
+    const SeqId b = e->NewSequence(5);
+    ASSERT_EQ(e->AttachCachedPrefix(b, other), 14);
+    const auto warm = logits(*e, b, std::span(other).subspan(14));
+    auto fresh = make();
+    const auto want = logits(*fresh, fresh->NewSequence(), other);
+    ASSERT_EQ(warm.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(warm.data(), want.data(), want.size() * sizeof(float)));
+  }
+}
+
+TEST(PrefixCacheKvTypes, Q8_0NeedsHeadsOfWholeBlocks) {
+  auto tiny = testing::MakeTinyModel();  // head_dim 16
+  auto log = util::NewNullLogger();
+  EngineOptions o;
+  o.kv_type = kernels::TensorType::kQ8_0;
+  const auto e = Engine::Create(*tiny.model, o, *log);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("multiple of 32"), std::string::npos) << e.status().message();
+  o.kv_type = kernels::TensorType::kQ4_K;
+  EXPECT_FALSE(Engine::Create(*tiny.model, o, *log).ok());
+  EXPECT_EQ(*ParseKvType("Q8_0"), kernels::TensorType::kQ8_0);
+  EXPECT_EQ(*ParseKvType("f16"), kernels::TensorType::kF16);
+  EXPECT_FALSE(ParseKvType("q4_k").ok());
+  EXPECT_FALSE(ParseKvType("").ok());
 }
 
 TEST_F(PrefixCacheTest, APartialMatchIsSkippedWhenNoBlockIsLeftForTheCopy) {

@@ -151,6 +151,15 @@ expect 2 "exactly one of --shape and --dims" -- mkmodel -o "$tmp/x.gguf"
 expect 2 "is not key=value" -- mkmodel --dims n_embd -o "$tmp/x.gguf"
 expect 2 "--output is required" -- mkmodel --shape demo
 expect 2 "-r 0 is outside" -- bench -m "$tmp/m.gguf" -r 0
+# KV cache types: Q8_0 needs heads of whole blocks of 32 (m.gguf's are 16 wide).
+expect 2 "KV type 'q4' is not one of f32, f16, q8_0" -- bench -m "$tmp/m.gguf" --kv-type q4
+expect 2 "KV type 'x' is not one of" -- generate -m "$tmp/m.gguf" --kv-type x
+expect 2 "KV type 'bf16' is not one of" -- serve -m "$tmp/m.gguf" --kv-type bf16
+expect 1 "multiple of 32; this model's is 16" -- bench -m "$tmp/m.gguf" --kv-type q8_0 -p 0 -n 2 -r 1 --no-bandwidth
+expect 0 "wrote" -- mkmodel --dims n_embd=128,n_layers=1,n_heads=4,n_kv_heads=2,n_ff=128 --type q8_0 -o "$tmp/m32.gguf" -t 2
+expect 0 "tg4 @ d40" -- bench -m "$tmp/m32.gguf" --kv-type q8_0 -d 40 -p 8 -n 4 -r 1 --no-bandwidth --json "$tmp/bench-kv.json"
+if ! grep -q '"kv_type": "Q8_0"' "$tmp/bench-kv.json"; then echo "FAIL: bench JSON lacks kv_type"; fail=1; fi
+expect 0 "" -- generate -m "$tmp/m32.gguf" --kv-type f32 -n 4 --temp 0
 expect 1 "cannot open" -- bench -m "$tmp/missing.gguf"
 
 # strata eval l3 on a tiny made-up copy of the prompt sets (the QQP file as a

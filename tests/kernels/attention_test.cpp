@@ -23,6 +23,10 @@ struct Kv {
   int64_t head_dim = 0;
   std::vector<float> k, v;
   std::vector<size_t> row_off;
+  // With another type than F32 (StoreAs): the rows as the kernels read
+  // them; k and v then hold the values they represent.
+  TensorType type = TensorType::kF32;
+  std::vector<uint8_t> k_stored, v_stored;
 };
 
 Kv MakeKv(util::Rng& rng, int32_t n_rows, int64_t head_dim) {
@@ -37,6 +41,34 @@ Kv MakeKv(util::Rng& rng, int32_t n_rows, int64_t head_dim) {
   std::iota(slot.begin(), slot.end(), size_t{0});
   for (size_t i = slot.size(); i > 1; --i) std::swap(slot[i - 1], slot[rng.Below(i)]);
   for (size_t s : slot) kv.row_off.push_back(s * static_cast<size_t>(stride) + 8);
+  return kv;
+}
+
+// Rows of `n_rows` positions with offsets that are multiples of 32 (whole
+// Q8_0 blocks), stored as `type`: kv.k and kv.v are rounded to what the
+// stored rows hold, so the float64 reference sees the same values.
+Kv MakeTypedKv(util::Rng& rng, int32_t n_rows, int64_t head_dim, TensorType type) {
+  Kv kv;
+  kv.head_dim = head_dim;
+  kv.type = type;
+  const int64_t stride = head_dim + 32;
+  kv.k.resize(static_cast<size_t>(n_rows * stride));
+  kv.v.resize(kv.k.size());
+  for (float& x : kv.k) x = static_cast<float>(rng.Normal());
+  for (float& x : kv.v) x = static_cast<float>(rng.Normal());
+  std::vector<size_t> slot(static_cast<size_t>(n_rows));
+  std::iota(slot.begin(), slot.end(), size_t{0});
+  for (size_t i = slot.size(); i > 1; --i) std::swap(slot[i - 1], slot[rng.Below(i)]);
+  for (size_t s : slot) kv.row_off.push_back(s * static_cast<size_t>(stride) + 32);
+  kv.k_stored.assign(KvRowBytes(type, kv.k.size()), 0);
+  kv.v_stored.assign(kv.k_stored.size(), 0);
+  for (size_t off : kv.row_off) {
+    for (auto [values, stored] : {std::pair{&kv.k, &kv.k_stored}, std::pair{&kv.v, &kv.v_stored}}) {
+      uint8_t* row = stored->data() + KvRowBytes(type, off);
+      QuantizeRow(type, values->data() + off, head_dim, row);
+      DequantizeRow(type, row, head_dim, values->data() + off);
+    }
+  }
   return kv;
 }
 
@@ -65,8 +97,11 @@ std::vector<std::vector<float>> Attend(const KernelTable& table, const Kv& kv,
   a.q = qp.data();
   a.n_pos = n_pos.data();
   a.scale = scale;
-  a.k_base = kv.k.data();
-  a.v_base = kv.v.data();
+  a.kv_type = kv.type;
+  a.k_base =
+      kv.type == TensorType::kF32 ? static_cast<const void*>(kv.k.data()) : kv.k_stored.data();
+  a.v_base =
+      kv.type == TensorType::kF32 ? static_cast<const void*>(kv.v.data()) : kv.v_stored.data();
   if (row_off.empty()) row_off.assign(q.size(), kv.row_off.data());
   a.row_off = row_off.data();
   a.shared_pos = shared_pos;
@@ -225,6 +260,52 @@ TEST(Attention, SequencesSharingAPrefixGiveEachQueryItsOwnBitsAndRows) {
       }
     }
   }
+}
+
+TEST(Attention, F16AndQ8_0RowsGiveTheSoftmaxOfTheValuesTheyHold) {
+  util::Rng rng(45);
+  for (const KernelTable* table : testing::AvailableKernelTables()) {
+    for (TensorType type : {TensorType::kF16, TensorType::kQ8_0}) {
+      for (int64_t hd : {32, 64, 128}) {
+        const Kv kv = MakeTypedKv(rng, 300, hd, type);
+        for (float gain : {1.0f, 6.0f}) {
+          std::vector<std::vector<float>> q;
+          std::vector<int32_t> n_pos;
+          for (int32_t n : {1, 15, 16, 17, 33, 100, 300}) {
+            q.push_back(RandomQuery(rng, hd, gain));
+            n_pos.push_back(n);
+          }
+          const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+          const auto out = Attend(*table, kv, q, n_pos, scale);
+          for (size_t m = 0; m < q.size(); ++m) {
+            const auto ref = Reference(kv, q[m], n_pos[m], scale, kv.row_off);
+            // The stored values are exact inputs; only the arithmetic rounds.
+            for (size_t i = 0; i < ref.size(); ++i) {
+              ASSERT_NEAR(out[m][i], ref[i], 1e-4)
+                  << IsaName(table->isa) << " " << TypeName(type) << " head_dim " << hd << " gain "
+                  << gain << " n_pos " << n_pos[m] << " element " << i;
+            }
+            // Alone, bitwise the same (batch invariance holds for every type).
+            const auto alone = Attend(*table, kv, {q[m]}, {n_pos[m]}, scale);
+            ASSERT_EQ(0, std::memcmp(alone[0].data(), out[m].data(),
+                                     static_cast<size_t>(hd) * sizeof(float)))
+                << IsaName(table->isa) << " " << TypeName(type) << " query " << m;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Attention, KvRowBytesCountsWholeBlocks) {
+  EXPECT_EQ(KvRowBytes(TensorType::kF32, 64), 256u);
+  EXPECT_EQ(KvRowBytes(TensorType::kF16, 64), 128u);
+  EXPECT_EQ(KvRowBytes(TensorType::kQ8_0, 64), 68u);
+  for (TensorType t : {TensorType::kF32, TensorType::kF16, TensorType::kQ8_0}) {
+    EXPECT_TRUE(IsKvType(t));
+    EXPECT_EQ(KvRowBytes(t, 256), RowBytes(t, 256)) << TypeName(t);
+  }
+  EXPECT_FALSE(IsKvType(TensorType::kQ4_K));
 }
 
 TEST(Attention, RowsPastAQuerysPositionsNeverReachIt) {

@@ -139,7 +139,7 @@ TEST(Forward, RejectsInvalidBatches) {
   util::ThreadPool pool(1);
   Forward fwd(*tiny.model, pool);
   std::vector<float> kv(tiny.model->config().kv_layout(16).block_floats() * 2);
-  KvBuffer buf{kv.data(), 2, 16};
+  KvBuffer buf{kv.data(), 2, 16, kernels::TensorType::kF32};
   std::vector<int32_t> table = {0};
   std::span<const int32_t> tables[] = {table};
   std::vector<float> logits(static_cast<size_t>(tiny.model->config().n_vocab));
@@ -182,6 +182,22 @@ TEST(KvLayout, BlocksAreLayersOfKeysThenValuesOfSlots) {
   }
   EXPECT_EQ(kv.BlockIndex(9), 2);
   EXPECT_EQ(kv.Slot(9), 1);
+}
+
+TEST(KvLayout, BytesFollowTheElementType) {
+  // kv_dim 64: a Q8_0 row is two blocks of 34 bytes.
+  const KvLayout f32(2, 64, 4), f16(2, 64, 4, kernels::TensorType::kF16),
+      q8(2, 64, 4, kernels::TensorType::kQ8_0);
+  EXPECT_EQ(f32.row_bytes(), 256u);
+  EXPECT_EQ(f16.row_bytes(), 128u);
+  EXPECT_EQ(q8.row_bytes(), 68u);
+  EXPECT_EQ(f16.block_bytes(), f16.block_floats() * 2);
+  EXPECT_EQ(q8.block_bytes(), f16.block_floats() / 32 * 34);
+  // Offsets stay in elements and stay additive in bytes.
+  for (const KvLayout* kv : {&f32, &f16, &q8}) {
+    EXPECT_EQ(kv->Bytes(kv->RowOffset(3, 1, KvPart::kValue, 2)),
+              kv->Bytes(kv->SlotOffset(3, 2)) + kv->Bytes(kv->PartOffset(1, KvPart::kValue)));
+  }
 }
 
 TEST(KvLayout, ComesFromTheModelShape) {

@@ -41,9 +41,9 @@ void MatMulQuant32Avx512(const MatMulArgs& args);  // Q8_0, Q4_0, Q4_1, Q5_0, Q5
 template <typename Block>
 void MatMulKQuantAvx512(const MatMulArgs& args);  // Q4_K, Q5_K, Q6_K
 
-// Attention kernels (attention.cpp, attention_avx512.cpp); the AVX2 table
-// uses the scalar one.
+// Attention kernels (attention.cpp, attention_avx2.cpp, attention_avx512.cpp).
 void AttendScalar(const AttendArgs& args);
+void AttendAvx2(const AttendArgs& args);
 void AttendAvx512(const AttendArgs& args);
 
 }  // namespace strata::kernels::internal
