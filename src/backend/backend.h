@@ -207,6 +207,9 @@ struct Usage {
   int32_t cache_write_tokens = 0;  // of prompt_tokens, written to an upstream's prompt cache
   int32_t completion_tokens = 0;
   int32_t preemptions = 0;  // times the local engine evicted and recomputed the request
+  // Tokens the local engine's memory-aware admission took off max_tokens
+  // (admitted under KV pressure; engine::Usage::max_tokens_cut); 0 = none.
+  int32_t max_tokens_cut = 0;
 };
 
 struct TokenLogprob {

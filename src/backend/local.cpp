@@ -85,6 +85,9 @@ void RecordEnginePhases(obs::RequestTrace& trace, const Event& e, const Governor
     prefill.SetInt("gen_ai.usage.input_tokens", e.usage.prompt_tokens);
     prefill.SetInt("strata.usage.cached_tokens", e.usage.cached_tokens);
     if (e.usage.preemptions > 0) prefill.SetInt("strata.preemptions", e.usage.preemptions);
+    if (e.usage.max_tokens_cut > 0) {
+      prefill.SetInt("strata.max_tokens_cut", e.usage.max_tokens_cut);
+    }
     if (!e.status.ok() && t.first_token == none) prefill.SetError(e.status.message());
     prefill.End(t.first_token != none ? t.first_token : t.finished);
   }
@@ -242,7 +245,8 @@ class ChoiceSink final : public engine::RequestSink {
                     .cached_tokens = usage.cached_tokens,
                     .cache_write_tokens = 0,
                     .completion_tokens = usage.completion_tokens,
-                    .preemptions = usage.preemptions};
+                    .preemptions = usage.preemptions,
+                    .max_tokens_cut = usage.max_tokens_cut};
     e.timing = Timing{.submitted = start_,
                       .admitted = admitted_,
                       .first_token = n_tokens_ > 0 ? first_ : Clock::time_point{},
@@ -417,6 +421,12 @@ void ExportSchedulerMetrics(obs::MetricsRegistry& metrics,
         [](const Stats& st) { return st.kv_blocks_total - st.kv_blocks_used; });
   counter("strata_preemptions_total", "Sequences preempted to free KV blocks.",
           [](const Stats& st) { return st.preemptions; });
+  counter("strata_kv_capped_requests_total",
+          "Requests granted fewer tokens than they asked, admitted under KV pressure.",
+          [](const Stats& st) { return st.kv_capped; });
+  counter("strata_kv_admission_waits_total",
+          "Admissions held back for KV blocks the running requests will need.",
+          [](const Stats& st) { return st.kv_waits; });
   counter("strata_engine_steps_total", "Forward passes run by the scheduler.",
           [](const Stats& st) { return st.steps; });
 }

@@ -99,6 +99,10 @@ util::StatusOr<gateway::RtControlOptions> RtOptions(const ServeFlags& f) {
     return util::InvalidArgumentError(
         fmt::format("--rt-dwell {} is outside [0, 86400] seconds", f.rt_dwell_s));
   }
+  if (!(f.kv_pressure >= 0 && f.kv_pressure < 1)) {
+    return util::InvalidArgumentError(
+        fmt::format("--kv-pressure {} is outside [0, 1)", f.kv_pressure));
+  }
   if (!(f.rt_kv_pressure >= 0 && f.rt_kv_pressure < 1)) {
     return util::InvalidArgumentError(
         fmt::format("--rt-kv-pressure {} is outside [0, 1)", f.rt_kv_pressure));
@@ -151,6 +155,7 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   const std::tuple<const char*, int64_t, int64_t, int64_t> limits[] = {
       {"--ctx", f.ctx, 16, 1 << 24},
       {"--kv-tokens", f.kv_tokens, 0, 1 << 30},
+      {"--kv-min-grant", f.kv_min_grant, 1, 1 << 20},
       {"--parallel", f.parallel, 1, 4096},
       {"--queue", f.queue, 0, 1'000'000},
       {"--batch-tokens", f.batch_tokens, 1, 65536},
@@ -729,6 +734,14 @@ Command RegisterServe(CLI::App& app) {
   cmd->add_option("-c,--ctx", f->ctx, "Context per request in tokens (capped by the model's)")
       ->capture_default_str();
   cmd->add_option("--kv-tokens", f->kv_tokens, "KV cache capacity in tokens; 0 = 8 contexts");
+  cmd->add_option("--kv-pressure", f->kv_pressure,
+                  "Below this share of free KV blocks, admit only what fits beside the running "
+                  "requests' growth and lower new requests' max_tokens to fit (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--kv-min-grant", f->kv_min_grant,
+                  "The fewest tokens a new request is granted under KV pressure (it waits "
+                  "otherwise)")
+      ->capture_default_str();
   cmd->add_option("--kv-type", f->kv_type,
                   "KV cache element type: f32, f16 (half the memory) or q8_0 (about a quarter; "
                   "head dimension a multiple of 32)")

@@ -337,6 +337,12 @@ std::vector<ServeKnob> MakeServeKnobs() {
                    {.unit = "tokens", .min = 0, .max = 1 << 30}));
   k.push_back(Bind("engine.kv_type", "--kv-type", [](ServeFlags & f) -> auto& { return f.kv_type; },
                    {.choices = {"f32", "f16", "q8_0"}}));
+  k.push_back(Bind("engine.kv_pressure", "--kv-pressure",
+                   [](ServeFlags & f) -> auto& { return f.kv_pressure; },
+                   {.min = 0, .max = 1, .max_exclusive = true}));
+  k.push_back(Bind("engine.kv_min_grant", "--kv-min-grant",
+                   [](ServeFlags & f) -> auto& { return f.kv_min_grant; },
+                   {.unit = "tokens", .min = 1, .max = 1 << 20}));
   k.push_back(Bind("engine.parallel", "--parallel",
                    [](ServeFlags & f) -> auto& { return f.parallel; },
                    {.unit = "requests", .min = 1, .max = 4096}));

@@ -45,6 +45,8 @@ struct ServeFlags {
   int32_t ctx = 4096;
   int32_t kv_tokens = 0;
   std::string kv_type = "f16";  // --kv-type f32 | f16 | q8_0
+  double kv_pressure = 0.25;    // --kv-pressure: memory-aware admission below this free share
+  int32_t kv_min_grant = 64;    // --kv-min-grant: the fewest tokens it grants a new request
   int32_t parallel = 16;
   int32_t queue = 64;
   int32_t batch_tokens = 512;

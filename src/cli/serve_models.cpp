@@ -255,6 +255,8 @@ util::StatusOr<std::unique_ptr<backend::LoadedModel>> LoadModel(LoaderState& s) 
                                                     .max_queue = f.queue,
                                                     .control = s.rt,
                                                     .health = [guard] { return guard->Check(); },
+                                                    .kv_pressure = f.kv_pressure,
+                                                    .kv_min_grant = f.kv_min_grant,
                                                     .cpus = cpus},
                                                    log));
   const int32_t n_ctx = l->engine_options.n_ctx;

@@ -43,6 +43,9 @@ struct Usage {
   int32_t cached_tokens = 0;  // of prompt_tokens, adopted from the prefix cache (L2)
   int32_t completion_tokens = 0;
   int32_t preemptions = 0;  // times the request was evicted and recomputed
+  // Tokens memory-aware admission took off max_tokens when the request was
+  // admitted under KV pressure (StepLoopOptions::kv_pressure); 0 = none.
+  int32_t max_tokens_cut = 0;
 };
 
 // What the loop calls back, on the stepping thread, for one request. The

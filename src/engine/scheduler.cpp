@@ -26,10 +26,13 @@ util::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(Engine& engine,
   std::unique_ptr<Scheduler> s(new Scheduler(engine, o, log));
   // The step loop checks max_batch_tokens and that the KV pool holds one
   // full context.
-  STRATA_ASSIGN_OR_RETURN(
-      s->loop_,
-      StepLoop::Create(engine, {.max_batch_tokens = o.max_batch_tokens, .health = o.health}, log,
-                       s.get()));
+  STRATA_ASSIGN_OR_RETURN(s->loop_, StepLoop::Create(engine,
+                                                     {.max_batch_tokens = o.max_batch_tokens,
+                                                      .clock = nullptr,
+                                                      .health = o.health,
+                                                      .kv_pressure = o.kv_pressure,
+                                                      .kv_min_grant = o.kv_min_grant},
+                                                     log, s.get()));
   if (o.cpus.empty()) {
     s->thread_ = std::thread([p = s.get()] { p->Loop(); });
     return s;
@@ -180,6 +183,8 @@ void Scheduler::OnStepEvent(StepEvent event) {
         stats_.running = loop_->n_running();
         stats_.prefix_prompt_tokens = c.prefix_prompt_tokens;
         stats_.prefix_cached_tokens = c.prefix_cached_tokens;
+        stats_.kv_capped = c.kv_capped;
+        stats_.kv_waits = c.kv_waits;
         return;
       case StepEvent::kPreempted:
         stats_.preemptions = c.preemptions;
@@ -294,6 +299,8 @@ SchedulerStats& operator+=(SchedulerStats& into, const SchedulerStats& s) {
   into.prompt_tokens += c.prompt_tokens;
   into.generated_tokens += c.generated_tokens;
   into.preemptions += c.preemptions;
+  into.kv_capped += c.kv_capped;
+  into.kv_waits += c.kv_waits;
   into.submitted += c.submitted;
   into.refused += c.refused;
   into.prefix_lookups += c.prefix_lookups;
@@ -311,6 +318,8 @@ SchedulerStats CountersOf(const SchedulerStats& s) {
   c.prompt_tokens = s.prompt_tokens;
   c.generated_tokens = s.generated_tokens;
   c.preemptions = s.preemptions;
+  c.kv_capped = s.kv_capped;
+  c.kv_waits = s.kv_waits;
   c.submitted = s.submitted;
   c.refused = s.refused;
   c.prefix_lookups = s.prefix_lookups;

@@ -61,6 +61,8 @@ struct SchedulerStats {
   int64_t prompt_tokens = 0;  // prompt tokens evaluated (recomputation included)
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
+  int64_t kv_capped = 0;  // requests granted fewer tokens than they asked, under KV pressure
+  int64_t kv_waits = 0;   // admissions held back for KV blocks the running requests will need
   int64_t submitted = 0;  // well-formed Submit calls: accepted, or refused for load
   int64_t refused = 0;    // Submit calls refused for load (full queue or the control's limit)
   bool draining = false;
@@ -81,7 +83,8 @@ struct SchedulerStats {
 // Several schedulers seen as one (the local models of one server): every
 // field of `s` added to `into`.
 SchedulerStats& operator+=(SchedulerStats& into, const SchedulerStats& s);
-// The monotonic counters of `s` alone (steps, tokens, preemptions, submits,
+// The monotonic counters of `s` alone (steps, tokens, preemptions, KV caps
+// and waits, submits,
 // refusals, prefix lookups, hits, partial hits, evictions and tokens), the
 // gauges zero: what a stopped scheduler leaves to a running total, so the
 // counters summed over schedulers never go down when one stops.
@@ -117,6 +120,9 @@ struct SchedulerOptions {
   // a failure fails the step's requests and refuses new ones with it.
   // Must be thread-safe and cheap (an atomic read).
   std::function<util::Status()> health = nullptr;
+  // Memory-aware admission (StepLoopOptions::kv_pressure, kv_min_grant).
+  double kv_pressure = 0.25;
+  int32_t kv_min_grant = 64;
   // The CPUs the scheduler's thread (the forward pass's thread 0) runs on;
   // empty = wherever the OS puts it. Start fails when it cannot be bound.
   std::vector<int32_t> cpus = {};

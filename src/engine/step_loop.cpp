@@ -16,6 +16,7 @@ struct StepLoop::Active {
   int32_t generated = 0;
   int32_t preemptions = 0;
   int32_t cached_tokens = -1;  // prompt tokens adopted from the prefix cache at first admission
+  int32_t max_tokens_cut = 0;  // taken off max_tokens by memory-aware admission
   int32_t remaining() const { return static_cast<int32_t>(tokens.size()) - n_evaluated; }
   bool decoding() const { return !req.embed && remaining() == 1; }
 };
@@ -33,6 +34,12 @@ util::StatusOr<std::unique_ptr<StepLoop>> StepLoop::Create(Engine& engine, const
   if (o.max_batch_tokens < 1 || o.max_batch_tokens > 65536) {
     return util::InvalidArgumentError(
         fmt::format("max_batch_tokens {} is outside [1, 65536]", o.max_batch_tokens));
+  }
+  if (!(o.kv_pressure >= 0 && o.kv_pressure < 1) || o.kv_min_grant < 1 ||
+      o.kv_min_grant > (1 << 20)) {
+    return util::InvalidArgumentError(
+        fmt::format("kv_pressure {} is outside [0, 1) or kv_min_grant {} outside [1, 1048576]",
+                    o.kv_pressure, o.kv_min_grant));
   }
   const int32_t per_ctx =
       (engine.n_ctx() + engine.kv_pool().block_size() - 1) / engine.kv_pool().block_size();
@@ -172,17 +179,57 @@ void StepLoop::RunUntilIdle(int32_t max_running) {
 // blocks allow: a request is admitted when its whole sequence fits beside one
 // spare block per running request, so admitting it does not immediately force
 // a preemption (with nothing running, the head is always admitted: the pool
-// holds a full context). A request admitted for the first time adopts its
-// cached prefix and fixes its terms (OnAdmit); a preempted one keeps them.
+// holds a full context). Under KV pressure (fewer than kv_pressure of the
+// blocks free) the running requests' growth to their max_tokens is reserved
+// first, and a new request gets only what is left (see StepLoopOptions). A
+// request admitted for the first time adopts its cached prefix and fixes its
+// terms (OnAdmit); a preempted one keeps them.
 void StepLoop::Admit(int32_t max_running) {
   const KvBlockPool& pool = engine_.kv_pool();
   const int32_t bs = pool.block_size();
   auto blocks_for = [bs](int64_t n) { return static_cast<int32_t>((n + bs - 1) / bs); };
+  // The blocks a request still needs to finish (to its max_tokens, within
+  // the context) beyond what it holds.
+  auto growth = [&](const Active& a) {
+    const int64_t final_len =
+        a.req.embed ? a.n_prompt
+                    : std::min<int64_t>(a.n_prompt + static_cast<int64_t>(a.req.max_tokens),
+                                        engine_.n_ctx());
+    return static_cast<int64_t>(
+        std::max(0, blocks_for(final_len) - blocks_for(engine_.SequenceLength(a.seq))));
+  };
+  int64_t reserved = 0;  // what every running request still needs
+  int64_t taken = 0;     // prompt blocks of the requests admitted this round
+  if (options_.kv_pressure > 0) {
+    for (const auto& a : running_) reserved += growth(*a);
+  }
   while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < max_running) {
     Active& head = *waiting_.front();
     const int32_t need = blocks_for(static_cast<int64_t>(head.tokens.size()) + 1);
     const int32_t spare = pool.n_free() - static_cast<int32_t>(running_.size());
     if (need > spare && !running_.empty()) break;
+    // Pressure: the blocks free once this round's admissions hold their
+    // prompts are below the threshold.
+    const bool pressure =
+        options_.kv_pressure > 0 && static_cast<double>(pool.n_free() - taken) <
+                                        options_.kv_pressure * static_cast<double>(pool.n_blocks());
+    // The tokens this request may generate in all (0: no limit from memory).
+    int32_t grant = 0;
+    if (pressure && !head.req.embed) {
+      const int64_t room = (static_cast<int64_t>(pool.n_free()) - reserved) * bs;
+      const int64_t fits = room - head.n_prompt;
+      const bool first = head.cached_tokens < 0;
+      // A preempted request has its terms: it waits until they fit again.
+      const int64_t least = first ? std::min(head.req.max_tokens, options_.kv_min_grant)
+                                  : static_cast<int64_t>(head.req.max_tokens);
+      if (fits < least && !running_.empty()) {
+        ++counters_.kv_waits;
+        break;
+      }
+      if (first && fits < head.req.max_tokens) {
+        grant = static_cast<int32_t>(std::max<int64_t>(fits, least));
+      }
+    }
     head.seq = engine_.NewSequence(head.req.cache_namespace);
     // An embedding needs every prompt token's hidden state, which cached KV
     // blocks do not hold: it computes them all (and still publishes its
@@ -197,6 +244,17 @@ void StepLoop::Admit(int32_t max_running) {
       }
       const int32_t cap = head.req.sink->OnAdmit();
       if (cap > 0) head.req.max_tokens = std::min(head.req.max_tokens, cap);
+      if (grant > 0 && grant < head.req.max_tokens) {
+        head.max_tokens_cut = head.req.max_tokens - grant;
+        head.req.max_tokens = grant;
+        ++counters_.kv_capped;
+        log_.Debug("KV pressure: request {} granted {} tokens ({} asked), {} of {} blocks free",
+                   head.id, grant, grant + head.max_tokens_cut, pool.n_free(), pool.n_blocks());
+      }
+    }
+    if (options_.kv_pressure > 0) {
+      reserved += growth(head);
+      taken += need;
     }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -358,6 +416,7 @@ void StepLoop::Finish(std::unique_ptr<Active> a, FinishReason reason, const util
   u.cached_tokens = std::max(a->cached_tokens, 0);
   u.completion_tokens = a->generated;
   u.preemptions = a->preemptions;
+  u.max_tokens_cut = a->max_tokens_cut;
   a->req.sink->OnFinish(reason, status, u);
   by_id_.erase(a->id);
   Notify(StepEvent::kFinished);

@@ -55,6 +55,16 @@ struct StepLoopOptions {
   // fails that step's requests with it (the weights under the model went bad:
   // its file changed on disk). Empty = always healthy. Runs on the loop's thread.
   std::function<util::Status()> health = nullptr;
+  // Memory-aware admission: while fewer than this share of the KV blocks
+  // are free (cached prefix blocks count as free), a request is admitted
+  // only where its prompt and its answer fit in the blocks the running
+  // requests will not need to finish theirs (each to its max_tokens), and a
+  // new request is granted only as many tokens as fit there: its max_tokens
+  // is lowered, never below kv_min_grant (nor above what it asked). One that
+  // does not fit waits, so the batch shrinks before a preemption is needed.
+  // With nothing running the head is always admitted. [0, 1); 0 = off.
+  double kv_pressure = 0.25;
+  int32_t kv_min_grant = 64;  // [1, 1 << 20] tokens
 };
 
 // Cumulative since the loop was created.
@@ -63,6 +73,10 @@ struct StepCounters {
   int64_t prompt_tokens = 0;     // prompt tokens evaluated (recomputation included)
   int64_t generated_tokens = 0;  // tokens chosen
   int64_t preemptions = 0;
+  // Memory-aware admission (StepLoopOptions::kv_pressure):
+  int64_t kv_capped = 0;  // new requests granted fewer tokens than they asked
+  int64_t kv_waits =
+      0;  // admission rounds that stopped at a request the free blocks could not hold
   // Counted once per request at its first admission (requests with a cache
   // namespace only, embeddings excluded):
   int64_t prefix_prompt_tokens = 0;  // prompt tokens of requests that looked the cache up

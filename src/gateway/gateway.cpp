@@ -179,12 +179,14 @@ class ReportingSink final : public backend::Sink {
     const TimePoint end = t.finished != TimePoint{} ? t.finished : t.submitted;
     log_.Info(
         "[{}] trace choice={} queue_wait_ms={} prefill_ms={} decode_ms={} ttft_ms={} total_ms={} "
-        "prompt_tokens={} cached_tokens={} completion_tokens={} preemptions={} max_tokens={}{}{}",
+        "prompt_tokens={} cached_tokens={} completion_tokens={} preemptions={} max_tokens={}{}{}{}",
         request_id_, e.index, admitted ? ms(t.submitted, t.admitted) : "-",
         admitted && first ? ms(t.admitted, t.first_token) : "-",
         first ? ms(t.first_token, end) : "-", first ? ms(t.submitted, t.first_token) : "-",
         ms(t.submitted, end), e.usage.prompt_tokens, e.usage.cached_tokens,
         e.usage.completion_tokens, e.usage.preemptions, max_tokens_, e.terms,
+        e.usage.max_tokens_cut > 0 ? fmt::format(" kv_pressure_cut={}", e.usage.max_tokens_cut)
+                                   : std::string(),
         session_id_.empty() ? std::string() : " session=" + session_id_);
   }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
@@ -150,8 +151,10 @@ TEST_F(SchedulerTest, BoundToCpusItComputesTheSameAndRefusesCpusItMayNotUse) {
 
 TEST_F(SchedulerTest, PreemptionUnderKvPressureKeepsOutputsExact) {
   // 40 blocks of 4 tokens: one full context (32 blocks) plus a little.
+  // Memory-aware admission off: it would hold requests back instead.
   auto engine = MakeEngine(128, 40);
-  auto sched = Scheduler::Start(*engine, {.max_running = 8, .max_batch_tokens = 64}, *log_);
+  auto sched = Scheduler::Start(
+      *engine, {.max_running = 8, .max_batch_tokens = 64, .kv_pressure = 0}, *log_);
   ASSERT_TRUE(sched.ok());
   std::vector<std::shared_ptr<RecordingSink>> sinks;
   std::vector<std::vector<int32_t>> prompts;
@@ -550,7 +553,8 @@ TEST_F(SchedulerTest, APreemptedRequestIsAdmittedOnlyOnce) {
   // As in PreemptionUnderKvPressureKeepsOutputsExact: preemptions happen, but
   // OnAdmit (the request's terms) is called once per request.
   auto engine = MakeEngine(128, 40);
-  auto sched = Scheduler::Start(*engine, {.max_running = 8, .max_batch_tokens = 64}, *log_);
+  auto sched = Scheduler::Start(
+      *engine, {.max_running = 8, .max_batch_tokens = 64, .kv_pressure = 0}, *log_);
   ASSERT_TRUE(sched.ok());
   auto c = std::make_shared<Concurrency>();
   for (int i = 0; i < 6; ++i) {
@@ -560,6 +564,61 @@ TEST_F(SchedulerTest, APreemptedRequestIsAdmittedOnlyOnce) {
   EXPECT_TRUE((*sched)->Drain(std::chrono::minutes(1)));
   EXPECT_GT((*sched)->Stats().preemptions, 0) << "the test did not exercise preemption";
   EXPECT_EQ(c->admissions, 6);
+}
+
+// Memory-aware admission on the workload that forces preemptions above:
+// six requests of 20 + 40 tokens (15 blocks each at the end) in a pool of
+// 40 blocks. Under pressure, requests wait for the blocks the running ones
+// will need, or start with fewer tokens granted; nothing is preempted, and
+// every answer is the start of the one it would get alone.
+TEST_F(SchedulerTest, MemoryAwareAdmissionWaitsOrGrantsFewerTokensInsteadOfPreempting) {
+  for (const int32_t min_grant : {64, 8}) {
+    SCOPED_TRACE(min_grant);
+    auto engine = MakeEngine(128, 40);
+    auto sched = Scheduler::Start(
+        *engine,
+        {.max_running = 8, .max_batch_tokens = 64, .kv_pressure = 0.9, .kv_min_grant = min_grant},
+        *log_);
+    ASSERT_TRUE(sched.ok());
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 6; ++i) {
+      prompts.push_back(Prompt(20, i));
+      sinks.push_back(std::make_shared<RecordingSink>());
+      ASSERT_TRUE((*sched)->Submit({prompts.back(), 40, false, sinks.back()}).ok());
+    }
+    int capped = 0;
+    for (size_t i = 0; i < sinks.size(); ++i) {
+      sinks[i]->Wait();
+      const Usage u = sinks[i]->usage();
+      EXPECT_EQ(u.preemptions, 0) << "request " << i;
+      EXPECT_EQ(u.completion_tokens + u.max_tokens_cut, 40) << "request " << i;
+      const std::vector<int32_t> alone = Alone(prompts[i], 40);
+      const std::vector<int32_t> got = sinks[i]->tokens();
+      ASSERT_EQ(got.size(), static_cast<size_t>(u.completion_tokens));
+      ASSERT_LE(got.size(), alone.size());
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), alone.begin())) << "request " << i;
+      capped += u.max_tokens_cut > 0 ? 1 : 0;
+    }
+    const SchedulerStats st = (*sched)->Stats();
+    EXPECT_EQ(st.preemptions, 0);
+    EXPECT_EQ(st.kv_capped, capped);
+    if (min_grant == 64) {
+      // No request is granted fewer than its 40 tokens: they wait instead.
+      EXPECT_EQ(capped, 0);
+      EXPECT_GT(st.kv_waits, 0);
+    } else {
+      EXPECT_GT(capped, 0) << "the test did not exercise a smaller grant";
+    }
+    EXPECT_EQ(st.kv_blocks_used, 0);
+  }
+}
+
+TEST_F(SchedulerTest, MemoryAwareAdmissionOptionsAreChecked) {
+  auto engine = MakeEngine(128, 40);
+  EXPECT_FALSE(Scheduler::Start(*engine, {.kv_pressure = 1.0}, *log_).ok());
+  EXPECT_FALSE(Scheduler::Start(*engine, {.kv_pressure = -0.1}, *log_).ok());
+  EXPECT_FALSE(Scheduler::Start(*engine, {.kv_pressure = 0.5, .kv_min_grant = 0}, *log_).ok());
 }
 
 }  // namespace

@@ -109,7 +109,8 @@ SnapshotRecord FullRecord() {
                .cached_tokens = 1,
                .cache_write_tokens = 2,
                .completion_tokens = 3,
-               .preemptions = 1};
+               .preemptions = 1,
+               .max_tokens_cut = 0};
     c.terms = " rt_level=1 sampling=topk max_tokens_cap=0";
     c.replica = "http://10.0.0.1:8000";
     r.choices.push_back(std::move(c));
