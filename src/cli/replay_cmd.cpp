@@ -407,6 +407,14 @@ int ReplayLocal(const Env& env, const ReplayFlags& f, const server::SnapshotReco
                             eo.n_ctx, model.config().n_ctx_train));
   }
   eo.n_seq_max = std::clamp(r.request.n, 1, 8);
+  // The KV type it served with (a snapshot without one predates the choice: F32).
+  if (r.backend.kv_type.empty()) {
+    eo.kv_type = kernels::TensorType::kF32;
+  } else {
+    auto kv_type = engine::ParseKvType(r.backend.kv_type);
+    if (!kv_type.ok()) return Fail(fmt::format("the snapshot's {}", kv_type.status().message()));
+    eo.kv_type = *kv_type;
+  }
   auto engine = engine::Engine::Create(model, eo, log);
   if (!engine.ok()) return Fail(engine.status().message());
   auto sched = engine::Scheduler::Start(**engine, {.max_running = std::max(r.request.n, 1)}, log);

@@ -541,7 +541,8 @@ util::StatusOr<std::unique_ptr<LocalModels>> LocalModels::Start(
                             .bytes = ModelResidentBytes(config, eo)};
     if (snapshots != nullptr) {
       AddLocalModel(*snapshots, env, file.name, file.path, **opened, f.chat_format,
-                    f.prompt_special_tokens, std::min(f.max_tokens_cap, eo.n_ctx), log);
+                    f.prompt_special_tokens, std::min(f.max_tokens_cap, eo.n_ctx),
+                    std::string(kernels::TypeName(eo.kv_type)), log);
     }
     auto state = std::make_shared<LoaderState>();
     state->env = &env;

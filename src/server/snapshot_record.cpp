@@ -424,6 +424,9 @@ StatusOr<SnapshotRecord> Decode(const Json& j) {
     STRATA_ASSIGN_OR_RETURN(r.backend.chat_format, m.String("chat_format"));
     STRATA_ASSIGN_OR_RETURN(r.backend.prompt_special_tokens, m.Bool("prompt_special_tokens"));
     STRATA_ASSIGN_OR_RETURN(r.backend.max_tokens_cap, m.Int32("max_tokens_cap", 0, INT32_MAX));
+    if (m.Has("kv_type")) {
+      STRATA_ASSIGN_OR_RETURN(r.backend.kv_type, m.String("kv_type"));
+    }
   }
   STRATA_ASSIGN_OR_RETURN(const Json* cj, top.Object("cache"));
   Reader c(*cj, "cache.");
@@ -514,6 +517,7 @@ std::string EncodeSnapshotRecord(const SnapshotRecord& r) {
     model["chat_format"] = r.backend.chat_format;
     model["prompt_special_tokens"] = r.backend.prompt_special_tokens;
     model["max_tokens_cap"] = r.backend.max_tokens_cap;
+    if (!r.backend.kv_type.empty()) model["kv_type"] = r.backend.kv_type;
     backend["model"] = std::move(model);
   }
   Json cache = {{"outcome", r.cache}};

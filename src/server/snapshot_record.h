@@ -75,6 +75,9 @@ struct SnapshotBackend {
   std::string chat_format = {};   // --chat-format; "" = the model's own template
   bool prompt_special_tokens = false;
   int32_t max_tokens_cap = 0;
+  // The KV cache's element type ("F32", "F16", "Q8_0"); "" in a snapshot
+  // taken before the engine had a choice, which means F32.
+  std::string kv_type = {};
 };
 
 struct SnapshotRecord {

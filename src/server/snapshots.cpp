@@ -32,6 +32,7 @@ bool SnapshotRecorder::Record(SnapshotRecord record) const {
       record.backend.chat_format = m->second.chat_format;
       record.backend.prompt_special_tokens = m->second.prompt_special_tokens;
       record.backend.max_tokens_cap = m->second.max_tokens_cap;
+      record.backend.kv_type = m->second.kv_type;
       if (m->second.digest) record.backend.model_sha256 = m->second.digest->hex().value_or("");
     }
   }

@@ -47,6 +47,7 @@ struct SnapshotModel {
   std::string chat_format = {};  // --chat-format ("" = the model's own template)
   bool prompt_special_tokens = false;
   int32_t max_tokens_cap = 0;
+  std::string kv_type = {};  // --kv-type as the engine names it ("F16")
 };
 
 struct SnapshotOptions {

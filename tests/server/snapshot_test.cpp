@@ -41,7 +41,8 @@ SnapshotRecord FullRecord() {
                .model_sha256 = std::string(64, 'a'),
                .chat_format = "chatml",
                .prompt_special_tokens = true,
-               .max_tokens_cap = 512};
+               .max_tokens_cap = 512,
+               .kv_type = "Q8_0"};
   r.cache = "l3";
   r.similarity = 0.9375;
   gateway::CompletionRequest& q = r.request;
@@ -140,6 +141,7 @@ TEST(SnapshotRecord, EveryFieldSurvivesTheRoundTripExactly) {
   EXPECT_EQ(back->request.request_id, "req-42");
   EXPECT_EQ(back->request.tenant, "acme");
   EXPECT_EQ(back->backend.fingerprint, 0xfedcba9876543210ULL);
+  EXPECT_EQ(back->backend.kv_type, "Q8_0");
   EXPECT_EQ(back->similarity, std::optional<double>(0.9375));
   EXPECT_EQ(back->prompts[1].prompt, std::optional<std::string>("second"));
   EXPECT_EQ(back->choices[2].seed, std::optional<uint64_t>(1002));
