@@ -41,16 +41,18 @@ struct BenchFlags {
   std::string log_level = "warn";
 };
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
+}
+
 struct TestResult {
   std::string name;
   int32_t n_prompt = 0, n_gen = 0;
-  std::vector<double> tps;  // tokens/s per repetition
-  double Median() const {
-    std::vector<double> v = tps;
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
-  }
+  std::vector<double> tps;              // tokens/s per repetition
+  std::vector<double> attention_share;  // of each repetition's time, in the attention kernel
+  double Median() const { return cli::Median(tps); }
   double Min() const { return tps.empty() ? 0.0 : *std::min_element(tps.begin(), tps.end()); }
   double Max() const { return tps.empty() ? 0.0 : *std::max_element(tps.begin(), tps.end()); }
 };
@@ -236,6 +238,9 @@ int RunBench(const Env& env, const BenchFlags& f) {
   auto created = engine::Engine::Create(m, eo, *log);
   if (!created.ok()) return ReportError(created.status());
   engine::Engine& eng = **created;
+  // The attention kernel's share of each timed run (what long contexts cost).
+  eng.SetProfileClock(&clock);
+  double last_share = 0;
   util::Rng rng(1234);
   auto random_tokens = [&](int32_t n) {
     std::vector<int32_t> t(static_cast<size_t>(n));
@@ -274,6 +279,7 @@ int RunBench(const Env& env, const BenchFlags& f) {
   auto run_prompt = [&](int32_t n) -> util::StatusOr<double> {
     const auto tokens = random_tokens(n);
     STRATA_ASSIGN_OR_RETURN(const engine::SeqId s, start());
+    const double a0 = eng.attention_seconds();
     const auto t0 = clock.Now();
     for (int32_t i = 0; i < n; i += f.batch) {
       const int32_t k = std::min(f.batch, n - i);
@@ -282,18 +288,21 @@ int RunBench(const Env& env, const BenchFlags& f) {
       STRATA_RETURN_IF_ERROR(eng.Step(std::span(&w, 1)));
     }
     const double secs = util::SecondsBetween(t0, clock.Now());
+    last_share = (eng.attention_seconds() - a0) / secs;
     eng.FreeSequence(s);
     return n / secs;
   };
   auto run_gen = [&](int32_t n) -> util::StatusOr<double> {
     const auto tokens = random_tokens(n);
     STRATA_ASSIGN_OR_RETURN(const engine::SeqId s, start());
+    const double a0 = eng.attention_seconds();
     const auto t0 = clock.Now();
     for (int32_t i = 0; i < n; ++i) {
       engine::Engine::Work w{s, std::span(tokens).subspan(static_cast<size_t>(i), 1), true};
       STRATA_RETURN_IF_ERROR(eng.Step(std::span(&w, 1)));
     }
     const double secs = util::SecondsBetween(t0, clock.Now());
+    last_share = (eng.attention_seconds() - a0) / secs;
     eng.FreeSequence(s);
     return n / secs;
   };
@@ -302,9 +311,9 @@ int RunBench(const Env& env, const BenchFlags& f) {
   // Named as llama-bench names them: "tg128", or "tg128 @ d4096" at a depth.
   const std::string at = f.depth > 0 ? fmt::format(" @ d{}", f.depth) : "";
   if (f.n_prompt > 0) {
-    results.push_back({fmt::format("pp{}{}", f.n_prompt, at), f.n_prompt, 0, {}});
+    results.push_back({fmt::format("pp{}{}", f.n_prompt, at), f.n_prompt, 0, {}, {}});
   }
-  if (f.n_gen > 0) results.push_back({fmt::format("tg{}{}", f.n_gen, at), 0, f.n_gen, {}});
+  if (f.n_gen > 0) results.push_back({fmt::format("tg{}{}", f.n_gen, at), 0, f.n_gen, {}, {}});
   for (TestResult& t : results) {
     auto run = [&]() { return t.n_prompt > 0 ? run_prompt(t.n_prompt) : run_gen(t.n_gen); };
     auto warm = run();  // warm-up, not counted
@@ -313,6 +322,7 @@ int RunBench(const Env& env, const BenchFlags& f) {
       auto tps = run();
       if (!tps.ok()) return ReportError(tps.status());
       t.tps.push_back(*tps);
+      t.attention_share.push_back(last_share);
       log->Info("{} rep {}: {:.2f} t/s", t.name, r + 1, *tps);
     }
   }
@@ -377,6 +387,10 @@ int RunBench(const Env& env, const BenchFlags& f) {
         kv_name, t.name, t.Median(), t.Min(), t.Max());
   }
   std::fprintf(stdout, "\nload to first token: %.1f ms (warm page cache)\n", load_to_first_ms);
+  for (const TestResult& t : results) {
+    std::fprintf(stdout, "%s: the attention kernel took %.0f%% of the time\n", t.name.c_str(),
+                 100.0 * Median(t.attention_share));
+  }
   if (bandwidth > 0) {
     for (const TestResult& t : results) {
       if (t.n_gen == 0) continue;
@@ -435,7 +449,8 @@ int RunBench(const Env& env, const BenchFlags& f) {
                             {"median", t.Median()},
                             {"min", t.Min()},
                             {"max", t.Max()},
-                            {"fraction_of_limit", fraction_of_limit(t)}});
+                            {"fraction_of_limit", fraction_of_limit(t)},
+                            {"attention_share", Median(t.attention_share)}});
     }
     const std::string text = j.dump(2) + "\n";
     if (f.json == "-") {

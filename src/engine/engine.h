@@ -122,6 +122,10 @@ class Engine {
   }
   const PrefixCacheStats& prefix_stats() const { return pool_.prefix_stats(); }
   const kernels::KernelTable& kernels() const { return forward_.kernels(); }
+  // Profiling (model::Forward::set_profile_clock): with a clock, the time
+  // the attention kernel takes adds up in attention_seconds().
+  void SetProfileClock(const util::Clock* clock) { forward_.set_profile_clock(clock); }
+  double attention_seconds() const { return forward_.attention_seconds(); }
   int32_t n_threads() const { return threads_->size(); }
 
  private:

@@ -356,6 +356,8 @@ void Forward::Attend(const Pass& p, int32_t layer) {
   const uint8_t* v_layer = p.kv + p.layout.Bytes(p.layout.PartOffset(layer, KvPart::kValue));
   std::atomic<int64_t> next{0};
   const int64_t n_tiles = static_cast<int64_t>(attend_tiles_.size());
+  const auto t0 =
+      profile_clock_ != nullptr ? profile_clock_->Now() : std::chrono::steady_clock::time_point();
   pool_.RunOnAll([&](int thread) {
     float* scratch = scores_.data() + static_cast<size_t>(thread) * attend_scratch_floats_;
     const float* q[kernels::kMaxAttendQueries];
@@ -392,6 +394,9 @@ void Forward::Attend(const Pass& p, int32_t layer) {
       kernels_.attend(a);
     }
   });
+  if (profile_clock_ != nullptr) {
+    attention_seconds_ += util::SecondsBetween(t0, profile_clock_->Now());
+  }
 }
 
 void Forward::AddResidual(int64_t n_tokens) {

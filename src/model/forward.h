@@ -28,6 +28,7 @@
 #include "kernels/kernels.h"
 #include "model/kv_layout.h"
 #include "model/transformer.h"
+#include "util/clock.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
 
@@ -64,6 +65,12 @@ class Forward {
                    std::span<float> hidden = {});
 
   const kernels::KernelTable& kernels() const { return kernels_; }
+
+  // Profiling: with a clock, the wall time of the attention kernel calls
+  // (every layer of every Run, on the calling thread's clock) adds up in
+  // attention_seconds(); nullptr (the default) = untimed. Borrowed.
+  void set_profile_clock(const util::Clock* clock) { profile_clock_ = clock; }
+  double attention_seconds() const { return attention_seconds_; }
 
  private:
   friend struct Architecture;                            // names Stages
@@ -153,6 +160,8 @@ class Forward {
   const Stages& stages_;
   util::ThreadPool& pool_;
   const kernels::KernelTable& kernels_;
+  const util::Clock* profile_clock_ = nullptr;
+  double attention_seconds_ = 0;
   // Scratch, grown on demand; [n_tokens][width] row-major each.
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, rope_cos_, rope_sin_;
   std::vector<float> scores_;  // [threads][attend_scratch_floats_]
