@@ -73,10 +73,11 @@ struct StepCounters {
   int64_t prompt_tokens = 0;     // prompt tokens evaluated (recomputation included)
   int64_t generated_tokens = 0;  // tokens chosen
   int64_t preemptions = 0;
-  // Memory-aware admission (StepLoopOptions::kv_pressure):
-  int64_t kv_capped = 0;  // new requests granted fewer tokens than they asked
-  int64_t kv_waits =
-      0;  // admission rounds that stopped at a request the free blocks could not hold
+  // Memory-aware admission (StepLoopOptions::kv_pressure): new requests
+  // granted fewer tokens than they asked, and admission rounds that stopped
+  // at a request the free blocks could not hold.
+  int64_t kv_capped = 0;
+  int64_t kv_waits = 0;
   // Counted once per request at its first admission (requests with a cache
   // namespace only, embeddings excluded):
   int64_t prefix_prompt_tokens = 0;  // prompt tokens of requests that looked the cache up
