@@ -159,6 +159,7 @@ expect 1 "multiple of 32; this model's is 16" -- bench -m "$tmp/m.gguf" --kv-typ
 expect 0 "wrote" -- mkmodel --dims n_embd=128,n_layers=1,n_heads=4,n_kv_heads=2,n_ff=128 --type q8_0 -o "$tmp/m32.gguf" -t 2
 expect 0 "tg4 @ d40" -- bench -m "$tmp/m32.gguf" --kv-type q8_0 -d 40 -p 8 -n 4 -r 1 --no-bandwidth --json "$tmp/bench-kv.json"
 if ! grep -q '"kv_type": "Q8_0"' "$tmp/bench-kv.json"; then echo "FAIL: bench JSON lacks kv_type"; fail=1; fi
+if ! grep -q '"attention_share"' "$tmp/bench-kv.json"; then echo "FAIL: bench JSON lacks attention_share"; fail=1; fi
 expect 0 "" -- generate -m "$tmp/m32.gguf" --kv-type f32 -n 4 --temp 0
 expect 1 "cannot open" -- bench -m "$tmp/missing.gguf"
 
