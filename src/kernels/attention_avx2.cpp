@@ -30,13 +30,17 @@ namespace {
 
 constexpr int32_t kBlock = 32;  // positions per block: four 8-position tiles
 
+// The address of the element `off` elements from `base` (for Q8_0, the
+// start of its block).
+template <TensorType T>
+inline const char* KvAt(const void* base, size_t off) {
+  return static_cast<const char*>(base) + KvRowBytes(T, off);
+}
+
 template <TensorType T>
 struct KvLoad8;
 template <>
 struct KvLoad8<TensorType::kF32> {
-  static const char* At(const void* base, size_t off) {
-    return static_cast<const char*>(base) + off * sizeof(float);
-  }
   // Elements [off, off + 8).
   static __m256 Load8(const void* base, size_t off) {
     return _mm256_loadu_ps(static_cast<const float*>(base) + off);
@@ -44,21 +48,16 @@ struct KvLoad8<TensorType::kF32> {
 };
 template <>
 struct KvLoad8<TensorType::kF16> {
-  static const char* At(const void* base, size_t off) {
-    return static_cast<const char*>(base) + off * 2;
-  }
   static __m256 Load8(const void* base, size_t off) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(At(base, off))));
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(KvAt<TensorType::kF16>(base, off))));
   }
 };
 template <>
 struct KvLoad8<TensorType::kQ8_0> {
-  static const char* At(const void* base, size_t off) {
-    return static_cast<const char*>(base) + off / 32 * 34;
-  }
   // off is a multiple of 8: a quarter of one block, d·q.
   static __m256 Load8(const void* base, size_t off) {
-    const char* block = At(base, off);
+    const char* block = KvAt<TensorType::kQ8_0>(base, off);
     uint16_t h;
     __builtin_memcpy(&h, block, sizeof(h));
     const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + off % 32));
@@ -180,7 +179,7 @@ inline void PrefetchRows(const void* base, const size_t* row_off, int64_t p_begi
   const int64_t lines =
       static_cast<int64_t>((KvRowBytes(T, static_cast<size_t>(head_dim)) + 63) / 64);
   for (int64_t p = p_begin; p < p_end; ++p) {
-    const char* row = KvLoad8<T>::At(base, row_off[p]);
+    const char* row = KvAt<T>(base, row_off[p]);
     for (int64_t i = 0; i < lines; ++i) _mm_prefetch(row + 64 * i, _MM_HINT_T0);
   }
 }

@@ -49,13 +49,17 @@ inline __m512 Exp(__m512 x) {
 }
 
 // Loads of a KV row's elements, as floats, per element type T.
+// The address of the element `off` elements from `base` (for Q8_0, the
+// start of its block).
+template <TensorType T>
+inline const char* KvAt(const void* base, size_t off) {
+  return static_cast<const char*>(base) + KvRowBytes(T, off);
+}
+
 template <TensorType T>
 struct KvLoad;
 template <>
 struct KvLoad<TensorType::kF32> {
-  static const char* At(const void* base, size_t off) {
-    return static_cast<const char*>(base) + off * sizeof(float);
-  }
   // Elements [off, off + 16).
   static __m512 Load16(const void* base, size_t off) {
     return _mm512_loadu_ps(static_cast<const float*>(base) + off);
@@ -63,21 +67,16 @@ struct KvLoad<TensorType::kF32> {
 };
 template <>
 struct KvLoad<TensorType::kF16> {
-  static const char* At(const void* base, size_t off) {
-    return static_cast<const char*>(base) + off * 2;
-  }
   static __m512 Load16(const void* base, size_t off) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(At(base, off))));
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(KvAt<TensorType::kF16>(base, off))));
   }
 };
 template <>
 struct KvLoad<TensorType::kQ8_0> {
-  static const char* At(const void* base, size_t off) {
-    return static_cast<const char*>(base) + off / 32 * 34;
-  }
   // off is a multiple of 16: half of one block, d·q.
   static __m512 Load16(const void* base, size_t off) {
-    const char* block = At(base, off);
+    const char* block = KvAt<TensorType::kQ8_0>(base, off);
     uint16_t h;
     __builtin_memcpy(&h, block, sizeof(h));
     const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
@@ -265,7 +264,7 @@ inline void PrefetchRows(const void* base, const size_t* row_off, int64_t p_begi
   const int64_t lines =
       static_cast<int64_t>((KvRowBytes(T, static_cast<size_t>(16 * c)) + 63) / 64);
   for (int64_t p = p_begin; p < p_end; ++p) {
-    const char* row = KvLoad<T>::At(base, row_off[p] + static_cast<size_t>(d0));
+    const char* row = KvAt<T>(base, row_off[p] + static_cast<size_t>(d0));
     for (int64_t i = 0; i < lines; ++i) _mm_prefetch(row + 64 * i, _MM_HINT_T0);
   }
 }

@@ -23,35 +23,23 @@ struct Kv {
   int64_t head_dim = 0;
   std::vector<float> k, v;
   std::vector<size_t> row_off;
-  // With another type than F32 (StoreAs): the rows as the kernels read
+  // With another type than F32 (MakeKv): the rows as the kernels read
   // them; k and v then hold the values they represent.
   TensorType type = TensorType::kF32;
   std::vector<uint8_t> k_stored, v_stored;
 };
 
-Kv MakeKv(util::Rng& rng, int32_t n_rows, int64_t head_dim) {
-  Kv kv;
-  kv.head_dim = head_dim;
-  const int64_t stride = head_dim + 24;
-  kv.k.resize(static_cast<size_t>(n_rows * stride));
-  kv.v.resize(kv.k.size());
-  for (float& x : kv.k) x = static_cast<float>(rng.Normal());
-  for (float& x : kv.v) x = static_cast<float>(rng.Normal());
-  std::vector<size_t> slot(static_cast<size_t>(n_rows));
-  std::iota(slot.begin(), slot.end(), size_t{0});
-  for (size_t i = slot.size(); i > 1; --i) std::swap(slot[i - 1], slot[rng.Below(i)]);
-  for (size_t s : slot) kv.row_off.push_back(s * static_cast<size_t>(stride) + 8);
-  return kv;
-}
-
-// Rows of `n_rows` positions with offsets that are multiples of 32 (whole
-// Q8_0 blocks), stored as `type`: kv.k and kv.v are rounded to what the
+// Rows stored as `type`: for F32 with a row stride wider than a head and
+// rows that start off any alignment; otherwise with offsets that are
+// multiples of 32 (whole Q8_0 blocks), kv.k and kv.v rounded to what the
 // stored rows hold, so the float64 reference sees the same values.
-Kv MakeTypedKv(util::Rng& rng, int32_t n_rows, int64_t head_dim, TensorType type) {
+Kv MakeKv(util::Rng& rng, int32_t n_rows, int64_t head_dim, TensorType type = TensorType::kF32) {
   Kv kv;
   kv.head_dim = head_dim;
   kv.type = type;
-  const int64_t stride = head_dim + 32;
+  const bool f32 = type == TensorType::kF32;
+  const int64_t stride = head_dim + (f32 ? 24 : 32);
+  const size_t first = f32 ? 8 : 32;
   kv.k.resize(static_cast<size_t>(n_rows * stride));
   kv.v.resize(kv.k.size());
   for (float& x : kv.k) x = static_cast<float>(rng.Normal());
@@ -59,7 +47,8 @@ Kv MakeTypedKv(util::Rng& rng, int32_t n_rows, int64_t head_dim, TensorType type
   std::vector<size_t> slot(static_cast<size_t>(n_rows));
   std::iota(slot.begin(), slot.end(), size_t{0});
   for (size_t i = slot.size(); i > 1; --i) std::swap(slot[i - 1], slot[rng.Below(i)]);
-  for (size_t s : slot) kv.row_off.push_back(s * static_cast<size_t>(stride) + 32);
+  for (size_t s : slot) kv.row_off.push_back(s * static_cast<size_t>(stride) + first);
+  if (f32) return kv;
   kv.k_stored.assign(KvRowBytes(type, kv.k.size()), 0);
   kv.v_stored.assign(kv.k_stored.size(), 0);
   for (size_t off : kv.row_off) {
@@ -267,7 +256,7 @@ TEST(Attention, F16AndQ8_0RowsGiveTheSoftmaxOfTheValuesTheyHold) {
   for (const KernelTable* table : testing::AvailableKernelTables()) {
     for (TensorType type : {TensorType::kF16, TensorType::kQ8_0}) {
       for (int64_t hd : {32, 64, 128}) {
-        const Kv kv = MakeTypedKv(rng, 300, hd, type);
+        const Kv kv = MakeKv(rng, 300, hd, type);
         for (float gain : {1.0f, 6.0f}) {
           std::vector<std::vector<float>> q;
           std::vector<int32_t> n_pos;
