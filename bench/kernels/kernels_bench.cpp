@@ -46,8 +46,10 @@ Fixture Make(TensorType type, int64_t n, int64_t rows, int64_t tokens) {
 }
 
 // `cached`: a 1-token product over ~512 KiB of weights that stay in L2, the
-// kernel's own decode speed without the memory-bandwidth bound.
-void BM_MatMul(benchmark::State& state, Isa isa, TensorType type, int64_t tokens, bool cached) {
+// kernel's own decode speed without the memory-bandwidth bound. `packed`: the
+// weights in the row-interleaved layout (kernels.h, PackRows).
+void BM_MatMul(benchmark::State& state, Isa isa, TensorType type, int64_t tokens, bool cached,
+               bool packed) {
   const KernelTable* k = GetKernels(isa);
   if (k == nullptr) {
     state.SkipWithError("ISA not available on this CPU");
@@ -59,14 +61,21 @@ void BM_MatMul(benchmark::State& state, Isa isa, TensorType type, int64_t tokens
   // of copies taken in turn as a forward pass takes its layers', so the
   // weights come from memory; prefill: 1024 rows.
   const size_t decode_bytes = cached ? (512u << 10) : (256u << 20);
-  const int64_t rows = tokens == 1    ? static_cast<int64_t>(decode_bytes / RowBytes(type, n))
-                       : tokens == 32 ? 5632
-                                      : 1024;
+  const int64_t rows = (tokens == 1    ? static_cast<int64_t>(decode_bytes / RowBytes(type, n))
+                        : tokens == 32 ? 5632
+                                       : 1024) /
+                       kPackRows * kPackRows;
   const int64_t copies =
       tokens == 32
           ? static_cast<int64_t>((64u << 20) / (RowBytes(type, n) * static_cast<size_t>(rows)))
           : 1;
   Fixture f = Make(type, n, rows * copies, tokens);
+  if (packed) {
+    const std::vector<uint8_t> plain = f.w;
+    f.row_bytes = PackedRowBytes(type, n);
+    f.w.resize(f.row_bytes * static_cast<size_t>(rows * copies));
+    PackRows(type, plain.data(), RowBytes(type, n), rows * copies, n, f.w.data());
+  }
   std::vector<float> out(static_cast<size_t>(rows * tokens));
   MatMulArgs a;
   a.w_type = type;
@@ -79,6 +88,7 @@ void BM_MatMul(benchmark::State& state, Isa isa, TensorType type, int64_t tokens
   a.n = n;
   a.out = out.data();
   a.out_stride = rows;
+  a.packed = packed;
   int64_t copy = 0;
   for (auto _ : state) {
     a.w = f.w.data() + static_cast<size_t>(copy * rows) * f.row_bytes;
@@ -257,13 +267,18 @@ void Register() {
         if (isa == Isa::kScalar && tokens > 1) continue;
         const std::string name = std::string("MatMul/") + std::string(IsaName(isa)) + "/" +
                                  std::string(TypeName(t)) + "/tokens:" + std::to_string(tokens);
-        benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, isa, t, tokens, false)
-            ->Unit(benchmark::kMillisecond)
-            ->MinTime(0.5);
-        if (tokens == 1 && isa != Isa::kScalar) {
-          benchmark::RegisterBenchmark((name + "/cached").c_str(), BM_MatMul, isa, t, tokens, true)
+        for (bool packed : {false, true}) {
+          if (packed && (!IsPackable(t) || isa == Isa::kScalar)) continue;
+          const std::string full = name + (packed ? "/packed" : "");
+          benchmark::RegisterBenchmark(full.c_str(), BM_MatMul, isa, t, tokens, false, packed)
               ->Unit(benchmark::kMillisecond)
               ->MinTime(0.5);
+          if (tokens == 1 && isa != Isa::kScalar) {
+            benchmark::RegisterBenchmark((full + "/cached").c_str(), BM_MatMul, isa, t, tokens,
+                                         true, packed)
+                ->Unit(benchmark::kMillisecond)
+                ->MinTime(0.5);
+          }
         }
       }
     }

@@ -20,6 +20,7 @@ namespace strata::kernels::internal {
 namespace {
 
 #include "kernels/internal/matmul_tiles.inc"
+#include "kernels/internal/packed_matmul.inc"
 #include "kernels/internal/simd_shared.inc"
 
 // Loads 8 weights as floats from `p` (element k), or the `left` < 8 remaining
@@ -470,6 +471,9 @@ void MatMulKQuantAvx2(const MatMulArgs& a) {
   tiles::Drive<2, 2>(m, a);
 }
 
+void MatMulPackedQ8Avx2(const MatMulArgs& a) { packed::Drive<packed::Q8Kernel, 4>(a); }
+void MatMulPackedQ4KAvx2(const MatMulArgs& a) { packed::Drive<packed::Q4KKernel, 4>(a); }
+
 // The instantiations the traits table (type_traits.cpp) names.
 template void MatMulFloatAvx2<BlockF32>(const MatMulArgs&);
 template void MatMulFloatAvx2<BlockF16>(const MatMulArgs&);
@@ -492,7 +496,8 @@ namespace strata::kernels::internal {
 const KernelTable* Avx2Kernels() {
   static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                                 __builtin_cpu_supports("f16c");
-  static const KernelTable kTable{Isa::kAvx2, &QuantizeAct, &MatMulByType<Isa::kAvx2>, &AttendAvx2};
+  static const KernelTable kTable{Isa::kAvx2, &QuantizeAct, &MatMulByType<Isa::kAvx2>, &AttendAvx2,
+                                  &PrefersPackedByType<Isa::kAvx2>};
   return supported ? &kTable : nullptr;
 }
 

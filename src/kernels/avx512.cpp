@@ -23,6 +23,9 @@ namespace {
 // After the tiles: they use their helpers.
 #include "kernels/internal/avx512_matmul.inc"
 #include "kernels/internal/simd_shared.inc"
+// The 256-bit packed Q8_0 kernel, as AVX2 runs it (not yet measured against
+// the plain AVX-512 kernel: the traits table does not prefer it here).
+#include "kernels/internal/packed_matmul.inc"
 
 // Loads 16 weights of a float type as floats from element k of row `p`;
 // `mask` selects the valid lanes of a final partial vector (masked lanes read
@@ -294,6 +297,9 @@ void MatMulQuant32Avx512(const MatMulArgs& a) {
   tiles::Drive<4, 4>(m, a);
 }
 
+void MatMulPackedQ8Avx512(const MatMulArgs& a) { packed::Drive<packed::Q8Kernel, 4>(a); }
+void MatMulPackedQ4KAvx512(const MatMulArgs& a) { packed::Drive<packed::Q4KKernel, 4>(a); }
+
 // The instantiations the traits table (type_traits.cpp) names.
 template void MatMulFloatAvx512<BlockF32>(const MatMulArgs&);
 template void MatMulFloatAvx512<BlockF16>(const MatMulArgs&);
@@ -317,7 +323,7 @@ const KernelTable* Avx512Kernels() {
       __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c");
   static const KernelTable kTable{Isa::kAvx512, &QuantizeAct, &MatMulByType<Isa::kAvx512>,
-                                  &AttendAvx512};
+                                  &AttendAvx512, &PrefersPackedByType<Isa::kAvx512>};
   return supported ? &kTable : nullptr;
 }
 

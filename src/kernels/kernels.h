@@ -53,7 +53,39 @@ struct MatMulArgs {
   int64_t n = 0;         // row length (elements), a multiple of the block size
   float* out = nullptr;  // out[t * out_stride + r] for r in [row_begin, row_end)
   int64_t out_stride = 0;
+  // `w` is in the row-interleaved layout PackRows writes (w_type IsPackable,
+  // w_row_bytes then PackedRowBytes(w_type, n)); row_begin and row_end are
+  // then multiples of kPackRows.
+  bool packed = false;
 };
+
+// Row-interleaved ("packed") weights. PackRows stores each group of
+// kPackRows consecutive rows together, block by block: a kernel then reads
+// one stream for the whole group and keeps the group's outputs and scales in
+// the lanes of one vector (no horizontal sums). Every table computes both
+// layouts (the scalar one by unpacking); the layouts' results differ only in
+// float rounding, within the type's error bound. The packable types and
+// their group blocks (docs/kernels.md, "Row-interleaved weights"):
+//   Q8_0 (272 bytes per 32 elements, as plain): the 8 rows' f16 scales,
+//        then 8 chunks of 32 bytes, chunk c holding elements 4c..4c+3 of
+//        rows 0..7 in row order;
+//   Q4_K (1,184 bytes per 256 elements, plain 1,152): the 8 rows' f16 d,
+//        their f16 dmin, the 6-bit sub-block scales unpacked to bytes
+//        (sub-block major), the mins as byte pairs of sub-blocks (2p, 2p+1)
+//        per row, then per sub-block pair p and chunk c the 8 rows' 4 code
+//        bytes qs[32p + 4c ..] (low nibbles sub-block 2p, high 2p+1).
+inline constexpr int64_t kPackRows = 8;
+bool IsPackable(TensorType t);
+// Bytes per row of a packed matrix of rows of n elements (a group of
+// kPackRows rows takes kPackRows times as many).
+size_t PackedRowBytes(TensorType t, int64_t n);
+// w: n_rows plain rows row_bytes apart (RowBytes(t, n)); n_rows a multiple of
+// kPackRows; `out` receives n_rows · PackedRowBytes(t, n) bytes. UnpackRows
+// is the inverse (`out`: plain rows row_bytes apart).
+void PackRows(TensorType t, const uint8_t* w, size_t row_bytes, int64_t n_rows, int64_t n,
+              uint8_t* out);
+void UnpackRows(TensorType t, const uint8_t* packed, size_t row_bytes, int64_t n_rows, int64_t n,
+                uint8_t* out);
 
 // Causal softmax attention of query vectors that share one KV head (the
 // query heads of a GQA group, for one or more tokens of one or more
@@ -104,6 +136,9 @@ struct KernelTable {
   void (*quantize_act)(ActFormat fmt, const float* x, int64_t n, void* out) = nullptr;
   void (*matmul)(const MatMulArgs& args) = nullptr;
   void (*attend)(const AttendArgs& args) = nullptr;
+  // True when this table's packed kernel for `t` was measured faster than its
+  // plain one (docs/benchmarks.md): the layout a loader should choose.
+  bool (*prefers_packed)(TensorType t) = nullptr;
 };
 
 // The table for `isa`, or nullptr when this build or this CPU lacks it.

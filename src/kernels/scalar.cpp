@@ -65,7 +65,7 @@ void QuantizeActScalar(ActFormat fmt, const float* x, int64_t n, void* out) {
 
 const KernelTable& ScalarKernels() {
   static const KernelTable kTable{Isa::kScalar, &QuantizeActScalar, &MatMulByType<Isa::kScalar>,
-                                  &AttendScalar};
+                                  &AttendScalar, &PrefersPackedByType<Isa::kScalar>};
   return kTable;
 }
 

@@ -108,6 +108,29 @@ consteval TypeTraits Computable(TensorType type, std::string_view name, int32_t 
   return t;
 }
 
+// Where an ISA's packed kernel was measured faster than its plain one.
+struct PackedFaster {
+  bool avx2 = false;
+  bool avx512 = false;
+};
+
+// `t` with the row-interleaved layout (kernels.h, PackRows): its packers and
+// packed kernels; an ISA without its own packed kernel runs the scalar one
+// (unpacking), never preferred.
+consteval TypeTraits Packable(TypeTraits t, int32_t packed_block_bytes, TypeTraits::PackFn pack,
+                              TypeTraits::PackFn unpack, SimdEntries simd, PackedFaster faster) {
+  const MatMulFn scalar = &internal::MatMulPackedScalar;
+  t.pack = pack;
+  t.unpack = unpack;
+  t.packed_block_bytes = packed_block_bytes;
+  t.matmul_packed[static_cast<size_t>(Isa::kScalar)] = scalar;
+  t.matmul_packed[static_cast<size_t>(Isa::kAvx2)] = simd.avx2.value_or(scalar);
+  t.matmul_packed[static_cast<size_t>(Isa::kAvx512)] = simd.avx512.value_or(scalar);
+  t.packed_faster[static_cast<size_t>(Isa::kAvx2)] = faster.avx2 && simd.avx2.has_value();
+  t.packed_faster[static_cast<size_t>(Isa::kAvx512)] = faster.avx512 && simd.avx512.has_value();
+  return t;
+}
+
 // A type GGUF files may hold that the kernels do not compute: sizes only.
 consteval TypeTraits StorageOnly(TensorType type, std::string_view name, int32_t block_size,
                                  int32_t block_bytes) {
@@ -135,15 +158,26 @@ constexpr TypeTraits kTable[] = {
     Computable<BlockQ5_1>(TensorType::kQ5_1, "Q5_1", 32, 24, ActFormat::kQ8,
                           {.avx2 = STRATA_X86_ENTRY(MatMulQuant32Avx2<BlockQ5_1>),
                            .avx512 = STRATA_X86_ENTRY(MatMulQuant32Avx512<BlockQ5_1>)}),
-    Computable<BlockQ8_0>(TensorType::kQ8_0, "Q8_0", 32, 34, ActFormat::kQ8,
-                          {.avx2 = STRATA_X86_ENTRY(MatMulSigned8Avx2<BlockQ8_0>),
-                           .avx512 = STRATA_X86_ENTRY(MatMulQuant32Avx512<BlockQ8_0>)}),
+    // Packed: measured faster on AVX2 (docs/benchmarks.md, "Row-interleaved
+    // weights"); the AVX-512 table computes the layout with the same 256-bit
+    // kernel but keeps its own plain kernel as the preferred one.
+    Packable(Computable<BlockQ8_0>(TensorType::kQ8_0, "Q8_0", 32, 34, ActFormat::kQ8,
+                                   {.avx2 = STRATA_X86_ENTRY(MatMulSigned8Avx2<BlockQ8_0>),
+                                    .avx512 = STRATA_X86_ENTRY(MatMulQuant32Avx512<BlockQ8_0>)}),
+             8 * 34, &internal::PackQ8_0, &internal::UnpackQ8_0,
+             {.avx2 = STRATA_X86_ENTRY(MatMulPackedQ8Avx2),
+              .avx512 = STRATA_X86_ENTRY(MatMulPackedQ8Avx512)},
+             {.avx2 = true}),
     StorageOnly(TensorType::kQ8_1, "Q8_1", 32, 36),
     StorageOnly(TensorType::kQ2_K, "Q2_K", 256, 84),
     StorageOnly(TensorType::kQ3_K, "Q3_K", 256, 110),
-    Computable<BlockQ4_K>(TensorType::kQ4_K, "Q4_K", 256, 144, ActFormat::kQ8K,
-                          {.avx2 = STRATA_X86_ENTRY(MatMulKQuantAvx2<BlockQ4_K>),
-                           .avx512 = STRATA_X86_ENTRY(MatMulKQuantAvx512<BlockQ4_K>)}),
+    Packable(Computable<BlockQ4_K>(TensorType::kQ4_K, "Q4_K", 256, 144, ActFormat::kQ8K,
+                                   {.avx2 = STRATA_X86_ENTRY(MatMulKQuantAvx2<BlockQ4_K>),
+                                    .avx512 = STRATA_X86_ENTRY(MatMulKQuantAvx512<BlockQ4_K>)}),
+             160 + 8 * 128, &internal::PackQ4_K, &internal::UnpackQ4_K,
+             {.avx2 = STRATA_X86_ENTRY(MatMulPackedQ4KAvx2),
+              .avx512 = STRATA_X86_ENTRY(MatMulPackedQ4KAvx512)},
+             {.avx2 = true}),
     Computable<BlockQ5_K>(TensorType::kQ5_K, "Q5_K", 256, 176, ActFormat::kQ8K,
                           {.avx2 = STRATA_X86_ENTRY(MatMulKQuantAvx2<BlockQ5_K>),
                            .avx512 = STRATA_X86_ENTRY(MatMulKQuantAvx512<BlockQ5_K>)}),
@@ -278,8 +312,23 @@ template <Isa kIsa>
 void MatMulByType(const MatMulArgs& a) {
   const TypeTraits* row = FindTypeTraits(a.w_type);
   STRATA_CHECK_MSG(row != nullptr && row->compute, "matmul: weight type without a kernel");
+  if (a.packed) {
+    STRATA_CHECK_MSG(row->pack != nullptr,
+                     "matmul: packed weights of a type without a packed layout");
+    row->matmul_packed[static_cast<size_t>(kIsa)](a);
+    return;
+  }
   row->matmul[static_cast<size_t>(kIsa)](a);
 }
+
+template <Isa kIsa>
+bool PrefersPackedByType(TensorType t) {
+  const TypeTraits* row = FindTypeTraits(t);
+  return row != nullptr && row->packed_faster[static_cast<size_t>(kIsa)];
+}
+template bool PrefersPackedByType<Isa::kScalar>(TensorType);
+template bool PrefersPackedByType<Isa::kAvx2>(TensorType);
+template bool PrefersPackedByType<Isa::kAvx512>(TensorType);
 template void MatMulByType<Isa::kScalar>(const MatMulArgs& a);
 template void MatMulByType<Isa::kAvx2>(const MatMulArgs& a);
 template void MatMulByType<Isa::kAvx512>(const MatMulArgs& a);

@@ -46,6 +46,15 @@ struct TypeTraits {
   QuantizeRowFn quantize = nullptr;
   // Indexed by Isa: args.w_type must be `type`.
   std::array<MatMulFn, kIsaCount> matmul{};
+  // The row-interleaved layout (kernels.h, PackRows), for a packable type:
+  // its packer, and per Isa the kernel for packed weights and whether it was
+  // measured faster than `matmul` there.
+  using PackFn = void (*)(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n,
+                          uint8_t* dst);
+  PackFn pack = nullptr, unpack = nullptr;
+  int32_t packed_block_bytes = 0;  // bytes of one block of kPackRows rows, packed
+  std::array<MatMulFn, kIsaCount> matmul_packed{};
+  std::array<bool, kIsaCount> packed_faster{};
 };
 
 // Every row, in id order.

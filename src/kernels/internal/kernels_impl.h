@@ -18,6 +18,9 @@ const KernelTable* Avx512Kernels();
 // failure.
 template <Isa kIsa>
 void MatMulByType(const MatMulArgs& args);
+// Every kernel table's prefers_packed: the traits row's packed_faster[kIsa].
+template <Isa kIsa>
+bool PrefersPackedByType(TensorType t);
 
 // The SIMD matmul entries: one function template per micro-kernel family,
 // instantiated in its ISA file for the block types (internal/blocks.h) the
@@ -40,6 +43,20 @@ void MatMulQuant32Avx512(const MatMulArgs& args);  // Q8_0, Q4_0, Q4_1, Q5_0, Q5
 // kquants_avx512.cpp:
 template <typename Block>
 void MatMulKQuantAvx512(const MatMulArgs& args);  // Q4_K, Q5_K, Q6_K
+
+// The row-interleaved layout (packed.cpp; kernels.h, PackRows): the packers
+// and unpackers, the scalar entry for packed weights of any packable type
+// (unpacks each group, then the plain scalar kernel: bitwise the plain
+// scalar result), and the SIMD entries.
+void PackQ8_0(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
+void UnpackQ8_0(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
+void PackQ4_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
+void UnpackQ4_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
+void MatMulPackedScalar(const MatMulArgs& args);
+void MatMulPackedQ8Avx2(const MatMulArgs& args);  // avx2.cpp
+void MatMulPackedQ4KAvx2(const MatMulArgs& args);
+void MatMulPackedQ8Avx512(const MatMulArgs& args);  // avx512.cpp
+void MatMulPackedQ4KAvx512(const MatMulArgs& args);
 
 // Attention kernels (attention.cpp, attention_avx2.cpp, attention_avx512.cpp).
 void AttendScalar(const AttendArgs& args);
