@@ -48,7 +48,9 @@ for round in $(seq 1 "$rounds"); do
     [ -f "$model" ] || { echo "error: no model file '$model'" >&2; exit 2; }
     for kv in ${kv_types:-default}; do
       name=$(basename "$model" .gguf)
-      strata_args=(-d "$depth") peer_args=(-d "$depth")
+      # -d only where asked: ik_llama.cpp's llama-bench has no -d.
+      strata_args=(-d "$depth") peer_args=()
+      [ "$depth" -gt 0 ] && peer_args+=(-d "$depth")
       if [ "$kv" != default ]; then
         name="$name-$kv"
         strata_args+=(--kv-type "$kv")

@@ -36,6 +36,7 @@ struct BenchFlags {
   int32_t batch = 512;
   int32_t depth = 0;  // tokens already in the context of every test
   std::string kv_type = "f16";
+  std::string repack = "auto";  // row-interleaved weights: auto | on | off
   std::string json;
   bool no_bandwidth = false;
   std::string log_level = "warn";
@@ -219,13 +220,17 @@ int RunBench(const Env& env, const BenchFlags& f) {
   }
   const util::StatusOr<kernels::TensorType> kv_type = engine::ParseKvType(f.kv_type);
   if (!kv_type.ok()) return UsageError("--kv-type: " + kv_type.status().message());
+  const util::StatusOr<model::PackMode> repack = model::ParsePackMode(f.repack);
+  if (!repack.ok()) return UsageError("--repack: " + repack.status().message());
   auto log = MakeLogger(f.log_level);
   auto path = ResolveModelPath(env, f.model, *log);
   if (!path.ok()) return ReportError(path.status());
   const util::Clock& clock = util::RealClock();
 
   const auto t_load = clock.Now();
-  auto loaded = model::Model::Load(*env.fs, *path, {}, *log);
+  auto loaded = model::Model::Load(
+      *env.fs, *path,
+      {.prefetch = true, .pack = {.mode = *repack, .threads = f.threads, .clock = &clock}}, *log);
   if (!loaded.ok()) return ReportError(loaded.status());
   const model::Model& m = **loaded;
   const model::ModelConfig& c = m.config();
@@ -387,6 +392,9 @@ int RunBench(const Env& env, const BenchFlags& f) {
         kv_name, t.name, t.Median(), t.Min(), t.Max());
   }
   std::fprintf(stdout, "\nload to first token: %.1f ms (warm page cache)\n", load_to_first_ms);
+  std::fprintf(stdout, "weights packed row-interleaved (--repack %s): %s of %s\n", f.repack.c_str(),
+               HumanBytes(static_cast<double>(m.packed_bytes())).c_str(),
+               HumanBytes(static_cast<double>(c.weight_bytes)).c_str());
   for (const TestResult& t : results) {
     std::fprintf(stdout, "%s: the attention kernel took %.0f%% of the time\n", t.name.c_str(),
                  100.0 * Median(t.attention_share));
@@ -438,6 +446,8 @@ int RunBench(const Env& env, const BenchFlags& f) {
     j["peak_rss_bytes"] = hwm;
     j["kv_cache_bytes"] = kv_bytes;
     j["kv_type"] = kv_name;
+    j["repack"] = f.repack;
+    j["packed_bytes"] = m.packed_bytes();
     j["kv_bytes_per_token"] = kv_per_token;
     j["depth"] = f.depth;
     for (const TestResult& t : results) {
@@ -480,6 +490,10 @@ Command RegisterBench(CLI::App& app) {
                   "Tokens already in the context of every test (computed once, untimed)")
       ->capture_default_str();
   cmd->add_option("--kv-type", f->kv_type, "KV cache element type: f32, f16 or q8_0")
+      ->capture_default_str();
+  cmd->add_option("--repack", f->repack,
+                  "Store weight matrices row-interleaved at load: auto (the types this CPU's "
+                  "kernels run faster packed), on or off")
       ->capture_default_str();
   cmd->add_option("--json", f->json, "Also write the results as JSON to FILE ('-' = stdout)");
   cmd->add_flag("--no-bandwidth", f->no_bandwidth,

@@ -26,6 +26,7 @@ struct GenerateFlags {
   int32_t threads = 2;
   int32_t ctx = 0;
   std::string kv_type = "f16";
+  std::string repack = "auto";  // row-interleaved weights: auto | on | off
   bool no_echo = false;
   std::string log_level = "warn";
 };
@@ -105,12 +106,16 @@ int RunGenerate(const Env& env, const GenerateFlags& f) {
   const util::StatusOr<kernels::TensorType> parsed_kv = engine::ParseKvType(f.kv_type);
   if (!parsed_kv.ok()) return UsageError("--kv-type: " + parsed_kv.status().message());
   const kernels::TensorType kv_type = *parsed_kv;
+  const util::StatusOr<model::PackMode> repack = model::ParsePackMode(f.repack);
+  if (!repack.ok()) return UsageError("--repack: " + repack.status().message());
   auto log = MakeLogger(f.log_level);
   auto path = ResolveModelPath(env, f.model, *log);
   if (!path.ok()) return ReportError(path.status());
   const util::Clock& clock = util::RealClock();
   const auto t_load = clock.Now();
-  auto model = model::Model::Load(*env.fs, *path, {}, *log);
+  auto model = model::Model::Load(
+      *env.fs, *path,
+      {.prefetch = true, .pack = {.mode = *repack, .threads = f.threads, .clock = &clock}}, *log);
   if (!model.ok()) return ReportError(model.status());
   const double load_s = util::SecondsBetween(t_load, clock.Now());
 
@@ -168,6 +173,10 @@ Command RegisterGenerate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-t,--threads", f->threads, "Threads")->capture_default_str();
   cmd->add_option("--kv-type", f->kv_type, "KV cache element type: f32, f16 or q8_0")
+      ->capture_default_str();
+  cmd->add_option("--repack", f->repack,
+                  "Store weight matrices row-interleaved at load: auto (the types this CPU's "
+                  "kernels run faster packed), on or off")
       ->capture_default_str();
   cmd->add_option("-c,--ctx", f->ctx, "Context size in tokens; 0 = the model's")
       ->capture_default_str();

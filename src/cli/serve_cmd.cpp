@@ -227,6 +227,9 @@ util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& f) {
   if (const auto kv_type = engine::ParseKvType(f.kv_type); !kv_type.ok()) {
     return util::InvalidArgumentError(fmt::format("--kv-type: {}", kv_type.status().message()));
   }
+  if (const auto repack = model::ParsePackMode(f.repack); !repack.ok()) {
+    return util::InvalidArgumentError(fmt::format("--repack: {}", repack.status().message()));
+  }
   const std::optional<cache::PolicyKind> l2_policy = cache::ParsePolicyKind(f.l2_policy);
   if (!l2_policy) {
     return util::InvalidArgumentError(
@@ -745,6 +748,11 @@ Command RegisterServe(CLI::App& app) {
   cmd->add_option("--kv-type", f->kv_type,
                   "KV cache element type: f32, f16 (half the memory) or q8_0 (about a quarter; "
                   "head dimension a multiple of 32)")
+      ->capture_default_str();
+  cmd->add_option("--repack", f->repack,
+                  "Store weight matrices row-interleaved at load for faster products: auto "
+                  "(the types this CPU's kernels run faster packed, when they fit in memory), "
+                  "on or off")
       ->capture_default_str();
   cmd->add_option("--parallel", f->parallel, "Requests decoding at once")->capture_default_str();
   cmd->add_option("--queue", f->queue, "Requests waiting beyond --parallel before 429")

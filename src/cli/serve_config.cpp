@@ -343,6 +343,8 @@ std::vector<ServeKnob> MakeServeKnobs() {
   k.push_back(Bind("engine.kv_min_grant", "--kv-min-grant",
                    [](ServeFlags & f) -> auto& { return f.kv_min_grant; },
                    {.unit = "tokens", .min = 1, .max = 1 << 20}));
+  k.push_back(Bind("engine.repack", "--repack", [](ServeFlags & f) -> auto& { return f.repack; },
+                   {.choices = {"auto", "on", "off"}}));
   k.push_back(Bind("engine.parallel", "--parallel",
                    [](ServeFlags & f) -> auto& { return f.parallel; },
                    {.unit = "requests", .min = 1, .max = 4096}));

@@ -47,6 +47,7 @@ struct ServeFlags {
   std::string kv_type = "f16";  // --kv-type f32 | f16 | q8_0
   double kv_pressure = 0.25;    // --kv-pressure: memory-aware admission below this free share
   int32_t kv_min_grant = 64;    // --kv-min-grant: the fewest tokens it grants a new request
+  std::string repack = "auto";  // --repack auto | on | off: row-interleaved weights
   int32_t parallel = 16;
   int32_t queue = 64;
   int32_t batch_tokens = 512;

@@ -236,12 +236,26 @@ util::StatusOr<std::unique_ptr<backend::LoadedModel>> LoadModel(LoaderState& s) 
   if (s.opened) {
     l->model = std::move(s.opened);
   } else {
-    STRATA_ASSIGN_OR_RETURN(l->model, model::Model::Load(*s.env->fs, s.file.path, {}, log));
+    STRATA_ASSIGN_OR_RETURN(
+        l->model,
+        model::Model::Load(*s.env->fs, s.file.path,
+                           {.prefetch = true, .pack = {.mode = model::PackMode::kOff}}, log));
   }
   const model::Model& m = *l->model;
   l->guard = std::make_unique<ModelGuard>(m.gguf().file());
   l->engine_options = EngineOptionsFor(f, m.config());
   WarmUp(s, m, l->engine_options.n_kv_blocks * l->engine_options.block_size);
+  // Packing reads the pages the warm-up brought in and gives each matrix's
+  // back once copied. Placed on NUMA nodes, the copies would not be: auto
+  // then keeps the file's layout.
+  const util::StatusOr<model::PackMode> parsed = model::ParsePackMode(f.repack);
+  model::PackMode pack = parsed.ok() ? *parsed : model::PackMode::kAuto;  // checked at start
+  if (pack == model::PackMode::kAuto && s.topology) {
+    log.Info("model '{}': weights not packed: the placement spreads them over NUMA nodes",
+             s.file.name);
+    pack = model::PackMode::kOff;
+  }
+  l->model->PackWeights({.mode = pack, .threads = f.threads, .clock = s.clock}, s.env->fs, log);
   l->engine_options.block_eviction = gateway::BlockEvictionFactory(s.options.l2_policy, *s.clock);
   std::vector<int32_t> cpus;
   if (s.topology) cpus = PlacementCpus(*s.topology, s.placement);
@@ -527,7 +541,10 @@ util::StatusOr<std::unique_ptr<LocalModels>> LocalModels::Start(
       continue;
     }
     // Opened once to learn what the backend answers without the weights.
-    auto opened = model::Model::Load(*env.fs, file.path, {.prefetch = load_at_start}, log);
+    // Packed when it loads to serve (LoadModel), after its warm-up.
+    auto opened = model::Model::Load(
+        *env.fs, file.path, {.prefetch = load_at_start, .pack = {.mode = model::PackMode::kOff}},
+        log);
     if (!opened.ok()) {
       return util::Status(opened.status().code(),
                           fmt::format("model '{}': {}", file.name, opened.status().message()));

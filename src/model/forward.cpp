@@ -22,6 +22,7 @@ using util::StatusOr;
 // multiple of the kernels' 4-row tiles, a few hundred microseconds of work at
 // 32 tokens, and 32 chunks for a 2,048-row matrix.
 constexpr int64_t kMatMulRowChunk = 64;
+static_assert(kMatMulRowChunk % kernels::kPackRows == 0, "packed rows split on groups");
 
 // The feed-forward block runs over chunks of kFfnChunk tokens, so its widest
 // buffers (gate and up, n_ff floats per token) stay small however long the
@@ -469,6 +470,7 @@ void Forward::MatMul(const Weight& w, const Act& act, int64_t n_tokens, float* o
     a.n = w.n_cols;
     a.out = out;
     a.out_stride = out_stride;
+    a.packed = w.packed;
     kernels_.matmul(a);
   };
   // A batch takes its rows in chunks from a shared counter rather than one
@@ -480,7 +482,10 @@ void Forward::MatMul(const Weight& w, const Act& act, int64_t n_tokens, float* o
   // weights from memory, where one long run per thread reads fastest.
   const int64_t n_chunks = (w.n_rows + kMatMulRowChunk - 1) / kMatMulRowChunk;
   if (n_tokens == 1 || pool_.size() == 1 || n_chunks < 2 * pool_.size()) {
-    pool_.ParallelFor(w.n_rows, rows);
+    // Packed rows split on their groups (kMatMulRowChunk is a multiple too).
+    const int64_t unit = w.packed ? kernels::kPackRows : 1;
+    pool_.ParallelFor(w.n_rows / unit,
+                      [&](int64_t begin, int64_t end) { rows(begin * unit, end * unit); });
     return;
   }
   std::atomic<int64_t> next{0};

@@ -1,13 +1,17 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <charconv>
+#include <chrono>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "model/internal/architecture.h"
 #include "model/internal/weights.h"
 #include "util/hash.h"
+#include "util/thread_pool.h"
 
 namespace strata::model {
 namespace {
@@ -45,7 +49,116 @@ StatusOr<std::unique_ptr<Model>> Model::Load(util::FileSystem& fs, const std::st
                                              const LoadOptions& options, util::Logger& log) {
   STRATA_ASSIGN_OR_RETURN(auto gguf, format::GgufFile::Open(fs, path));
   if (options.prefetch) gguf->Prefetch();
-  return FromGguf(std::move(gguf), log);
+  STRATA_ASSIGN_OR_RETURN(auto model, FromGguf(std::move(gguf), log));
+  model->PackWeights(options.pack, &fs, log);
+  return model;
+}
+
+StatusOr<PackMode> ParsePackMode(std::string_view name) {
+  if (name == "auto") return PackMode::kAuto;
+  if (name == "on") return PackMode::kOn;
+  if (name == "off") return PackMode::kOff;
+  return util::InvalidArgumentError(
+      fmt::format("unknown weight packing '{}' (expected auto, on or off)", name));
+}
+
+std::string_view PackModeName(PackMode mode) {
+  switch (mode) {
+    case PackMode::kAuto:
+      return "auto";
+    case PackMode::kOn:
+      return "on";
+    case PackMode::kOff:
+      return "off";
+  }
+  return "?";
+}
+
+namespace {
+
+// MemAvailable of /proc/meminfo in bytes; nullopt when it cannot be read.
+std::optional<uint64_t> MemAvailableBytes(util::FileSystem& fs) {
+  const StatusOr<std::string> meminfo = fs.ReadFile("/proc/meminfo");
+  if (!meminfo.ok()) return std::nullopt;
+  const size_t at = meminfo->find("MemAvailable:");
+  if (at == std::string::npos) return std::nullopt;
+  size_t p = at + std::string_view("MemAvailable:").size();
+  while (p < meminfo->size() && (*meminfo)[p] == ' ') ++p;
+  uint64_t kb = 0;
+  const auto [end, ec] =
+      std::from_chars(meminfo->data() + p, meminfo->data() + meminfo->size(), kb);
+  if (ec != std::errc() || end == meminfo->data() + p) return std::nullopt;
+  return kb * 1024;
+}
+
+}  // namespace
+
+PackSummary Model::PackWeights(const PackOptions& options, util::FileSystem* fs,
+                               util::Logger& log) {
+  PackSummary summary;
+  if (options.mode == PackMode::kOff) return summary;
+  const kernels::KernelTable& table =
+      options.kernels != nullptr ? *options.kernels : kernels::BestKernels();
+  ModelWeights& w = *weights_;
+  std::vector<Weight*> chosen;
+  uint64_t bytes = 0;
+  auto consider = [&](Weight& x) {
+    if (x.packed || x.data == nullptr || !kernels::IsPackable(x.type) ||
+        x.n_rows % kernels::kPackRows != 0) {
+      return;
+    }
+    if (options.mode == PackMode::kAuto &&
+        (table.prefers_packed == nullptr || !table.prefers_packed(x.type))) {
+      return;
+    }
+    chosen.push_back(&x);
+    bytes += kernels::PackedRowBytes(x.type, x.n_cols) * static_cast<uint64_t>(x.n_rows);
+  };
+  for (LayerWeights& L : w.layers) {
+    for (Weight* x : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) consider(*x);
+  }
+  if (w.output.data != w.token_embd.data) consider(w.output);
+  if (chosen.empty()) return summary;
+  if (options.mode == PackMode::kAuto && fs != nullptr) {
+    const std::optional<uint64_t> available = MemAvailableBytes(*fs);
+    if (available && bytes > *available) {
+      summary.skipped = fmt::format(
+          "the packed copies ({:.0f} MiB) would not fit in the memory available ({:.0f} MiB)",
+          static_cast<double>(bytes) / (1 << 20), static_cast<double>(*available) / (1 << 20));
+      log.Warn("model '{}': weights not packed: {}", config_.name, summary.skipped);
+      return summary;
+    }
+  }
+  const auto t0 = options.clock ? options.clock->Now() : std::chrono::steady_clock::time_point{};
+  util::ThreadPool pool(std::max(1, options.threads));
+  const util::MappedFile* file = gguf_->file();
+  for (Weight* x : chosen) {
+    const size_t packed_row = kernels::PackedRowBytes(x->type, x->n_cols);
+    const size_t n = packed_row * static_cast<size_t>(x->n_rows);
+    std::unique_ptr<uint8_t[]> copy(new uint8_t[n]);
+    const auto rows = static_cast<size_t>(kernels::kPackRows);
+    pool.ParallelFor(x->n_rows / kernels::kPackRows, [&](int64_t begin, int64_t end) {
+      const auto g = static_cast<size_t>(begin);
+      kernels::PackRows(x->type, x->data + g * rows * x->row_bytes, x->row_bytes,
+                        (end - begin) * kernels::kPackRows, x->n_cols,
+                        copy.get() + g * rows * packed_row);
+    });
+    // The copy replaces the file's pages: their memory goes back (read again
+    // from the file should anything touch them).
+    if (file != nullptr) file->Release({x->data, x->row_bytes * static_cast<size_t>(x->n_rows)});
+    x->data = copy.get();
+    x->row_bytes = packed_row;
+    x->packed = true;
+    w.packed.push_back(std::move(copy));
+    ++summary.matrices;
+    summary.bytes += n;
+  }
+  packed_bytes_ += summary.bytes;
+  if (options.clock) summary.seconds = util::SecondsBetween(t0, options.clock->Now());
+  log.Info("model '{}': {} matrices ({:.0f} MiB) packed row-interleaved for {} in {:.0f} ms",
+           config_.name, summary.matrices, static_cast<double>(summary.bytes) / (1 << 20),
+           kernels::IsaName(table.isa), summary.seconds * 1e3);
+  return summary;
 }
 
 StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<format::GgufFile> gguf,

@@ -5,10 +5,13 @@
 // (llama, qwen2; model/internal/architecture.h), validates every
 // hyper-parameter and tensor shape against the metadata and names what is
 // wrong ("tensor 'blk.2.ffn_up.weight' has shape [64, 100], expected
-// [64, 172]"); weights stay in the memory-mapped file. The forward pass over
-// a Model is model::Forward (forward.h).
+// [64, 172]"); weights stay in the memory-mapped file, except the matrices
+// it packs (row-interleaved, kernels.h PackRows; LoadOptions::pack), which
+// it copies into memory of its own and whose file pages it then releases.
+// The forward pass over a Model is model::Forward (forward.h).
 //
-// Threading: a Model is immutable and thread-safe.
+// Threading: a Model is immutable and thread-safe once loaded; PackWeights
+// runs before it is shared.
 //
 // Usage:
 //   STRATA_ASSIGN_OR_RETURN(auto model, Model::Load(fs, path, {}, log));
@@ -23,6 +26,7 @@
 #include "kernels/kernels.h"
 #include "model/kv_layout.h"
 #include "text/tokenizer.h"
+#include "util/clock.h"
 #include "util/file_system.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -64,7 +68,9 @@ struct ModelConfig {
   }
 };
 
-// One weight matrix, row-major: [n_rows][n_cols] in `type`, rows `row_bytes` apart.
+// One weight matrix, row-major: [n_rows][n_cols] in `type`, rows `row_bytes`
+// apart; or, when `packed`, in kernels::PackRows' row-interleaved layout of
+// those rows (row_bytes then kernels::PackedRowBytes).
 struct Weight {
   std::string name;
   kernels::TensorType type = kernels::TensorType::kF32;
@@ -72,10 +78,39 @@ struct Weight {
   int64_t n_cols = 0;  // elements per row (input features)
   int64_t n_rows = 0;  // output features
   size_t row_bytes = 0;
+  bool packed = false;
+};
+
+// Which matrices to store row-interleaved (kernels.h, PackRows):
+//   kAuto  those whose type the kernel table prefers packed
+//          (KernelTable::prefers_packed), when the copies fit in the memory
+//          available (MemAvailable of /proc/meminfo);
+//   kOn    every packable matrix;
+//   kOff   none: the file's layout.
+// The token embedding is never packed (it is read by row), nor an output
+// head tied to it.
+enum class PackMode { kAuto, kOn, kOff };
+util::StatusOr<PackMode> ParsePackMode(std::string_view name);  // "auto", "on", "off"
+std::string_view PackModeName(PackMode mode);
+
+struct PackOptions {
+  PackMode mode = PackMode::kAuto;
+  const kernels::KernelTable* kernels = nullptr;  // whose preference kAuto follows; null: Best
+  int32_t threads = 1;                            // packing threads
+  const util::Clock* clock = nullptr;             // times the packing (log); null: untimed
 };
 
 struct LoadOptions {
   bool prefetch = true;  // ask the OS to read the file ahead
+  PackOptions pack;      // packed at the end of Load (Model::PackWeights)
+};
+
+// What PackWeights did.
+struct PackSummary {
+  int32_t matrices = 0;  // matrices packed
+  uint64_t bytes = 0;    // their packed bytes (copies in the model's own memory)
+  double seconds = 0;
+  std::string skipped;  // why kAuto packed nothing it could have; empty otherwise
 };
 
 struct Architecture;
@@ -88,6 +123,14 @@ class Model {
                                                      const LoadOptions& options, util::Logger& log);
   static util::StatusOr<std::unique_ptr<Model>> FromGguf(std::unique_ptr<format::GgufFile> gguf,
                                                          util::Logger& log);
+
+  // Packs the matrices `options` selects (once; later calls pack nothing
+  // more) and releases their pages of the mapped file. `fs` reads
+  // /proc/meminfo for kAuto's memory check (nullptr: no check). Call before
+  // the model is shared.
+  PackSummary PackWeights(const PackOptions& options, util::FileSystem* fs, util::Logger& log);
+  // The bytes of the matrices held packed.
+  uint64_t packed_bytes() const { return packed_bytes_; }
 
   const ModelConfig& config() const { return config_; }
   const text::Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -108,6 +151,7 @@ class Model {
   ModelConfig config_;
   std::unique_ptr<ModelWeights> weights_;
   uint64_t fingerprint_ = 0;
+  uint64_t packed_bytes_ = 0;
 };
 
 }  // namespace strata::model

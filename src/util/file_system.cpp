@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -56,6 +58,15 @@ class PosixMappedFile final : public MappedFile {
   const std::string& path() const override { return path_; }
   void Prefetch() const override {
     if (size_ > 0) madvise(const_cast<uint8_t*>(data_), size_, MADV_WILLNEED);
+  }
+  void Release(std::span<const uint8_t> range) const override {
+    const auto lo = reinterpret_cast<uintptr_t>(data_);
+    const uintptr_t begin = std::max(reinterpret_cast<uintptr_t>(range.data()), lo);
+    const uintptr_t end =
+        std::min(reinterpret_cast<uintptr_t>(range.data()) + range.size(), lo + size_);
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+    if (first < last) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
   }
 
  private:

@@ -44,6 +44,10 @@ class MappedFile {
   virtual const std::string& path() const = 0;
   // Hints that the bytes will be needed soon (madvise WILLNEED); best effort.
   virtual void Prefetch() const {}
+  // Hints that `range` (bytes of this file) will not be read again: the whole
+  // pages inside it leave the process's memory (madvise DONTNEED; a later
+  // read fetches them from the file again); best effort.
+  virtual void Release(std::span<const uint8_t> /*range*/) const {}
   // The file as it was when mapped (nullopt where the file system has no such
   // notion).
   virtual std::optional<FileIdentity> identity() const { return std::nullopt; }

@@ -325,6 +325,19 @@ TEST(BatchInvariance, HoldsForEveryWeightTypeOnARandomModel) {
   }
 }
 
+TEST(BatchInvariance, HoldsWithPackedWeights) {
+  // Packed whatever this CPU's table prefers, so every table's packed kernel is covered.
+  auto tiny = testing::MakeTinyModel(kernels::TensorType::kQ8_0, 4, testing::TinyShape(),
+                                     model::PackMode::kOn);
+  ASSERT_NE(tiny.model, nullptr);
+  ASSERT_GT(tiny.model->packed_bytes(), 0u);
+  const auto& tok = tiny.model->tokenizer();
+  ExpectBatchInvariance(*tiny.model,
+                        {tok.Encode("once upon a time"), tok.Encode("the dog"),
+                         tok.Encode("hello world, this is a longer prompt that spans blocks")},
+                        20, kernels::TensorType::kF16);
+}
+
 TEST(BatchInvariance, HoldsForEveryKvType) {
   model::SyntheticShape shape = testing::TinyShape();
   shape.n_embd = 128;

@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "format/gguf_writer.h"
 #include "model/forward.h"
+#include "model/synthetic.h"
 #include "testing/mem_file_system.h"
 #include "testing/tiny_model.h"
 #include "util/log.h"
@@ -132,6 +136,104 @@ TEST(ModelLoad, FingerprintSeparatesWeights) {
   auto a2 = testing::MakeTinyModel(kernels::TensorType::kF32, 1);
   EXPECT_NE(a.model->fingerprint(), b.model->fingerprint());
   EXPECT_EQ(a.model->fingerprint(), a2.model->fingerprint());
+}
+
+// The logits of `tokens` run as one prompt.
+std::vector<float> PromptLogits(const Model& m, const std::vector<int32_t>& tokens) {
+  util::ThreadPool pool(2);
+  Forward fwd(m, pool);
+  const KvLayout layout = m.config().kv_layout(16);
+  std::vector<float> kv(layout.block_floats() * 4);
+  KvBuffer buf{kv.data(), 4, 16, kernels::TensorType::kF32};
+  std::vector<int32_t> table = {0, 1, 2, 3};
+  std::span<const int32_t> tables[] = {table};
+  std::vector<BatchEntry> entries;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    entries.push_back({tokens[i], static_cast<int32_t>(i), 0, i + 1 == tokens.size()});
+  }
+  std::vector<float> logits(static_cast<size_t>(m.config().n_vocab));
+  EXPECT_TRUE(fwd.Run({entries, tables}, buf, logits).ok());
+  return logits;
+}
+
+TEST(PackedWeights, PackedAndPlainModelsGiveTheSameLogitsWithinRounding) {
+  auto plain =
+      testing::MakeTinyModel(kernels::TensorType::kQ8_0, 5, testing::TinyShape(), PackMode::kOff);
+  auto packed =
+      testing::MakeTinyModel(kernels::TensorType::kQ8_0, 5, testing::TinyShape(), PackMode::kOn);
+  ASSERT_NE(plain.model, nullptr);
+  ASSERT_NE(packed.model, nullptr);
+  EXPECT_EQ(plain.model->packed_bytes(), 0u);
+  // Every layer matrix is packed (their rows are whole groups of 8); the
+  // token embedding is not (it is read by row), nor an output tied to it.
+  uint64_t layer_bytes = 0, output_bytes = 0;
+  for (const auto& t : packed.model->gguf().tensors()) {
+    if (t.name.rfind("blk.", 0) == 0 && t.shape.size() == 2) layer_bytes += t.n_bytes;
+    if (t.name == "output.weight" && t.shape[1] % kernels::kPackRows == 0) output_bytes = t.n_bytes;
+  }
+  ASSERT_GT(layer_bytes, 0u);
+  EXPECT_EQ(packed.model->packed_bytes(), layer_bytes + output_bytes);
+  // Same fingerprint: the same weights, whatever their layout.
+  EXPECT_EQ(plain.model->fingerprint(), packed.model->fingerprint());
+
+  const std::vector<int32_t> prompt = packed.model->tokenizer().Encode("once upon a time there");
+  const std::vector<float> a = PromptLogits(*plain.model, prompt);
+  const std::vector<float> b = PromptLogits(*packed.model, prompt);
+  ASSERT_EQ(a.size(), b.size());
+  float scale = 0, diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, std::fabs(a[i]));
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+  }
+  // The layouts differ only in the order float products are summed.
+  EXPECT_LE(diff, 1e-4f * scale + 1e-6f) << "largest |logit| " << scale;
+  EXPECT_EQ(std::max_element(a.begin(), a.end()) - a.begin(),
+            std::max_element(b.begin(), b.end()) - b.begin());
+}
+
+TEST(PackedWeights, AutoFollowsTheKernelTableAndTheMemoryAvailable) {
+  auto log = util::NewNullLogger();
+  testing::MemFileSystem fs;
+  model::SyntheticOptions o;
+  o.shape = testing::TinyShape();
+  o.type = kernels::TensorType::kQ8_0;
+  ASSERT_TRUE(model::WriteSyntheticModel(fs, "m.gguf", o, *log).ok());
+  // The scalar table prefers no packed kernel: auto keeps the file's layout.
+  auto scalar = Model::Load(
+      fs, "m.gguf",
+      {.prefetch = true,
+       .pack = {.mode = PackMode::kAuto, .kernels = kernels::GetKernels(kernels::Isa::kScalar)}},
+      *log);
+  ASSERT_TRUE(scalar.ok());
+  EXPECT_EQ((*scalar)->packed_bytes(), 0u);
+  // A table that prefers packed Q8_0 packs it, unless it would not fit.
+  const kernels::KernelTable* preferring = nullptr;
+  for (kernels::Isa isa : {kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    const kernels::KernelTable* k = kernels::GetKernels(isa);
+    if (k != nullptr && k->prefers_packed(kernels::TensorType::kQ8_0)) preferring = k;
+  }
+  if (preferring == nullptr) GTEST_SKIP() << "no kernel table here prefers packed Q8_0";
+  auto m = Model::Load(fs, "m.gguf", {.prefetch = true, .pack = {.kernels = preferring}}, *log);
+  ASSERT_TRUE(m.ok());
+  EXPECT_GT((*m)->packed_bytes(), 0u);
+  fs.Put("/proc/meminfo", "MemTotal:  1000 kB\nMemFree:  1 kB\nMemAvailable:       1 kB\n");
+  auto tight = Model::Load(fs, "m.gguf", {.prefetch = true, .pack = {.kernels = preferring}}, *log);
+  ASSERT_TRUE(tight.ok());
+  EXPECT_EQ((*tight)->packed_bytes(), 0u);
+  // on packs whatever the memory says.
+  auto forced =
+      Model::Load(fs, "m.gguf",
+                  {.prefetch = true, .pack = {.mode = PackMode::kOn, .kernels = preferring}}, *log);
+  ASSERT_TRUE(forced.ok());
+  EXPECT_EQ((*forced)->packed_bytes(), (*m)->packed_bytes());
+}
+
+TEST(PackedWeights, PackModesParseByName) {
+  EXPECT_EQ(*ParsePackMode("auto"), PackMode::kAuto);
+  EXPECT_EQ(*ParsePackMode("on"), PackMode::kOn);
+  EXPECT_EQ(*ParsePackMode("off"), PackMode::kOff);
+  EXPECT_FALSE(ParsePackMode("yes").ok());
+  EXPECT_EQ(PackModeName(PackMode::kOn), "on");
 }
 
 TEST(Forward, RejectsInvalidBatches) {

@@ -29,7 +29,8 @@ model::SyntheticShape TinyShapeFor(kernels::TensorType type) {
   return s;
 }
 
-TinyModel MakeTinyModel(kernels::TensorType type, uint64_t seed, model::SyntheticShape shape) {
+TinyModel MakeTinyModel(kernels::TensorType type, uint64_t seed, model::SyntheticShape shape,
+                        model::PackMode pack) {
   TinyModel t;
   t.fs = std::make_unique<MemFileSystem>();
   auto log = util::NewNullLogger();
@@ -39,7 +40,7 @@ TinyModel MakeTinyModel(kernels::TensorType type, uint64_t seed, model::Syntheti
   o.seed = seed;
   util::Status st = model::WriteSyntheticModel(*t.fs, "tiny.gguf", o, *log);
   EXPECT_TRUE(st.ok()) << st.ToString();
-  auto m = model::Model::Load(*t.fs, "tiny.gguf", {}, *log);
+  auto m = model::Model::Load(*t.fs, "tiny.gguf", {.prefetch = true, .pack = {.mode = pack}}, *log);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   if (m.ok()) t.model = std::move(m).value();
   return t;

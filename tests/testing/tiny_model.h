@@ -25,7 +25,10 @@ model::SyntheticShape TinyShape();
 // k-quants): 1 layer, n_embd 256, n_ff 512, 4 heads, 2 KV heads.
 model::SyntheticShape TinyShapeFor(kernels::TensorType type);
 
+// `pack`: which matrices the load packs (model::PackMode; auto follows the
+// best kernel table, as serving does).
 TinyModel MakeTinyModel(kernels::TensorType type = kernels::TensorType::kF32, uint64_t seed = 1,
-                        model::SyntheticShape shape = TinyShape());
+                        model::SyntheticShape shape = TinyShape(),
+                        model::PackMode pack = model::PackMode::kAuto);
 
 }  // namespace strata::testing

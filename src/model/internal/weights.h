@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;         // [n_layers]
   std::vector<double> rope_inv_freq;        // [n_rot / 2]: angle per position of each rotated pair
   std::vector<std::vector<uint8_t>> owned;  // weights converted at load (rare)
+  std::vector<std::unique_ptr<uint8_t[]>> packed;  // the packed matrices' bytes
 };
 
 class TensorLoader {
