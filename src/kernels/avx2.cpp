@@ -473,6 +473,7 @@ void MatMulKQuantAvx2(const MatMulArgs& a) {
 
 void MatMulPackedQ8Avx2(const MatMulArgs& a) { packed::Drive<packed::Q8Kernel, 4>(a); }
 void MatMulPackedQ4KAvx2(const MatMulArgs& a) { packed::Drive<packed::Q4KKernel, 4>(a); }
+void MatMulPackedQ6KAvx2(const MatMulArgs& a) { packed::Drive<packed::Q6KKernel, 4>(a); }
 
 // The instantiations the traits table (type_traits.cpp) names.
 template void MatMulFloatAvx2<BlockF32>(const MatMulArgs&);

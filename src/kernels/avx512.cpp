@@ -299,6 +299,7 @@ void MatMulQuant32Avx512(const MatMulArgs& a) {
 
 void MatMulPackedQ8Avx512(const MatMulArgs& a) { packed::Drive<packed::Q8Kernel, 4>(a); }
 void MatMulPackedQ4KAvx512(const MatMulArgs& a) { packed::Drive<packed::Q4KKernel, 4>(a); }
+void MatMulPackedQ6KAvx512(const MatMulArgs& a) { packed::Drive<packed::Q6KKernel, 4>(a); }
 
 // The instantiations the traits table (type_traits.cpp) names.
 template void MatMulFloatAvx512<BlockF32>(const MatMulArgs&);

@@ -73,7 +73,10 @@ struct MatMulArgs {
 //        their f16 dmin, the 6-bit sub-block scales unpacked to bytes
 //        (sub-block major), the mins as byte pairs of sub-blocks (2p, 2p+1)
 //        per row, then per sub-block pair p and chunk c the 8 rows' 4 code
-//        bytes qs[32p + 4c ..] (low nibbles sub-block 2p, high 2p+1).
+//        bytes qs[32p + 4c ..] (low nibbles sub-block 2p, high 2p+1);
+//   Q6_K (1,680 bytes per 256 elements, as plain): the 8 rows' f16 d, the
+//        int8 scales as pairs (sub-blocks 2p, 2p+1) per row, then per half
+//        the chunks of ql[64h + 4c ..], qh[32h + 4c ..], ql[64h + 32 + 4c ..].
 inline constexpr int64_t kPackRows = 8;
 bool IsPackable(TensorType t);
 // Bytes per row of a packed matrix of rows of n elements (a group of

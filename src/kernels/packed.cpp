@@ -38,6 +38,22 @@ constexpr size_t Q8CodeAt(int64_t b, int i, int e) {
 constexpr size_t kQ4KGroupBlock = 160 + kRows * kQK_K / 2;
 constexpr size_t kQ4KCodes = 160;
 
+// Q6_K: one super-block of a group (kQ6KGroupBlock bytes, as plain):
+//   [0, 16)       d of rows 0..7 (f16)
+//   [16, 144)     scales of sub-blocks 2p, 2p+1 of row i at bytes 16 + 16p + 2i, +1
+//   [144, 1680)   per half h (768 bytes), in the order a kernel first reads
+//                 them: row i's ql[64h + 4c .. +3] at 32c + 4i, its
+//                 qh[32h + 4c .. +3] at 256 + 32c + 4i, its ql[64h + 32 + 4c ..]
+//                 at 512 + 32c + 4i
+constexpr size_t kQ6KGroupBlock = kRows * sizeof(BlockQ6_K);
+constexpr size_t kQ6KCodes = 16 + 128;
+constexpr size_t Q6KQlAt(int h, int k, int c, int i) {
+  return kQ6KCodes + static_cast<size_t>(768 * h + 512 * k + 32 * c + 4 * i);
+}
+constexpr size_t Q6KQhAt(int h, int c, int i) {
+  return kQ6KCodes + static_cast<size_t>(768 * h + 256 + 32 * c + 4 * i);
+}
+
 // Row i of plain group g (const or not, as `base` is).
 template <typename Block, typename Byte>
 auto* PlainRow(Byte* base, size_t row_bytes, int64_t g, int i) {
@@ -122,6 +138,56 @@ void UnpackQ4_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n,
         for (int p = 0; p < 4; ++p) {
           for (int c = 0; c < 8; ++c) {
             std::memcpy(row[b].qs + 32 * p + 4 * c, blk + kQ4KCodes + 32 * (8 * p + c) + 4 * i, 4);
+          }
+        }
+      }
+    }
+  }
+}
+
+void PackQ6_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst) {
+  const int64_t nb = n / kQK_K;
+  for (int64_t g = 0; g < n_rows / kRows; ++g) {
+    uint8_t* group = dst + static_cast<size_t>(g) * nb * kQ6KGroupBlock;
+    for (int i = 0; i < kRows; ++i) {
+      const BlockQ6_K* row = PlainRow<BlockQ6_K>(src, row_bytes, g, i);
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* blk = group + b * kQ6KGroupBlock;
+        std::memcpy(blk + 2 * i, &row[b].d, 2);
+        for (int j = 0; j < 16; ++j) {
+          std::memcpy(blk + 16 + 16 * (j / 2) + 2 * i + j % 2, &row[b].scales[j], 1);
+        }
+        for (int h = 0; h < 2; ++h) {
+          for (int c = 0; c < 8; ++c) {
+            for (int k = 0; k < 2; ++k) {
+              std::memcpy(blk + Q6KQlAt(h, k, c, i), row[b].ql + 64 * h + 32 * k + 4 * c, 4);
+            }
+            std::memcpy(blk + Q6KQhAt(h, c, i), row[b].qh + 32 * h + 4 * c, 4);
+          }
+        }
+      }
+    }
+  }
+}
+
+void UnpackQ6_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst) {
+  const int64_t nb = n / kQK_K;
+  for (int64_t g = 0; g < n_rows / kRows; ++g) {
+    const uint8_t* group = src + static_cast<size_t>(g) * nb * kQ6KGroupBlock;
+    for (int i = 0; i < kRows; ++i) {
+      BlockQ6_K* row = PlainRow<BlockQ6_K>(dst, row_bytes, g, i);
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = group + b * kQ6KGroupBlock;
+        std::memcpy(&row[b].d, blk + 2 * i, 2);
+        for (int j = 0; j < 16; ++j) {
+          std::memcpy(&row[b].scales[j], blk + 16 + 16 * (j / 2) + 2 * i + j % 2, 1);
+        }
+        for (int h = 0; h < 2; ++h) {
+          for (int c = 0; c < 8; ++c) {
+            for (int k = 0; k < 2; ++k) {
+              std::memcpy(row[b].ql + 64 * h + 32 * k + 4 * c, blk + Q6KQlAt(h, k, c, i), 4);
+            }
+            std::memcpy(row[b].qh + 32 * h + 4 * c, blk + Q6KQhAt(h, c, i), 4);
           }
         }
       }

@@ -19,7 +19,7 @@ namespace {
 using internal::ActBlockQ8;
 using testing::Gamma;
 
-constexpr TensorType kPackable[] = {TensorType::kQ8_0, TensorType::kQ4_K};
+constexpr TensorType kPackable[] = {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K};
 
 // Rows of whole blocks of every packable type, in k super-blocks.
 constexpr int64_t SuperBlocks(int64_t k) { return 256 * k; }
@@ -141,6 +141,22 @@ TEST(PackedWeights, Q4_KGroupsHoldUnpackedScalesAndFourByteCodeChunksAndRoundTri
   EXPECT_EQ(back, m.plain);
 }
 
+TEST(PackedWeights, EveryPackableTypeRoundTripsAndPacksEveryByteOnce) {
+  util::Rng rng(9);
+  for (TensorType t : kPackable) {
+    const int64_t n = SuperBlocks(2), rows = 24;
+    const Matrix m = MakeMatrix(t, rows, n, rng);
+    std::vector<uint8_t> back(m.plain.size());
+    UnpackRows(t, m.packed.data(), m.row_bytes, rows, n, back.data());
+    EXPECT_EQ(back, m.plain) << TypeName(t);
+    // A packer that wrote a byte twice would leave another unset: pack a
+    // matrix of distinct rows over a poisoned buffer and unpack it again.
+    std::vector<uint8_t> poisoned(m.packed.size(), 0xA5);
+    PackRows(t, m.plain.data(), m.row_bytes, rows, n, poisoned.data());
+    EXPECT_EQ(poisoned, m.packed) << TypeName(t);
+  }
+}
+
 TEST(PackedWeights, ScalarPackedKernelIsThePlainScalarKernelBitForBit) {
   util::Rng rng(11);
   const KernelTable& scalar = *GetKernels(Isa::kScalar);
@@ -260,6 +276,8 @@ TEST(PackedWeights, OnlyTablesWithTheirOwnPackedKernelPreferIt) {
   EXPECT_FALSE(IsPackable(TensorType::kQ4_0));
   EXPECT_EQ(PackedRowBytes(TensorType::kQ8_0, 64), RowBytes(TensorType::kQ8_0, 64));
   EXPECT_EQ(PackedRowBytes(TensorType::kQ4_K, 512), 2u * 148);  // 144 + the unpacked scales
+  EXPECT_TRUE(IsPackable(TensorType::kQ6_K));
+  EXPECT_EQ(PackedRowBytes(TensorType::kQ6_K, 512), RowBytes(TensorType::kQ6_K, 512));
   const KernelTable& scalar = *GetKernels(Isa::kScalar);
   ASSERT_NE(scalar.prefers_packed, nullptr);
   EXPECT_FALSE(scalar.prefers_packed(TensorType::kQ8_0));  // it unpacks

@@ -52,11 +52,15 @@ void PackQ8_0(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, u
 void UnpackQ8_0(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
 void PackQ4_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
 void UnpackQ4_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
+void PackQ6_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
+void UnpackQ6_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
 void MatMulPackedScalar(const MatMulArgs& args);
 void MatMulPackedQ8Avx2(const MatMulArgs& args);  // avx2.cpp
 void MatMulPackedQ4KAvx2(const MatMulArgs& args);
+void MatMulPackedQ6KAvx2(const MatMulArgs& args);
 void MatMulPackedQ8Avx512(const MatMulArgs& args);  // avx512.cpp
 void MatMulPackedQ4KAvx512(const MatMulArgs& args);
+void MatMulPackedQ6KAvx512(const MatMulArgs& args);
 
 // Attention kernels (attention.cpp, attention_avx2.cpp, attention_avx512.cpp).
 void AttendScalar(const AttendArgs& args);
