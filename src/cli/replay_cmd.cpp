@@ -332,7 +332,14 @@ util::StatusOr<std::unique_ptr<model::Model>> OpenRecordedModel(const Env& env,
     return util::InvalidArgumentError(
         "the snapshot names no model file: give the model that answered with -m");
   }
-  auto m = model::Model::Load(*env.fs, path, {}, log);
+  // The weight layout it served with (a snapshot without one predates
+  // packing: off); auto resolves on this machine, as the kernels do.
+  model::PackMode pack = model::PackMode::kOff;
+  if (!r.backend.repack.empty()) {
+    STRATA_ASSIGN_OR_RETURN(pack, model::ParsePackMode(r.backend.repack));
+  }
+  auto m = model::Model::Load(
+      *env.fs, path, {.prefetch = true, .pack = {.mode = pack, .threads = f.threads}}, log);
   if (!m.ok())
     return util::FailedPreconditionError(fmt::format("model {}: {}", path, m.status().message()));
   if ((*m)->fingerprint() != r.backend.fingerprint) {

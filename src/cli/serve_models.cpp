@@ -559,7 +559,7 @@ util::StatusOr<std::unique_ptr<LocalModels>> LocalModels::Start(
     if (snapshots != nullptr) {
       AddLocalModel(*snapshots, env, file.name, file.path, **opened, f.chat_format,
                     f.prompt_special_tokens, std::min(f.max_tokens_cap, eo.n_ctx),
-                    std::string(kernels::TypeName(eo.kv_type)), log);
+                    std::string(kernels::TypeName(eo.kv_type)), f.repack, log);
     }
     auto state = std::make_shared<LoaderState>();
     state->env = &env;

@@ -156,13 +156,15 @@ util::StatusOr<std::unique_ptr<SnapshotServing>> OpenSnapshots(const SnapshotFla
 void AddLocalModel(SnapshotServing& snapshots, const Env& env, const std::string& name,
                    const std::string& path, const model::Model& model,
                    const std::string& chat_format, bool prompt_special_tokens,
-                   int32_t max_tokens_cap, const std::string& kv_type, util::Logger& log) {
+                   int32_t max_tokens_cap, const std::string& kv_type, const std::string& repack,
+                   util::Logger& log) {
   server::SnapshotModel m{.path = path,
                           .digest = nullptr,
                           .chat_format = chat_format,
                           .prompt_special_tokens = prompt_special_tokens,
                           .max_tokens_cap = max_tokens_cap,
-                          .kv_type = kv_type};
+                          .kv_type = kv_type,
+                          .repack = repack};
   // A mapping of its own: the digest outlives nothing it borrows.
   auto mapped = env.fs->MapReadOnly(path);
   const util::MappedFile* loaded = model.gguf().file();

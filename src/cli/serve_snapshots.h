@@ -66,6 +66,7 @@ util::StatusOr<std::unique_ptr<SnapshotServing>> OpenSnapshots(const SnapshotFla
 void AddLocalModel(SnapshotServing& snapshots, const Env& env, const std::string& name,
                    const std::string& path, const model::Model& model,
                    const std::string& chat_format, bool prompt_special_tokens,
-                   int32_t max_tokens_cap, const std::string& kv_type, util::Logger& log);
+                   int32_t max_tokens_cap, const std::string& kv_type, const std::string& repack,
+                   util::Logger& log);
 
 }  // namespace strata::cli

@@ -427,6 +427,9 @@ StatusOr<SnapshotRecord> Decode(const Json& j) {
     if (m.Has("kv_type")) {
       STRATA_ASSIGN_OR_RETURN(r.backend.kv_type, m.String("kv_type"));
     }
+    if (m.Has("repack")) {
+      STRATA_ASSIGN_OR_RETURN(r.backend.repack, m.String("repack"));
+    }
   }
   STRATA_ASSIGN_OR_RETURN(const Json* cj, top.Object("cache"));
   Reader c(*cj, "cache.");
@@ -518,6 +521,7 @@ std::string EncodeSnapshotRecord(const SnapshotRecord& r) {
     model["prompt_special_tokens"] = r.backend.prompt_special_tokens;
     model["max_tokens_cap"] = r.backend.max_tokens_cap;
     if (!r.backend.kv_type.empty()) model["kv_type"] = r.backend.kv_type;
+    if (!r.backend.repack.empty()) model["repack"] = r.backend.repack;
     backend["model"] = std::move(model);
   }
   Json cache = {{"outcome", r.cache}};

@@ -78,6 +78,9 @@ struct SnapshotBackend {
   // The KV cache's element type ("F32", "F16", "Q8_0"); "" in a snapshot
   // taken before the engine had a choice, which means F32.
   std::string kv_type = {};
+  // --repack as served ("auto", "on", "off"); "" in a snapshot taken before
+  // weights could be packed, which means off.
+  std::string repack = {};
 };
 
 struct SnapshotRecord {

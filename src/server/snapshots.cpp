@@ -33,6 +33,7 @@ bool SnapshotRecorder::Record(SnapshotRecord record) const {
       record.backend.prompt_special_tokens = m->second.prompt_special_tokens;
       record.backend.max_tokens_cap = m->second.max_tokens_cap;
       record.backend.kv_type = m->second.kv_type;
+      record.backend.repack = m->second.repack;
       if (m->second.digest) record.backend.model_sha256 = m->second.digest->hex().value_or("");
     }
   }

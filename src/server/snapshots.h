@@ -48,6 +48,7 @@ struct SnapshotModel {
   bool prompt_special_tokens = false;
   int32_t max_tokens_cap = 0;
   std::string kv_type = {};  // --kv-type as the engine names it ("F16")
+  std::string repack = {};   // --repack ("auto", "on", "off")
 };
 
 struct SnapshotOptions {

@@ -42,7 +42,8 @@ SnapshotRecord FullRecord() {
                .chat_format = "chatml",
                .prompt_special_tokens = true,
                .max_tokens_cap = 512,
-               .kv_type = "Q8_0"};
+               .kv_type = "Q8_0",
+               .repack = "on"};
   r.cache = "l3";
   r.similarity = 0.9375;
   gateway::CompletionRequest& q = r.request;
@@ -142,6 +143,7 @@ TEST(SnapshotRecord, EveryFieldSurvivesTheRoundTripExactly) {
   EXPECT_EQ(back->request.tenant, "acme");
   EXPECT_EQ(back->backend.fingerprint, 0xfedcba9876543210ULL);
   EXPECT_EQ(back->backend.kv_type, "Q8_0");
+  EXPECT_EQ(back->backend.repack, "on");
   EXPECT_EQ(back->similarity, std::optional<double>(0.9375));
   EXPECT_EQ(back->prompts[1].prompt, std::optional<std::string>("second"));
   EXPECT_EQ(back->choices[2].seed, std::optional<uint64_t>(1002));
