@@ -93,10 +93,8 @@ std::optional<uint64_t> MemAvailableBytes(util::FileSystem& fs) {
 
 }  // namespace
 
-PackSummary Model::PackWeights(const PackOptions& options, util::FileSystem* fs,
-                               util::Logger& log) {
-  PackSummary summary;
-  if (options.mode == PackMode::kOff) return summary;
+void Model::PackWeights(const PackOptions& options, util::FileSystem* fs, util::Logger& log) {
+  if (options.mode == PackMode::kOff) return;
   const kernels::KernelTable& table =
       options.kernels != nullptr ? *options.kernels : kernels::BestKernels();
   ModelWeights& w = *weights_;
@@ -118,15 +116,16 @@ PackSummary Model::PackWeights(const PackOptions& options, util::FileSystem* fs,
     for (Weight* x : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) consider(*x);
   }
   if (w.output.data != w.token_embd.data) consider(w.output);
-  if (chosen.empty()) return summary;
+  if (chosen.empty()) return;
   if (options.mode == PackMode::kAuto && fs != nullptr) {
     const std::optional<uint64_t> available = MemAvailableBytes(*fs);
     if (available && bytes > *available) {
-      summary.skipped = fmt::format(
-          "the packed copies ({:.0f} MiB) would not fit in the memory available ({:.0f} MiB)",
-          static_cast<double>(bytes) / (1 << 20), static_cast<double>(*available) / (1 << 20));
-      log.Warn("model '{}': weights not packed: {}", config_.name, summary.skipped);
-      return summary;
+      log.Warn(
+          "model '{}': weights not packed: the packed copies ({:.0f} MiB) would not fit in the "
+          "memory available ({:.0f} MiB)",
+          config_.name, static_cast<double>(bytes) / (1 << 20),
+          static_cast<double>(*available) / (1 << 20));
+      return;
     }
   }
   const auto t0 = options.clock ? options.clock->Now() : std::chrono::steady_clock::time_point{};
@@ -150,15 +149,12 @@ PackSummary Model::PackWeights(const PackOptions& options, util::FileSystem* fs,
     x->row_bytes = packed_row;
     x->packed = true;
     w.packed.push_back(std::move(copy));
-    ++summary.matrices;
-    summary.bytes += n;
   }
-  packed_bytes_ += summary.bytes;
-  if (options.clock) summary.seconds = util::SecondsBetween(t0, options.clock->Now());
+  packed_bytes_ += bytes;
+  const double seconds = options.clock ? util::SecondsBetween(t0, options.clock->Now()) : 0.0;
   log.Info("model '{}': {} matrices ({:.0f} MiB) packed row-interleaved for {} in {:.0f} ms",
-           config_.name, summary.matrices, static_cast<double>(summary.bytes) / (1 << 20),
-           kernels::IsaName(table.isa), summary.seconds * 1e3);
-  return summary;
+           config_.name, chosen.size(), static_cast<double>(bytes) / (1 << 20),
+           kernels::IsaName(table.isa), seconds * 1e3);
 }
 
 StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<format::GgufFile> gguf,

@@ -105,14 +105,6 @@ struct LoadOptions {
   PackOptions pack;      // packed at the end of Load (Model::PackWeights)
 };
 
-// What PackWeights did.
-struct PackSummary {
-  int32_t matrices = 0;  // matrices packed
-  uint64_t bytes = 0;    // their packed bytes (copies in the model's own memory)
-  double seconds = 0;
-  std::string skipped;  // why kAuto packed nothing it could have; empty otherwise
-};
-
 struct Architecture;
 struct ModelWeights;
 
@@ -128,7 +120,7 @@ class Model {
   // more) and releases their pages of the mapped file. `fs` reads
   // /proc/meminfo for kAuto's memory check (nullptr: no check). Call before
   // the model is shared.
-  PackSummary PackWeights(const PackOptions& options, util::FileSystem* fs, util::Logger& log);
+  void PackWeights(const PackOptions& options, util::FileSystem* fs, util::Logger& log);
   // The bytes of the matrices held packed.
   uint64_t packed_bytes() const { return packed_bytes_; }
 
