@@ -474,6 +474,15 @@ void MatMulKQuantAvx2(const MatMulArgs& a) {
 void MatMulPackedQ8Avx2(const MatMulArgs& a) { packed::Drive<packed::Q8Kernel, 4>(a); }
 void MatMulPackedQ4KAvx2(const MatMulArgs& a) { packed::Drive<packed::Q4KKernel, 4>(a); }
 void MatMulPackedQ6KAvx2(const MatMulArgs& a) { packed::Drive<packed::Q6KKernel, 4>(a); }
+void MatMulPackedQ5KAvx2(const MatMulArgs& a) { packed::Drive<packed::Q5KKernel, 4>(a); }
+template <typename Block>
+void MatMulPackedLegacy32Avx2(const MatMulArgs& a) {
+  packed::Drive<packed::Legacy32Kernel<Block>, 4>(a);
+}
+template void MatMulPackedLegacy32Avx2<BlockQ4_0>(const MatMulArgs&);
+template void MatMulPackedLegacy32Avx2<BlockQ4_1>(const MatMulArgs&);
+template void MatMulPackedLegacy32Avx2<BlockQ5_0>(const MatMulArgs&);
+template void MatMulPackedLegacy32Avx2<BlockQ5_1>(const MatMulArgs&);
 
 // The instantiations the traits table (type_traits.cpp) names.
 template void MatMulFloatAvx2<BlockF32>(const MatMulArgs&);

@@ -300,6 +300,15 @@ void MatMulQuant32Avx512(const MatMulArgs& a) {
 void MatMulPackedQ8Avx512(const MatMulArgs& a) { packed::Drive<packed::Q8Kernel, 4>(a); }
 void MatMulPackedQ4KAvx512(const MatMulArgs& a) { packed::Drive<packed::Q4KKernel, 4>(a); }
 void MatMulPackedQ6KAvx512(const MatMulArgs& a) { packed::Drive<packed::Q6KKernel, 4>(a); }
+void MatMulPackedQ5KAvx512(const MatMulArgs& a) { packed::Drive<packed::Q5KKernel, 4>(a); }
+template <typename Block>
+void MatMulPackedLegacy32Avx512(const MatMulArgs& a) {
+  packed::Drive<packed::Legacy32Kernel<Block>, 4>(a);
+}
+template void MatMulPackedLegacy32Avx512<BlockQ4_0>(const MatMulArgs&);
+template void MatMulPackedLegacy32Avx512<BlockQ4_1>(const MatMulArgs&);
+template void MatMulPackedLegacy32Avx512<BlockQ5_0>(const MatMulArgs&);
+template void MatMulPackedLegacy32Avx512<BlockQ5_1>(const MatMulArgs&);
 
 // The instantiations the traits table (type_traits.cpp) names.
 template void MatMulFloatAvx512<BlockF32>(const MatMulArgs&);

@@ -74,6 +74,12 @@ struct MatMulArgs {
 //        (sub-block major), the mins as byte pairs of sub-blocks (2p, 2p+1)
 //        per row, then per sub-block pair p and chunk c the 8 rows' 4 code
 //        bytes qs[32p + 4c ..] (low nibbles sub-block 2p, high 2p+1);
+//   Q5_K (1,440 bytes per 256 elements, plain 1,408): as Q4_K, with the 8
+//        rows' qh[4c ..] chunks (c < 8) between the mins and the codes;
+//   Q4_0, Q4_1, Q5_0, Q5_1 (as plain): the 8 rows' f16 d, their f16 m
+//        (types with a min), their fifth bits (types with them, reordered
+//        so that byte e holds element 16h + 4c + e's at bit 2c + h), then
+//        4 chunks of 32 bytes, chunk c holding qs[4c .. 4c + 3] of rows 0..7;
 //   Q6_K (1,680 bytes per 256 elements, as plain): the 8 rows' f16 d, the
 //        int8 scales as pairs (sub-blocks 2p, 2p+1) per row, then per half
 //        the chunks of ql[64h + 4c ..], qh[32h + 4c ..], ql[64h + 32 + 4c ..].
@@ -89,6 +95,10 @@ void PackRows(TensorType t, const uint8_t* w, size_t row_bytes, int64_t n_rows, 
               uint8_t* out);
 void UnpackRows(TensorType t, const uint8_t* packed, size_t row_bytes, int64_t n_rows, int64_t n,
                 uint8_t* out);
+// Row `row` (< kPackRows) of the packed group at `group` (n elements per
+// row), dequantized as DequantizeRow would the plain row: a lookup into a
+// packed table (a token embedding that is also the output head).
+void DequantizePackedRow(TensorType t, const uint8_t* group, int64_t n, int64_t row, float* dst);
 
 // Causal softmax attention of query vectors that share one KV head (the
 // query heads of a GQA group, for one or more tokens of one or more

@@ -46,29 +46,16 @@ void MapQ8_0(const Mover<kPack>& move, int i) {
   }
 }
 
-// Q4_K: one super-block of a group (1,184 bytes):
-//   [0, 16)      d of rows 0..7 (f16)
-//   [16, 32)     dmin of rows 0..7
-//   [32, 96)     sc[j][i]: byte 32 + 8j + i, sub-block j's 6-bit scale of row i
-//   [96, 160)    m of sub-blocks 2p, 2p+1 of row i at bytes 96 + 16p + 2i, +1
-//   [160, 1184)  per sub-block pair p and chunk c, 32 bytes: row i's
-//                qs[32p + 4c .. 32p + 4c + 3] at 4i (low nibbles: sub-block 2p)
-// The scales are the one part not copied as they are: the file's 12 bytes of
-// 6-bit fields become 16 bytes, and go back through PackScaleMinK4.
+// The 6-bit scales and mins of Q4_K and Q5_K (at `scales` in the plain block):
+// sub-block j's scale of row i at byte 32 + 8j + i of the group block, its min
+// at 96 + 16·(j/2) + 2i + j%2. The one part not copied as it is: the file's
+// 12 bytes of 6-bit fields become 16 bytes, and go back through PackScaleMinK4.
 template <bool kPack>
-void MapQ4_K(const Mover<kPack>& move, int i) {
-  move(2 * i, offsetof(BlockQ4_K, d), 2);
-  move(16 + 2 * i, offsetof(BlockQ4_K, dmin), 2);
-  for (int p = 0; p < 4; ++p) {
-    for (int c = 0; c < 8; ++c) {
-      move(160 + 32 * (8 * p + c) + 4 * i, offsetof(BlockQ4_K, qs) + 32 * p + 4 * c, 4);
-    }
-  }
-  // Where sub-block j's scale and min of this row go.
+void MoveScaleMinK4(const Mover<kPack>& move, int i, size_t scales_offset) {
   auto scale_at = [i](int j) { return static_cast<size_t>(32 + 8 * j + i); };
   auto min_at = [i](int j) { return static_cast<size_t>(96 + 16 * (j / 2) + 2 * i + j % 2); };
   if constexpr (kPack) {
-    const uint8_t* scales = move.from + offsetof(BlockQ4_K, scales);
+    const uint8_t* scales = move.from + scales_offset;
     for (int j = 0; j < 8; ++j) {
       const ScaleMin sm = UnpackScaleMinK4(scales, j);
       move.to[scale_at(j)] = sm.scale;
@@ -78,8 +65,28 @@ void MapQ4_K(const Mover<kPack>& move, int i) {
     ScaleMin sm[8];
     for (int j = 0; j < 8; ++j) sm[j] = {move.from[scale_at(j)], move.from[min_at(j)]};
     const std::array<uint8_t, kKScaleBytes> scales = PackScaleMinK4(sm);
-    std::memcpy(move.to + offsetof(BlockQ4_K, scales), scales.data(), scales.size());
+    std::memcpy(move.to + scales_offset, scales.data(), scales.size());
   }
+}
+
+// Q4_K: one super-block of a group (1,184 bytes):
+//   [0, 16)      d of rows 0..7 (f16)
+//   [16, 32)     dmin of rows 0..7
+//   [32, 96)     sc[j][i]: byte 32 + 8j + i, sub-block j's 6-bit scale of row i
+//   [96, 160)    m of sub-blocks 2p, 2p+1 of row i at bytes 96 + 16p + 2i, +1
+//   [160, 1184)  per sub-block pair p and chunk c, 32 bytes: row i's
+//                qs[32p + 4c .. 32p + 4c + 3] at 4i (low nibbles: sub-block 2p)
+// (The scales and mins: MoveScaleMinK4.)
+template <bool kPack>
+void MapQ4_K(const Mover<kPack>& move, int i) {
+  move(2 * i, offsetof(BlockQ4_K, d), 2);
+  move(16 + 2 * i, offsetof(BlockQ4_K, dmin), 2);
+  for (int p = 0; p < 4; ++p) {
+    for (int c = 0; c < 8; ++c) {
+      move(160 + 32 * (8 * p + c) + 4 * i, offsetof(BlockQ4_K, qs) + 32 * p + 4 * c, 4);
+    }
+  }
+  MoveScaleMinK4<kPack>(move, i, offsetof(BlockQ4_K, scales));
 }
 
 // Q6_K: one super-block of a group (1,680 bytes, as plain):
@@ -102,6 +109,67 @@ void MapQ6_K(const Mover<kPack>& move, int i) {
       move(half + 512 + 32 * c + 4 * i, offsetof(BlockQ6_K, ql) + 64 * h + 32 + 4 * c, 4);
     }
   }
+}
+
+// The other 32-blocks (Q4_0, Q4_1, Q5_0, Q5_1): one block of a group (as
+// plain, 8 · sizeof(Block) bytes) is
+//   the 8 rows' f16 d (16 bytes), their f16 m where the type has a min (16),
+//   their fifth bits where the type has them (row i's 32 at 4i; 32 bytes),
+//   then chunk c < 4 = row i's qs[4c .. 4c + 3] at 32c + 4i: low nibbles are
+//   elements 4c..4c+3, high nibbles 16 + 4c ..
+// The fifth bits are reordered so that byte e holds those of the chunks'
+// byte e: element 16h + 4c + e's (plain qh bit 16h + 4c + e) at bit 2c + h
+// of byte e. A kernel then takes a chunk's fifth bits with one shift.
+template <typename Block>
+constexpr size_t kLegacyQh = 16 + (Block::kHasMin ? 16 : 0);
+template <typename Block>
+constexpr size_t kLegacyCodes = kLegacyQh<Block> + (Block::kBits == 5 ? 32 : 0);
+
+// Plain qh bit k → packed bit FifthBitAt(k), and back.
+constexpr int FifthBitAt(int k) { return 8 * (k % 4) + 2 * ((k % 16) / 4) + k / 16; }
+
+template <bool kPack>
+void MoveFifthBits(const Mover<kPack>& move, size_t packed, size_t plain) {
+  uint32_t from = 0, to = 0;
+  std::memcpy(&from, move.from + (kPack ? plain : packed), 4);
+  for (int k = 0; k < 32; ++k) {
+    const int at = FifthBitAt(k);
+    if constexpr (kPack) {
+      to |= ((from >> k) & 1u) << at;
+    } else {
+      to |= ((from >> at) & 1u) << k;
+    }
+  }
+  std::memcpy(move.to + (kPack ? packed : plain), &to, 4);
+}
+
+template <typename Block, bool kPack>
+void MapLegacy32(const Mover<kPack>& move, int i) {
+  move(2 * i, offsetof(Block, d), 2);
+  if constexpr (Block::kHasMin) move(16 + 2 * i, offsetof(Block, m), 2);
+  if constexpr (Block::kBits == 5)
+    MoveFifthBits(move, kLegacyQh<Block> + 4 * i, offsetof(Block, qh));
+  for (int c = 0; c < 4; ++c)
+    move(kLegacyCodes<Block> + 32 * c + 4 * i, offsetof(Block, qs) + 4 * c, 4);
+}
+
+// Q5_K: one super-block of a group (1,440 bytes) is Q4_K's with the fifth
+// bits after the scales and mins:
+//   [0, 160)      as Q4_K (d, dmin, the unpacked scales and mins)
+//   [160, 416)    chunk c < 8 = row i's qh[4c .. 4c + 3] at 160 + 32c + 4i
+//                 (bit j of qh[l]: element 32j + l)
+//   [416, 1440)   the codes, as Q4_K's [160, 1184)
+template <bool kPack>
+void MapQ5_K(const Mover<kPack>& move, int i) {
+  move(2 * i, offsetof(BlockQ5_K, d), 2);
+  move(16 + 2 * i, offsetof(BlockQ5_K, dmin), 2);
+  for (int c = 0; c < 8; ++c) move(160 + 32 * c + 4 * i, offsetof(BlockQ5_K, qh) + 4 * c, 4);
+  for (int p = 0; p < 4; ++p) {
+    for (int c = 0; c < 8; ++c) {
+      move(416 + 32 * (8 * p + c) + 4 * i, offsetof(BlockQ5_K, qs) + 32 * p + 4 * c, 4);
+    }
+  }
+  MoveScaleMinK4<kPack>(move, i, offsetof(BlockQ5_K, scales));
 }
 
 // Packs (kPack) or unpacks n_rows rows of n elements: Map per row and block,
@@ -128,6 +196,7 @@ void Convert(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, ui
 constexpr size_t kQ8GroupBlock = kRows * sizeof(BlockQ8_0);
 constexpr size_t kQ4KGroupBlock = 160 + kRows * kQK_K / 2;
 constexpr size_t kQ6KGroupBlock = kRows * sizeof(BlockQ6_K);
+constexpr size_t kQ5KGroupBlock = 416 + kRows * kQK_K / 2;
 
 }  // namespace
 
@@ -148,6 +217,31 @@ void PackQ6_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, u
 }
 void UnpackQ6_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst) {
   Convert<BlockQ6_K, kQ6KGroupBlock, false, MapQ6_K<false>>(src, row_bytes, n_rows, n, dst);
+}
+
+template <typename Block>
+void PackLegacy32(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst) {
+  Convert<Block, kRows * sizeof(Block), true, MapLegacy32<Block, true>>(src, row_bytes, n_rows, n,
+                                                                        dst);
+}
+template <typename Block>
+void UnpackLegacy32(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst) {
+  Convert<Block, kRows * sizeof(Block), false, MapLegacy32<Block, false>>(src, row_bytes, n_rows, n,
+                                                                          dst);
+}
+template void PackLegacy32<BlockQ4_0>(const uint8_t*, size_t, int64_t, int64_t, uint8_t*);
+template void PackLegacy32<BlockQ4_1>(const uint8_t*, size_t, int64_t, int64_t, uint8_t*);
+template void PackLegacy32<BlockQ5_0>(const uint8_t*, size_t, int64_t, int64_t, uint8_t*);
+template void PackLegacy32<BlockQ5_1>(const uint8_t*, size_t, int64_t, int64_t, uint8_t*);
+template void UnpackLegacy32<BlockQ4_0>(const uint8_t*, size_t, int64_t, int64_t, uint8_t*);
+template void UnpackLegacy32<BlockQ4_1>(const uint8_t*, size_t, int64_t, int64_t, uint8_t*);
+template void UnpackLegacy32<BlockQ5_0>(const uint8_t*, size_t, int64_t, int64_t, uint8_t*);
+template void UnpackLegacy32<BlockQ5_1>(const uint8_t*, size_t, int64_t, int64_t, uint8_t*);
+void PackQ5_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst) {
+  Convert<BlockQ5_K, kQ5KGroupBlock, true, MapQ5_K<true>>(src, row_bytes, n_rows, n, dst);
+}
+void UnpackQ5_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst) {
+  Convert<BlockQ5_K, kQ5KGroupBlock, false, MapQ5_K<false>>(src, row_bytes, n_rows, n, dst);
 }
 
 void MatMulPackedScalar(const MatMulArgs& a) {
@@ -200,6 +294,14 @@ void UnpackRows(TensorType t, const uint8_t* packed, size_t row_bytes, int64_t n
   STRATA_CHECK_MSG(row != nullptr && row->unpack != nullptr, "UnpackRows: type is not packable");
   STRATA_CHECK_MSG(n_rows % kPackRows == 0, "UnpackRows: rows must be a multiple of kPackRows");
   row->unpack(packed, row_bytes, n_rows, n, out);
+}
+
+void DequantizePackedRow(TensorType t, const uint8_t* group, int64_t n, int64_t row, float* dst) {
+  STRATA_CHECK_MSG(row >= 0 && row < kPackRows, "DequantizePackedRow: row outside the group");
+  const size_t plain_row = RowBytes(t, n);
+  std::vector<uint8_t> plain(plain_row * static_cast<size_t>(kPackRows));
+  UnpackRows(t, group, plain_row, kPackRows, n, plain.data());
+  DequantizeRow(t, plain.data() + static_cast<size_t>(row) * plain_row, n, dst);
 }
 
 }  // namespace strata::kernels

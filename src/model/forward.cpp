@@ -256,10 +256,16 @@ void Forward::EmbedTokens(const Pass& p) {
   pool_.ParallelFor(p.n_tokens, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const BatchEntry& e = p.batch->entries[static_cast<size_t>(t)];
-      kernels::DequantizeRow(
-          w_.token_embd.type,
-          w_.token_embd.data + static_cast<size_t>(e.token) * w_.token_embd.row_bytes, D,
-          x_.data() + t * D);
+      const Weight& te = w_.token_embd;
+      if (te.packed) {
+        const int64_t group = e.token / kernels::kPackRows;
+        kernels::DequantizePackedRow(
+            te.type, te.data + static_cast<size_t>(group * kernels::kPackRows) * te.row_bytes, D,
+            e.token - group * kernels::kPackRows, x_.data() + t * D);
+      } else {
+        kernels::DequantizeRow(te.type, te.data + static_cast<size_t>(e.token) * te.row_bytes, D,
+                               x_.data() + t * D);
+      }
       const double pos = static_cast<double>(e.pos) * c_.rope_freq_scale;
       for (int32_t i = 0; i < half_rot; ++i) {
         const double ang = pos * w_.rope_inv_freq[static_cast<size_t>(i)];

@@ -115,7 +115,10 @@ void Model::PackWeights(const PackOptions& options, util::FileSystem* fs, util::
   for (LayerWeights& L : w.layers) {
     for (Weight* x : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) consider(*x);
   }
-  if (w.output.data != w.token_embd.data) consider(w.output);
+  // A head tied to the token embedding is packed as the embedding (whose
+  // lookups then unpack one group: Forward::EmbedTokens).
+  const bool tied = w.output.data == w.token_embd.data;
+  consider(tied ? w.token_embd : w.output);
   if (chosen.empty()) return;
   if (options.mode == PackMode::kAuto && fs != nullptr) {
     const std::optional<uint64_t> available = MemAvailableBytes(*fs);
@@ -150,6 +153,7 @@ void Model::PackWeights(const PackOptions& options, util::FileSystem* fs, util::
     x->packed = true;
     w.packed.push_back(std::move(copy));
   }
+  if (tied) w.output = w.token_embd;
   packed_bytes_ += bytes;
   const double seconds = options.clock ? util::SecondsBetween(t0, options.clock->Now()) : 0.0;
   log.Info("model '{}': {} matrices ({:.0f} MiB) packed row-interleaved for {} in {:.0f} ms",

@@ -87,8 +87,9 @@ struct Weight {
 //          available (MemAvailable of /proc/meminfo);
 //   kOn    every packable matrix;
 //   kOff   none: the file's layout.
-// The token embedding is never packed (it is read by row), nor an output
-// head tied to it.
+// A token embedding that is only read by row stays plain; one that is also
+// the output head (tied) is packed as the head, and its lookups unpack the
+// token's group (kernels::DequantizePackedRow).
 enum class PackMode { kAuto, kOn, kOff };
 util::StatusOr<PackMode> ParsePackMode(std::string_view name);  // "auto", "on", "off"
 std::string_view PackModeName(PackMode mode);

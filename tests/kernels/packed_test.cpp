@@ -19,7 +19,9 @@ namespace {
 using internal::ActBlockQ8;
 using testing::Gamma;
 
-constexpr TensorType kPackable[] = {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K};
+constexpr TensorType kPackable[] = {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
+                                    TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ4_K,
+                                    TensorType::kQ5_K, TensorType::kQ6_K};
 
 // Rows of whole blocks of every packable type, in k super-blocks.
 constexpr int64_t SuperBlocks(int64_t k) { return 256 * k; }
@@ -157,6 +159,23 @@ TEST(PackedWeights, EveryPackableTypeRoundTripsAndPacksEveryByteOnce) {
   }
 }
 
+TEST(PackedWeights, APackedRowDequantizesAsItsPlainRow) {
+  util::Rng rng(13);
+  for (TensorType t : kPackable) {
+    const int64_t n = SuperBlocks(2), rows = 16;
+    const Matrix m = MakeMatrix(t, rows, n, rng);
+    std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(t, m.plain.data() + static_cast<size_t>(r) * m.row_bytes, n, want.data());
+      const int64_t g = r / kPackRows;
+      DequantizePackedRow(t,
+                          m.packed.data() + static_cast<size_t>(g * kPackRows) * m.packed_row_bytes,
+                          n, r % kPackRows, got.data());
+      EXPECT_EQ(got, want) << TypeName(t) << " row " << r;
+    }
+  }
+}
+
 TEST(PackedWeights, ScalarPackedKernelIsThePlainScalarKernelBitForBit) {
   util::Rng rng(11);
   const KernelTable& scalar = *GetKernels(Isa::kScalar);
@@ -273,11 +292,15 @@ TEST(PackedWeights, OnlyTablesWithTheirOwnPackedKernelPreferIt) {
   EXPECT_TRUE(IsPackable(TensorType::kQ8_0));
   EXPECT_FALSE(IsPackable(TensorType::kF32));
   EXPECT_TRUE(IsPackable(TensorType::kQ4_K));
-  EXPECT_FALSE(IsPackable(TensorType::kQ4_0));
+  EXPECT_TRUE(IsPackable(TensorType::kQ5_0));
+  EXPECT_FALSE(IsPackable(TensorType::kBF16));
   EXPECT_EQ(PackedRowBytes(TensorType::kQ8_0, 64), RowBytes(TensorType::kQ8_0, 64));
   EXPECT_EQ(PackedRowBytes(TensorType::kQ4_K, 512), 2u * 148);  // 144 + the unpacked scales
   EXPECT_TRUE(IsPackable(TensorType::kQ6_K));
   EXPECT_EQ(PackedRowBytes(TensorType::kQ6_K, 512), RowBytes(TensorType::kQ6_K, 512));
+  for (TensorType t : {TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1})
+    EXPECT_EQ(PackedRowBytes(t, 64), RowBytes(t, 64)) << TypeName(t);
+  EXPECT_EQ(PackedRowBytes(TensorType::kQ5_K, 512), 2u * 180);  // 176 + the unpacked scales
   const KernelTable& scalar = *GetKernels(Isa::kScalar);
   ASSERT_NE(scalar.prefers_packed, nullptr);
   EXPECT_FALSE(scalar.prefers_packed(TensorType::kQ8_0));  // it unpacks

@@ -9,7 +9,9 @@
 #include "model/forward.h"
 #include "model/synthetic.h"
 #include "testing/mem_file_system.h"
+#include "testing/shared_data.h"
 #include "testing/tiny_model.h"
+#include "util/file_system.h"
 #include "util/log.h"
 
 namespace strata::model {
@@ -156,29 +158,36 @@ std::vector<float> PromptLogits(const Model& m, const std::vector<int32_t>& toke
   return logits;
 }
 
-TEST(PackedWeights, PackedAndPlainModelsGiveTheSameLogitsWithinRounding) {
+// Loads the model `o` describes plain and packed (on) and checks what was
+// packed: every layer matrix (their rows are whole groups of 8) and the
+// output head when its rows are whole groups; a head tied to the token
+// embedding is packed as the embedding, whose lookups then unpack a group.
+// The two give the same logits within rounding.
+void ExpectPackedAsPlain(const model::SyntheticOptions& o) {
+  auto log = util::NewNullLogger();
+  testing::MemFileSystem fs;
+  ASSERT_TRUE(model::WriteSyntheticModel(fs, "m.gguf", o, *log).ok());
   auto plain =
-      testing::MakeTinyModel(kernels::TensorType::kQ8_0, 5, testing::TinyShape(), PackMode::kOff);
+      Model::Load(fs, "m.gguf", {.prefetch = true, .pack = {.mode = PackMode::kOff}}, *log);
   auto packed =
-      testing::MakeTinyModel(kernels::TensorType::kQ8_0, 5, testing::TinyShape(), PackMode::kOn);
-  ASSERT_NE(plain.model, nullptr);
-  ASSERT_NE(packed.model, nullptr);
-  EXPECT_EQ(plain.model->packed_bytes(), 0u);
-  // Every layer matrix is packed (their rows are whole groups of 8); the
-  // token embedding is not (it is read by row), nor an output tied to it.
-  uint64_t layer_bytes = 0, output_bytes = 0;
-  for (const auto& t : packed.model->gguf().tensors()) {
+      Model::Load(fs, "m.gguf", {.prefetch = true, .pack = {.mode = PackMode::kOn}}, *log);
+  ASSERT_TRUE(plain.ok() && packed.ok());
+  EXPECT_EQ((*plain)->packed_bytes(), 0u);
+  const bool tied = (*packed)->config().tied_embeddings;
+  uint64_t layer_bytes = 0, head_bytes = 0;
+  for (const auto& t : (*packed)->gguf().tensors()) {
     if (t.name.rfind("blk.", 0) == 0 && t.shape.size() == 2) layer_bytes += t.n_bytes;
-    if (t.name == "output.weight" && t.shape[1] % kernels::kPackRows == 0) output_bytes = t.n_bytes;
+    const bool head = t.name == (tied ? "token_embd.weight" : "output.weight");
+    if (head && t.shape[1] % kernels::kPackRows == 0) head_bytes = t.n_bytes;
   }
   ASSERT_GT(layer_bytes, 0u);
-  EXPECT_EQ(packed.model->packed_bytes(), layer_bytes + output_bytes);
+  EXPECT_EQ((*packed)->packed_bytes(), layer_bytes + head_bytes);
   // Same fingerprint: the same weights, whatever their layout.
-  EXPECT_EQ(plain.model->fingerprint(), packed.model->fingerprint());
+  EXPECT_EQ((*plain)->fingerprint(), (*packed)->fingerprint());
 
-  const std::vector<int32_t> prompt = packed.model->tokenizer().Encode("once upon a time there");
-  const std::vector<float> a = PromptLogits(*plain.model, prompt);
-  const std::vector<float> b = PromptLogits(*packed.model, prompt);
+  const std::vector<int32_t> prompt = (*packed)->tokenizer().Encode("once upon a time there");
+  const std::vector<float> a = PromptLogits(**plain, prompt);
+  const std::vector<float> b = PromptLogits(**packed, prompt);
   ASSERT_EQ(a.size(), b.size());
   float scale = 0, diff = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -189,6 +198,33 @@ TEST(PackedWeights, PackedAndPlainModelsGiveTheSameLogitsWithinRounding) {
   EXPECT_LE(diff, 1e-4f * scale + 1e-6f) << "largest |logit| " << scale;
   EXPECT_EQ(std::max_element(a.begin(), a.end()) - a.begin(),
             std::max_element(b.begin(), b.end()) - b.begin());
+}
+
+TEST(PackedWeights, PackedAndPlainModelsGiveTheSameLogitsWithinRounding) {
+  model::SyntheticOptions o;
+  o.shape = testing::TinyShape();
+  o.type = kernels::TensorType::kQ8_0;
+  o.seed = 5;
+  ExpectPackedAsPlain(o);  // the built-in vocabulary: not whole groups, the head stays plain
+  o.shape.tied_embeddings = false;
+  ExpectPackedAsPlain(o);
+}
+
+TEST(PackedWeights, ATiedHeadIsPackedWithItsEmbedding) {
+  STRATA_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
+  auto posix = util::NewPosixFileSystem();
+  auto vocab =
+      format::GgufFile::Open(*posix, testing::SharedPath("models/vocab/ggml-vocab-llama-spm.gguf"));
+  ASSERT_TRUE(vocab.ok()) << vocab.status().ToString();
+  model::SyntheticOptions o;
+  o.shape = testing::TinyShape();
+  o.shape.n_layers = 1;
+  o.vocab = vocab->get();  // 32,000 tokens: whole groups
+  o.seed = 6;
+  for (kernels::TensorType t : {kernels::TensorType::kQ8_0, kernels::TensorType::kQ5_0}) {
+    o.type = t;
+    ExpectPackedAsPlain(o);
+  }
 }
 
 TEST(PackedWeights, AutoFollowsTheKernelTableAndTheMemoryAvailable) {

@@ -54,13 +54,25 @@ void PackQ4_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, u
 void UnpackQ4_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
 void PackQ6_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
 void UnpackQ6_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
+void PackQ5_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
+void UnpackQ5_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
+template <typename Block>  // Q4_0, Q4_1, Q5_0, Q5_1
+void PackLegacy32(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
+template <typename Block>
+void UnpackLegacy32(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst);
 void MatMulPackedScalar(const MatMulArgs& args);
 void MatMulPackedQ8Avx2(const MatMulArgs& args);  // avx2.cpp
 void MatMulPackedQ4KAvx2(const MatMulArgs& args);
+void MatMulPackedQ5KAvx2(const MatMulArgs& args);
 void MatMulPackedQ6KAvx2(const MatMulArgs& args);
-void MatMulPackedQ8Avx512(const MatMulArgs& args);  // avx512.cpp
+template <typename Block>
+void MatMulPackedLegacy32Avx2(const MatMulArgs& args);  // Q4_0, Q4_1, Q5_0, Q5_1
+void MatMulPackedQ8Avx512(const MatMulArgs& args);      // avx512.cpp
 void MatMulPackedQ4KAvx512(const MatMulArgs& args);
+void MatMulPackedQ5KAvx512(const MatMulArgs& args);
 void MatMulPackedQ6KAvx512(const MatMulArgs& args);
+template <typename Block>
+void MatMulPackedLegacy32Avx512(const MatMulArgs& args);
 
 // Attention kernels (attention.cpp, attention_avx2.cpp, attention_avx512.cpp).
 void AttendScalar(const AttendArgs& args);
