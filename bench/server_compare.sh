@@ -15,13 +15,14 @@
 # responses that are not valid UTF-8.
 #
 # Env: THREADS (2), CONC ("1 4 8"), ROUNDS (2), REQUESTS (4 x C, at least 16),
-# PROMPT (128), GEN (64), STRATA (build/release/strata), LOADGEN
+# PROMPT (128), GEN (64), KV_TYPE (strata's --kv-type: f32 | f16 | q8_0;
+# unset = its default), STRATA (build/release/strata), LOADGEN
 # (build/release/bench/loadgen), PORT (18180). Writes
 # OUT_DIR/{strata,llama}-cC-rR.json (loadgen summaries and samples) and prints
 # one line per concurrency and round with both sides and the ratios.
 set -euo pipefail
 if [ $# -lt 3 ] || [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
   [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ] && exit 0
   exit 2
 fi
@@ -49,7 +50,7 @@ run_side() {
   if [ "$side" = strata ]; then
     # Response cache off: every request is generated, as llama-server does.
     "$strata" serve -m "$model" -t "$threads" --parallel "$c" --port "$p" --l1-bytes 0 \
-      --no-coalesce --log-level warn \
+      --no-coalesce --log-level warn ${KV_TYPE:+--kv-type "$KV_TYPE"} \
       >"$out/$side-c$c-r$round.log" 2>&1 &
   else
     "$llama_server" -m "$model" -t "$threads" -np "$c" -c "$ctx" --port "$p" \

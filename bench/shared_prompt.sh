@@ -29,7 +29,8 @@
 #
 # Env: THREADS (2), USERS (32), ROUNDS (3), FIRST_ROUND (1), WARM_REQUESTS
 # (USERS), SYSTEM (1000), QUESTION (24), GEN (32), SIDES ("strata llama
-# strata-nol2"), STRATA (build/release/strata), LOADGEN
+# strata-nol2"), KV_TYPE (strata's --kv-type; unset = its default), STRATA
+# (build/release/strata), LOADGEN
 # (build/release/bench/loadgen), PORT (18280). Writes
 # OUT_DIR/SIDE-PHASE-rR.json (loadgen summaries and samples) and SIDE-rR.log,
 # prints one line per round, then medians over every round found in OUT_DIR
@@ -37,7 +38,7 @@
 # issue's two ratios.
 set -euo pipefail
 if [ $# -lt 3 ] || [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
-  sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'
   [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ] && exit 0
   exit 2
 fi

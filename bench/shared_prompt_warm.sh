@@ -11,13 +11,14 @@
 # Same servers, flags (bench/shared_prompt_servers.sh) and requests as
 # bench/shared_prompt.sh (see there).
 # Env: THREADS (2), USERS (32), PAIRS (5), SYSTEM (1000), QUESTION (24),
-# GEN (32), STRATA (build/release/strata), LOADGEN (build/release/bench/loadgen),
-# PORT (18380). Writes OUT_DIR/{strata,llama}-warm-pN.json and prints each
-# pair's throughput ratio and their median.
+# GEN (32), KV_TYPE (strata's --kv-type; unset = its default), STRATA
+# (build/release/strata), LOADGEN (build/release/bench/loadgen), PORT
+# (18380). Writes OUT_DIR/{strata,llama}-warm-pN.json and prints each pair's
+# throughput ratio and their median.
 set -euo pipefail
 
 if [ $# -ne 3 ] || [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
   [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ] && exit 0
   exit 2
 fi
