@@ -12,6 +12,7 @@
 
 #include "kernels/internal/blocks.h"
 #include "kernels/internal/kernels_impl.h"
+#include "kernels/internal/packed_layout.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")

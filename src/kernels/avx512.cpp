@@ -13,6 +13,7 @@
 
 #include "kernels/internal/blocks.h"
 #include "kernels/internal/kernels_impl.h"
+#include "kernels/internal/packed_layout.h"
 
 #include "kernels/internal/avx512_begin.inc"
 

@@ -8,6 +8,7 @@
 
 #include "kernels/internal/blocks.h"
 #include "kernels/internal/kernels_impl.h"
+#include "kernels/internal/packed_layout.h"
 #include "kernels/type_traits.h"
 #include "util/status.h"
 
@@ -16,7 +17,10 @@ namespace strata::kernels {
 namespace internal {
 namespace {
 
-constexpr int kRows = static_cast<int>(kPackRows);
+constexpr int kRows = packed_layout::kRows;
+static_assert(kRows == kPackRows);
+using packed_layout::kLegacyCodes;
+using packed_layout::kLegacyQh;
 
 // Each packable type's byte map is written once, for both directions: for
 // row i of a group and one block, MapX(move, i) calls move(packed, plain,
@@ -83,7 +87,8 @@ void MapQ4_K(const Mover<kPack>& move, int i) {
   move(16 + 2 * i, offsetof(BlockQ4_K, dmin), 2);
   for (int p = 0; p < 4; ++p) {
     for (int c = 0; c < 8; ++c) {
-      move(160 + 32 * (8 * p + c) + 4 * i, offsetof(BlockQ4_K, qs) + 32 * p + 4 * c, 4);
+      move(packed_layout::kK4Codes<4> + 32 * (8 * p + c) + 4 * i,
+           offsetof(BlockQ4_K, qs) + 32 * p + 4 * c, 4);
     }
   }
   MoveScaleMinK4<kPack>(move, i, offsetof(BlockQ4_K, scales));
@@ -120,11 +125,6 @@ void MapQ6_K(const Mover<kPack>& move, int i) {
 // The fifth bits are reordered so that byte e holds those of the chunks'
 // byte e: element 16h + 4c + e's (plain qh bit 16h + 4c + e) at bit 2c + h
 // of byte e. A kernel then takes a chunk's fifth bits with one shift.
-template <typename Block>
-constexpr size_t kLegacyQh = 16 + (Block::kHasMin ? 16 : 0);
-template <typename Block>
-constexpr size_t kLegacyCodes = kLegacyQh<Block> + (Block::kBits == 5 ? 32 : 0);
-
 // Plain qh bit k → packed bit FifthBitAt(k), and back.
 constexpr int FifthBitAt(int k) { return 8 * (k % 4) + 2 * ((k % 16) / 4) + k / 16; }
 
@@ -163,10 +163,12 @@ template <bool kPack>
 void MapQ5_K(const Mover<kPack>& move, int i) {
   move(2 * i, offsetof(BlockQ5_K, d), 2);
   move(16 + 2 * i, offsetof(BlockQ5_K, dmin), 2);
-  for (int c = 0; c < 8; ++c) move(160 + 32 * c + 4 * i, offsetof(BlockQ5_K, qh) + 4 * c, 4);
+  for (int c = 0; c < 8; ++c)
+    move(packed_layout::kK4Qh + 32 * c + 4 * i, offsetof(BlockQ5_K, qh) + 4 * c, 4);
   for (int p = 0; p < 4; ++p) {
     for (int c = 0; c < 8; ++c) {
-      move(416 + 32 * (8 * p + c) + 4 * i, offsetof(BlockQ5_K, qs) + 32 * p + 4 * c, 4);
+      move(packed_layout::kK4Codes<5> + 32 * (8 * p + c) + 4 * i,
+           offsetof(BlockQ5_K, qs) + 32 * p + 4 * c, 4);
     }
   }
   MoveScaleMinK4<kPack>(move, i, offsetof(BlockQ5_K, scales));
@@ -193,10 +195,10 @@ void Convert(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, ui
   }
 }
 
-constexpr size_t kQ8GroupBlock = kRows * sizeof(BlockQ8_0);
-constexpr size_t kQ4KGroupBlock = 160 + kRows * kQK_K / 2;
-constexpr size_t kQ6KGroupBlock = kRows * sizeof(BlockQ6_K);
-constexpr size_t kQ5KGroupBlock = 416 + kRows * kQK_K / 2;
+constexpr size_t kQ8GroupBlock = packed_layout::kQ8Block;
+constexpr size_t kQ4KGroupBlock = packed_layout::kK4Block<4>;
+constexpr size_t kQ6KGroupBlock = packed_layout::kQ6KBlock;
+constexpr size_t kQ5KGroupBlock = packed_layout::kK4Block<5>;
 
 }  // namespace
 
@@ -221,13 +223,13 @@ void UnpackQ6_K(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n,
 
 template <typename Block>
 void PackLegacy32(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst) {
-  Convert<Block, kRows * sizeof(Block), true, MapLegacy32<Block, true>>(src, row_bytes, n_rows, n,
-                                                                        dst);
+  Convert<Block, packed_layout::kLegacyBlock<Block>, true, MapLegacy32<Block, true>>(
+      src, row_bytes, n_rows, n, dst);
 }
 template <typename Block>
 void UnpackLegacy32(const uint8_t* src, size_t row_bytes, int64_t n_rows, int64_t n, uint8_t* dst) {
-  Convert<Block, kRows * sizeof(Block), false, MapLegacy32<Block, false>>(src, row_bytes, n_rows, n,
-                                                                          dst);
+  Convert<Block, packed_layout::kLegacyBlock<Block>, false, MapLegacy32<Block, false>>(
+      src, row_bytes, n_rows, n, dst);
 }
 template void PackLegacy32<BlockQ4_0>(const uint8_t*, size_t, int64_t, int64_t, uint8_t*);
 template void PackLegacy32<BlockQ4_1>(const uint8_t*, size_t, int64_t, int64_t, uint8_t*);

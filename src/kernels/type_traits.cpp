@@ -14,6 +14,7 @@
 
 #include "kernels/internal/blocks.h"
 #include "kernels/internal/kernels_impl.h"
+#include "kernels/internal/packed_layout.h"
 #include "util/status.h"
 
 // An entry of the x86 SIMD files, or none in builds without them. "None" is
@@ -117,12 +118,12 @@ struct PackedFaster {
 // `t` with the row-interleaved layout (kernels.h, PackRows): its packers and
 // packed kernels; an ISA without its own packed kernel runs the scalar one
 // (unpacking), never preferred.
-consteval TypeTraits Packable(TypeTraits t, int32_t packed_block_bytes, TypeTraits::PackFn pack,
+consteval TypeTraits Packable(TypeTraits t, size_t packed_block_bytes, TypeTraits::PackFn pack,
                               TypeTraits::PackFn unpack, SimdEntries simd, PackedFaster faster) {
   const MatMulFn scalar = &internal::MatMulPackedScalar;
   t.pack = pack;
   t.unpack = unpack;
-  t.packed_block_bytes = packed_block_bytes;
+  t.packed_block_bytes = static_cast<int32_t>(packed_block_bytes);
   t.matmul_packed[static_cast<size_t>(Isa::kScalar)] = scalar;
   t.matmul_packed[static_cast<size_t>(Isa::kAvx2)] = simd.avx2.value_or(scalar);
   t.matmul_packed[static_cast<size_t>(Isa::kAvx512)] = simd.avx512.value_or(scalar);
@@ -149,28 +150,32 @@ constexpr TypeTraits kTable[] = {
     Packable(Computable<BlockQ4_0>(TensorType::kQ4_0, "Q4_0", 32, 18, ActFormat::kQ8,
                                    {.avx2 = STRATA_X86_ENTRY(MatMulQuant32Avx2<BlockQ4_0>),
                                     .avx512 = STRATA_X86_ENTRY(MatMulQuant32Avx512<BlockQ4_0>)}),
-             8 * 18, &internal::PackLegacy32<BlockQ4_0>, &internal::UnpackLegacy32<BlockQ4_0>,
+             internal::packed_layout::kLegacyBlock<BlockQ4_0>, &internal::PackLegacy32<BlockQ4_0>,
+             &internal::UnpackLegacy32<BlockQ4_0>,
              {.avx2 = STRATA_X86_ENTRY(MatMulPackedLegacy32Avx2<BlockQ4_0>),
               .avx512 = STRATA_X86_ENTRY(MatMulPackedLegacy32Avx512<BlockQ4_0>)},
              {.avx2 = true}),
     Packable(Computable<BlockQ4_1>(TensorType::kQ4_1, "Q4_1", 32, 20, ActFormat::kQ8,
                                    {.avx2 = STRATA_X86_ENTRY(MatMulQuant32Avx2<BlockQ4_1>),
                                     .avx512 = STRATA_X86_ENTRY(MatMulQuant32Avx512<BlockQ4_1>)}),
-             8 * 20, &internal::PackLegacy32<BlockQ4_1>, &internal::UnpackLegacy32<BlockQ4_1>,
+             internal::packed_layout::kLegacyBlock<BlockQ4_1>, &internal::PackLegacy32<BlockQ4_1>,
+             &internal::UnpackLegacy32<BlockQ4_1>,
              {.avx2 = STRATA_X86_ENTRY(MatMulPackedLegacy32Avx2<BlockQ4_1>),
               .avx512 = STRATA_X86_ENTRY(MatMulPackedLegacy32Avx512<BlockQ4_1>)},
              {.avx2 = true}),
     Packable(Computable<BlockQ5_0>(TensorType::kQ5_0, "Q5_0", 32, 22, ActFormat::kQ8,
                                    {.avx2 = STRATA_X86_ENTRY(MatMulQuant32Avx2<BlockQ5_0>),
                                     .avx512 = STRATA_X86_ENTRY(MatMulQuant32Avx512<BlockQ5_0>)}),
-             8 * 22, &internal::PackLegacy32<BlockQ5_0>, &internal::UnpackLegacy32<BlockQ5_0>,
+             internal::packed_layout::kLegacyBlock<BlockQ5_0>, &internal::PackLegacy32<BlockQ5_0>,
+             &internal::UnpackLegacy32<BlockQ5_0>,
              {.avx2 = STRATA_X86_ENTRY(MatMulPackedLegacy32Avx2<BlockQ5_0>),
               .avx512 = STRATA_X86_ENTRY(MatMulPackedLegacy32Avx512<BlockQ5_0>)},
              {.avx2 = true}),
     Packable(Computable<BlockQ5_1>(TensorType::kQ5_1, "Q5_1", 32, 24, ActFormat::kQ8,
                                    {.avx2 = STRATA_X86_ENTRY(MatMulQuant32Avx2<BlockQ5_1>),
                                     .avx512 = STRATA_X86_ENTRY(MatMulQuant32Avx512<BlockQ5_1>)}),
-             8 * 24, &internal::PackLegacy32<BlockQ5_1>, &internal::UnpackLegacy32<BlockQ5_1>,
+             internal::packed_layout::kLegacyBlock<BlockQ5_1>, &internal::PackLegacy32<BlockQ5_1>,
+             &internal::UnpackLegacy32<BlockQ5_1>,
              {.avx2 = STRATA_X86_ENTRY(MatMulPackedLegacy32Avx2<BlockQ5_1>),
               .avx512 = STRATA_X86_ENTRY(MatMulPackedLegacy32Avx512<BlockQ5_1>)},
              {.avx2 = true}),
@@ -180,7 +185,7 @@ constexpr TypeTraits kTable[] = {
     Packable(Computable<BlockQ8_0>(TensorType::kQ8_0, "Q8_0", 32, 34, ActFormat::kQ8,
                                    {.avx2 = STRATA_X86_ENTRY(MatMulSigned8Avx2<BlockQ8_0>),
                                     .avx512 = STRATA_X86_ENTRY(MatMulQuant32Avx512<BlockQ8_0>)}),
-             8 * 34, &internal::PackQ8_0, &internal::UnpackQ8_0,
+             internal::packed_layout::kQ8Block, &internal::PackQ8_0, &internal::UnpackQ8_0,
              {.avx2 = STRATA_X86_ENTRY(MatMulPackedQ8Avx2),
               .avx512 = STRATA_X86_ENTRY(MatMulPackedQ8Avx512)},
              {.avx2 = true}),
@@ -190,21 +195,21 @@ constexpr TypeTraits kTable[] = {
     Packable(Computable<BlockQ4_K>(TensorType::kQ4_K, "Q4_K", 256, 144, ActFormat::kQ8K,
                                    {.avx2 = STRATA_X86_ENTRY(MatMulKQuantAvx2<BlockQ4_K>),
                                     .avx512 = STRATA_X86_ENTRY(MatMulKQuantAvx512<BlockQ4_K>)}),
-             160 + 8 * 128, &internal::PackQ4_K, &internal::UnpackQ4_K,
+             internal::packed_layout::kK4Block<4>, &internal::PackQ4_K, &internal::UnpackQ4_K,
              {.avx2 = STRATA_X86_ENTRY(MatMulPackedQ4KAvx2),
               .avx512 = STRATA_X86_ENTRY(MatMulPackedQ4KAvx512)},
              {.avx2 = true}),
     Packable(Computable<BlockQ5_K>(TensorType::kQ5_K, "Q5_K", 256, 176, ActFormat::kQ8K,
                                    {.avx2 = STRATA_X86_ENTRY(MatMulKQuantAvx2<BlockQ5_K>),
                                     .avx512 = STRATA_X86_ENTRY(MatMulKQuantAvx512<BlockQ5_K>)}),
-             416 + 8 * 128, &internal::PackQ5_K, &internal::UnpackQ5_K,
+             internal::packed_layout::kK4Block<5>, &internal::PackQ5_K, &internal::UnpackQ5_K,
              {.avx2 = STRATA_X86_ENTRY(MatMulPackedQ5KAvx2),
               .avx512 = STRATA_X86_ENTRY(MatMulPackedQ5KAvx512)},
              {.avx2 = true}),
     Packable(Computable<BlockQ6_K>(TensorType::kQ6_K, "Q6_K", 256, 210, ActFormat::kQ8K,
                                    {.avx2 = STRATA_X86_ENTRY(MatMulKQuantAvx2<BlockQ6_K>),
                                     .avx512 = STRATA_X86_ENTRY(MatMulKQuantAvx512<BlockQ6_K>)}),
-             8 * 210, &internal::PackQ6_K, &internal::UnpackQ6_K,
+             internal::packed_layout::kQ6KBlock, &internal::PackQ6_K, &internal::UnpackQ6_K,
              {.avx2 = STRATA_X86_ENTRY(MatMulPackedQ6KAvx2),
               .avx512 = STRATA_X86_ENTRY(MatMulPackedQ6KAvx512)},
              {.avx2 = true}),
