@@ -1,5 +1,7 @@
 #include "net/sse.h"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 namespace strata::net {
@@ -47,8 +49,15 @@ util::Status SseParser::Feed(std::string_view bytes, std::vector<SseEvent>* out)
         continue;
       }
     }
-    size_t end = i;
-    while (end < bytes.size() && bytes[end] != '\r' && bytes[end] != '\n') ++end;
+    // The next LF, then a CR before it (streams end lines with LF).
+    const char* from = bytes.data() + i;
+    const size_t left = bytes.size() - i;
+    const void* lf = std::memchr(from, '\n', left);
+    size_t end = lf != nullptr ? static_cast<size_t>(static_cast<const char*>(lf) - from) : left;
+    if (const void* cr = std::memchr(from, '\r', end); cr != nullptr) {
+      end = static_cast<size_t>(static_cast<const char*>(cr) - from);
+    }
+    end += i;
     const std::string_view run = bytes.substr(i, end - i);
     if (!run.empty() && pending_bytes() + run.size() > max_event_bytes_) {
       return util::ResourceExhaustedError(

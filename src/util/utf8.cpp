@@ -1,7 +1,25 @@
 #include "util/utf8.h"
 
+#include <bit>
+#include <cstdint>
+#include <cstring>
+
 namespace strata::util {
 namespace {
+
+constexpr uint64_t kOnes = 0x0101010101010101ULL;
+constexpr uint64_t kHighs = 0x8080808080808080ULL;
+
+uint64_t Load8(const char* p) {
+  uint64_t w;
+  std::memcpy(&w, p, sizeof(w));
+  return w;
+}
+
+// A high bit in each byte of `w` that is zero. A borrow runs only upward
+// from a zero byte, so a false flag (a 0x01 byte) lies above a true one: the
+// lowest flag is exact.
+uint64_t ZeroBytes(uint64_t w) { return (w - kOnes) & ~w & kHighs; }
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
 
@@ -42,8 +60,7 @@ Utf8Split SplitCompleteUtf8(std::string_view bytes) {
   size_t i = 0;
   while (i < bytes.size()) {
     // A run of ASCII (most text) goes in one append.
-    size_t ascii = i;
-    while (ascii < bytes.size() && static_cast<unsigned char>(bytes[ascii]) < 0x80) ++ascii;
+    const size_t ascii = FindNonAscii(bytes, i);
     if (ascii > i) {
       out.complete.append(bytes.substr(i, ascii - i));
       i = ascii;
@@ -70,9 +87,47 @@ std::string SanitizeUtf8(std::string_view bytes) {
   return std::move(split.complete);
 }
 
+// Words are read little-endian (byte k of a word at bits 8k..8k+7): the
+// lowest flag is then the first byte in memory. Elsewhere the scans go
+// byte by byte.
+constexpr bool kWordScan = std::endian::native == std::endian::little;
+
+// The index in its word of the first byte flagged in `mask`.
+size_t FirstFlagged(uint64_t mask) { return static_cast<size_t>(std::countr_zero(mask)) / 8; }
+
+size_t FindNonAscii(std::string_view s, size_t from) {
+  size_t i = from;
+  for (; kWordScan && i + 8 <= s.size(); i += 8) {
+    const uint64_t mask = Load8(s.data() + i) & kHighs;
+    if (mask != 0) return i + FirstFlagged(mask);
+  }
+  while (i < s.size() && static_cast<unsigned char>(s[i]) < 0x80) ++i;
+  return i;
+}
+
+size_t FindJsonSpecial(std::string_view s, size_t from) {
+  size_t i = from;
+  for (; kWordScan && i + 8 <= s.size(); i += 8) {
+    const uint64_t w = Load8(s.data() + i);
+    // A byte below 0x20: (w - 0x20 per byte) & ~w flags it, as ZeroBytes
+    // flags a zero byte (a false flag only ever lies above a true one).
+    const uint64_t control = (w - 0x20 * kOnes) & ~w & kHighs;
+    const uint64_t mask = control | ZeroBytes(w ^ ('"' * kOnes)) | ZeroBytes(w ^ ('\\' * kOnes));
+    if (mask != 0) return i + FirstFlagged(mask);
+  }
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '"' || c == '\\' || c < 0x20) break;
+    ++i;
+  }
+  return i;
+}
+
 bool IsValidUtf8(std::string_view bytes) {
   size_t i = 0;
-  while (i < bytes.size()) {
+  while (true) {
+    i = FindNonAscii(bytes, i);
+    if (i == bytes.size()) break;
     const int n = ValidSequenceAt(bytes, i);
     if (n <= 0) return false;
     i += static_cast<size_t>(n);
@@ -85,9 +140,8 @@ bool AppendJsonString(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   out.push_back('"');
   size_t plain = 0;  // start of the run not yet appended
-  for (size_t i = 0; i < s.size(); ++i) {
+  for (size_t i = FindJsonSpecial(s, 0); i < s.size(); i = FindJsonSpecial(s, i + 1)) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
     out.append(s.data() + plain, i - plain);
     plain = i + 1;
     switch (c) {

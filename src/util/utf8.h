@@ -39,4 +39,11 @@ inline size_t Utf8SequenceLength(unsigned char lead) {
 // unchanged, when `s` is not valid UTF-8.
 bool AppendJsonString(std::string& out, std::string_view s);
 
+// Scans for the hot paths that read and write JSON text, 8 bytes at a time:
+// the index of the first byte at or after `from` that is not ASCII (>= 0x80)
+// / that a JSON string cannot hold as it is ('"', '\\' or a control
+// character, < 0x20); s.size() when there is none.
+size_t FindNonAscii(std::string_view s, size_t from);
+size_t FindJsonSpecial(std::string_view s, size_t from);
+
 }  // namespace strata::util
