@@ -338,7 +338,7 @@ bool PlainUsageObject(JsonScan& in, PlainUsage* u) {
   if (!in.Consume('{')) return false;
   bool first = true, done = false;
   uint32_t seen = 0;
-  std::string key;
+  std::string_view key;
   while (true) {
     if (!in.NextKey(&first, &key, &done)) return false;
     if (done) return true;
@@ -375,7 +375,7 @@ bool PlainChoice(JsonScan& in, std::string_view holder, int32_t n, ChoicePart* p
   if (!in.Consume('{')) return false;
   bool first = true, done = false;
   uint32_t seen = 0;
-  std::string key;
+  std::string_view key;
   while (true) {
     if (!in.NextKey(&first, &key, &done)) return false;
     if (done) return true;
@@ -457,7 +457,7 @@ std::optional<PlainChunk> ReadPlainChunk(std::string_view data, std::string_view
   if (!in.Consume('{')) return std::nullopt;
   bool first = true, done = false;
   uint32_t seen = 0;
-  std::string key;
+  std::string_view key;
   while (true) {
     if (!in.NextKey(&first, &key, &done)) return std::nullopt;
     if (done) break;

@@ -81,6 +81,13 @@ TEST(PlainChunk, ReadsWhatTheDomReaderReads) {
       PlainBody({DeltaOf(R"("a")")}, "content_filter"),
       PlainBody(
           {R"({"delta":{"content":"x"},"finish_reason":null,"index":0,"logprobs":null,"extra":[1,-2.5e3,true,false,null,{"k":[[]]}]})"}),
+      // Keys with escapes (read decoded: "d\u0065lta" is "delta"), and escaped
+      // strings in skipped members.
+      PlainBody(
+          {R"({"d\u0065lta":{"c\u006fntent":"esc"},"finish_reason":null,"\u0069ndex":0,"logprobs":null})",
+           R"({"delta":{"content":"x"},"index":0,"logprobs":null,"k\"ey":{"\u00e9\n":"\ud83d\ude00\"","a\\b":["\t"]}})"}),
+      PlainBody({R"({"delta":{"content":"x"},"index":0,"logprobs":null,"bad":"\u12"})"}),
+      PlainBody({R"({"delta":{"content":"x"},"index":0,"logprobs":null,"b\qad":1})"}),
       // Malformed or outside the plain shape: the DOM reader decides.
       PlainBody({R"({"delta":{"content":"x","content":"y"},"index":0,"logprobs":null})"}),
       PlainBody({R"({"delta":{"content":"x"},"index":0,"index":0,"logprobs":null})"}),

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "util/utf8.h"
+
 namespace strata::backend::upstream::internal {
 namespace {
 
@@ -26,7 +28,7 @@ void AppendUtf8(uint32_t cp, std::string* out) {
 
 }  // namespace
 
-void JsonScan::Ws() {
+void JsonScan::SkipWs() {
   while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) {
     ++i_;
   }
@@ -82,65 +84,95 @@ bool JsonScan::Hex4(uint32_t* out) {
   return true;
 }
 
+void JsonScan::PlainRun() { i_ = util::FindJsonSpecial(s_, i_); }
+
+bool JsonScan::Escape(std::string* out) {
+  if (i_ >= s_.size()) return false;
+  char decoded = 0;
+  switch (s_[i_++]) {
+    case '"':
+      decoded = '"';
+      break;
+    case '\\':
+      decoded = '\\';
+      break;
+    case '/':
+      decoded = '/';
+      break;
+    case 'b':
+      decoded = '\b';
+      break;
+    case 'f':
+      decoded = '\f';
+      break;
+    case 'n':
+      decoded = '\n';
+      break;
+    case 'r':
+      decoded = '\r';
+      break;
+    case 't':
+      decoded = '\t';
+      break;
+    case 'u': {
+      uint32_t cp = 0;
+      if (!Hex4(&cp)) return false;
+      if (cp >= 0xDC00 && cp <= 0xDFFF) return false;  // a lone low surrogate
+      if (cp >= 0xD800 && cp <= 0xDBFF) {
+        uint32_t low = 0;
+        if (!Literal("\\u") || !Hex4(&low) || low < 0xDC00 || low > 0xDFFF) return false;
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+      }
+      if (out != nullptr) AppendUtf8(cp, out);
+      return true;
+    }
+    default:
+      return false;
+  }
+  if (out != nullptr) out->push_back(decoded);
+  return true;
+}
+
 bool JsonScan::String(std::string* out) {
   Ws();
   if (i_ >= s_.size() || s_[i_] != '"') return false;
   ++i_;
   out->clear();
   while (true) {
-    // The plain run up to the next quote, escape or control character.
     const size_t start = i_;
-    while (i_ < s_.size()) {
-      const unsigned char c = static_cast<unsigned char>(s_[i_]);
-      if (c == '"' || c == '\\' || c < 0x20) break;
-      ++i_;
-    }
+    PlainRun();
     out->append(s_.data() + start, i_ - start);
     if (i_ >= s_.size()) return false;
     const char c = s_[i_++];
     if (c == '"') return true;
-    if (c != '\\') return false;  // a raw control character
+    if (c != '\\' || !Escape(out)) return false;  // a raw control character, a bad escape
+  }
+}
+
+bool JsonScan::StringView(std::string* scratch, std::string_view* out) {
+  Ws();
+  if (i_ >= s_.size() || s_[i_] != '"') return false;
+  const size_t open = i_;
+  ++i_;
+  PlainRun();
+  if (i_ < s_.size() && s_[i_] == '"') {
+    *out = s_.substr(open + 1, i_ - open - 1);
+    ++i_;
+    return true;
+  }
+  i_ = open;  // an escape (or a fault): the decoding reader
+  if (!String(scratch)) return false;
+  *out = *scratch;
+  return true;
+}
+
+bool JsonScan::SkipString() {
+  while (true) {
+    PlainRun();
     if (i_ >= s_.size()) return false;
-    switch (s_[i_++]) {
-      case '"':
-        out->push_back('"');
-        break;
-      case '\\':
-        out->push_back('\\');
-        break;
-      case '/':
-        out->push_back('/');
-        break;
-      case 'b':
-        out->push_back('\b');
-        break;
-      case 'f':
-        out->push_back('\f');
-        break;
-      case 'n':
-        out->push_back('\n');
-        break;
-      case 'r':
-        out->push_back('\r');
-        break;
-      case 't':
-        out->push_back('\t');
-        break;
-      case 'u': {
-        uint32_t cp = 0;
-        if (!Hex4(&cp)) return false;
-        if (cp >= 0xDC00 && cp <= 0xDFFF) return false;  // a lone low surrogate
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-          uint32_t low = 0;
-          if (!Literal("\\u") || !Hex4(&low) || low < 0xDC00 || low > 0xDFFF) return false;
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-        }
-        AppendUtf8(cp, out);
-        break;
-      }
-      default:
-        return false;
-    }
+    const char c = s_[i_++];
+    if (c == '"') return true;
+    if (c != '\\' || !Escape(nullptr)) return false;
   }
 }
 
@@ -195,8 +227,8 @@ bool JsonScan::SkipValue(int depth) {
   if (i_ >= s_.size()) return false;
   const char c = s_[i_];
   if (c == '"') {
-    std::string ignored;
-    return String(&ignored);
+    ++i_;
+    return SkipString();
   }
   if (c == '{' || c == '[') {
     if (depth + 1 > kMaxDepth) return false;
@@ -209,8 +241,10 @@ bool JsonScan::SkipValue(int depth) {
     }
     while (true) {
       if (c == '{') {
-        std::string key;
-        if (!String(&key) || !Consume(':')) return false;
+        Ws();
+        if (i_ >= s_.size() || s_[i_] != '"') return false;
+        ++i_;
+        if (!SkipString() || !Consume(':')) return false;
       }
       if (!SkipValue(depth + 1)) return false;
       Ws();
@@ -230,7 +264,7 @@ bool JsonScan::SkipValue(int depth) {
   return SkipNumber();
 }
 
-bool JsonScan::NextKey(bool* first, std::string* key, bool* done) {
+bool JsonScan::NextKey(bool* first, std::string_view* key, bool* done) {
   Ws();
   if (i_ >= s_.size()) return false;
   if (s_[i_] == '}') {
@@ -244,7 +278,7 @@ bool JsonScan::NextKey(bool* first, std::string* key, bool* done) {
   }
   *first = false;
   *done = false;
-  return String(key) && Consume(':');
+  return StringView(&key_, key) && Consume(':');
 }
 
 }  // namespace strata::backend::upstream::internal

@@ -38,6 +38,10 @@ class JsonScan {
   bool AtEnd();
   // A string into `out` (escapes decoded).
   bool String(std::string* out);
+  // A string as a view: into the text itself when it has no escape (the
+  // common case: no copy), else into `scratch`, decoded. Valid until the
+  // scanner or `scratch` changes.
+  bool StringView(std::string* scratch, std::string_view* out);
   // An integer without fraction or exponent, in [0, 10^18).
   bool Count(int64_t* out);
   // Any value, checked and dropped.
@@ -46,18 +50,32 @@ class JsonScan {
   // An object's members, after Consume('{'): each call reads the next key
   // and its ':' (then read or skip the value), or the closing '}' (consumed;
   // `*done` is then true). `*first` is the object's own state: true before
-  // its first member.
-  bool NextKey(bool* first, std::string* key, bool* done);
+  // its first member. `*key` is valid until the next call (StringView's).
+  bool NextKey(bool* first, std::string_view* key, bool* done);
 
  private:
-  void Ws();
+  // Skips white space; most texts have none between tokens.
+  void Ws() {
+    if (i_ < s_.size() && static_cast<unsigned char>(s_[i_]) > ' ') return;
+    SkipWs();
+  }
+  void SkipWs();
   bool SkipValue(int depth);
   bool SkipNumber();
   bool Literal(std::string_view word);
   bool Hex4(uint32_t* out);
+  // After the opening quote: the run of plain bytes up to the next quote,
+  // escape or control character (i_ at that byte).
+  void PlainRun();
+  // After an opening quote, the rest of a string, checked and dropped.
+  bool SkipString();
+  // After a backslash: one escape, appended to `out` decoded (or only
+  // checked, when `out` is null).
+  bool Escape(std::string* out);
 
   std::string_view s_;
   size_t i_ = 0;
+  std::string key_;  // NextKey's, for a key with an escape
 };
 
 }  // namespace strata::backend::upstream::internal
