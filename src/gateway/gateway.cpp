@@ -169,6 +169,7 @@ class ReportingSink final : public backend::Sink {
   // The choice's timing line (queue wait, prefill, decode, TTFT) and the terms it ran on.
   void Trace(const Event& e) {
     metrics_->traced.Inc();
+    if (!log_.Enabled(util::LogLevel::kInfo)) return;  // the line's numbers are costly to format
     using TimePoint = std::chrono::steady_clock::time_point;
     const backend::Timing& t = e.timing;
     auto ms = [](auto a, auto b) {

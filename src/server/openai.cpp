@@ -14,6 +14,7 @@
 namespace strata::server::wire {
 namespace {
 
+using namespace std::string_view_literals;
 using util::Status;
 using util::StatusOr;
 
@@ -201,19 +202,95 @@ Json ChunkBase(ApiKind kind, const ResponseMeta& m) {
   return c;
 }
 
+void AppendInt(std::string& out, int64_t v) {
+  const fmt::format_int digits(v);
+  out.append(digits.data(), digits.size());
+}
+
 // The members every chunk and answer open with, as ChunkBase and
 // RenderResponse put them: id, object, created, model (the fingerprint
 // comes where each puts it). false when a string is not valid UTF-8.
-bool AppendHead(std::string& out, bool chat, const char* object_chat, const char* object_text,
-                const ResponseMeta& m) {
-  out += R"({"id":)";
+bool AppendHead(std::string& out, bool chat, std::string_view object_chat,
+                std::string_view object_text, const ResponseMeta& m) {
+  out += R"({"id":)"sv;
   if (!util::AppendJsonString(out, m.id)) return false;
-  out += R"(,"object":")";
+  out += R"(,"object":")"sv;
   out += chat ? object_chat : object_text;
-  out += R"(","created":)";
-  out += fmt::format_int(m.created).c_str();
-  out += R"(,"model":)";
+  out += R"(","created":)"sv;
+  AppendInt(out, m.created);
+  out += R"(,"model":)"sv;
   return util::AppendJsonString(out, m.model);
+}
+
+// "data: " and a chunk's members before its choices, as ChunkBase puts
+// them. false when a string is not valid UTF-8.
+bool AppendChunkHead(std::string& out, bool chat, const ResponseMeta& m) {
+  out += "data: "sv;
+  if (!AppendHead(out, chat, "chat.completion.chunk", "text_completion", m)) return false;
+  if (!m.fingerprint.empty()) {
+    out += R"(,"system_fingerprint":)"sv;
+    if (!util::AppendJsonString(out, m.fingerprint)) return false;
+  }
+  return true;
+}
+
+// A chat stream's opening frames (one per choice: the assistant's role and
+// empty content), written directly as RenderStreamStart's DOM writes them.
+// nullopt when a string is not valid UTF-8.
+std::optional<std::string> DirectStartFrames(const ResponseMeta& m, int32_t n_choices) {
+  std::string out;
+  out.reserve(static_cast<size_t>(n_choices) *
+              (200 + m.id.size() + m.model.size() + m.fingerprint.size()));
+  for (int32_t i = 0; i < n_choices; ++i) {
+    if (!AppendChunkHead(out, true, m)) return std::nullopt;
+    out += R"(,"choices":[{"index":)"sv;
+    AppendInt(out, i);
+    out +=
+        R"(,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]})"sv;
+    out += "\n\n"sv;
+  }
+  return out;
+}
+
+// A choice's finish frame, written directly as RenderStreamFinish's DOM
+// writes it. nullopt when a string is not valid UTF-8.
+std::optional<std::string> DirectFinishFrame(ApiKind kind, const ResponseMeta& m,
+                                             const gateway::Event& e) {
+  const bool chat = kind == ApiKind::kOpenAIChat;
+  std::string out;
+  out.reserve(200 + m.id.size() + m.model.size() + m.fingerprint.size() + e.stop_sequence.size());
+  if (!AppendChunkHead(out, chat, m)) return std::nullopt;
+  out += R"(,"choices":[{"index":)"sv;
+  AppendInt(out, e.index);
+  out += R"(,"finish_reason":")"sv;
+  out += OpenAIFinish(e.finish);
+  out += R"(","logprobs":null)"sv;
+  if (e.finish == gateway::FinishReason::kStopString) {
+    out += R"(,"stop_reason":)"sv;
+    if (!util::AppendJsonString(out, e.stop_sequence)) return std::nullopt;
+  }
+  out += chat ? R"(,"delta":{}}]})"sv : R"(,"text":""}]})"sv;
+  out += "\n\n"sv;
+  return out;
+}
+
+// The usage frame that closes a stream (stream_options.include_usage),
+// written directly as RenderStreamEnd's DOM writes it.
+std::optional<std::string> DirectUsageFrame(ApiKind kind, const ResponseMeta& m,
+                                            int32_t completion) {
+  std::string out;
+  out.reserve(240 + m.id.size() + m.model.size() + m.fingerprint.size());
+  if (!AppendChunkHead(out, kind == ApiKind::kOpenAIChat, m)) return std::nullopt;
+  out += R"(,"choices":[],"usage":{"prompt_tokens":)"sv;
+  AppendInt(out, m.prompt_tokens);
+  out += R"(,"completion_tokens":)"sv;
+  AppendInt(out, completion);
+  out += R"(,"total_tokens":)"sv;
+  AppendInt(out, m.prompt_tokens + completion);
+  out += R"(,"prompt_tokens_details":{"cached_tokens":)"sv;
+  AppendInt(out, m.cached_tokens);
+  out += "}}}\n\n"sv;
+  return out;
 }
 
 // The SSE frame of one text delta without logprobs, written directly: byte
@@ -226,25 +303,20 @@ std::optional<std::string> DirectDeltaFrame(ApiKind kind, const ResponseMeta& m,
   const bool chat = kind == ApiKind::kOpenAIChat;
   std::string out;
   out.reserve(176 + e.text.size() + m.id.size() + m.model.size() + m.fingerprint.size());
-  out += "data: ";
-  if (!AppendHead(out, chat, "chat.completion.chunk", "text_completion", m)) return std::nullopt;
-  if (!m.fingerprint.empty()) {
-    out += R"(,"system_fingerprint":)";
-    if (!util::AppendJsonString(out, m.fingerprint)) return std::nullopt;
-  }
-  out += R"(,"choices":[{"index":)";
-  out += fmt::format_int(e.index).c_str();
-  out += R"(,"finish_reason":null,)";
+  if (!AppendChunkHead(out, chat, m)) return std::nullopt;
+  out += R"(,"choices":[{"index":)"sv;
+  AppendInt(out, e.index);
+  out += R"(,"finish_reason":null,)"sv;
   if (chat) {
-    out += R"("delta":{"content":)";
+    out += R"("delta":{"content":)"sv;
     if (!util::AppendJsonString(out, e.text)) return std::nullopt;
-    out += R"(},"logprobs":null}]})";
+    out += R"(},"logprobs":null}]})"sv;
   } else {
-    out += R"("text":)";
+    out += R"("text":)"sv;
     if (!util::AppendJsonString(out, e.text)) return std::nullopt;
-    out += R"(,"logprobs":null}]})";
+    out += R"(,"logprobs":null}]})"sv;
   }
-  out += "\n\n";
+  out += "\n\n"sv;
   return out;
 }
 
@@ -263,43 +335,43 @@ std::optional<std::string> DirectResponse(ApiKind kind, const ResponseMeta& m,
   }
   out.reserve(size);
   if (!AppendHead(out, chat, "chat.completion", "text_completion", m)) return std::nullopt;
-  out += R"(,"choices":[)";
+  out += R"(,"choices":[)"sv;
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
     if (i > 0) out.push_back(',');
-    out += R"({"index":)";
-    out += fmt::format_int(i).c_str();
-    out += R"(,"finish_reason":")";
+    out += R"({"index":)"sv;
+    AppendInt(out, i);
+    out += R"(,"finish_reason":")"sv;
     out += OpenAIFinish(c.finish);
     out.push_back('"');
     if (c.finish == gateway::FinishReason::kStopString) {
-      out += R"(,"stop_reason":)";
+      out += R"(,"stop_reason":)"sv;
       if (!util::AppendJsonString(out, c.stop_sequence)) return std::nullopt;
     }
     if (chat) {
-      out += R"(,"message":{"role":"assistant","content":)";
+      out += R"(,"message":{"role":"assistant","content":)"sv;
       if (!util::AppendJsonString(out, c.text)) return std::nullopt;
-      out += R"(,"refusal":null})";
+      out += R"(,"refusal":null})"sv;
     } else {
-      out += R"(,"text":)";
+      out += R"(,"text":)"sv;
       if (!util::AppendJsonString(out, c.text)) return std::nullopt;
     }
-    out += R"(,"logprobs":null})";
+    out += R"(,"logprobs":null})"sv;
   }
-  out += R"(],"usage":{"prompt_tokens":)";
-  out += fmt::format_int(m.prompt_tokens).c_str();
-  out += R"(,"completion_tokens":)";
-  out += fmt::format_int(completion).c_str();
-  out += R"(,"total_tokens":)";
-  out += fmt::format_int(m.prompt_tokens + completion).c_str();
-  out += R"(,"prompt_tokens_details":{"cached_tokens":)";
-  out += fmt::format_int(m.cached_tokens).c_str();
-  out += "}}";
+  out += R"(],"usage":{"prompt_tokens":)"sv;
+  AppendInt(out, m.prompt_tokens);
+  out += R"(,"completion_tokens":)"sv;
+  AppendInt(out, completion);
+  out += R"(,"total_tokens":)"sv;
+  AppendInt(out, m.prompt_tokens + completion);
+  out += R"(,"prompt_tokens_details":{"cached_tokens":)"sv;
+  AppendInt(out, m.cached_tokens);
+  out += "}}"sv;
   if (!m.fingerprint.empty()) {
-    out += R"(,"system_fingerprint":)";
+    out += R"(,"system_fingerprint":)"sv;
     if (!util::AppendJsonString(out, m.fingerprint)) return std::nullopt;
   }
-  out += "}";
+  out += "}"sv;
   return out;
 }
 
@@ -567,6 +639,9 @@ std::string RenderResponse(ApiKind kind, const ResponseMeta& m,
 
 std::string RenderStreamStart(ApiKind kind, const ResponseMeta& m, int32_t n_choices) {
   if (kind == ApiKind::kOpenAICompletion) return "";
+  if (std::optional<std::string> direct = DirectStartFrames(m, n_choices)) {
+    return *std::move(direct);
+  }
   std::string out;
   for (int32_t i = 0; i < n_choices; ++i) {
     Json c = ChunkBase(kind, m);
@@ -615,6 +690,7 @@ std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& m, const gateway
 }
 
 std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& m, const gateway::Event& e) {
+  if (std::optional<std::string> direct = DirectFinishFrame(kind, m, e)) return *std::move(direct);
   Json c = ChunkBase(kind, m);
   Json choice = {
       {"index", e.index}, {"finish_reason", OpenAIFinish(e.finish)}, {"logprobs", nullptr}};
@@ -632,6 +708,9 @@ std::string RenderStreamEnd(ApiKind kind, const ResponseMeta& m, int32_t complet
                             bool include_usage) {
   std::string out;
   if (include_usage) {
+    if (std::optional<std::string> direct = DirectUsageFrame(kind, m, completion_tokens)) {
+      return *std::move(direct) + "data: [DONE]\n\n";
+    }
     Json c = ChunkBase(kind, m);
     c["choices"] = Json::array();
     c["usage"] = OpenAIUsage(m, completion_tokens);

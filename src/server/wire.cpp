@@ -84,24 +84,26 @@ StatusOr<Json> ParseJson(std::string_view body) {
 StatusOr<std::optional<double>> Fields::Number(const char* name, double lo, double hi) const {
   if (!Has(name)) return std::optional<double>();
   const Json& v = obj_.at(name);
-  const std::string range = fmt::format("must be a number in [{}, {}]", lo, hi);
-  if (!v.is_number()) return Error(name, range);
-  const double d = v.get<double>();
-  if (!(d >= lo && d <= hi)) return Error(name, range);
+  const double d = v.is_number() ? v.get<double>() : 0.0;
+  if (!v.is_number() || !(d >= lo && d <= hi)) {
+    return Error(name, fmt::format("must be a number in [{}, {}]", lo, hi));
+  }
   return std::optional<double>(d);
 }
 
 StatusOr<std::optional<int64_t>> Fields::Integer(const char* name, int64_t lo, int64_t hi) const {
   if (!Has(name)) return std::optional<int64_t>();
   const Json& v = obj_.at(name);
-  const std::string range = fmt::format("must be an integer in [{}, {}]", lo, hi);
-  if (!v.is_number_integer()) return Error(name, range);
+  auto out_of_range = [&] {
+    return Error(name, fmt::format("must be an integer in [{}, {}]", lo, hi));
+  };
+  if (!v.is_number_integer()) return out_of_range();
   // Unsigned values beyond int64 are out of every range we accept.
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    return Error(name, range);
+    return out_of_range();
   }
   const int64_t i = v.get<int64_t>();
-  if (i < lo || i > hi) return Error(name, range);
+  if (i < lo || i > hi) return out_of_range();
   return std::optional<int64_t>(i);
 }
 

@@ -1,6 +1,7 @@
-// A stream's delta frames and a whole response are written without a DOM
-// where no logprobs go with them: byte for byte what the DOM (nlohmann, as
-// the rest of the wire format writes JSON) gives, for any text.
+// A stream's frames (opening, delta, finish, usage) and a whole response are
+// written without a DOM where no logprobs go with them: byte for byte what
+// the DOM (nlohmann, as the rest of the wire format writes JSON) gives, for
+// any text.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -145,6 +146,90 @@ TEST(StreamRender, AWholeResponseIsWhatTheDomWrites) {
                          .fingerprint = round % 3 ? "" : "strata"};
     const ApiKind kind = round % 2 ? ApiKind::kOpenAIChat : ApiKind::kOpenAICompletion;
     ASSERT_EQ(RenderResponse(kind, m, choices, false), DomResponse(kind, m, choices));
+  }
+}
+
+// A stream's other frames as the DOM writes them: the opening frames of a
+// chat stream, a choice's finish, the closing usage frame.
+Json DomChunk(ApiKind kind, const ResponseMeta& m) {
+  Json c = {{"id", m.id},
+            {"object", kind == ApiKind::kOpenAIChat ? "chat.completion.chunk" : "text_completion"},
+            {"created", m.created},
+            {"model", m.model}};
+  if (!m.fingerprint.empty()) c["system_fingerprint"] = m.fingerprint;
+  return c;
+}
+
+std::string DomSse(const Json& j) {
+  return "data: " + j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+}
+
+std::string DomStart(const ResponseMeta& m, int32_t n) {
+  std::string out;
+  for (int32_t i = 0; i < n; ++i) {
+    Json c = DomChunk(ApiKind::kOpenAIChat, m);
+    c["choices"] = Json::array({{{"index", i},
+                                 {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", nullptr}}});
+    out += DomSse(c);
+  }
+  return out;
+}
+
+std::string DomFinish(ApiKind kind, const ResponseMeta& m, const gateway::Event& e) {
+  Json c = DomChunk(kind, m);
+  const char* reason = e.finish == gateway::FinishReason::kLength      ? "length"
+                       : e.finish == gateway::FinishReason::kToolCalls ? "tool_calls"
+                                                                       : "stop";
+  Json choice = {{"index", e.index}, {"finish_reason", reason}, {"logprobs", nullptr}};
+  if (e.finish == gateway::FinishReason::kStopString) choice["stop_reason"] = e.stop_sequence;
+  if (kind == ApiKind::kOpenAIChat) {
+    choice["delta"] = Json::object();
+  } else {
+    choice["text"] = "";
+  }
+  c["choices"] = Json::array({choice});
+  return DomSse(c);
+}
+
+std::string DomEnd(ApiKind kind, const ResponseMeta& m, int32_t completion) {
+  Json c = DomChunk(kind, m);
+  c["choices"] = Json::array();
+  c["usage"] = {{"prompt_tokens", m.prompt_tokens},
+                {"completion_tokens", completion},
+                {"total_tokens", m.prompt_tokens + completion},
+                {"prompt_tokens_details", {{"cached_tokens", m.cached_tokens}}}};
+  return DomSse(c) + "data: [DONE]\n\n";
+}
+
+TEST(StreamRender, OpeningFinishAndUsageFramesAreWhatTheDomWrites) {
+  std::mt19937 rng(29);
+  const std::vector<std::string> words = {"",        "stop",     "\"q\"\\",      "\n\t\x01",
+                                          "héllo 😀", "\xff bad", "ends \xe2\x82"};
+  const gateway::FinishReason finishes[] = {
+      gateway::FinishReason::kLength, gateway::FinishReason::kEndOfTurn,
+      gateway::FinishReason::kStopString, gateway::FinishReason::kToolCalls};
+  for (int round = 0; round < 2000; ++round) {
+    const ResponseMeta m{.id = "chatcmpl-" + words[rng() % words.size()],
+                         .model = round % 4 ? "demo" : words[rng() % words.size()],
+                         .created = static_cast<int64_t>(rng()),
+                         .prompt_tokens = static_cast<int32_t>(rng() % 1000),
+                         .cached_tokens = static_cast<int32_t>(rng() % 10),
+                         .fingerprint = round % 3 ? "" : words[rng() % words.size()]};
+    const ApiKind kind = round % 2 ? ApiKind::kOpenAIChat : ApiKind::kOpenAICompletion;
+    const int32_t n = 1 + static_cast<int32_t>(rng() % 3);
+    ASSERT_EQ(RenderStreamStart(kind, m, n), kind == ApiKind::kOpenAIChat ? DomStart(m, n) : "");
+    gateway::Event e;
+    e.kind = gateway::Event::Kind::kFinish;
+    e.index = static_cast<int32_t>(rng() % 8);
+    e.finish = finishes[rng() % 4];
+    if (e.finish == gateway::FinishReason::kStopString)
+      e.stop_sequence = words[rng() % words.size()];
+    ASSERT_EQ(RenderStreamFinish(kind, m, e), DomFinish(kind, m, e));
+    const int32_t completion = static_cast<int32_t>(rng() % 500);
+    ASSERT_EQ(RenderStreamEnd(kind, m, completion, true), DomEnd(kind, m, completion));
+    ASSERT_EQ(RenderStreamEnd(kind, m, completion, false), "data: [DONE]\n\n");
   }
 }
 
