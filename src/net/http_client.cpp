@@ -200,7 +200,7 @@ class CallImpl final : public ClientCall, public std::enable_shared_from_this<Ca
   asio::steady_timer total_timer_;
   uint64_t phase_gen_ = 0;
   std::unique_ptr<ResponseParser> parser_;
-  std::array<char, 16u << 10> read_buf_{};
+  std::array<char, 16u << 10> read_buf_;  // not zeroed: read only up to what a read filled
   std::string in_;
   bool reading_ = false;
   bool paused_ = false;

@@ -110,18 +110,17 @@ void Flight::Fail(const util::Status& status) {
   }
 }
 
-std::optional<Event> Flight::Read(size_t* cursor, std::chrono::steady_clock::time_point deadline) {
+bool Flight::Read(size_t* cursor, std::chrono::steady_clock::time_point deadline, Event* out) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!shared()) {
-    if (!cv_.wait_until(lock, deadline, [this] { return !events_.empty(); })) return std::nullopt;
-    Event e = std::move(events_.front());
+    if (!cv_.wait_until(lock, deadline, [this] { return !events_.empty(); })) return false;
+    *out = std::move(events_.front());
     events_.pop_front();
-    return e;
+    return true;
   }
-  if (!cv_.wait_until(lock, deadline, [&] { return events_.size() > *cursor; })) {
-    return std::nullopt;
-  }
-  return events_[(*cursor)++];
+  if (!cv_.wait_until(lock, deadline, [&] { return events_.size() > *cursor; })) return false;
+  *out = events_[(*cursor)++];
+  return true;
 }
 
 void Flight::SetRun(std::shared_ptr<backend::Run> run) {
@@ -194,10 +193,12 @@ FlightGeneration::~FlightGeneration() {
 
 util::StatusOr<Event> FlightGeneration::Next(std::chrono::steady_clock::time_point deadline) {
   if (pending_ == 0) return util::OutOfRangeError("every choice has finished");
-  auto e = flight_->Read(&cursor_, deadline);
-  if (!e) return util::DeadlineExceededError("no token before the deadline");
-  if (e->kind == Event::Kind::kFinish) --pending_;
-  return std::move(*e);
+  Event e;
+  if (!flight_->Read(&cursor_, deadline, &e)) {
+    return util::DeadlineExceededError("no token before the deadline");
+  }
+  if (e.kind == Event::Kind::kFinish) --pending_;
+  return e;
 }
 
 void FlightGeneration::NotifyWhenReady(std::function<void()> ready) {

@@ -58,8 +58,8 @@ class Flight {
   // policy): readers get the answer, the completion hook is told not to store it.
   void DoNotStore();
   // The next event for a reader at `*cursor` (shared) or the queue's head
-  // (unshared); nullopt when none came before `deadline`.
-  std::optional<Event> Read(size_t* cursor, std::chrono::steady_clock::time_point deadline);
+  // (unshared), into `*out`; false when none came before `deadline`.
+  bool Read(size_t* cursor, std::chrono::steady_clock::time_point deadline, Event* out);
   // Runs `ready` once an event is readable at `cursor` (shared) or at the
   // queue's head: now, on this thread, if one is; else on the thread whose
   // Push makes one readable, without the mutex held. `reader` names the

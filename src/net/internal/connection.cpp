@@ -506,7 +506,7 @@ void Connection::ExchangeStartStream(int status, Headers headers) {
   const bool v11 = version_ == 11;
   chunked_ = v11 && !head_request_;
   if (!v11) keep_alive_ = false;  // an HTTP/1.0 stream ends when the connection closes
-  Queue(SerializeHead(status, headers, std::nullopt, chunked_));
+  QueueDeferred(SerializeHead(status, headers, std::nullopt, chunked_));
 }
 
 void Connection::ExchangeWrite(std::string data) {
@@ -545,6 +545,13 @@ void Connection::Queue(std::string bytes) {
   out_.push_back(std::move(bytes));
   if (out_bytes_ >= core_->limits.max_buffered_output) congested_ = true;
   StartWrite();
+}
+
+void Connection::QueueDeferred(std::string bytes) {
+  if (bytes.empty() || phase_ == Phase::kClosed) return;
+  out_bytes_ += bytes.size();
+  out_.push_back(std::move(bytes));
+  asio::post(loop_.ctx, [self = shared_from_this()] { self->StartWrite(); });
 }
 
 void Connection::StartWrite() {

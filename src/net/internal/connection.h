@@ -144,6 +144,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string SerializeHead(int status, const Headers& headers, std::optional<size_t> length,
                             bool chunked);
   void Queue(std::string bytes);
+  // Queues `bytes` without writing yet: they go out with whatever this
+  // handler queues next (a stream's head with its first chunk, in one system
+  // call), or on their own once the handler returns.
+  void QueueDeferred(std::string bytes);
   void StartWrite();
   void OnWrite(const error_code& ec, size_t n);
   void ArmStallTimer();
