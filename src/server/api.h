@@ -115,6 +115,9 @@ std::string RenderStreamStart(ApiKind kind, const ResponseMeta& meta, int32_t n_
                               StreamState* state = nullptr);
 std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& meta, const gateway::Event& delta,
                               bool logprobs, StreamState* state = nullptr);
+// The same frame, appended to `out` (a batch of frames in one buffer).
+void AppendStreamDelta(std::string& out, ApiKind kind, const ResponseMeta& meta,
+                       const gateway::Event& delta, bool logprobs, StreamState* state = nullptr);
 std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& meta, const gateway::Event& finish,
                                StreamState* state = nullptr);
 // After every choice finished: usage chunk (if asked) and the terminator.

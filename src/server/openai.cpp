@@ -295,29 +295,30 @@ std::optional<std::string> DirectUsageFrame(ApiKind kind, const ResponseMeta& m,
 
 // The SSE frame of one text delta without logprobs, written directly: byte
 // for byte what Sse of its DOM writes (members in the order the DOM is
-// built, as ordered_json keeps them). nullopt when a string is not valid
+// built, as ordered_json keeps them), appended to `out`. false (with `out`
+// partly written: the caller cuts it back) when a string is not valid
 // UTF-8, or the delta carries tool calls (the DOM writes those).
-std::optional<std::string> DirectDeltaFrame(ApiKind kind, const ResponseMeta& m,
-                                            const gateway::Event& e) {
-  if (!e.tool_calls.empty()) return std::nullopt;
+bool AppendDirectDeltaFrame(std::string& out, ApiKind kind, const ResponseMeta& m,
+                            const gateway::Event& e) {
+  if (!e.tool_calls.empty()) return false;
   const bool chat = kind == ApiKind::kOpenAIChat;
-  std::string out;
-  out.reserve(176 + e.text.size() + m.id.size() + m.model.size() + m.fingerprint.size());
-  if (!AppendChunkHead(out, chat, m)) return std::nullopt;
+  out.reserve(out.size() + 176 + e.text.size() + m.id.size() + m.model.size() +
+              m.fingerprint.size());
+  if (!AppendChunkHead(out, chat, m)) return false;
   out += R"(,"choices":[{"index":)"sv;
   AppendInt(out, e.index);
   out += R"(,"finish_reason":null,)"sv;
   if (chat) {
     out += R"("delta":{"content":)"sv;
-    if (!util::AppendJsonString(out, e.text)) return std::nullopt;
+    if (!util::AppendJsonString(out, e.text)) return false;
     out += R"(},"logprobs":null}]})"sv;
   } else {
     out += R"("text":)"sv;
-    if (!util::AppendJsonString(out, e.text)) return std::nullopt;
+    if (!util::AppendJsonString(out, e.text)) return false;
     out += R"(,"logprobs":null}]})"sv;
   }
   out += "\n\n"sv;
-  return out;
+  return true;
 }
 
 // A whole response without logprobs or tool calls, written directly: byte
@@ -656,9 +657,18 @@ std::string RenderStreamStart(ApiKind kind, const ResponseMeta& m, int32_t n_cho
 
 std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& m, const gateway::Event& e,
                               bool logprobs) {
+  std::string out;
+  openai::AppendStreamDelta(out, kind, m, e, logprobs);
+  return out;
+}
+
+void AppendStreamDelta(std::string& out, ApiKind kind, const ResponseMeta& m,
+                       const gateway::Event& e, bool logprobs) {
   // The common frame (every token of a stream without logprobs) skips the DOM.
   if (!logprobs) {
-    if (std::optional<std::string> direct = DirectDeltaFrame(kind, m, e)) return *std::move(direct);
+    const size_t before = out.size();
+    if (AppendDirectDeltaFrame(out, kind, m, e)) return;
+    out.resize(before);
   }
   Json c = ChunkBase(kind, m);
   Json choice = {{"index", e.index}, {"finish_reason", nullptr}};
@@ -686,7 +696,7 @@ std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& m, const gateway
     choice["logprobs"] = logprobs ? CompletionLogprobs(e.logprobs, 0) : Json(nullptr);
   }
   c["choices"] = Json::array({choice});
-  return Sse(c);
+  out += Sse(c);
 }
 
 std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& m, const gateway::Event& e) {

@@ -482,6 +482,15 @@ std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& meta, const gate
   return wire::openai::RenderStreamDelta(kind, meta, delta, logprobs);
 }
 
+void AppendStreamDelta(std::string& out, ApiKind kind, const ResponseMeta& meta,
+                       const gateway::Event& delta, bool logprobs, StreamState* state) {
+  if (kind == ApiKind::kAnthropicMessages) {
+    out += RenderStreamDelta(kind, meta, delta, logprobs, state);
+    return;
+  }
+  wire::openai::AppendStreamDelta(out, kind, meta, delta, logprobs);
+}
+
 std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& meta, const gateway::Event& finish,
                                StreamState* state) {
   if (kind == ApiKind::kAnthropicMessages) {

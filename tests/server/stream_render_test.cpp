@@ -88,6 +88,22 @@ TEST(StreamRender, ADeltaFrameOfRandomBytesIsWhatTheDomWrites) {
   }
 }
 
+TEST(StreamRender, AnAppendedDeltaFrameIsTheRenderedOneAfterWhatWasThere) {
+  ResponseMeta m;
+  m.id = "chatcmpl-1";
+  m.model = "demo";
+  m.created = 1;
+  gateway::Event call = Delta(0, "");
+  call.tool_calls.push_back({.index = 0, .id = "call_1", .name = "f", .arguments = "{}"});
+  for (const gateway::Event& e : {Delta(0, "plain"), Delta(1, "broken \xff"), call}) {
+    for (bool logprobs : {false, true}) {
+      std::string out = "data: earlier\n\n";
+      AppendStreamDelta(out, ApiKind::kOpenAIChat, m, e, logprobs);
+      EXPECT_EQ(out, "data: earlier\n\n" + RenderStreamDelta(ApiKind::kOpenAIChat, m, e, logprobs));
+    }
+  }
+}
+
 // The whole response as the DOM writes it.
 std::string DomResponse(ApiKind kind, const ResponseMeta& m,
                         const std::vector<ChoiceResult>& choices) {

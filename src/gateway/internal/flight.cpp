@@ -34,7 +34,7 @@ void Flight::Push(Event e) {
       if (complete) finished_run = std::move(run_);
     }
     if (complete && on_complete_) {
-      log.assign(events_.begin(), events_.end());
+      log.assign(events_.begin() + static_cast<std::ptrdiff_t>(head_), events_.end());
       log.push_back(e);
       succeeded = succeeded_ && storable_;
     } else {
@@ -63,7 +63,7 @@ void Flight::Push(Event e) {
 std::vector<std::function<void()>> Flight::TakeReady() {
   std::vector<std::function<void()>> ready;
   for (size_t i = 0; i < waiters_.size();) {
-    const bool readable = shared() ? events_.size() > waiters_[i].cursor : !events_.empty();
+    const bool readable = events_.size() > (shared() ? waiters_[i].cursor : head_);
     if (!readable) {
       ++i;
       continue;
@@ -78,7 +78,7 @@ std::vector<std::function<void()>> Flight::TakeReady() {
 void Flight::NotifyWhenReadable(const void* reader, size_t cursor, std::function<void()> ready) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const bool readable = shared() ? events_.size() > cursor : !events_.empty();
+    const bool readable = events_.size() > (shared() ? cursor : head_);
     auto mine = std::find_if(waiters_.begin(), waiters_.end(),
                              [reader](const Waiter& w) { return w.reader == reader; });
     if (!readable) {
@@ -113,9 +113,12 @@ void Flight::Fail(const util::Status& status) {
 bool Flight::Read(size_t* cursor, std::chrono::steady_clock::time_point deadline, Event* out) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!shared()) {
-    if (!cv_.wait_until(lock, deadline, [this] { return !events_.empty(); })) return false;
-    *out = std::move(events_.front());
-    events_.pop_front();
+    if (!cv_.wait_until(lock, deadline, [this] { return events_.size() > head_; })) return false;
+    *out = std::move(events_[head_++]);
+    if (head_ == events_.size()) {
+      events_.clear();
+      head_ = 0;
+    }
     return true;
   }
   if (!cv_.wait_until(lock, deadline, [&] { return events_.size() > *cursor; })) return false;

@@ -21,7 +21,6 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -82,8 +81,12 @@ class Flight {
   const Hook on_complete_;
 
   std::mutex mu_;
-  std::condition_variable cv_;         // an event was appended
-  std::deque<Event> events_;           // guarded by mu_
+  std::condition_variable cv_;  // an event was appended
+  // Guarded by mu_. Shared: the whole log. Unshared: a queue, its head at
+  // head_ (emptied, keeping its capacity, once every event is read: no
+  // allocation per event).
+  std::vector<Event> events_;
+  size_t head_ = 0;
   std::vector<bool> finished_;         // guarded by mu_; per choice
   int32_t n_finished_ = 0;             // guarded by mu_
   bool succeeded_ = true;              // guarded by mu_

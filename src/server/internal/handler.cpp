@@ -581,7 +581,7 @@ Responder::Output Responder::Pump(size_t max_bytes) {
         // A delta of logprobs alone (token-level audit) shows nothing to a
         // client that did not ask for them.
         if (c_.logprobs || !e->text.empty() || !e->tool_calls.empty()) {
-          out.frames += RenderStreamDelta(c_.kind, c_.meta, *e, c_.logprobs, &stream_);
+          AppendStreamDelta(out.frames, c_.kind, c_.meta, *e, c_.logprobs, &stream_);
         }
       } else {
         ChoiceResult& c = results_[static_cast<size_t>(e->index)];

@@ -118,6 +118,8 @@ std::string RenderResponse(ApiKind kind, const ResponseMeta& meta,
 std::string RenderStreamStart(ApiKind kind, const ResponseMeta& meta, int32_t n_choices);
 std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& meta, const gateway::Event& delta,
                               bool logprobs);
+void AppendStreamDelta(std::string& out, ApiKind kind, const ResponseMeta& meta,
+                       const gateway::Event& delta, bool logprobs);
 std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& meta,
                                const gateway::Event& finish);
 std::string RenderStreamEnd(ApiKind kind, const ResponseMeta& meta, int32_t completion_tokens,
