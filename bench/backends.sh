@@ -18,6 +18,9 @@
 #             byte) and a non-streaming one (latency), then wrk at concurrency
 #             64 ($WRK_S s, requests/s), non-streaming and then streaming. The
 #             upstream's request count checks that every request was forwarded.
+#             PIN=1 gives the proxies a core of their own, as a gateway on its
+#             own host has: the upstream and the clients run on CPU 0, nginx
+#             and the strata front on CPU 1 (taskset; needs 2 CPUs).
 #   pacing    An upstream that generates at a model's pace (strata serve -m
 #             $REPLICA_MODEL -t 1, L1 off), reached directly and through strata
 #             serve --backend, the order rotating over $ROUNDS rounds: loadgen,
@@ -48,7 +51,7 @@
 #             chat requests (its strata_http_requests_total) against the
 #             client's, and TTFT by how the front served each (x-strata-cache).
 #
-# Env: STRATA (build/release/strata), NETBENCH (build/release/bench/netbench),
+# Env: STRATA (build/release/strata), NETBENCH (build/release/bench/netbench), PIN (0),
 # LOADGEN (build/release/bench/loadgen), SHARED (../shared: models/ and data/),
 # REPLICA_MODEL ($SHARED/models/stories260K.gguf, else a mkmodel model), PARTS,
 # ROUNDS (3), PORT (18600), LAT_S (5), WRK_S (5), REPLICAS (3), KV_TOKENS
@@ -61,7 +64,7 @@
 # Writes OUT_DIR/PART/* and prints each part's summary (also PART/summary.txt).
 set -euo pipefail
 if [ $# -lt 1 ] || [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
-  sed -n '2,61p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,64p' "$0" | sed 's/^# \{0,1\}//'
   [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ] && exit 0
   exit 2
 fi
@@ -155,6 +158,13 @@ part_overhead() {
   local d="$out/overhead"
   mkdir -p "$d/nginx/logs"
   local up=$port front=$((port + 1)) ngx=$((port + 2))
+  # PIN=1: the upstream and clients on CPU 0, the proxies on CPU 1.
+  local on_up=() on_proxy=()
+  if [ "${PIN:-0}" = 1 ]; then
+    [ "$(nproc)" -ge 2 ] || { echo "PIN=1 needs 2 CPUs" >&2; return 1; }
+    on_up=(taskset -c 0) on_proxy=(taskset -c 1)
+    echo "  pinned: upstream and clients on CPU 0, nginx and the strata front on CPU 1"
+  fi
   local model="$d/demo.gguf"
   [ -f "$model" ] || "$strata" mkmodel --dims n_embd=64,n_layers=2,n_heads=2,n_ff=128,n_ctx=2048 \
     -o "$model" --log-level error
@@ -190,15 +200,15 @@ http {
   }
 }
 EOF
-  start "$d/upstream.log" "$strata" serve -m "$model" --alias demo --port "$up" --log-level warn \
-    --parallel 16
+  start "$d/upstream.log" "${on_up[@]}" "$strata" serve -m "$model" --alias demo --port "$up" \
+    --log-level warn --parallel 16
   local up_pid=${pids[-1]}
   wait_ready "$up" "$d/upstream.log"
-  start "$d/front.log" "$strata" serve --backend "openai:http://127.0.0.1:$up" --backend-name demo \
-    --l1-bytes 0 --no-coalesce --port "$front" --log-level warn
+  start "$d/front.log" "${on_proxy[@]}" "$strata" serve --backend "openai:http://127.0.0.1:$up" \
+    --backend-name demo --l1-bytes 0 --no-coalesce --port "$front" --log-level warn
   local front_pid=${pids[-1]}
   wait_ready "$front" "$d/front.log"
-  start "$d/nginx.log" nginx -p "$d/nginx" -c "$d/nginx/nginx.conf" -g 'daemon off;'
+  start "$d/nginx.log" "${on_proxy[@]}" nginx -p "$d/nginx" -c "$d/nginx/nginx.conf" -g 'daemon off;'
   local ngx_pids="${pids[-1]}"
   wait_ready "$ngx" "$d/nginx.log"
   ngx_pids="$ngx_pids $(pgrep -P "$ngx_pids" | tr '\n' ' ')"
@@ -226,13 +236,13 @@ EOF
         # CPU ticks (1/100 s) of the proxy and of the upstream around the run.
         local t0 u0
         t0=$(ticks $proxy) u0=$(ticks "$up_pid")
-        "$netbench" latency --port "$p" --body "$d/$kind.json" --seconds "$lat_s" \
+        "${on_up[@]}" "$netbench" latency --port "$p" --body "$d/$kind.json" --seconds "$lat_s" \
           --json "$d/$side-$kind-r$r.json" >/dev/null
         echo "$side $r $kind $(($(ticks $proxy) - t0)) $(($(ticks "$up_pid") - u0))" >>"$d/cpu.txt"
       done
-      wrk -t 2 -c 64 -d "${wrk_s}s" --latency -s "$d/post.lua" \
+      "${on_up[@]}" wrk -t 2 -c 64 -d "${wrk_s}s" --latency -s "$d/post.lua" \
         "http://127.0.0.1:$p/v1/chat/completions" >"$d/wrk-$side-r$r.txt"
-      wrk -t 2 -c 64 -d "${wrk_s}s" --latency -s "$d/post-stream.lua" \
+      "${on_up[@]}" wrk -t 2 -c 64 -d "${wrk_s}s" --latency -s "$d/post-stream.lua" \
         "http://127.0.0.1:$p/v1/chat/completions" >"$d/wrk-stream-$side-r$r.txt"
       after=$(chat_requests "$up")
       echo "$side $r $((after - before))" >>"$d/counts.txt"
