@@ -98,8 +98,9 @@ std::string RenderResponse(ApiKind kind, const ResponseMeta& meta,
                            const std::vector<ChoiceResult>& choices, bool logprobs);
 
 // What a stream's frames remember of the ones before (Anthropic's content
-// blocks: which one is open). One per response; without one, each call
-// sees a stream whose text block 0 opened at the start.
+// blocks: which one is open; OpenAI's common opening of every chunk). One
+// per response; without one, each call sees a stream whose text block 0
+// opened at the start.
 struct StreamState {
   // The text block opens at the first text rather than at the start (a
   // request with tools, whose answer may be tool_use blocks only).
@@ -108,6 +109,9 @@ struct StreamState {
   bool open = false;       // the last block started is still open
   bool open_text = false;  // ... and is a text block
   int32_t open_call = -1;  // ... or the tool_use block of this call
+  // OpenAI: "data: " and the members every chunk of this response opens
+  // with (id, object, created, model, fingerprint), written once.
+  std::string chunk_head;
 };
 
 // Streaming: the SSE frames ("data: ...\n\n" or "event: ...\ndata: ...\n\n").

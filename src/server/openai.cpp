@@ -299,12 +299,20 @@ std::optional<std::string> DirectUsageFrame(ApiKind kind, const ResponseMeta& m,
 // partly written: the caller cuts it back) when a string is not valid
 // UTF-8, or the delta carries tool calls (the DOM writes those).
 bool AppendDirectDeltaFrame(std::string& out, ApiKind kind, const ResponseMeta& m,
-                            const gateway::Event& e) {
+                            const gateway::Event& e, std::string* chunk_head) {
   if (!e.tool_calls.empty()) return false;
   const bool chat = kind == ApiKind::kOpenAIChat;
   out.reserve(out.size() + 176 + e.text.size() + m.id.size() + m.model.size() +
               m.fingerprint.size());
-  if (!AppendChunkHead(out, chat, m)) return false;
+  if (chunk_head == nullptr) {
+    if (!AppendChunkHead(out, chat, m)) return false;
+  } else {
+    if (chunk_head->empty() && !AppendChunkHead(*chunk_head, chat, m)) {
+      chunk_head->clear();
+      return false;
+    }
+    out += *chunk_head;
+  }
   out += R"(,"choices":[{"index":)"sv;
   AppendInt(out, e.index);
   out += R"(,"finish_reason":null,)"sv;
@@ -658,16 +666,16 @@ std::string RenderStreamStart(ApiKind kind, const ResponseMeta& m, int32_t n_cho
 std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& m, const gateway::Event& e,
                               bool logprobs) {
   std::string out;
-  openai::AppendStreamDelta(out, kind, m, e, logprobs);
+  openai::AppendStreamDelta(out, kind, m, e, logprobs, nullptr);
   return out;
 }
 
 void AppendStreamDelta(std::string& out, ApiKind kind, const ResponseMeta& m,
-                       const gateway::Event& e, bool logprobs) {
+                       const gateway::Event& e, bool logprobs, std::string* chunk_head) {
   // The common frame (every token of a stream without logprobs) skips the DOM.
   if (!logprobs) {
     const size_t before = out.size();
-    if (AppendDirectDeltaFrame(out, kind, m, e)) return;
+    if (AppendDirectDeltaFrame(out, kind, m, e, chunk_head)) return;
     out.resize(before);
   }
   Json c = ChunkBase(kind, m);

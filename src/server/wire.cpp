@@ -460,7 +460,13 @@ std::string RenderResponse(ApiKind kind, const ResponseMeta& meta,
 namespace {
 
 // Without a state of its own, a call sees text block 0 open since the start.
-StreamState OpenedText() { return StreamState{.blocks = 1, .open = true, .open_text = true}; }
+StreamState OpenedText() {
+  StreamState s;
+  s.blocks = 1;
+  s.open = true;
+  s.open_text = true;
+  return s;
+}
 
 }  // namespace
 
@@ -488,7 +494,8 @@ void AppendStreamDelta(std::string& out, ApiKind kind, const ResponseMeta& meta,
     out += RenderStreamDelta(kind, meta, delta, logprobs, state);
     return;
   }
-  wire::openai::AppendStreamDelta(out, kind, meta, delta, logprobs);
+  wire::openai::AppendStreamDelta(out, kind, meta, delta, logprobs,
+                                  state != nullptr ? &state->chunk_head : nullptr);
 }
 
 std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& meta, const gateway::Event& finish,

@@ -104,6 +104,25 @@ TEST(StreamRender, AnAppendedDeltaFrameIsTheRenderedOneAfterWhatWasThere) {
   }
 }
 
+TEST(StreamRender, FramesWrittenWithTheStreamsStateAreTheRenderedOnes) {
+  // A stream's state keeps the chunks' common opening after the first frame.
+  for (const std::string& model : {std::string("demo"), std::string("bad \xff model")}) {
+    ResponseMeta m;
+    m.id = "chatcmpl-7";
+    m.model = model;
+    m.created = 1796226978;
+    m.fingerprint = "fp";
+    StreamState state;
+    std::string out, expected;
+    for (const gateway::Event& e :
+         {Delta(0, "a"), Delta(1, "b\n"), Delta(0, "\xfe"), Delta(0, "")}) {
+      AppendStreamDelta(out, ApiKind::kOpenAIChat, m, e, false, &state);
+      expected += RenderStreamDelta(ApiKind::kOpenAIChat, m, e, false);
+    }
+    EXPECT_EQ(out, expected) << model;
+  }
+}
+
 // The whole response as the DOM writes it.
 std::string DomResponse(ApiKind kind, const ResponseMeta& m,
                         const std::vector<ChoiceResult>& choices) {

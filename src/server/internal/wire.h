@@ -118,8 +118,10 @@ std::string RenderResponse(ApiKind kind, const ResponseMeta& meta,
 std::string RenderStreamStart(ApiKind kind, const ResponseMeta& meta, int32_t n_choices);
 std::string RenderStreamDelta(ApiKind kind, const ResponseMeta& meta, const gateway::Event& delta,
                               bool logprobs);
+// `chunk_head` (may be null): the chunks' common opening, written into it
+// at the first frame and copied from it after.
 void AppendStreamDelta(std::string& out, ApiKind kind, const ResponseMeta& meta,
-                       const gateway::Event& delta, bool logprobs);
+                       const gateway::Event& delta, bool logprobs, std::string* chunk_head);
 std::string RenderStreamFinish(ApiKind kind, const ResponseMeta& meta,
                                const gateway::Event& finish);
 std::string RenderStreamEnd(ApiKind kind, const ResponseMeta& meta, int32_t completion_tokens,
