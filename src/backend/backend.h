@@ -284,7 +284,7 @@ class Sink {
  public:
   virtual ~Sink() = default;
   // Appends `e`. Per choice: deltas, then one kFinish.
-  virtual void Push(Event e) = 0;
+  virtual void Push(Event&& e) = 0;
   // A choice produced its first token, `ttft` after it was submitted (before
   // that token's text, which a stop string may hold back, is pushed).
   virtual void OnFirstToken(std::chrono::nanoseconds ttft) = 0;

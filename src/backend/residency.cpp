@@ -79,7 +79,7 @@ class ResidentSink final : public Sink {
  public:
   ResidentSink(std::shared_ptr<Sink> sink, std::shared_ptr<RunState> state)
       : sink_(std::move(sink)), state_(std::move(state)) {}
-  void Push(Event e) override {
+  void Push(Event&& e) override {
     const bool finish = e.kind == Event::Kind::kFinish;
     sink_->Push(std::move(e));
     if (!finish) return;

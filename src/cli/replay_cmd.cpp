@@ -95,7 +95,7 @@ struct Replayed {
 class CollectSink final : public backend::Sink {
  public:
   explicit CollectSink(size_t n) : choices_(n) {}
-  void Push(backend::Event e) override {
+  void Push(backend::Event&& e) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (e.index < 0 || static_cast<size_t>(e.index) >= choices_.size()) return;
     Replayed& c = choices_[static_cast<size_t>(e.index)];

@@ -138,7 +138,7 @@ class ReportingSink final : public backend::Sink {
         max_tokens_(max_tokens),
         prompt_from_usage_(prompt_from_usage) {}
 
-  void Push(Event e) override {
+  void Push(Event&& e) override {
     if (e.kind == Event::Kind::kFinish) Report(e);
     flight_->Push(std::move(e));
   }

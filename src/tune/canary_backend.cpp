@@ -104,7 +104,7 @@ class OutcomeSink final : public Sink {
         pair_(std::move(pair)),
         on_done_(std::move(on_done)) {}
 
-  void Push(Event e) override {
+  void Push(Event&& e) override {
     const bool finish = e.kind == Event::Kind::kFinish;
     bool last = false;
     {

@@ -171,7 +171,7 @@ class WatchedSink final : public Sink {
     gone_->gone = true;
     gone_->cv.notify_all();
   }
-  void Push(Event e) override {
+  void Push(Event&& e) override {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(e));
     cv_.notify_all();

@@ -69,7 +69,7 @@ class TinyLoaded final : public LoadedModel {
 class CollectingSink final : public Sink {
  public:
   explicit CollectingSink(int32_t choices) : left_(choices) {}
-  void Push(Event e) override {
+  void Push(Event&& e) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (e.kind == Event::Kind::kDelta) {
       text_ += e.text;

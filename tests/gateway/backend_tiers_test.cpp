@@ -95,17 +95,17 @@ class ScriptedBackend final : public backend::Backend {
       backend::Event a;
       a.index = i;
       a.text = text.substr(0, 3);
-      sink.Push(a);
+      sink.Push(std::move(a));
       backend::Event b;
       b.index = i;
       b.text = text.substr(3);
-      sink.Push(b);
+      sink.Push(std::move(b));
       backend::Event f;
       f.kind = backend::Event::Kind::kFinish;
       f.index = i;
       f.finish = backend::FinishReason::kEndOfTurn;
       f.usage = {.prompt_tokens = 12, .cached_tokens = 8, .completion_tokens = 4};
-      sink.Push(f);
+      sink.Push(std::move(f));
     }
   }
   static void Finish(backend::Sink& sink, int32_t n, const util::Status& why) {
@@ -115,7 +115,7 @@ class ScriptedBackend final : public backend::Backend {
       f.index = i;
       f.finish = backend::FinishReason::kCancelled;
       f.status = why;
-      sink.Push(f);
+      sink.Push(std::move(f));
     }
   }
 

@@ -48,7 +48,7 @@ class ScriptedBackend final : public backend::Backend {
       Event d;
       d.index = i;
       d.text = text;
-      if (fail_in_stream.ok()) sink->Push(d);
+      if (fail_in_stream.ok()) sink->Push(std::move(d));
       Event f;
       f.kind = Event::Kind::kFinish;
       f.index = i;
@@ -56,7 +56,7 @@ class ScriptedBackend final : public backend::Backend {
       f.status = fail_in_stream;
       f.timing.submitted = std::chrono::steady_clock::time_point(1s);
       if (fail_in_stream.ok()) f.timing.first_token = f.timing.submitted + ttft;
-      sink->Push(f);
+      sink->Push(std::move(f));
     }
     return std::shared_ptr<backend::Run>(std::make_shared<NoRun>());
   }
@@ -76,7 +76,7 @@ class ScriptedBackend final : public backend::Backend {
 // The client's side of a run.
 class ClientSink final : public backend::Sink {
  public:
-  void Push(Event e) override {
+  void Push(Event&& e) override {
     std::lock_guard lock(mu);
     if (e.kind == Event::Kind::kDelta) {
       text += e.text;

@@ -14,7 +14,7 @@ Flight::Flight(int32_t n_choices, std::optional<cache::CacheKey> key,
       on_complete_(std::move(on_complete)),
       finished_(static_cast<size_t>(n_choices), false) {}
 
-void Flight::Push(Event e) {
+void Flight::Push(Event&& e) {
   // Dropped last, after the hook and the readers' callbacks: a run may hold
   // this flight (a remote run holds its sink), so keeping a finished run
   // would keep both alive forever.

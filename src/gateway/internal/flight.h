@@ -49,7 +49,7 @@ class Flight {
 
   // Appends `e`; an event of a choice that already finished is dropped (a
   // choice failed by Fail, then cancelled by the engine).
-  void Push(Event e);
+  void Push(Event&& e);
   // Every choice still running finishes now with `status` (not OK): readers
   // see an error, never a truncated success.
   void Fail(const util::Status& status);
