@@ -44,6 +44,11 @@
 #             conversation trace (arrival times and prefix-block hash ids;
 #             prompts at --block-scale $MC_SCALE, at most $MC_PROMPT words, $GEN
 #             tokens, --speedup $MC_SPEEDUP, affinity on $MC_AFFINITY_BYTES bytes).
+#   instructions  The strata front's user-space instructions per forwarded
+#             request (callgrind; one client, $INSTR_REQUESTS non-streaming and
+#             then streaming requests after a warm-up), for each build in
+#             $INSTR_BUILDS (default: $STRATA): exact, so builds compare on a
+#             noisy machine. Needs valgrind; not in the default $PARTS.
 #   faq       bench/faq.sh's workload (bench/faq_workload.py: real questions
 #             repeated with a Zipf popularity and retyped) through strata serve
 #             --backend --l3 on (L1 and coalescing on) in front of one upstream
@@ -59,12 +64,12 @@
 # (8), USERS (4), WARM (48), REQUESTS (90), POLICIES, MC_REQUESTS (500), MC_SCALE
 # (0.004), MC_PROMPT (80), MC_SPEEDUP (2), MC_AFFINITY_BYTES (24), MC_KV_TOKENS
 # (24576), FAQ_REQUESTS (240), FAQ_CONC (4), PACE_REQUESTS (30), PACE_TOKENS
-# (64). Needs wrk, nginx and curl
+# (64), INSTR_REQUESTS (300), INSTR_BUILDS. Needs wrk, nginx and curl
 # (installed here when missing).
 # Writes OUT_DIR/PART/* and prints each part's summary (also PART/summary.txt).
 set -euo pipefail
 if [ $# -lt 1 ] || [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
-  sed -n '2,64p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,69p' "$0" | sed 's/^# \{0,1\}//'
   [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ] && exit 0
   exit 2
 fi
@@ -72,6 +77,7 @@ out="$1"
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 STRATA_PACKAGES=(wrk nginx curl)
+[[ " ${PARTS:-} " == *" instructions "* ]] && STRATA_PACKAGES+=(valgrind)
 strata_ensure_packages
 strata="${STRATA:-build/release/strata}" netbench="${NETBENCH:-build/release/bench/netbench}"
 loadgen="${LOADGEN:-build/release/bench/loadgen}" shared="${SHARED:-../shared}"
@@ -549,6 +555,67 @@ for tier in ("miss", "l1", "l3", "coalesced"):
         print(f"  {tier:9s} n {sum(len(v) for v in rs):4d}  P50 {statistics.median(pct(v, 50) for v in rs):8.1f} ms"
               f"  P99 {statistics.median(pct(v, 99) for v in rs):8.1f} ms")
 PY
+}
+
+# --- 6. instructions per forwarded request ----------------------------------------
+
+# The front's own work per request, counted exactly: user-space instructions
+# (callgrind) of `strata serve --backend` forwarding $INSTR_REQUESTS requests
+# of each kind from one kept-alive client, after a warm-up. Unlike requests/s
+# on a shared machine it does not move with the load, so two builds compare
+# to the instruction.
+part_instructions() {
+  local d="$out/instructions"
+  mkdir -p "$d"
+  local up=$port front=$((port + 1)) n="${INSTR_REQUESTS:-300}"
+  local model="$d/demo.gguf"
+  [ -f "$model" ] || "$strata" mkmodel --dims n_embd=64,n_layers=2,n_heads=2,n_ff=128,n_ctx=2048 \
+    -o "$model" --log-level error
+  local chat='{"model":"demo","temperature":0,"max_tokens":32,"messages":[{"role":"user","content":"hello there"}]}'
+  printf '%s' "$chat" >"$d/chat.json"
+  printf '%s' "${chat%\}},\"stream\":true}" >"$d/stream.json"
+  cat >"$d/client.py" <<'PY'
+import http.client, sys
+port, body, n = int(sys.argv[1]), open(sys.argv[2], "rb").read(), int(sys.argv[3])
+c = http.client.HTTPConnection("127.0.0.1", port)
+for _ in range(n):
+    c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    r.read()
+    if r.status != 200:
+        sys.exit(f"HTTP {r.status}")
+PY
+  start "$d/upstream.log" "$strata" serve -m "$model" --alias demo --port "$up" --log-level warn
+  wait_ready "$up" "$d/upstream.log"
+  local bin kind
+  : >"$d/summary.txt"
+  for bin in ${INSTR_BUILDS:-$strata}; do
+    start "$d/front.log" valgrind --tool=callgrind --instr-atstart=no \
+      --callgrind-out-file="$d/callgrind.%p" "$bin" serve --backend "openai:http://127.0.0.1:$up" \
+      --backend-name demo --l1-bytes 0 --no-coalesce --port "$front" --log-level warn
+    local pid=${pids[-1]}
+    wait_ready "$front" "$d/front.log"
+    local line="  $bin:"
+    for kind in chat stream; do
+      python3 "$d/client.py" "$front" "$d/$kind.json" 20  # warm-up: pooled connections, caches
+      callgrind_control -i on "$pid" >/dev/null 2>&1
+      python3 "$d/client.py" "$front" "$d/$kind.json" "$n"
+      callgrind_control -i off "$pid" >/dev/null 2>&1
+      callgrind_control -d "$pid" >/dev/null 2>&1
+      local dump ir
+      dump=$(ls -t "$d/callgrind.$pid".* | head -1)
+      ir=$(awk '/^totals:/ {print $2; exit}' "$dump")
+      mv "$dump" "$d/callgrind-$(basename "$bin")-$kind.out"
+      callgrind_control -z "$pid" >/dev/null 2>&1
+      line="$line $kind $((ir / n))"
+    done
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    echo "$line" | tee -a "$d/summary.txt"
+  done
+  stop_all
+  echo "  (user-space instructions of the front per forwarded request: non-streaming, streaming;" \
+    "$n requests each; callgrind_annotate $d/callgrind-*.out shows where)" | tee -a "$d/summary.txt"
 }
 
 for p in $parts; do
