@@ -40,6 +40,7 @@ std::string Gzip(const std::string& in) {
 //   POST /later       the body back after 300 ms, from another thread
 //   POST /hold        never answered; records its cancellation
 //   GET  /stream?n=K  K chunks of 1 KiB, written while the client drains them
+//   GET  /open        a stream started and then held: no chunk, no end
 class TestHandler : public HttpHandler {
  public:
   ~TestHandler() override {
@@ -75,6 +76,14 @@ class TestHandler : public HttpHandler {
     }
     if (path == "/hold") {
       ex->OnCancel([this](CancelReason why) { Cancelled(why); });
+      std::lock_guard<std::mutex> lock(mu_);
+      held_.push_back(ex);
+      held_cv_.notify_all();
+      return;
+    }
+    if (path == "/open") {
+      ex->OnCancel([this](CancelReason why) { Cancelled(why); });
+      ex->StartStream(200, {{"Content-Type", "text/event-stream"}});
       std::lock_guard<std::mutex> lock(mu_);
       held_.push_back(ex);
       held_cv_.notify_all();
@@ -394,6 +403,17 @@ TEST_F(HttpServerTest, StreamsWithBackpressureAndDropsAStalledReader) {
     ASSERT_TRUE(why);
     EXPECT_EQ(*why, CancelReason::kWriteStalled);
   }
+}
+
+TEST_F(HttpServerTest, AStreamsHeadGoesOutThoughNoChunkFollows) {
+  // The head waits for the end of the handler that started the stream (to
+  // leave with the first chunk), never for a chunk.
+  StartServer({});
+  RawClient c(port_);
+  ASSERT_TRUE(c.Send("GET /open HTTP/1.1\r\nHost: t\r\n\r\n"));
+  ASSERT_TRUE(c.ReadUntil("\r\n\r\n", 5s)) << c.buffered();
+  EXPECT_EQ(c.buffered().rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << c.buffered();
+  EXPECT_NE(c.buffered().find("Transfer-Encoding: chunked\r\n"), std::string::npos);
 }
 
 TEST_F(HttpServerTest, CapsConnectionsPerClient) {
