@@ -207,6 +207,19 @@ void AppendInt(std::string& out, int64_t v) {
   out.append(digits.data(), digits.size());
 }
 
+// The usage object as OpenAIUsage's DOM writes it.
+void AppendUsage(std::string& out, const ResponseMeta& m, int32_t completion) {
+  out += R"({"prompt_tokens":)"sv;
+  AppendInt(out, m.prompt_tokens);
+  out += R"(,"completion_tokens":)"sv;
+  AppendInt(out, completion);
+  out += R"(,"total_tokens":)"sv;
+  AppendInt(out, m.prompt_tokens + completion);
+  out += R"(,"prompt_tokens_details":{"cached_tokens":)"sv;
+  AppendInt(out, m.cached_tokens);
+  out += "}}"sv;
+}
+
 // The members every chunk and answer open with, as ChunkBase and
 // RenderResponse put them: id, object, created, model (the fingerprint
 // comes where each puts it). false when a string is not valid UTF-8.
@@ -281,15 +294,9 @@ std::optional<std::string> DirectUsageFrame(ApiKind kind, const ResponseMeta& m,
   std::string out;
   out.reserve(240 + m.id.size() + m.model.size() + m.fingerprint.size());
   if (!AppendChunkHead(out, kind == ApiKind::kOpenAIChat, m)) return std::nullopt;
-  out += R"(,"choices":[],"usage":{"prompt_tokens":)"sv;
-  AppendInt(out, m.prompt_tokens);
-  out += R"(,"completion_tokens":)"sv;
-  AppendInt(out, completion);
-  out += R"(,"total_tokens":)"sv;
-  AppendInt(out, m.prompt_tokens + completion);
-  out += R"(,"prompt_tokens_details":{"cached_tokens":)"sv;
-  AppendInt(out, m.cached_tokens);
-  out += "}}}\n\n"sv;
+  out += R"(,"choices":[],"usage":)"sv;
+  AppendUsage(out, m, completion);
+  out += "}\n\n"sv;
   return out;
 }
 
@@ -367,15 +374,8 @@ std::optional<std::string> DirectResponse(ApiKind kind, const ResponseMeta& m,
     }
     out += R"(,"logprobs":null})"sv;
   }
-  out += R"(],"usage":{"prompt_tokens":)"sv;
-  AppendInt(out, m.prompt_tokens);
-  out += R"(,"completion_tokens":)"sv;
-  AppendInt(out, completion);
-  out += R"(,"total_tokens":)"sv;
-  AppendInt(out, m.prompt_tokens + completion);
-  out += R"(,"prompt_tokens_details":{"cached_tokens":)"sv;
-  AppendInt(out, m.cached_tokens);
-  out += "}}"sv;
+  out += R"(],"usage":)"sv;
+  AppendUsage(out, m, completion);
   if (!m.fingerprint.empty()) {
     out += R"(,"system_fingerprint":)"sv;
     if (!util::AppendJsonString(out, m.fingerprint)) return std::nullopt;
