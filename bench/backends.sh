@@ -158,6 +158,16 @@ if [ ! -f "$replica_model" ]; then
     -o "$replica_model" --log-level error
 fi
 
+# demo_upstream DIR: the fast upstream's random-weight model (DIR/demo.gguf)
+# and the two requests sent to it (DIR/chat.json, DIR/stream.json).
+demo_upstream() {
+  [ -f "$1/demo.gguf" ] || "$strata" mkmodel --dims n_embd=64,n_layers=2,n_heads=2,n_ff=128,n_ctx=2048 \
+    -o "$1/demo.gguf" --log-level error
+  local chat='{"model":"demo","temperature":0,"max_tokens":32,"messages":[{"role":"user","content":"hello there"}]}'
+  printf '%s' "$chat" >"$1/chat.json"
+  printf '%s' "${chat%\}},\"stream\":true}" >"$1/stream.json"
+}
+
 # --- 1. gateway overhead ------------------------------------------------------
 
 part_overhead() {
@@ -171,16 +181,12 @@ part_overhead() {
     on_up=(taskset -c 0) on_proxy=(taskset -c 1)
     echo "  pinned: upstream and clients on CPU 0, nginx and the strata front on CPU 1"
   fi
+  demo_upstream "$d"
   local model="$d/demo.gguf"
-  [ -f "$model" ] || "$strata" mkmodel --dims n_embd=64,n_layers=2,n_heads=2,n_ff=128,n_ctx=2048 \
-    -o "$model" --log-level error
-  local chat='{"model":"demo","temperature":0,"max_tokens":32,"messages":[{"role":"user","content":"hello there"}]}'
-  printf '%s' "$chat" >"$d/chat.json"
-  printf '%s' "${chat%\}},\"stream\":true}" >"$d/stream.json"
   cat >"$d/post.lua" <<EOF
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-wrk.body = [[$chat]]
+wrk.body = [[$(cat "$d/chat.json")]]
 EOF
   cat >"$d/post-stream.lua" <<EOF
 wrk.method = "POST"
@@ -568,12 +574,8 @@ part_instructions() {
   local d="$out/instructions"
   mkdir -p "$d"
   local up=$port front=$((port + 1)) n="${INSTR_REQUESTS:-300}"
+  demo_upstream "$d"
   local model="$d/demo.gguf"
-  [ -f "$model" ] || "$strata" mkmodel --dims n_embd=64,n_layers=2,n_heads=2,n_ff=128,n_ctx=2048 \
-    -o "$model" --log-level error
-  local chat='{"model":"demo","temperature":0,"max_tokens":32,"messages":[{"role":"user","content":"hello there"}]}'
-  printf '%s' "$chat" >"$d/chat.json"
-  printf '%s' "${chat%\}},\"stream\":true}" >"$d/stream.json"
   cat >"$d/client.py" <<'PY'
 import http.client, sys
 port, body, n = int(sys.argv[1]), open(sys.argv[2], "rb").read(), int(sys.argv[3])
