@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "backend/internal/json_scan.h"
+#include "backend/internal/openai_chunk.h"
 #include "backend/internal/upstream_json.h"
 #include "util/utf8.h"
 
@@ -189,16 +190,6 @@ Status ReadUsage(const Json& u, Usage* usage) {
   return Status();
 }
 
-// One choice object of a chunk or a whole response, read into its parts.
-struct ChoicePart {
-  int32_t index = 0;
-  std::string text;
-  std::vector<ToolCallDelta> tool_calls;
-  std::vector<TokenLogprob> logprobs;
-  std::optional<std::string> finish_reason;
-  std::optional<std::string> stop_reason;  // vLLM: the matched stop string (a string only)
-};
-
 // A message's or a delta's tool_calls: [{"index", "id", "type", "function":
 // {"name", "arguments"}}]. A whole message's calls have no index (their
 // place is it); a stream's pieces carry theirs.
@@ -293,204 +284,6 @@ std::pair<FinishReason, std::string> FinishOf(const ChoicePart& p,
   return {FinishReason::kEndOfTurn, ""};
 }
 
-// --- the plain chunk, read without a DOM ----------------------------------------
-//
-// Nearly every chunk of a stream is {"choices": [{"index", "delta":
-// {"content"}, "logprobs": null, "finish_reason"}], ...} and perhaps a usage
-// object; a whole answer is the same with "message" for "delta". ReadPlainChunk reads exactly that
-// much in place; anything else (an error member, logprobs, a value of an unexpected type, a key
-// twice, malformed JSON) makes it give up, and the DOM reader below decides, its errors included.
-// Where it succeeds it finds what the DOM reader would.
-
-struct PlainUsage {
-  std::optional<int32_t> prompt, completion, cached;
-};
-
-struct PlainChunk {
-  std::vector<ChoicePart> choices;
-  bool has_choices = false;  // "choices" is an array (perhaps empty)
-  bool any_choice = false;
-  std::optional<PlainUsage> usage;  // a non-null "usage"
-};
-
-// A token count as OptCount reads one: null → nullopt, an integer ≥ 0 →
-// clamped to int32.
-bool PlainCount(JsonScan& in, std::optional<int32_t>* out) {
-  if (in.ConsumeNull()) {
-    out->reset();
-    return true;
-  }
-  int64_t v = 0;
-  if (!in.Count(&v)) return false;
-  *out = static_cast<int32_t>(std::min<int64_t>(v, std::numeric_limits<int32_t>::max()));
-  return true;
-}
-
-// The member `key` of an object seen before: a DOM keeps the last one; the
-// plain reader gives up instead. `seen` has a bit per known key.
-bool FirstTime(uint32_t* seen, uint32_t bit) {
-  if (*seen & bit) return false;
-  *seen |= bit;
-  return true;
-}
-
-bool PlainUsageObject(JsonScan& in, PlainUsage* u) {
-  if (!in.Consume('{')) return false;
-  bool first = true, done = false;
-  uint32_t seen = 0;
-  std::string_view key;
-  while (true) {
-    if (!in.NextKey(&first, &key, &done)) return false;
-    if (done) return true;
-    if (key == "prompt_tokens") {
-      if (!FirstTime(&seen, 1) || !PlainCount(in, &u->prompt)) return false;
-    } else if (key == "completion_tokens") {
-      if (!FirstTime(&seen, 2) || !PlainCount(in, &u->completion)) return false;
-    } else if (key == "prompt_tokens_details") {
-      if (!FirstTime(&seen, 4)) return false;
-      if (in.ConsumeNull()) continue;
-      if (!in.Consume('{')) return false;
-      bool dfirst = true, ddone = false;
-      bool cached_seen = false;
-      while (true) {
-        if (!in.NextKey(&dfirst, &key, &ddone)) return false;
-        if (ddone) break;
-        if (key == "cached_tokens") {
-          if (cached_seen || !PlainCount(in, &u->cached)) return false;
-          cached_seen = true;
-        } else if (!in.Skip()) {
-          return false;
-        }
-      }
-    } else if (!in.Skip()) {
-      return false;
-    }
-  }
-}
-
-// One choice of a chunk or whole answer: `holder` ("delta", "message")
-// holds the text in its "content", or "" for completions (the "text").
-bool PlainChoice(JsonScan& in, std::string_view holder, int32_t n, ChoicePart* p) {
-  const bool chat = !holder.empty();
-  if (!in.Consume('{')) return false;
-  bool first = true, done = false;
-  uint32_t seen = 0;
-  std::string_view key;
-  while (true) {
-    if (!in.NextKey(&first, &key, &done)) return false;
-    if (done) return true;
-    if (key == "index") {
-      if (!FirstTime(&seen, 1)) return false;
-      if (in.ConsumeNull()) continue;
-      int64_t index = 0;
-      if (!in.Count(&index) || index >= n) return false;
-      p->index = static_cast<int32_t>(index);
-    } else if (chat && key == holder) {
-      if (!FirstTime(&seen, 2)) return false;
-      if (in.ConsumeNull()) continue;
-      if (!in.Consume('{')) return false;
-      bool dfirst = true, ddone = false;
-      bool content_seen = false;
-      while (true) {
-        if (!in.NextKey(&dfirst, &key, &ddone)) return false;
-        if (ddone) break;
-        if (key == "content") {
-          if (content_seen) return false;
-          content_seen = true;
-          if (in.ConsumeNull()) {
-            p->text.clear();
-          } else if (!in.String(&p->text)) {
-            return false;
-          }
-        } else if (key == "tool_calls" || key == "function_call") {
-          // Calls are the DOM reader's (ReadToolCalls): only none is plain.
-          if (!in.ConsumeNull()) return false;
-        } else if (!in.Skip()) {
-          return false;
-        }
-      }
-    } else if (!chat && key == "text") {
-      if (!FirstTime(&seen, 2)) return false;
-      if (in.ConsumeNull()) {
-        p->text.clear();
-      } else if (!in.String(&p->text)) {
-        return false;
-      }
-    } else if (key == "logprobs") {
-      if (!FirstTime(&seen, 4) || !in.ConsumeNull()) return false;
-    } else if (key == "finish_reason") {
-      if (!FirstTime(&seen, 8)) return false;
-      if (in.ConsumeNull()) {
-        p->finish_reason.reset();
-      } else {
-        std::string reason;
-        if (!in.String(&reason)) return false;
-        p->finish_reason = std::move(reason);
-      }
-    } else if (key == "stop_reason") {
-      // Only a string names a stop string (vLLM sends a token id as an integer).
-      if (!FirstTime(&seen, 16)) return false;
-      if (in.NextIs('"')) {
-        std::string stop;
-        if (!in.String(&stop)) return false;
-        p->stop_reason = std::move(stop);
-      } else if (!in.Skip()) {
-        return false;
-      }
-    } else if (!in.Skip()) {
-      return false;
-    }
-  }
-}
-
-void ApplyPlainUsage(const PlainUsage& plain, Usage* u) {
-  u->prompt_tokens = plain.prompt.value_or(0);
-  u->completion_tokens = plain.completion.value_or(0);
-  u->cached_tokens = std::min(plain.cached.value_or(0), u->prompt_tokens);
-}
-
-std::optional<PlainChunk> ReadPlainChunk(std::string_view data, std::string_view holder,
-                                         int32_t n) {
-  if (!util::IsValidUtf8(data)) return std::nullopt;  // the DOM reader cleans it
-  JsonScan in(data);
-  PlainChunk c;
-  if (!in.Consume('{')) return std::nullopt;
-  bool first = true, done = false;
-  uint32_t seen = 0;
-  std::string_view key;
-  while (true) {
-    if (!in.NextKey(&first, &key, &done)) return std::nullopt;
-    if (done) break;
-    if (key == "choices") {
-      if (!FirstTime(&seen, 1)) return std::nullopt;
-      if (in.ConsumeNull()) continue;
-      if (!in.Consume('[')) return std::nullopt;
-      c.has_choices = true;
-      if (in.Consume(']')) continue;
-      c.any_choice = true;
-      do {
-        ChoicePart p;
-        if (!PlainChoice(in, holder, n, &p)) return std::nullopt;
-        c.choices.push_back(std::move(p));
-      } while (in.Consume(','));
-      if (!in.Consume(']')) return std::nullopt;
-    } else if (key == "usage") {
-      if (!FirstTime(&seen, 2)) return std::nullopt;
-      if (in.ConsumeNull()) continue;
-      PlainUsage u;
-      if (!PlainUsageObject(in, &u)) return std::nullopt;
-      c.usage = u;
-    } else if (key == "error") {
-      // An error is read the one careful way; a null one is no error.
-      if (!FirstTime(&seen, 4) || !in.ConsumeNull()) return std::nullopt;
-    } else if (!in.Skip()) {
-      return std::nullopt;
-    }
-  }
-  if (!in.AtEnd()) return std::nullopt;
-  return c;
-}
-
 void PushDelta(ChoicePart& p, std::vector<Event>* out) {
   if (p.text.empty() && p.logprobs.empty() && p.tool_calls.empty()) return;
   Event e;
@@ -546,8 +339,14 @@ class OpenAIDecoder : public DecoderCore {
       finishes_.Flush(out);
       return Status();
     }
+    if (std::optional<ChoicePart> p = shape_.Match(data)) {
+      STRATA_RETURN_IF_ERROR(ApplyChoice(*p, out));
+      if (usage_final_ && finishes_.all_finished()) finishes_.Flush(out);
+      return Status();
+    }
     if (std::optional<PlainChunk> plain =
             ReadPlainChunk(data, chat_ ? "delta" : "", finishes_.n())) {
+      shape_.Learn(data, *plain);
       for (ChoicePart& p : plain->choices) STRATA_RETURN_IF_ERROR(ApplyChoice(p, out));
       if (plain->usage) {
         ApplyPlainUsage(*plain->usage, &finishes_.usage());
@@ -616,6 +415,7 @@ class OpenAIDecoder : public DecoderCore {
   const std::vector<std::string> stops_;
   bool usage_final_ = false;
   std::vector<std::vector<bool>> calls_started_;  // per choice: its calls begun
+  RepeatShape shape_;  // the last plain chunk's, to read the next like it fast
 };
 
 }  // namespace

@@ -198,6 +198,82 @@ TEST(PlainChunk, AgreesWithTheDomReaderOnRandomEdits) {
   }
 }
 
+// A chunk that repeats an earlier plain chunk's bytes around its text is
+// read from its text alone: every such chunk, and every near miss, must
+// still decode as the DOM reader decodes it.
+TEST(PlainChunk, AChunkOfARepeatedShapeReadsAsTheDomReaderReadsIt) {
+  const Stream chat{.n = 2};
+  const std::string first = ChunkOf(DeltaOf(R"("a")"));
+  const std::vector<std::string> texts = {R"("b")",
+                                          R"("")",
+                                          R"("h\u00e9\n\"q\" \\")",
+                                          R"("\ud83d\ude00")",
+                                          R"("héllo 😀")",
+                                          R"(  "spaced"  )",
+                                          "null",
+                                          "7",
+                                          R"("x","content":"y")",
+                                          R"("x"},"delta":{"content":"y")",
+                                          R"("a"}],"x":{"y":")",
+                                          R"("\ud800")",
+                                          R"("\x")",
+                                          R"("open)",
+                                          R"("a\")",
+                                          R"(")",
+                                          "\"a\x01b\"",
+                                          "\"\xff\xfe\"",
+                                          "\"caf\xc3\""};
+  for (const std::string& text : texts) {
+    // The shape kept, then the chunk, then one like the first again.
+    ExpectSameAsDom(
+        chat,
+        Sse(first) + Sse(ChunkOf(DeltaOf(text))) + Sse(first) + Sse(ChunkOf(DeltaOf(R"("c")"))) +
+            Sse(ChunkOf(
+                R"({"delta":{},"finish_reason":"stop","index":0,"logprobs":null},{"delta":{},"finish_reason":"stop","index":1,"logprobs":null})")) +
+            Sse("[DONE]"));
+  }
+  // The same bytes around the text of another choice, or after its finish.
+  const std::string other =
+      ChunkOf(R"({"delta":{"content":"o"},"finish_reason":null,"index":1,"logprobs":null})");
+  const std::string finish_0 =
+      ChunkOf(R"({"delta":{},"finish_reason":"length","index":0,"logprobs":null})");
+  ExpectSameAsDom(
+      chat, Sse(other) + Sse(other) + Sse(first) + Sse(finish_0) + Sse(first) + Sse("[DONE]"));
+  ExpectSameAsDom(
+      chat, Sse(first) + Sse(finish_0) + Sse(ChunkOf(DeltaOf(R"("")"))) + Sse(other) +
+                Sse(ChunkOf(R"({"delta":{},"finish_reason":"stop","index":1,"logprobs":null})")) +
+                Sse("[DONE]"));
+  // Random edits anywhere in a run of chunks of one shape.
+  const std::string alphabet = "{}[]\",:0123456789-.eE \\unlltrufasx";
+  std::mt19937 rng(20261206);
+  for (int round = 0; round < 4000; ++round) {
+    std::vector<std::string> chunks = {first, ChunkOf(DeltaOf(R"("Hel\u006co")")),
+                                       ChunkOf(DeltaOf(R"(" w")")), ChunkOf(DeltaOf(R"("!")"))};
+    std::string& c = chunks[1 + rng() % 3];
+    for (int k = 0, edits = 1 + static_cast<int>(rng() % 3); k < edits && !c.empty(); ++k) {
+      const size_t at = rng() % c.size();
+      const char ch = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0:
+          c[at] = ch;
+          break;
+        case 1:
+          c.insert(c.begin() + static_cast<std::ptrdiff_t>(at), ch);
+          break;
+        default:
+          c.erase(at, 1);
+          break;
+      }
+    }
+    std::string body;
+    for (const std::string& e : chunks) body += Sse(e);
+    body += Sse(ChunkOf(
+        R"({"delta":{},"finish_reason":"stop","index":0,"logprobs":null},{"delta":{},"finish_reason":"stop","index":1,"logprobs":null})"));
+    body += Sse("[DONE]");
+    ExpectSameAsDom(chat, body);
+  }
+}
+
 std::string WholeAs(bool chat, int32_t n, const std::vector<std::string>& stops,
                     const std::string& body) {
   std::vector<Event> events;

@@ -36,6 +36,8 @@ class JsonScan {
   bool NextIs(char c);
   // Nothing but white space is left.
   bool AtEnd();
+  // The offset of the next byte to read (before any white space).
+  size_t pos() const { return i_; }
   // A string into `out` (escapes decoded).
   bool String(std::string* out);
   // A string as a view: into the text itself when it has no escape (the
