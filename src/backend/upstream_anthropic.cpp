@@ -103,7 +103,7 @@ class AnthropicDecoder : public DecoderCore {
   explicit AnthropicDecoder(size_t max_event_bytes) : DecoderCore(1, max_event_bytes) {}
 
  protected:
-  Status OnEvent(const net::SseEvent& event, std::vector<Event>* out) override {
+  Status OnEvent(const net::SseEventView& event, std::vector<Event>* out) override {
     std::string_view data = event.data;
     while (!data.empty() && (data.back() == ' ' || data.back() == '\t' || data.back() == '\n')) {
       data.remove_suffix(1);
@@ -114,7 +114,7 @@ class AnthropicDecoder : public DecoderCore {
     // The data's own "type" is what the API defines; the SSE event name
     // repeats it.
     STRATA_ASSIGN_OR_RETURN(auto type_field, OptString(j, "type", ""));
-    const std::string type = type_field.value_or(event.event);
+    const std::string type = type_field ? *type_field : std::string(event.event);
     if (type == "ping") return Status();
     if (type == "error") {
       const Json* error = Member(j, "error");

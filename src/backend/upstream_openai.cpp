@@ -325,7 +325,7 @@ class OpenAIDecoder : public DecoderCore {
       : DecoderCore(n_choices, max_event_bytes), chat_(chat), stops_(std::move(stops)) {}
 
  protected:
-  Status OnEvent(const net::SseEvent& event, std::vector<Event>* out) override {
+  Status OnEvent(const net::SseEventView& event, std::vector<Event>* out) override {
     std::string_view data = event.data;
     while (!data.empty() && (data.back() == ' ' || data.back() == '\t' || data.back() == '\n')) {
       data.remove_suffix(1);

@@ -292,19 +292,20 @@ DecoderCore::DecoderCore(int32_t n_choices, size_t max_event_bytes)
     : finishes_(n_choices), max_event_bytes_(max_event_bytes), parser_(max_event_bytes) {}
 
 Status DecoderCore::Decode(std::string_view bytes, std::vector<Event>* out) {
-  events_.clear();
-  const Status framing = parser_.Feed(bytes, &events_);
   // The events complete before a framing error still count (as they would
   // have, had the bytes come in smaller pieces).
   const size_t before = out->size();
-  for (const net::SseEvent& e : events_) {
-    if (complete()) return Status();
+  Status event_error;
+  const Status parsed = parser_.Feed(bytes, [&](const net::SseEventView& e) {
+    if (complete()) return Status();  // the rest is ignored
     started_ = started_ || out->size() > before;
-    STRATA_RETURN_IF_ERROR(OnEvent(e, out));
-  }
+    event_error = OnEvent(e, out);
+    return event_error.ok() ? Status() : util::CancelledError("stop");
+  });
+  STRATA_RETURN_IF_ERROR(event_error);
   started_ = started_ || out->size() > before;
   if (complete()) return Status();
-  if (!framing.ok()) {
+  if (!parsed.ok()) {
     return ProtocolError(fmt::format("an event of the stream exceeds {} bytes", max_event_bytes_));
   }
   return Status();

@@ -36,10 +36,21 @@ std::string SseFrame(std::string_view data, std::string_view event) {
 }
 
 util::Status SseParser::Feed(std::string_view bytes, std::vector<SseEvent>* out) {
+  return Feed(bytes, [out](const SseEventView& e) {
+    SseEvent& copy = out->emplace_back();
+    if (e.event != copy.event) copy.event.assign(e.event);
+    copy.data.assign(e.data);
+    copy.id.assign(e.id);
+    return util::OkStatus();
+  });
+}
+
+util::Status SseParser::Feed(std::string_view bytes, OnEvent on_event) {
   // Line by line: a run up to the next CR or LF is taken at once (a line
   // that lies whole in `bytes` is not even copied). The limit is checked as
   // each run joins what is pending, where checking it byte by byte would
   // first fail.
+  util::Status status;
   size_t i = 0;
   while (i < bytes.size()) {
     if (after_cr_) {
@@ -60,49 +71,64 @@ util::Status SseParser::Feed(std::string_view bytes, std::vector<SseEvent>* out)
     end += i;
     const std::string_view run = bytes.substr(i, end - i);
     if (!run.empty() && pending_bytes() + run.size() > max_event_bytes_) {
-      return util::ResourceExhaustedError(
+      status = util::ResourceExhaustedError(
           fmt::format("an event-stream event exceeds {} bytes", max_event_bytes_));
+      break;
     }
     if (end == bytes.size()) {
       line_.append(run);  // the line goes on in the next bytes
       break;
     }
     if (line_.empty()) {
-      Line(run, out);
+      status = Line(run, /*in_bytes=*/true, on_event);
     } else {
       line_.append(run);
-      Line(line_, out);
+      status = Line(line_, /*in_bytes=*/false, on_event);
       line_.clear();
     }
+    if (!status.ok()) break;
     after_cr_ = bytes[end] == '\r';
     i = end + 1;
   }
-  return util::OkStatus();
+  // An event still open keeps its data past these bytes.
+  if (has_data_ && data_.data() != data_buffer_.data()) {
+    data_buffer_.assign(data_);
+    data_ = data_buffer_;
+  }
+  return status;
 }
 
-void SseParser::Line(std::string_view line, std::vector<SseEvent>* out) {
+util::Status SseParser::Line(std::string_view line, bool in_bytes, OnEvent on_event) {
   if (line.empty()) {
-    if (has_data_) {
-      SseEvent e;
-      if (!event_.empty()) e.event = event_;
-      e.data = std::move(data_);
-      e.id = last_id_;
-      out->push_back(std::move(e));
-    }
-    data_.clear();
+    util::Status status;
+    if (has_data_)
+      status = on_event(SseEventView{
+          .event = event_.empty() ? "message" : event_, .data = data_, .id = last_id_});
+    data_ = {};
     event_.clear();
     has_data_ = false;
-    return;
+    return status;
   }
-  if (line.front() == ':') return;  // a comment (keep-alive)
+  if (line.front() == ':') return util::OkStatus();  // a comment (keep-alive)
   const size_t colon = line.find(':');
   std::string_view field = line.substr(0, colon);
   std::string_view value =
       colon == std::string_view::npos ? std::string_view() : line.substr(colon + 1);
   if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
   if (field == "data") {
-    if (has_data_) data_.push_back('\n');
-    data_.append(value);
+    if (!has_data_ && in_bytes) {
+      data_ = value;  // the common case: one data line, read in place
+    } else {
+      // Joined in the buffer (data_ may be a view of it, or of the bytes).
+      if (!has_data_) {
+        data_buffer_.clear();
+      } else if (data_.data() != data_buffer_.data()) {
+        data_buffer_.assign(data_);
+      }
+      if (has_data_) data_buffer_.push_back('\n');
+      data_buffer_.append(value);
+      data_ = data_buffer_;
+    }
     has_data_ = true;
   } else if (field == "event") {
     event_ = std::string(value);
@@ -110,6 +136,7 @@ void SseParser::Line(std::string_view line, std::vector<SseEvent>* out) {
     if (value.find('\0') == std::string_view::npos) last_id_ = std::string(value);
   }
   // "retry" and unknown fields: ignored.
+  return util::OkStatus();
 }
 
 }  // namespace strata::net

@@ -110,12 +110,45 @@ TEST(SseParser, PiecesGiveWhatSingleBytesGive) {
     util::Status pieces_st;
     for (size_t at = 0; at < bytes.size();) {
       const size_t n = 1 + rng() % 24;
-      pieces_st = pieces.Feed(std::string_view(bytes).substr(at, n), &pieces_out);
+      // Each piece in a buffer overwritten after the call: the parser keeps
+      // nothing of the bytes it was fed.
+      std::string piece(std::string_view(bytes).substr(at, n));
+      pieces_st = pieces.Feed(piece, &pieces_out);
+      piece.assign(piece.size(), 'Z');
       if (!pieces_st.ok()) break;
       at += n;
     }
     ASSERT_EQ(show(pieces_out, pieces_st), show(one_out, one_st)) << bytes;
   }
+}
+
+// The callback form: an event of one data line that came whole is a view
+// into the bytes fed; joined lines and events split over calls are the
+// parser's; an error from the callback stops the parse.
+TEST(SseParser, HandsEventsToACallbackInPlaceWhenTheyCameWhole) {
+  SseParser p;
+  const std::string bytes = "data: whole\n\nevent: e\ndata: a\ndata: b\n\ndata: spl";
+  std::vector<std::string> seen;
+  std::vector<bool> in_place;
+  auto record = [&](const SseEventView& e) {
+    seen.push_back(std::string(e.event) + "|" + std::string(e.data));
+    in_place.push_back(e.data.data() >= bytes.data() &&
+                       e.data.data() < bytes.data() + bytes.size());
+    return util::OkStatus();
+  };
+  ASSERT_TRUE(p.Feed(bytes, record).ok());
+  ASSERT_TRUE(p.Feed("it\n\n", record).ok());
+  EXPECT_EQ(seen, (std::vector<std::string>{"message|whole", "e|a\nb", "message|split"}));
+  EXPECT_EQ(in_place, (std::vector<bool>{true, false, false}));
+
+  SseParser q;
+  int calls = 0;
+  const util::Status st = q.Feed("data: 1\n\ndata: 2\n\n", [&](const SseEventView&) {
+    ++calls;
+    return util::CancelledError("enough");
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(st.message(), "enough");
 }
 
 }  // namespace

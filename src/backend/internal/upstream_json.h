@@ -134,7 +134,7 @@ class DecoderCore {
 
  protected:
   // One SSE event of the body; called only while the stream is not complete.
-  virtual util::Status OnEvent(const net::SseEvent& event, std::vector<Event>* out) = 0;
+  virtual util::Status OnEvent(const net::SseEventView& event, std::vector<Event>* out) = 0;
   // The body ended and the stream is not complete.
   virtual util::Status OnEnd(std::vector<Event>* out) = 0;
 
@@ -150,8 +150,7 @@ class DecoderCore {
 
   const size_t max_event_bytes_;
   net::SseParser parser_;
-  std::vector<net::SseEvent> events_;  // reused between Feed calls
-  util::Status error_;                 // sticky: the first error
+  util::Status error_;  // sticky: the first error
   bool started_ = false;
 };
 
