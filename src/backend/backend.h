@@ -285,6 +285,12 @@ class Sink {
   virtual ~Sink() = default;
   // Appends `e`. Per choice: deltas, then one kFinish.
   virtual void Push(Event&& e) = 0;
+  // Appends `events` in order, as Push would one by one (a backend that
+  // reads several at once hands them over together: one lock, no move of
+  // each). `events` is left in an unspecified state.
+  virtual void PushAll(std::vector<Event>&& events) {
+    for (Event& e : events) Push(std::move(e));
+  }
   // A choice produced its first token, `ttft` after it was submitted (before
   // that token's text, which a stop string may hold back, is pushed).
   virtual void OnFirstToken(std::chrono::nanoseconds ttft) = 0;

@@ -469,8 +469,13 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
   }
 
   void DeliverLocked(std::vector<Event> events) {
-    for (Event& e : events) {
-      if (sink_ == nullptr) return;  // every choice finished: nothing more goes out
+    if (sink_ == nullptr || events.empty()) return;  // every choice finished: nothing more goes out
+    // The events of one read arrived together: one time for all of them,
+    // and one hand-over to the sink.
+    const auto now = s_->clock.Now();
+    size_t kept = 0;
+    for (size_t k = 0; k < events.size() && !done_; ++k) {
+      Event& e = events[k];
       if (p_->answer_in_tool) {
         // The forced tool's input is the JSON answer.
         for (const ToolCallDelta& t : e.tool_calls) e.text += t.arguments;
@@ -481,7 +486,6 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
           continue;  // the call's opening piece: no text yet
         }
       }
-      const auto now = s_->clock.Now();
       if (e.kind == Event::Kind::kDelta) {
         if (first_ == Clock::time_point{}) {
           first_ = now;
@@ -514,12 +518,16 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
           Release(finish_error_.ok() ? Outcome::kSuccess : OutcomeOf(finish_error_));
         }
       }
-      sink_->Push(std::move(e));
-      // After the last finish the sink is let go: it is the flight that
-      // holds this run, and the two would otherwise keep each other (and
-      // the backend's state) alive for good.
-      if (done_) sink_.reset();
+      if (kept != k) events[kept] = std::move(e);
+      ++kept;
     }
+    // Nothing goes out after the last finish.
+    events.erase(events.begin() + static_cast<std::ptrdiff_t>(kept), events.end());
+    if (!events.empty()) sink_->PushAll(std::move(events));
+    // After the last finish the sink is let go: it is the flight that
+    // holds this run, and the two would otherwise keep each other (and
+    // the backend's state) alive for good.
+    if (done_) sink_.reset();
   }
 
   const std::shared_ptr<RemoteBackend::State> s_;

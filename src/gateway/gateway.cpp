@@ -142,6 +142,12 @@ class ReportingSink final : public backend::Sink {
     if (e.kind == Event::Kind::kFinish) Report(e);
     flight_->Push(std::move(e));
   }
+  void PushAll(std::vector<Event>&& events) override {
+    for (const Event& e : events) {
+      if (e.kind == Event::Kind::kFinish) Report(e);
+    }
+    flight_->PushAll(std::move(events));
+  }
   void DoNotStore() override { flight_->DoNotStore(); }
   void OnFirstToken(std::chrono::nanoseconds ttft) override {
     metrics_->ttft.Observe(std::chrono::duration<double>(ttft).count());

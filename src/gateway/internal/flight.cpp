@@ -14,6 +14,46 @@ Flight::Flight(int32_t n_choices, std::optional<cache::CacheKey> key,
       on_complete_(std::move(on_complete)),
       finished_(static_cast<size_t>(n_choices), false) {}
 
+bool Flight::AdmitLocked(const Event& e, bool* hooked,
+                         std::shared_ptr<backend::Run>* finished_run) {
+  const size_t i = static_cast<size_t>(e.index);
+  if (finished_[i]) return false;
+  bool complete = false;
+  if (e.kind == Event::Kind::kFinish) {
+    finished_[i] = true;
+    if (!e.status.ok() || e.finish == FinishReason::kCancelled) succeeded_ = false;
+    complete = ++n_finished_ == n_choices_;
+    if (complete) *finished_run = std::move(run_);
+  }
+  *hooked = complete && on_complete_;
+  return true;
+}
+
+void Flight::AppendLocked(std::vector<Event>&& batch) {
+  if (events_.empty()) {
+    events_.swap(batch);  // the common case: the readers had read everything
+    return;
+  }
+  const size_t need = events_.size() + batch.size();
+  if (need > events_.capacity()) events_.reserve(std::max(need, 2 * events_.capacity()));
+  for (Event& e : batch) events_.push_back(std::move(e));
+}
+
+void Flight::CompleteWith(Event&& last, const std::vector<Event>& log, bool succeeded) {
+  // The hook (store in L1, leave the single-flight table) runs before the
+  // last event is readable, so a client that saw its answer end and asks
+  // again finds the answer in L1 rather than a finished flight.
+  on_complete_(*this, succeeded, log);
+  std::vector<std::function<void()>> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(last));
+    ready = TakeReady();
+  }
+  cv_.notify_all();
+  for (auto& fn : ready) fn();
+}
+
 void Flight::Push(Event&& e) {
   // Dropped last, after the hook and the readers' callbacks: a run may hold
   // this flight (a remote run holds its sink), so keeping a finished run
@@ -22,18 +62,11 @@ void Flight::Push(Event&& e) {
   std::vector<Event> log;  // the whole flight, when `e` completes one with a hook
   bool succeeded = false;
   std::vector<std::function<void()>> ready;
+  bool hooked = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const size_t i = static_cast<size_t>(e.index);
-    if (finished_[i]) return;
-    bool complete = false;
-    if (e.kind == Event::Kind::kFinish) {
-      finished_[i] = true;
-      if (!e.status.ok() || e.finish == FinishReason::kCancelled) succeeded_ = false;
-      complete = ++n_finished_ == n_choices_;
-      if (complete) finished_run = std::move(run_);
-    }
-    if (complete && on_complete_) {
+    if (!AdmitLocked(e, &hooked, &finished_run)) return;
+    if (hooked) {
       log.assign(events_.begin() + static_cast<std::ptrdiff_t>(head_), events_.end());
       log.push_back(e);
       succeeded = succeeded_ && storable_;
@@ -42,22 +75,48 @@ void Flight::Push(Event&& e) {
       ready = TakeReady();
     }
   }
-  if (log.empty()) {
-    cv_.notify_all();
-    for (auto& fn : ready) fn();
+  if (hooked) {
+    CompleteWith(std::move(e), log, succeeded);
     return;
-  }
-  // The hook (store in L1, leave the single-flight table) runs before the
-  // last event is readable, so a client that saw its answer end and asks
-  // again finds the answer in L1 rather than a finished flight.
-  on_complete_(*this, succeeded, log);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    events_.push_back(std::move(e));
-    ready = TakeReady();
   }
   cv_.notify_all();
   for (auto& fn : ready) fn();
+}
+
+void Flight::PushAll(std::vector<Event>&& batch) {
+  std::shared_ptr<backend::Run> finished_run;  // dropped last (see Push)
+  std::vector<Event> log;
+  bool succeeded = false;
+  std::optional<Event> last;  // the event that completes a flight with a hook
+  std::vector<std::function<void()>> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The admitted events, kept in place. After the event that finishes
+    // the last choice nothing more is admitted.
+    size_t kept = 0;
+    for (size_t k = 0; k < batch.size(); ++k) {
+      bool hooked = false;
+      if (!AdmitLocked(batch[k], &hooked, &finished_run)) continue;
+      if (hooked) {
+        log.assign(events_.begin() + static_cast<std::ptrdiff_t>(head_), events_.end());
+        log.insert(log.end(), batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(kept));
+        log.push_back(batch[k]);
+        succeeded = succeeded_ && storable_;
+        last = std::move(batch[k]);
+        break;
+      }
+      if (kept != k) batch[kept] = std::move(batch[k]);
+      ++kept;
+    }
+    batch.erase(batch.begin() + static_cast<std::ptrdiff_t>(kept), batch.end());
+    if (!batch.empty()) {
+      AppendLocked(std::move(batch));
+      ready = TakeReady();
+    }
+  }
+  cv_.notify_all();
+  for (auto& fn : ready) fn();
+  if (last) CompleteWith(std::move(*last), log, succeeded);
 }
 
 std::vector<std::function<void()>> Flight::TakeReady() {

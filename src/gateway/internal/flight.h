@@ -50,6 +50,9 @@ class Flight {
   // Appends `e`; an event of a choice that already finished is dropped (a
   // choice failed by Fail, then cancelled by the engine).
   void Push(Event&& e);
+  // Push of each of `events` in order, under one lock (`events` is left in
+  // an unspecified state).
+  void PushAll(std::vector<Event>&& events);
   // Every choice still running finishes now with `status` (not OK): readers
   // see an error, never a truncated success.
   void Fail(const util::Status& status);
@@ -102,6 +105,16 @@ class Flight {
   std::vector<Waiter> waiters_;
   // Takes the waiters an event now satisfies; the caller holds mu_.
   std::vector<std::function<void()>> TakeReady();
+  // Push's bookkeeping for `e`, the caller holding mu_: false when `e` is
+  // dropped (its choice finished). When `e` finishes the last choice, the
+  // run moves to `*finished_run`, and for a flight with a hook `*hooked`
+  // is set: the caller then runs the hook (CompleteWith) outside mu_.
+  bool AdmitLocked(const Event& e, bool* hooked, std::shared_ptr<backend::Run>* finished_run);
+  // Appends a batch of admitted events, the caller holding mu_.
+  void AppendLocked(std::vector<Event>&& batch);
+  // The hook with `log` (the flight up to and with `last`), then `last`
+  // made readable; the caller holds no lock.
+  void CompleteWith(Event&& last, const std::vector<Event>& log, bool succeeded);
 };
 
 // Whose answer a stored generation is, for invalidation (DELETE /v1/cache).
