@@ -20,30 +20,105 @@ using util::StatusOr;
 
 // --- rendering -----------------------------------------------------------------
 
-Json Messages(const std::vector<ChatMessage>& messages) {
-  Json out = Json::array();
+// A request body written straight into a string, member by member: what
+// the DOM would dump (strings escaped as nlohmann writes them, invalid
+// UTF-8 replaced as its dump's error handler does), without building one.
+// Rare structured values (tools, schemas, logit bias) are built as DOM and
+// dumped in place.
+class BodyWriter {
+ public:
+  // Opens an object ('{') or an array ('['), closes it (with its bracket).
+  void Open(char bracket) {
+    Comma();
+    out_ += bracket;
+    first_ = true;
+  }
+  void Close(char bracket) {
+    out_ += bracket;
+    first_ = false;
+  }
+  // A member's key; its value follows.
+  void Key(std::string_view key) {
+    Comma();
+    util::AppendJsonString(out_, key);  // keys are this file's own ASCII names
+    out_ += ':';
+    first_ = true;  // the value takes no comma
+  }
+  void String(std::string_view v) {
+    Comma();
+    if (!util::AppendJsonString(out_, v)) out_ += DumpOf(Json(std::string(v)));
+    first_ = false;
+  }
+  void Int(int64_t v) { Raw(fmt::format_int(v).str()); }
+  void Bool(bool v) { Raw(v ? "true" : "false"); }
+  void Null() { Raw("null"); }
+  void Double(double v) { Dump(Json(v)); }
+  void Value(const Json& j) { Dump(j); }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  void Comma() {
+    if (!first_) out_ += ',';
+  }
+  void Raw(std::string_view v) {
+    Comma();
+    out_ += v;
+    first_ = false;
+  }
+  static std::string DumpOf(const Json& j) {
+    return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+  void Dump(const Json& j) { Raw(DumpOf(j)); }
+
+  std::string out_;
+  bool first_ = true;
+};
+
+void WriteMessages(const std::vector<ChatMessage>& messages, BodyWriter& w) {
+  w.Open('[');
   for (const ChatMessage& m : messages) {
+    w.Open('{');
+    w.Key("role");
     if (m.role == "tool") {
       // OpenAI has no error flag on a result: the text says so.
-      out.push_back({{"role", "tool"},
-                     {"tool_call_id", m.tool_call_id},
-                     {"content", m.is_error ? "Error: " + m.content : m.content}});
+      w.String("tool");
+      w.Key("tool_call_id");
+      w.String(m.tool_call_id);
+      w.Key("content");
+      w.String(m.is_error ? "Error: " + m.content : m.content);
+      w.Close('}');
       continue;
     }
-    Json msg = {{"role", m.role}, {"content", m.content}};
-    if (!m.tool_calls.empty()) {
-      if (m.content.empty()) msg["content"] = nullptr;
-      Json calls = Json::array();
-      for (const ToolCall& c : m.tool_calls) {
-        calls.push_back({{"id", c.id},
-                         {"type", "function"},
-                         {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
-      }
-      msg["tool_calls"] = std::move(calls);
+    w.String(m.role);
+    w.Key("content");
+    if (!m.tool_calls.empty() && m.content.empty()) {
+      w.Null();
+    } else {
+      w.String(m.content);
     }
-    out.push_back(std::move(msg));
+    if (!m.tool_calls.empty()) {
+      w.Key("tool_calls");
+      w.Open('[');
+      for (const ToolCall& c : m.tool_calls) {
+        w.Open('{');
+        w.Key("id");
+        w.String(c.id);
+        w.Key("type");
+        w.String("function");
+        w.Key("function");
+        w.Open('{');
+        w.Key("name");
+        w.String(c.name);
+        w.Key("arguments");
+        w.String(c.arguments);
+        w.Close('}');
+        w.Close('}');
+      }
+      w.Close(']');
+    }
+    w.Close('}');
   }
-  return out;
+  w.Close(']');
 }
 
 Json OpenAITools(const std::vector<ToolDefinition>& tools) {
@@ -429,27 +504,55 @@ StatusOr<Call> RenderOpenAI(const Request& r, const RenderOptions& o) {
                        "strata's own samplers run only on the local engine");
   }
   const bool chat = !r.completion();
-  Json body = Json::object();
-  if (!o.model.empty()) body["model"] = o.model;
-  if (chat) {
-    if (r.messages.empty()) return util::InvalidFieldError("messages", "'messages' is empty");
-    body["messages"] = Messages(r.messages);
-  } else if (!r.prompt_ids.empty()) {
-    body["prompt"] = r.prompt_ids;  // OpenAI's token-id prompt
-  } else {
-    body["prompt"] = *r.prompt;
+  if (chat && r.messages.empty()) return util::InvalidFieldError("messages", "'messages' is empty");
+  BodyWriter w;
+  w.Open('{');
+  if (!o.model.empty()) {
+    w.Key("model");
+    w.String(o.model);
   }
-  if (o.max_tokens > 0) body["max_tokens"] = o.max_tokens;
-  if (r.n > 1) body["n"] = r.n;
-  if (!r.stop.empty()) body["stop"] = r.stop;
-  if (set.temperature) body["temperature"] = CleanNumber(p.temperature);
-  if (set.top_p) body["top_p"] = CleanNumber(p.top_p);
-  if (set.presence_penalty) body["presence_penalty"] = CleanNumber(p.presence_penalty);
-  if (set.frequency_penalty) body["frequency_penalty"] = CleanNumber(p.frequency_penalty);
-  // The client's seed was a signed 64-bit integer; send it back as one.
-  if (set.seed) body["seed"] = static_cast<int64_t>(p.seed);
+  if (chat) {
+    w.Key("messages");
+    WriteMessages(r.messages, w);
+  } else if (!r.prompt_ids.empty()) {
+    w.Key("prompt");  // OpenAI's token-id prompt
+    w.Open('[');
+    for (int32_t id : r.prompt_ids) w.Int(id);
+    w.Close(']');
+  } else {
+    w.Key("prompt");
+    w.String(*r.prompt);
+  }
+  if (o.max_tokens > 0) {
+    w.Key("max_tokens");
+    w.Int(o.max_tokens);
+  }
+  if (r.n > 1) {
+    w.Key("n");
+    w.Int(r.n);
+  }
+  if (!r.stop.empty()) {
+    w.Key("stop");
+    w.Open('[');
+    for (const std::string& stop : r.stop) w.String(stop);
+    w.Close(']');
+  }
+  auto number = [&w](const char* key, double v) {
+    w.Key(key);
+    w.Double(v);
+  };
+  if (set.temperature) number("temperature", CleanNumber(p.temperature));
+  if (set.top_p) number("top_p", CleanNumber(p.top_p));
+  if (set.presence_penalty) number("presence_penalty", CleanNumber(p.presence_penalty));
+  if (set.frequency_penalty) number("frequency_penalty", CleanNumber(p.frequency_penalty));
+  if (set.seed) {
+    // The client's seed was a signed 64-bit integer; send it back as one.
+    w.Key("seed");
+    w.Int(static_cast<int64_t>(p.seed));
+  }
   if (r.response_format == ResponseFormat::kJsonObject) {
-    body["response_format"] = {{"type", "json_object"}};
+    w.Key("response_format");
+    w.Value({{"type", "json_object"}});
   } else if (r.response_format == ResponseFormat::kJsonSchema) {
     // As the client sent it (the schema's keys in its order).
     Json js = {{"name", r.json_schema.name}};
@@ -458,49 +561,71 @@ StatusOr<Call> RenderOpenAI(const Request& r, const RenderOptions& o) {
     Json schema = Json::parse(r.json_schema.schema, nullptr, /*allow_exceptions=*/false);
     js["schema"] = schema.is_discarded() ? Json::object() : std::move(schema);
     js["strict"] = r.json_schema.strict;
-    body["response_format"] = {{"type", "json_schema"}, {"json_schema", std::move(js)}};
+    w.Key("response_format");
+    w.Value({{"type", "json_schema"}, {"json_schema", std::move(js)}});
   }
   if (!r.tools.empty()) {
-    body["tools"] = OpenAITools(r.tools);
+    w.Key("tools");
+    w.Value(OpenAITools(r.tools));
     switch (r.tool_choice.mode) {
       case ToolChoice::Mode::kAuto:
         break;  // the API's default
       case ToolChoice::Mode::kNone:
-        body["tool_choice"] = "none";
+        w.Key("tool_choice");
+        w.String("none");
         break;
       case ToolChoice::Mode::kRequired:
-        body["tool_choice"] = "required";
+        w.Key("tool_choice");
+        w.String("required");
         break;
       case ToolChoice::Mode::kNamed:
-        body["tool_choice"] = {{"type", "function"}, {"function", {{"name", r.tool_choice.name}}}};
+        w.Key("tool_choice");
+        w.Value({{"type", "function"}, {"function", {{"name", r.tool_choice.name}}}});
         break;
     }
-    if (!r.parallel_tool_calls) body["parallel_tool_calls"] = false;
+    if (!r.parallel_tool_calls) {
+      w.Key("parallel_tool_calls");
+      w.Bool(false);
+    }
   }
   // llama-server's field (vLLM and SGLang read guided_grammar / ebnf instead).
-  if (!r.grammar.empty()) body["grammar"] = r.grammar;
+  if (!r.grammar.empty()) {
+    w.Key("grammar");
+    w.String(r.grammar);
+  }
   if (set.logit_bias) {
     Json bias = Json::object();
     for (const auto& [id, b] : p.logit_bias) bias[std::to_string(id)] = CleanNumber(b);
-    body["logit_bias"] = std::move(bias);
+    w.Key("logit_bias");
+    w.Value(bias);
   }
   // Not OpenAI's own, but vLLM, SGLang, llama-server and strata take them.
-  if (set.top_k) body["top_k"] = p.top_k;
-  if (set.min_p) body["min_p"] = CleanNumber(p.min_p);
-  if (set.repetition_penalty) body["repetition_penalty"] = CleanNumber(p.repetition_penalty);
-  if (r.top_logprobs >= 0) {
-    if (chat) {
-      body["logprobs"] = true;
-      body["top_logprobs"] = r.top_logprobs;
-    } else {
-      body["logprobs"] = r.top_logprobs;
-    }
+  if (set.top_k) {
+    w.Key("top_k");
+    w.Int(p.top_k);
   }
-  if (r.ignore_eos) body["ignore_eos"] = true;
-  body["stream"] = o.stream;
-  if (o.stream) body["stream_options"] = {{"include_usage", true}};
-  return Call{chat ? "/v1/chat/completions" : "/v1/completions",
-              body.dump(-1, ' ', false, Json::error_handler_t::replace)};
+  if (set.min_p) number("min_p", CleanNumber(p.min_p));
+  if (set.repetition_penalty) number("repetition_penalty", CleanNumber(p.repetition_penalty));
+  if (r.top_logprobs >= 0) {
+    w.Key("logprobs");
+    if (chat) {
+      w.Bool(true);
+      w.Key("top_logprobs");
+    }
+    w.Int(r.top_logprobs);
+  }
+  if (r.ignore_eos) {
+    w.Key("ignore_eos");
+    w.Bool(true);
+  }
+  w.Key("stream");
+  w.Bool(o.stream);
+  if (o.stream) {
+    w.Key("stream_options");
+    w.Value({{"include_usage", true}});
+  }
+  w.Close('}');
+  return Call{chat ? "/v1/chat/completions" : "/v1/completions", w.Take()};
 }
 
 std::unique_ptr<DecoderCore> NewOpenAIDecoder(bool chat, int32_t n_choices,

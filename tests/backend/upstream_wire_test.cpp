@@ -131,6 +131,35 @@ TEST(RenderOpenAI, EverySetFieldIsSentWithItsValue) {
   EXPECT_EQ(body["ignore_eos"], true);
 }
 
+// Text that is not valid UTF-8 goes out with U+FFFD for each bad byte, and
+// the body stays one JSON object, wherever that text sits (after a sibling,
+// inside a message, a stop list or a tool call).
+TEST(RenderOpenAI, InvalidUtf8IsReplacedAndTheBodyStaysJson) {
+  const std::string bad =
+      "a\xff\xfe"
+      "b";
+  const std::string fixed =
+      "a\xef\xbf\xbd\xef\xbf\xbd"
+      "b";
+  Request r;
+  r.messages = {{"user", "ok"}, {"assistant", bad}, {"tool", bad}};
+  r.messages[1].tool_calls = {{.id = "c1", .name = "f", .arguments = bad}};
+  r.messages[2].tool_call_id = bad;
+  r.stop = {"fine", bad};
+  r.grammar = bad;
+  auto call = RenderRequest(Api::kOpenAI, r, {.model = bad, .max_tokens = 8});
+  ASSERT_TRUE(call.ok()) << call.status().ToString();
+  ASSERT_TRUE(util::IsValidUtf8(call->body));
+  const Json body = Json::parse(call->body, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(body.is_discarded()) << call->body;
+  EXPECT_EQ(body["model"], fixed);
+  EXPECT_EQ(body["messages"][1]["content"], fixed);
+  EXPECT_EQ(body["messages"][1]["tool_calls"][0]["function"]["arguments"], fixed);
+  EXPECT_EQ(body["messages"][2]["tool_call_id"], fixed);
+  EXPECT_EQ(body["stop"], Json::array({"fine", fixed}));
+  EXPECT_EQ(body["grammar"], fixed);
+}
+
 TEST(RenderOpenAI, APromptGoesToTheCompletionsEndpoint) {
   Request r = Chat();  // the prompt wins over messages
   r.prompt = "Once upon a time";
