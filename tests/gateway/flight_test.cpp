@@ -119,8 +119,10 @@ Seen Replay(const std::vector<Event>& events, bool shared, int32_t n,
     } else {
       flight->PushAll(std::move(batch));
     }
-    Event e;
-    while (flight->Read(&cursor, std::chrono::steady_clock::now(), &e)) seen.read += Show(e) + " ";
+    std::vector<Event> got;
+    if (flight->Read(&cursor, std::chrono::steady_clock::now(), &got)) {
+      for (const Event& e : got) seen.read += Show(e) + " ";
+    }
   }
   return seen;
 }
@@ -130,8 +132,8 @@ Seen Replay(const std::vector<Event>& events, bool shared, int32_t n,
 // finishes), events of a finished choice and after the end dropped.
 TEST(Flight, PushAllIsPushOfEachInOrder) {
   std::mt19937 rng(1206);
-  // Few rounds: each read that finds nothing waits out a past deadline.
-  for (int round = 0; round < 400; ++round) {
+  // Not more rounds: each read that finds nothing waits out a past deadline.
+  for (int round = 0; round < 1000; ++round) {
     const int32_t n = 1 + static_cast<int32_t>(rng() % 3);
     std::vector<Event> events;
     for (int k = 0, len = static_cast<int>(rng() % 12); k < len; ++k) {
@@ -153,6 +155,53 @@ TEST(Flight, PushAllIsPushOfEachInOrder) {
       ASSERT_EQ(batched.read, one.read) << round;
       ASSERT_EQ(batched.hook, one.hook) << round;
     }
+  }
+}
+
+// A reader takes what is readable in one go and hands it out event by
+// event: in order, then DeadlineExceeded while nothing more is there,
+// OutOfRange once every choice finished; a reader with events in hand is
+// ready at once.
+TEST(Flight, AGenerationHandsOutABatchEventByEvent) {
+  for (bool shared : {false, true}) {
+    std::optional<cache::CacheKey> key;
+    if (shared) key = cache::CacheKey{"k", 1};
+    auto flight =
+        std::make_shared<Flight>(2, key, std::chrono::steady_clock::now(), Flight::Hook());
+    FlightGeneration gen(flight, nullptr, 3, CacheOutcome::kMiss, false);
+    const auto now = std::chrono::steady_clock::time_point::min();
+    EXPECT_EQ(gen.Next(now).status().code(), util::StatusCode::kDeadlineExceeded);
+    std::vector<Event> batch;
+    batch.push_back(Delta(0, "a"));
+    batch.push_back(Delta(1, "b"));
+    batch.push_back(Finish(1));
+    flight->PushAll(std::move(batch));
+    std::string read;
+    auto e = gen.Next(now);
+    ASSERT_TRUE(e.ok());
+    read += Show(*e) + " ";
+    bool ready = false;
+    gen.NotifyWhenReady([&] { ready = true; });
+    EXPECT_TRUE(ready) << "events in hand: Next answers at once";
+    for (int k = 0; k < 2; ++k) {
+      e = gen.Next(now);
+      ASSERT_TRUE(e.ok());
+      read += Show(*e) + " ";
+    }
+    EXPECT_EQ(gen.Next(now).status().code(), util::StatusCode::kDeadlineExceeded);
+    ready = false;
+    gen.NotifyWhenReady([&] { ready = true; });
+    EXPECT_FALSE(ready);
+    flight->Push(Delta(0, "c"));
+    EXPECT_TRUE(ready);
+    flight->Push(Finish(0));
+    for (int k = 0; k < 2; ++k) {
+      e = gen.Next(now);
+      ASSERT_TRUE(e.ok());
+      read += Show(*e) + " ";
+    }
+    EXPECT_EQ(read, "0:a 1:b 1F 0:c 0F ");
+    EXPECT_EQ(gen.Next(now).status().code(), util::StatusCode::kOutOfRange);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "gateway/internal/flight.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "gateway/internal/response_tiers.h"
 
@@ -169,19 +170,25 @@ void Flight::Fail(const util::Status& status) {
   }
 }
 
-bool Flight::Read(size_t* cursor, std::chrono::steady_clock::time_point deadline, Event* out) {
+bool Flight::Read(size_t* cursor, std::chrono::steady_clock::time_point deadline,
+                  std::vector<Event>* out) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!shared()) {
     if (!cv_.wait_until(lock, deadline, [this] { return events_.size() > head_; })) return false;
-    *out = std::move(events_[head_++]);
-    if (head_ == events_.size()) {
+    if (head_ == 0) {
+      out->swap(events_);  // the whole queue; the flight keeps the reader's empty vector
+    } else {
+      out->insert(out->end(),
+                  std::make_move_iterator(events_.begin() + static_cast<std::ptrdiff_t>(head_)),
+                  std::make_move_iterator(events_.end()));
       events_.clear();
       head_ = 0;
     }
     return true;
   }
   if (!cv_.wait_until(lock, deadline, [&] { return events_.size() > *cursor; })) return false;
-  *out = events_[(*cursor)++];
+  out->insert(out->end(), events_.begin() + static_cast<std::ptrdiff_t>(*cursor), events_.end());
+  *cursor = events_.size();
   return true;
 }
 
@@ -255,17 +262,21 @@ FlightGeneration::~FlightGeneration() {
 
 util::StatusOr<Event> FlightGeneration::Next(std::chrono::steady_clock::time_point deadline) {
   if (pending_ == 0) return util::OutOfRangeError("every choice has finished");
-  Event e;
-  if (!flight_->Read(&cursor_, deadline, &e)) {
-    return util::DeadlineExceededError("no token before the deadline");
+  if (read_at_ == read_.size()) {
+    read_.clear();  // keeps its capacity for the next batch
+    read_at_ = 0;
+    if (!flight_->Read(&cursor_, deadline, &read_)) {
+      return util::DeadlineExceededError("no token before the deadline");
+    }
   }
+  Event& e = read_[read_at_++];
   if (e.kind == Event::Kind::kFinish) --pending_;
-  return e;
+  return std::move(e);
 }
 
 void FlightGeneration::NotifyWhenReady(std::function<void()> ready) {
-  if (pending_ == 0) {
-    ready();  // Next answers OutOfRange without waiting
+  if (pending_ == 0 || read_at_ < read_.size()) {
+    ready();  // Next answers without waiting
     return;
   }
   flight_->NotifyWhenReadable(this, cursor_, std::move(ready));

@@ -59,9 +59,12 @@ class Flight {
   // A choice runs on cheaper terms than the request asked (the RT-Switcher's
   // policy): readers get the answer, the completion hook is told not to store it.
   void DoNotStore();
-  // The next event for a reader at `*cursor` (shared) or the queue's head
-  // (unshared), into `*out`; false when none came before `deadline`.
-  bool Read(size_t* cursor, std::chrono::steady_clock::time_point deadline, Event* out);
+  // Every event readable by a reader at `*cursor` (shared: copied, the
+  // cursor moved past them) or in the queue (unshared: taken), into `*out`
+  // (which must be empty; a queue read whole hands over its vector); false
+  // when none came before `deadline`.
+  bool Read(size_t* cursor, std::chrono::steady_clock::time_point deadline,
+            std::vector<Event>* out);
   // Runs `ready` once an event is readable at `cursor` (shared) or at the
   // queue's head: now, on this thread, if one is; else on the thread whose
   // Push makes one readable, without the mutex held. `reader` names the
@@ -170,7 +173,11 @@ class FlightGeneration final : public Generation {
   const std::shared_ptr<Flight> flight_;
   const std::shared_ptr<ResponseTiers> tiers_;
   size_t cursor_ = 0;  // shared flights: the next event to read
-  int32_t pending_;    // choices not yet finished for this reader
+  // Events read from the flight and not yet returned by Next, from read_at_
+  // on: one lock per batch of events, not per event.
+  std::vector<Event> read_;
+  size_t read_at_ = 0;
+  int32_t pending_;  // choices not yet finished for this reader
   const int32_t prompt_tokens_;
   const CacheOutcome outcome_;
   const bool defers_head_;
