@@ -1,7 +1,6 @@
 #include "gateway/internal/flight.h"
 
 #include <algorithm>
-#include <iterator>
 
 #include "gateway/internal/response_tiers.h"
 
@@ -68,7 +67,7 @@ void Flight::Push(Event&& e) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!AdmitLocked(e, &hooked, &finished_run)) return;
     if (hooked) {
-      log.assign(events_.begin() + static_cast<std::ptrdiff_t>(head_), events_.end());
+      log = events_;
       log.push_back(e);
       succeeded = succeeded_ && storable_;
     } else {
@@ -99,7 +98,7 @@ void Flight::PushAll(std::vector<Event>&& batch) {
       bool hooked = false;
       if (!AdmitLocked(batch[k], &hooked, &finished_run)) continue;
       if (hooked) {
-        log.assign(events_.begin() + static_cast<std::ptrdiff_t>(head_), events_.end());
+        log = events_;
         log.insert(log.end(), batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(kept));
         log.push_back(batch[k]);
         succeeded = succeeded_ && storable_;
@@ -123,7 +122,7 @@ void Flight::PushAll(std::vector<Event>&& batch) {
 std::vector<std::function<void()>> Flight::TakeReady() {
   std::vector<std::function<void()>> ready;
   for (size_t i = 0; i < waiters_.size();) {
-    const bool readable = events_.size() > (shared() ? waiters_[i].cursor : head_);
+    const bool readable = events_.size() > (shared() ? waiters_[i].cursor : 0);
     if (!readable) {
       ++i;
       continue;
@@ -138,7 +137,7 @@ std::vector<std::function<void()>> Flight::TakeReady() {
 void Flight::NotifyWhenReadable(const void* reader, size_t cursor, std::function<void()> ready) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const bool readable = events_.size() > (shared() ? cursor : head_);
+    const bool readable = events_.size() > (shared() ? cursor : 0);
     auto mine = std::find_if(waiters_.begin(), waiters_.end(),
                              [reader](const Waiter& w) { return w.reader == reader; });
     if (!readable) {
@@ -174,16 +173,8 @@ bool Flight::Read(size_t* cursor, std::chrono::steady_clock::time_point deadline
                   std::vector<Event>* out) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!shared()) {
-    if (!cv_.wait_until(lock, deadline, [this] { return events_.size() > head_; })) return false;
-    if (head_ == 0) {
-      out->swap(events_);  // the whole queue; the flight keeps the reader's empty vector
-    } else {
-      out->insert(out->end(),
-                  std::make_move_iterator(events_.begin() + static_cast<std::ptrdiff_t>(head_)),
-                  std::make_move_iterator(events_.end()));
-      events_.clear();
-      head_ = 0;
-    }
+    if (!cv_.wait_until(lock, deadline, [this] { return !events_.empty(); })) return false;
+    out->swap(events_);  // the flight keeps the reader's empty vector, and its capacity
     return true;
   }
   if (!cv_.wait_until(lock, deadline, [&] { return events_.size() > *cursor; })) return false;

@@ -60,9 +60,9 @@ class Flight {
   // policy): readers get the answer, the completion hook is told not to store it.
   void DoNotStore();
   // Every event readable by a reader at `*cursor` (shared: copied, the
-  // cursor moved past them) or in the queue (unshared: taken), into `*out`
-  // (which must be empty; a queue read whole hands over its vector); false
-  // when none came before `deadline`.
+  // cursor moved past them) or in the queue (unshared: the whole queue,
+  // its vector handed over), into `*out`, which must be empty; false when
+  // none came before `deadline`.
   bool Read(size_t* cursor, std::chrono::steady_clock::time_point deadline,
             std::vector<Event>* out);
   // Runs `ready` once an event is readable at `cursor` (shared) or at the
@@ -88,11 +88,9 @@ class Flight {
 
   std::mutex mu_;
   std::condition_variable cv_;  // an event was appended
-  // Guarded by mu_. Shared: the whole log. Unshared: a queue, its head at
-  // head_ (emptied, keeping its capacity, once every event is read: no
-  // allocation per event).
+  // Guarded by mu_. Shared: the whole log. Unshared: a queue, which its
+  // reader takes whole (Read hands over the vector).
   std::vector<Event> events_;
-  size_t head_ = 0;
   std::vector<bool> finished_;         // guarded by mu_; per choice
   int32_t n_finished_ = 0;             // guarded by mu_
   bool succeeded_ = true;              // guarded by mu_
