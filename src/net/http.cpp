@@ -23,6 +23,27 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
+namespace {
+
+// `text` without its CR and LF bytes (a run at a time: most have none).
+void AppendWithoutBreaks(std::string& out, std::string_view text) {
+  while (!text.empty()) {
+    const size_t cut = text.find_first_of("\r\n");
+    out.append(text.substr(0, cut));
+    if (cut == std::string_view::npos) return;
+    text.remove_prefix(cut + 1);
+  }
+}
+
+}  // namespace
+
+void AppendField(std::string& out, std::string_view name, std::string_view value) {
+  AppendWithoutBreaks(out, name);
+  out += ": ";
+  AppendWithoutBreaks(out, value);
+  out += "\r\n";
+}
+
 bool HasToken(std::string_view value, std::string_view token) {
   while (!value.empty()) {
     const size_t comma = value.find(',');

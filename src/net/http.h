@@ -44,6 +44,10 @@ class Headers {
 
 // ASCII case-insensitive equality (header names, tokens such as "chunked").
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+// Appends the field line "name: value\r\n" with every CR and LF of the name
+// and value dropped: a field can neither end the head early nor start
+// another.
+void AppendField(std::string& out, std::string_view name, std::string_view value);
 // True when the comma-separated list `value` holds `token` (case-insensitive),
 // as in "Connection: keep-alive, Upgrade".
 bool HasToken(std::string_view value, std::string_view token);

@@ -513,24 +513,22 @@ void CallImpl::Connected() {
 }
 
 void CallImpl::Send() {
-  std::string out =
-      fmt::format("{} {} HTTP/1.1\r\nHost: {}\r\n", request_.method, url_.target, url_.host_header);
+  std::string out;
+  out.reserve(128 + request_.body.size());
+  out += request_.method;
+  out += ' ';
+  out += url_.target;
+  out += " HTTP/1.1\r\n";
+  AppendField(out, "Host", url_.host_header);
   for (const auto& [n, v] : request_.headers.fields()) {
     if (EqualsIgnoreCase(n, "Host") || EqualsIgnoreCase(n, "Content-Length") ||
         EqualsIgnoreCase(n, "Connection") || EqualsIgnoreCase(n, "Transfer-Encoding")) {
       continue;
     }
-    for (char c : n) {
-      if (c != '\r' && c != '\n') out.push_back(c);
-    }
-    out += ": ";
-    for (char c : v) {
-      if (c != '\r' && c != '\n') out.push_back(c);
-    }
-    out += "\r\n";
+    AppendField(out, n, v);
   }
   if (!request_.body.empty() || request_.method == "POST" || request_.method == "PUT") {
-    out += fmt::format("Content-Length: {}\r\n", request_.body.size());
+    AppendField(out, "Content-Length", fmt::format_int(request_.body.size()).c_str());
   }
   out += "\r\n";
   out += request_.body;

@@ -588,5 +588,15 @@ TEST(HttpServerOptions, RejectsValuesOutOfRange) {
   EXPECT_NE(s.status().message().find("max_header_fields"), std::string::npos);
 }
 
+// A field line drops every CR and LF of its name and value, so a value
+// can neither end the head nor start a field of its own.
+TEST(AppendField, DropsLineBreaksFromNameAndValue) {
+  std::string out;
+  AppendField(out, "X-A", "plain");
+  AppendField(out, "X-B\r\n", "v\r\nInjected: 1\n\r\n\r\nbody");
+  AppendField(out, "", "");
+  EXPECT_EQ(out, "X-A: plain\r\nX-B: vInjected: 1body\r\n: \r\n");
+}
+
 }  // namespace
 }  // namespace strata::net

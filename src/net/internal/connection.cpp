@@ -26,12 +26,6 @@ constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 // Header values come from handlers and, through them, sometimes from
 // clients: CR and LF would split the field, so they are dropped.
-void AppendFieldValue(std::string& out, std::string_view v) {
-  for (char c : v) {
-    if (c != '\r' && c != '\n') out.push_back(c);
-  }
-}
-
 }  // namespace
 
 bool ServerCore::AcquireClient(const std::string& remote) {
@@ -461,21 +455,22 @@ std::string Connection::SerializeHead(int status, const Headers& headers,
                                       std::optional<size_t> length, bool chunked) {
   std::string out;
   out.reserve(256);
-  out += fmt::format("HTTP/1.1 {} {}\r\n", status, ReasonPhrase(status));
+  out += "HTTP/1.1 ";
+  out += fmt::format_int(status).c_str();
+  out += ' ';
+  out += ReasonPhrase(status);
+  out += "\r\n";
   for (const auto& [name, value] : headers.fields()) {
     if (EqualsIgnoreCase(name, "Content-Length") || EqualsIgnoreCase(name, "Connection") ||
         EqualsIgnoreCase(name, "Transfer-Encoding") || EqualsIgnoreCase(name, "Date")) {
       continue;  // the server's to set
     }
-    AppendFieldValue(out, name);
-    out += ": ";
-    AppendFieldValue(out, value);
-    out += "\r\n";
+    AppendField(out, name, value);
   }
   out += "Date: ";
   out += Date();
   out += "\r\n";
-  if (length) out += fmt::format("Content-Length: {}\r\n", *length);
+  if (length) AppendField(out, "Content-Length", fmt::format_int(*length).c_str());
   if (chunked) out += "Transfer-Encoding: chunked\r\n";
   const bool close = !keep_alive_ || core_->draining.load();
   if (close) {
