@@ -361,13 +361,12 @@ std::pair<FinishReason, std::string> FinishOf(const ChoicePart& p,
 
 void PushDelta(ChoicePart& p, std::vector<Event>* out) {
   if (p.text.empty() && p.logprobs.empty() && p.tool_calls.empty()) return;
-  Event e;
+  Event& e = out->emplace_back();
   e.kind = Event::Kind::kDelta;
   e.index = p.index;
   e.text = std::move(p.text);
   e.logprobs = std::move(p.logprobs);
   e.tool_calls = std::move(p.tool_calls);
-  out->push_back(std::move(e));
 }
 
 // Tool call pieces as Event promises them: the first piece of each call has
