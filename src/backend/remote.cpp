@@ -342,6 +342,9 @@ class RemoteRun final : public Run, public std::enable_shared_from_this<RemoteRu
       return;
     }
     std::vector<Event> events;
+    // Room for the events these bytes may hold (an event of a stream takes
+    // well over 64 bytes), so that the vector seldom grows by moving them.
+    events.reserve(std::min<size_t>(bytes.size() / 64 + 1, 64));
     util::Status st = decoder_.Feed(bytes, &events);
     DeliverLocked(std::move(events));
     if (!st.ok()) {
