@@ -64,6 +64,28 @@ std::string DeltaOf(std::string_view content_json) {
       content_json);
 }
 
+// One to three random one-byte edits of `s` (a byte of JSON's alphabet
+// replaced, inserted or deleted).
+void RandomEdits(std::string& s, std::mt19937& rng) {
+  static constexpr std::string_view kAlphabet = "{}[]\",:0123456789-.eE \\unlltrufasx";
+  const int edits = 1 + static_cast<int>(rng() % 3);
+  for (int k = 0; k < edits && !s.empty(); ++k) {
+    const size_t at = rng() % s.size();
+    const char ch = kAlphabet[rng() % kAlphabet.size()];
+    switch (rng() % 3) {
+      case 0:
+        s[at] = ch;
+        break;
+      case 1:
+        s.insert(s.begin() + static_cast<std::ptrdiff_t>(at), ch);
+        break;
+      default:
+        s.erase(at, 1);
+        break;
+    }
+  }
+}
+
 TEST(PlainChunk, ReadsWhatTheDomReaderReads) {
   const Stream chat;
   const std::vector<std::string> bodies = {
@@ -170,27 +192,10 @@ TEST(PlainChunk, AgreesWithTheDomReaderOnRandomEdits) {
       ChunkOf(
           R"({"delta":{},"finish_reason":"stop","index":0,"logprobs":null,"stop_reason":"###"},{"delta":{},"finish_reason":"length","index":1,"logprobs":null})"),
       kUsageChunk};
-  const std::string alphabet = "{}[]\",:0123456789-.eE \\unlltrufasx";
   std::mt19937 rng(20261202);
   for (int round = 0; round < 4000; ++round) {
     std::vector<std::string> edited = chunks;
-    std::string& c = edited[rng() % edited.size()];
-    const int edits = 1 + static_cast<int>(rng() % 3);
-    for (int k = 0; k < edits && !c.empty(); ++k) {
-      const size_t at = rng() % c.size();
-      const char ch = alphabet[rng() % alphabet.size()];
-      switch (rng() % 3) {
-        case 0:
-          c[at] = ch;
-          break;
-        case 1:
-          c.insert(c.begin() + static_cast<std::ptrdiff_t>(at), ch);
-          break;
-        default:
-          c.erase(at, 1);
-          break;
-      }
-    }
+    RandomEdits(edited[rng() % edited.size()], rng);
     std::string body;
     for (const std::string& e : edited) body += Sse(e);
     body += Sse("[DONE]");
@@ -244,27 +249,11 @@ TEST(PlainChunk, AChunkOfARepeatedShapeReadsAsTheDomReaderReadsIt) {
                 Sse(ChunkOf(R"({"delta":{},"finish_reason":"stop","index":1,"logprobs":null})")) +
                 Sse("[DONE]"));
   // Random edits anywhere in a run of chunks of one shape.
-  const std::string alphabet = "{}[]\",:0123456789-.eE \\unlltrufasx";
   std::mt19937 rng(20261206);
   for (int round = 0; round < 4000; ++round) {
     std::vector<std::string> chunks = {first, ChunkOf(DeltaOf(R"("Hel\u006co")")),
                                        ChunkOf(DeltaOf(R"(" w")")), ChunkOf(DeltaOf(R"("!")"))};
-    std::string& c = chunks[1 + rng() % 3];
-    for (int k = 0, edits = 1 + static_cast<int>(rng() % 3); k < edits && !c.empty(); ++k) {
-      const size_t at = rng() % c.size();
-      const char ch = alphabet[rng() % alphabet.size()];
-      switch (rng() % 3) {
-        case 0:
-          c[at] = ch;
-          break;
-        case 1:
-          c.insert(c.begin() + static_cast<std::ptrdiff_t>(at), ch);
-          break;
-        default:
-          c.erase(at, 1);
-          break;
-      }
-    }
+    RandomEdits(chunks[1 + rng() % 3], rng);
     std::string body;
     for (const std::string& e : chunks) body += Sse(e);
     body += Sse(ChunkOf(
@@ -303,25 +292,10 @@ TEST(PlainChunk, ReadsAWholeAnswerAsTheDomReaderDoes) {
     }
   }
   EXPECT_EQ(WholeAs(false, 1, {}, completion), WholeAs(false, 1, {}, ForceDom(completion)));
-  const std::string alphabet = "{}[]\",:0123456789-.eE \\unlltrufasx";
   std::mt19937 rng(99);
   for (int round = 0; round < 3000; ++round) {
     std::string body = round % 2 ? chat_answer : two;
-    for (int k = 0, edits = 1 + static_cast<int>(rng() % 3); k < edits; ++k) {
-      const size_t at = rng() % body.size();
-      const char ch = alphabet[rng() % alphabet.size()];
-      switch (rng() % 3) {
-        case 0:
-          body[at] = ch;
-          break;
-        case 1:
-          body.insert(body.begin() + static_cast<std::ptrdiff_t>(at), ch);
-          break;
-        default:
-          body.erase(at, 1);
-          break;
-      }
-    }
+    RandomEdits(body, rng);
     ASSERT_EQ(WholeAs(true, 2, stops, body), WholeAs(true, 2, stops, ForceDom(body))) << body;
   }
 }
