@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/internal/blocks.h"
 #include "kernels/internal/kernels_impl.h"
