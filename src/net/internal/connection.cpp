@@ -24,8 +24,6 @@ constexpr size_t kMaxWriteBuffers = 64;
 
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
-// Header values come from handlers and, through them, sometimes from
-// clients: CR and LF would split the field, so they are dropped.
 }  // namespace
 
 bool ServerCore::AcquireClient(const std::string& remote) {
