@@ -359,6 +359,33 @@ void AttendAvx2(const AttendArgs& a) {
   }
 }
 
+// The feed-forward's gate shares this file's exponential: 8 at a time, the
+// tail through a padded copy so it takes the same instructions. With
+// z = e^-|g| (never overflowing), sigmoid(g) = 1 / (1 + z) for g >= 0 and
+// z / (1 + z) below; z is taken as 0 past |g| = 87, where g·sigmoid(g) is
+// below 1e-35.
+void SwiGluAvx2(float* gate, const float* up, int64_t n) {
+  auto eight = [](const float* g8, const float* u8, float* out) {
+    const __m256 g = _mm256_loadu_ps(g8);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 mag = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), g);
+    const __m256 z = _mm256_and_ps(Exp(_mm256_sub_ps(_mm256_setzero_ps(), mag)),
+                                   _mm256_cmp_ps(mag, _mm256_set1_ps(87.0f), _CMP_LE_OQ));
+    const __m256 num = _mm256_blendv_ps(z, one, _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_GE_OQ));
+    const __m256 silu = _mm256_mul_ps(g, _mm256_div_ps(num, _mm256_add_ps(one, z)));
+    _mm256_storeu_ps(out, _mm256_mul_ps(silu, _mm256_loadu_ps(u8)));
+  };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) eight(gate + i, up + i, gate + i);
+  if (i < n) {
+    float g[8] = {}, u[8] = {}, out[8];
+    std::copy(gate + i, gate + n, g);
+    std::copy(up + i, up + n, u);
+    eight(g, u, out);
+    std::copy(out, out + (n - i), gate + i);
+  }
+}
+
 }  // namespace strata::kernels::internal
 
 #pragma GCC pop_options

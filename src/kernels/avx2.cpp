@@ -508,8 +508,12 @@ namespace strata::kernels::internal {
 const KernelTable* Avx2Kernels() {
   static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                                 __builtin_cpu_supports("f16c");
-  static const KernelTable kTable{Isa::kAvx2, &QuantizeAct, &MatMulByType<Isa::kAvx2>, &AttendAvx2,
-                                  &PrefersPackedByType<Isa::kAvx2>};
+  static const KernelTable kTable{Isa::kAvx2,
+                                  &QuantizeAct,
+                                  &MatMulByType<Isa::kAvx2>,
+                                  &AttendAvx2,
+                                  &PrefersPackedByType<Isa::kAvx2>,
+                                  &SwiGluAvx2};
   return supported ? &kTable : nullptr;
 }
 

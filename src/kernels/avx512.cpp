@@ -333,8 +333,12 @@ const KernelTable* Avx512Kernels() {
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c");
-  static const KernelTable kTable{Isa::kAvx512, &QuantizeAct, &MatMulByType<Isa::kAvx512>,
-                                  &AttendAvx512, &PrefersPackedByType<Isa::kAvx512>};
+  static const KernelTable kTable{Isa::kAvx512,
+                                  &QuantizeAct,
+                                  &MatMulByType<Isa::kAvx512>,
+                                  &AttendAvx512,
+                                  &PrefersPackedByType<Isa::kAvx512>,
+                                  &SwiGluAvx512};
   return supported ? &kTable : nullptr;
 }
 

@@ -152,6 +152,11 @@ struct KernelTable {
   // True when this table's packed kernel for `t` was measured faster than its
   // plain one (docs/benchmarks.md): the layout a loader should choose.
   bool (*prefers_packed)(TensorType t) = nullptr;
+  // SwiGLU's gate, elementwise: gate[i] <- silu(gate[i]) · up[i] for i < n,
+  // silu(g) = g / (1 + e^-g). Each result depends only on its two inputs,
+  // wherever it lies in the range (a tail takes the same path as the rest),
+  // so a batch's split of the rows never changes a bit of it.
+  void (*swiglu)(float* gate, const float* up, int64_t n) = nullptr;
 };
 
 // The table for `isa`, or nullptr when this build or this CPU lacks it.

@@ -63,9 +63,17 @@ void QuantizeActScalar(ActFormat fmt, const float* x, int64_t n, void* out) {
 
 }  // namespace
 
+void SwiGluScalar(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 const KernelTable& ScalarKernels() {
-  static const KernelTable kTable{Isa::kScalar, &QuantizeActScalar, &MatMulByType<Isa::kScalar>,
-                                  &AttendScalar, &PrefersPackedByType<Isa::kScalar>};
+  static const KernelTable kTable{Isa::kScalar,
+                                  &QuantizeActScalar,
+                                  &MatMulByType<Isa::kScalar>,
+                                  &AttendScalar,
+                                  &PrefersPackedByType<Isa::kScalar>,
+                                  &SwiGluScalar};
   return kTable;
 }
 

@@ -78,5 +78,9 @@ void MatMulPackedLegacy32Avx512(const MatMulArgs& args);
 void AttendScalar(const AttendArgs& args);
 void AttendAvx2(const AttendArgs& args);
 void AttendAvx512(const AttendArgs& args);
+// KernelTable::swiglu.
+void SwiGluScalar(float* gate, const float* up, int64_t n);
+void SwiGluAvx2(float* gate, const float* up, int64_t n);
+void SwiGluAvx512(float* gate, const float* up, int64_t n);
 
 }  // namespace strata::kernels::internal
