@@ -24,6 +24,18 @@ using util::StatusOr;
 constexpr int64_t kMatMulRowChunk = 64;
 static_assert(kMatMulRowChunk % kernels::kPackRows == 0, "packed rows split on groups");
 
+// Pieces per thread of a decode's matrices (Forward::ShareRows): enough that
+// a thread held up for a while leaves pieces the others can take, few enough
+// that each thread's own still run as one stream.
+constexpr int64_t kDecodePieces = 8;
+
+// A thread's remaining decode pieces [front, back), in one atomic word.
+uint64_t PackPieces(int64_t front, int64_t back) {
+  return static_cast<uint64_t>(front) << 32 | static_cast<uint64_t>(back);
+}
+int64_t PieceFront(uint64_t r) { return static_cast<int64_t>(r >> 32); }
+int64_t PieceBack(uint64_t r) { return static_cast<int64_t>(r & 0xFFFFFFFFu); }
+
 // The feed-forward block runs over chunks of kFfnChunk tokens, so its widest
 // buffers (gate and up, n_ff floats per token) stay small however long the
 // batch; each chunk's product still uses whole token tiles.
@@ -67,7 +79,8 @@ Forward::Forward(const Model& model, util::ThreadPool& pool, const kernels::Kern
       w_(*model.weights_),
       stages_(model.architecture_->stages),
       pool_(pool),
-      kernels_(kernels) {}
+      kernels_(kernels),
+      shares_(std::make_unique<DecodeShare[]>(static_cast<size_t>(pool.size()))) {}
 
 Status Forward::Run(const ForwardBatch& batch, const KvBuffer& kv, std::span<float> logits,
                     std::span<float> hidden) {
@@ -284,8 +297,17 @@ void Forward::AttentionBlock(const Pass& p, int32_t layer) {
   RopeAndStoreKv(p, L, layer);
   Attend(p, layer);
   const Act act = PrepareAct(L.wo, att_.data(), T, c_.q_dim());
-  MatMul(L.wo, act, T, xn_.data(), c_.n_embd);
-  AddResidual(T);
+  const RowSpan span = SpanOf(L.wo);
+  const int64_t D = c_.n_embd;
+  // x_ += wo · att, each piece's columns as soon as they are computed.
+  ShareRows({&span, 1}, T, [&](size_t, int64_t begin, int64_t end) {
+    MatMulRows(L.wo, act, T, xn_.data(), D, begin, end);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = t * D + begin; i < t * D + end; ++i) {
+        x_[static_cast<size_t>(i)] += xn_[static_cast<size_t>(i)];
+      }
+    }
+  });
 }
 
 void Forward::NormRows(const std::vector<float>& w, int64_t n_tokens) {
@@ -299,15 +321,23 @@ void Forward::NormRows(const std::vector<float>& w, int64_t n_tokens) {
 
 void Forward::ProjectQkv(const LayerWeights& L, int64_t n_tokens) {
   const int64_t D = c_.n_embd;
-  // The normed rows are quantized once per activation format the three weights need.
-  Act act = PrepareAct(L.wq, xn_.data(), n_tokens, D);
-  MatMul(L.wq, act, n_tokens, q_.data(), c_.q_dim());
-  if (kernels::ActFormatFor(L.wk.type) != kernels::ActFormatFor(L.wq.type))
-    act = PrepareAct(L.wk, xn_.data(), n_tokens, D);
-  MatMul(L.wk, act, n_tokens, k_.data(), c_.kv_dim());
-  if (kernels::ActFormatFor(L.wv.type) != kernels::ActFormatFor(L.wk.type))
-    act = PrepareAct(L.wv, xn_.data(), n_tokens, D);
-  MatMul(L.wv, act, n_tokens, v_.data(), c_.kv_dim());
+  // The normed rows are quantized once per activation format the three
+  // weights need, then the three products share one dispatch.
+  const Weight* w[3] = {&L.wq, &L.wk, &L.wv};
+  float* out[3] = {q_.data(), k_.data(), v_.data()};
+  const int64_t stride[3] = {c_.q_dim(), c_.kv_dim(), c_.kv_dim()};
+  Act act[3];
+  RowSpan spans[3];
+  for (int i = 0; i < 3; ++i) {
+    const kernels::ActFormat fmt = kernels::ActFormatFor(w[i]->type);
+    int same = 0;
+    while (same < i && kernels::ActFormatFor(w[same]->type) != fmt) ++same;
+    act[i] = same < i ? act[same] : PrepareAct(*w[i], xn_.data(), n_tokens, D);
+    spans[i] = SpanOf(*w[i]);
+  }
+  ShareRows(spans, n_tokens, [&](size_t i, int64_t begin, int64_t end) {
+    MatMulRows(*w[i], act[i], n_tokens, out[i], stride[i], begin, end);
+  });
 }
 
 void Forward::RopeAndStoreKv(const Pass& p, const LayerWeights& L, int32_t layer) {
@@ -406,12 +436,6 @@ void Forward::Attend(const Pass& p, int32_t layer) {
   }
 }
 
-void Forward::AddResidual(int64_t n_tokens) {
-  pool_.ParallelFor(n_tokens * c_.n_embd, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) x_[static_cast<size_t>(i)] += xn_[static_cast<size_t>(i)];
-  });
-}
-
 void Forward::SwiGluBlock(const Pass& p, int32_t layer) {
   const LayerWeights& L = w_.layers[static_cast<size_t>(layer)];
   const int64_t T = p.n_tokens, D = c_.n_embd, F = c_.n_ff;
@@ -421,21 +445,32 @@ void Forward::SwiGluBlock(const Pass& p, int32_t layer) {
   for (int64_t t0 = 0; t0 < T; t0 += kFfnChunk) {
     const int64_t n = std::min(kFfnChunk, T - t0);
     float* xc = xn_.data() + t0 * D;
-    Act act = PrepareAct(L.w_gate, xc, n, D);
-    MatMul(L.w_gate, act, n, gate_.data(), F);
-    if (kernels::ActFormatFor(L.w_up.type) != kernels::ActFormatFor(L.w_gate.type))
-      act = PrepareAct(L.w_up, xc, n, D);
-    MatMul(L.w_up, act, n, up_.data(), F);
-    pool_.ParallelFor(n * F, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float g = gate_[static_cast<size_t>(i)];
-        gate_[static_cast<size_t>(i)] = g / (1.0f + std::exp(-g)) * up_[static_cast<size_t>(i)];
+    const Act gate_act = PrepareAct(L.w_gate, xc, n, D);
+    const Act up_act = kernels::ActFormatFor(L.w_up.type) == kernels::ActFormatFor(L.w_gate.type)
+                           ? gate_act
+                           : PrepareAct(L.w_up, xc, n, D);
+    // Gate and up rows in the same pieces, so each piece ends with its
+    // columns' SwiGLU: gate_ <- silu(gate) * up.
+    const RowSpan gate = SpanOf(L.w_gate), up = SpanOf(L.w_up);
+    const RowSpan both{F, gate.row_bytes + up.row_bytes, std::max(gate.unit, up.unit)};
+    ShareRows({&both, 1}, n, [&](size_t, int64_t begin, int64_t end) {
+      MatMulRows(L.w_gate, gate_act, n, gate_.data(), F, begin, end);
+      MatMulRows(L.w_up, up_act, n, up_.data(), F, begin, end);
+      for (int64_t t = 0; t < n; ++t) {
+        kernels_.swiglu(gate_.data() + t * F + begin, up_.data() + t * F + begin, end - begin);
       }
     });
-    act = PrepareAct(L.w_down, gate_.data(), n, F);
-    MatMul(L.w_down, act, n, xc, D);
+    // x_ += w_down · gate_, each piece's columns as soon as they are computed.
+    const Act down_act = PrepareAct(L.w_down, gate_.data(), n, F);
+    const RowSpan down = SpanOf(L.w_down);
+    float* xr = x_.data() + t0 * D;
+    ShareRows({&down, 1}, n, [&](size_t, int64_t begin, int64_t end) {
+      MatMulRows(L.w_down, down_act, n, xc, D, begin, end);
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t i = t * D + begin; i < t * D + end; ++i) xr[i] += xc[i];
+      }
+    });
   }
-  AddResidual(T);
 }
 
 void Forward::OutputHead(const Pass& p, std::span<float> logits, std::span<float> hidden) {
@@ -461,51 +496,122 @@ void Forward::OutputHead(const Pass& p, std::span<float> logits, std::span<float
   MatMul(w_.output, act, p.n_logits, logits.data(), c_.n_vocab);
 }
 
-void Forward::MatMul(const Weight& w, const Act& act, int64_t n_tokens, float* out,
-                     int64_t out_stride) {
-  auto rows = [&](int64_t begin, int64_t end) {
-    kernels::MatMulArgs a;
-    a.w_type = w.type;
-    a.w = w.data;
-    a.w_row_bytes = w.row_bytes;
-    a.row_begin = begin;
-    a.row_end = end;
-    a.act = act.data;
-    a.act_row_bytes = act.row_bytes;
-    a.n_tokens = n_tokens;
-    a.n = w.n_cols;
-    a.out = out;
-    a.out_stride = out_stride;
-    a.packed = w.packed;
-    kernels_.matmul(a);
-  };
+void Forward::MatMulRows(const Weight& w, const Act& act, int64_t n_tokens, float* out,
+                         int64_t out_stride, int64_t row_begin, int64_t row_end) const {
+  kernels::MatMulArgs a;
+  a.w_type = w.type;
+  a.w = w.data;
+  a.w_row_bytes = w.row_bytes;
+  a.row_begin = row_begin;
+  a.row_end = row_end;
+  a.act = act.data;
+  a.act_row_bytes = act.row_bytes;
+  a.n_tokens = n_tokens;
+  a.n = w.n_cols;
+  a.out = out;
+  a.out_stride = out_stride;
+  a.packed = w.packed;
+  kernels_.matmul(a);
+}
+
+Forward::RowSpan Forward::SpanOf(const Weight& w) {
+  // Packed rows split on their groups (kMatMulRowChunk is a multiple too).
+  return {w.n_rows, w.row_bytes, w.packed ? kernels::kPackRows : 1};
+}
+
+void Forward::ShareRows(std::span<const RowSpan> spans, int64_t n_tokens,
+                        util::FunctionRef<void(size_t span, int64_t begin, int64_t end)> fn) {
+  int64_t n_chunks = 0;
+  for (const RowSpan& s : spans) n_chunks += (s.n_rows + kMatMulRowChunk - 1) / kMatMulRowChunk;
+  const int64_t P = pool_.size();
   // A batch takes its rows in chunks from a shared counter rather than one
-  // half per thread: a thread held up by anything (an interrupt, the
+  // share per thread: a thread held up by anything (an interrupt, the
   // hypervisor, a neighbour) then no longer keeps the other spinning at the
   // join, which cost up to 12 % of a 32-token batch's time in a profile. Every
-  // output is computed the same way whatever chunk or thread it lands in.
-  // Decode (one token) keeps one contiguous half per thread: it streams
-  // weights from memory, where one long run per thread reads fastest.
-  const int64_t n_chunks = (w.n_rows + kMatMulRowChunk - 1) / kMatMulRowChunk;
-  if (n_tokens == 1 || pool_.size() == 1 || n_chunks < 2 * pool_.size()) {
-    // Packed rows split on their groups (kMatMulRowChunk is a multiple too).
-    const int64_t unit = w.packed ? kernels::kPackRows : 1;
-    pool_.ParallelFor(w.n_rows / unit,
-                      [&](int64_t begin, int64_t end) { rows(begin * unit, end * unit); });
+  // output is computed the same way whatever piece or thread it lands in.
+  if (n_tokens > 1 && P > 1 && n_chunks >= 2 * P) {
+    std::atomic<int64_t> next{0};
+    pool_.RunOnAll([&](int) {
+      for (int64_t i = next.fetch_add(1); i < n_chunks; i = next.fetch_add(1)) {
+        size_t s = 0;
+        int64_t c = i;
+        for (;; ++s) {
+          const int64_t in_span = (spans[s].n_rows + kMatMulRowChunk - 1) / kMatMulRowChunk;
+          if (c < in_span) break;
+          c -= in_span;
+        }
+        fn(s, c * kMatMulRowChunk, std::min(spans[s].n_rows, (c + 1) * kMatMulRowChunk));
+      }
+    });
     return;
   }
-  std::atomic<int64_t> next{0};
-  pool_.RunOnAll([&](int) {
-    for (int64_t i = next.fetch_add(1); i < n_chunks; i = next.fetch_add(1)) {
-      rows(i * kMatMulRowChunk, std::min(w.n_rows, (i + 1) * kMatMulRowChunk));
+  if (P == 1) {
+    for (size_t s = 0; s < spans.size(); ++s) {
+      if (spans[s].n_rows > 0) fn(s, 0, spans[s].n_rows);
     }
+    return;
+  }
+  // Decode: the spans, laid end to end, are cut into pieces of equal bytes,
+  // kDecodePieces per thread. Thread i owns pieces [i·K, (i+1)·K) and runs
+  // them front to back, one long run (which streams weights fastest); a
+  // thread done with its own takes the others' last pieces, from the back, so
+  // one held up (an interrupt, the hypervisor) no longer keeps the rest
+  // spinning at the join. A piece boundary inside a span moves to the nearest
+  // multiple of its unit, the same for the pieces on either side of it.
+  int64_t total = 0;
+  for (const RowSpan& s : spans) total += s.n_rows * static_cast<int64_t>(s.row_bytes);
+  const int64_t n_pieces = P * kDecodePieces;
+  auto boundary = [&](const RowSpan& s, int64_t span_start, int64_t piece) {
+    if (piece == 0) return int64_t{0};
+    if (piece == n_pieces) return s.n_rows;
+    const int64_t byte = total / n_pieces * piece + total % n_pieces * piece / n_pieces;
+    const int64_t rb = std::max<int64_t>(1, static_cast<int64_t>(s.row_bytes));
+    const int64_t row = std::clamp<int64_t>((byte - span_start + rb / 2) / rb, 0, s.n_rows);
+    return std::min(s.n_rows, (row + s.unit / 2) / s.unit * s.unit);
+  };
+  auto run_piece = [&](int64_t j) {
+    int64_t start = 0;
+    for (size_t s = 0; s < spans.size(); ++s) {
+      const int64_t begin = boundary(spans[s], start, j);
+      const int64_t end = boundary(spans[s], start, j + 1);
+      if (begin < end) fn(s, begin, end);
+      start += spans[s].n_rows * static_cast<int64_t>(spans[s].row_bytes);
+    }
+  };
+  for (int64_t i = 0; i < P; ++i) {
+    shares_[static_cast<size_t>(i)].pieces.store(
+        PackPieces(i * kDecodePieces, (i + 1) * kDecodePieces), std::memory_order_relaxed);
+  }
+  pool_.RunOnAll([&](int i) {
+    // Its own pieces from the front, then the others' from the back.
+    for (int64_t k = 0; k < P; ++k) {
+      std::atomic<uint64_t>& pieces = shares_[static_cast<size_t>((i + k) % P)].pieces;
+      uint64_t r = pieces.load(std::memory_order_acquire);
+      while (PieceFront(r) < PieceBack(r)) {
+        const bool own = k == 0;
+        const int64_t j = own ? PieceFront(r) : PieceBack(r) - 1;
+        const uint64_t taken = own ? PackPieces(j + 1, PieceBack(r)) : PackPieces(PieceFront(r), j);
+        if (pieces.compare_exchange_weak(r, taken, std::memory_order_acq_rel)) {
+          run_piece(j);
+          r = pieces.load(std::memory_order_acquire);
+        }
+      }
+    }
+  });
+}
+
+void Forward::MatMul(const Weight& w, const Act& act, int64_t n_tokens, float* out,
+                     int64_t out_stride) {
+  const RowSpan span = SpanOf(w);
+  ShareRows({&span, 1}, n_tokens, [&](size_t, int64_t begin, int64_t end) {
+    MatMulRows(w, act, n_tokens, out, out_stride, begin, end);
   });
 }
 
 Forward::Act Forward::PrepareAct(const Weight& w, const float* x, int64_t n_tokens, int64_t n) {
   const kernels::ActFormat fmt = kernels::ActFormatFor(w.type);
   const size_t rb = kernels::ActRowBytes(fmt, n);
-  std::vector<uint8_t>& buf = act_[fmt == kernels::ActFormat::kF32 ? 0 : 1];
+  std::vector<uint8_t>& buf = act_[static_cast<size_t>(fmt)];
   if (buf.size() < rb * static_cast<size_t>(n_tokens))
     buf.resize(rb * static_cast<size_t>(n_tokens));
   uint8_t* dst = buf.data();

@@ -21,7 +21,9 @@
 //   STRATA_RETURN_IF_ERROR(fwd.Run({e, tables}, kv, logits));
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -29,6 +31,7 @@
 #include "model/kv_layout.h"
 #include "model/transformer.h"
 #include "util/clock.h"
+#include "util/function_ref.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
 
@@ -144,15 +147,35 @@ class Forward {
   // att_: [T][QD] <- per query head, softmax attention over the KV rows of
   // `layer` the plan gives its entry.
   void Attend(const Pass& p, int32_t layer);
-  // x_: [T][D] += xn_.
-  void AddResidual(int64_t n_tokens);
-
   struct Act {
     const uint8_t* data;
     size_t row_bytes;
   };
+  // out: [n_tokens][out_stride], columns [row_begin, row_end) <- those rows of
+  // `w` times the activation rows.
+  void MatMulRows(const Weight& w, const Act& act, int64_t n_tokens, float* out, int64_t out_stride,
+                  int64_t row_begin, int64_t row_end) const;
+  // The rows of one or more matrices, shared out in one dispatch of the pool:
+  // `fn(span, begin, end)` is called once per piece, on some thread, and the
+  // pieces of each span cover its rows [0, n_rows) exactly once, split on
+  // multiples of its `unit`. Decode (one token) gives each thread a
+  // contiguous share of equal bytes, which the others may take pieces of
+  // from the back once done with theirs; a batch takes kMatMulRowChunk-row
+  // pieces from a shared counter.
+  // So a layer's matrices that read the same input (q, k and v; gate and up)
+  // cost one fork-join, not one each, and `fn` can finish its rows' outputs
+  // (a residual, the SwiGLU) while they are in cache.
+  struct RowSpan {
+    int64_t n_rows = 0;
+    size_t row_bytes = 0;  // streamed per row: the cost a decode shares out
+    int64_t unit = 1;      // pieces start and end on multiples of it
+  };
+  void ShareRows(std::span<const RowSpan> spans, int64_t n_tokens,
+                 util::FunctionRef<void(size_t span, int64_t begin, int64_t end)> fn);
+  static RowSpan SpanOf(const Weight& w);
   void MatMul(const Weight& w, const Act& act, int64_t n_tokens, float* out, int64_t out_stride);
-  // Quantizes rows [n_tokens][n] of `x` into the format `w` needs.
+  // Quantizes rows [n_tokens][n] of `x` into the format `w` needs, in that
+  // format's buffer (one per format: q, k and v may need two at once).
   Act PrepareAct(const Weight& w, const float* x, int64_t n_tokens, int64_t n);
 
   const ModelConfig& c_;
@@ -181,7 +204,15 @@ class Forward {
   std::vector<size_t> entry_row_off_;
   std::vector<int32_t> attend_n_pos_;
   std::vector<AttendTile> attend_tiles_;
-  std::vector<uint8_t> act_[2];  // quantized activations per kernels::ActFormat
+  std::vector<uint8_t> act_[3];  // activations, per kernels::ActFormat
+  // Per pool thread, the decode pieces of ShareRows it has not started
+  // ([front, back) packed in one word): set by the owner thread before each
+  // dispatch, then taken by compare-and-swap, the thread itself from the
+  // front, the others from the back. One cache line each.
+  struct alignas(64) DecodeShare {
+    std::atomic<uint64_t> pieces{0};
+  };
+  std::unique_ptr<DecodeShare[]> shares_;
 };
 
 }  // namespace strata::model
