@@ -77,9 +77,11 @@ struct MatMulArgs {
 //   Q5_K (1,440 bytes per 256 elements, plain 1,408): as Q4_K, with the 8
 //        rows' qh[4c ..] chunks (c < 8) between the mins and the codes;
 //   Q4_0, Q4_1, Q5_0, Q5_1 (as plain): the 8 rows' f16 d, their f16 m
-//        (types with a min), their fifth bits (types with them, reordered
-//        so that byte e holds element 16h + 4c + e's at bit 2c + h), then
-//        4 chunks of 32 bytes, chunk c holding qs[4c .. 4c + 3] of rows 0..7;
+//        (types with a min), the 5-bit types' high bits, then 4 chunks of
+//        32 bytes, chunk c holding 4 bytes of rows 0..7: byte e the codes
+//        of elements 4c + e and 16 + 4c + e (4-bit: qs[4c + e] as it is;
+//        5-bit: the first's 5 bits, the second's low 3 above them, its
+//        top 2 at bits 2c, 2c + 1 of the high bits' byte e);
 //   Q6_K (1,680 bytes per 256 elements, as plain): the 8 rows' f16 d, the
 //        int8 scales as pairs (sub-blocks 2p, 2p+1) per row, then per half
 //        the chunks of ql[64h + 4c ..], qh[32h + 4c ..], ql[64h + 32 + 4c ..].

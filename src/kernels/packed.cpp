@@ -119,38 +119,65 @@ void MapQ6_K(const Mover<kPack>& move, int i) {
 // The other 32-blocks (Q4_0, Q4_1, Q5_0, Q5_1): one block of a group (as
 // plain, 8 · sizeof(Block) bytes) is
 //   the 8 rows' f16 d (16 bytes), their f16 m where the type has a min (16),
-//   their fifth bits where the type has them (row i's 32 at 4i; 32 bytes),
-//   then chunk c < 4 = row i's qs[4c .. 4c + 3] at 32c + 4i: low nibbles are
-//   elements 4c..4c+3, high nibbles 16 + 4c ..
-// The fifth bits are reordered so that byte e holds those of the chunks'
-// byte e: element 16h + 4c + e's (plain qh bit 16h + 4c + e) at bit 2c + h
-// of byte e. A kernel then takes a chunk's fifth bits with one shift.
-// Plain qh bit k → packed bit FifthBitAt(k), and back.
-constexpr int FifthBitAt(int k) { return 8 * (k % 4) + 2 * ((k % 16) / 4) + k / 16; }
-
-template <bool kPack>
-void MoveFifthBits(const Mover<kPack>& move, size_t packed, size_t plain) {
-  uint32_t from = 0, to = 0;
-  std::memcpy(&from, move.from + (kPack ? plain : packed), 4);
-  for (int k = 0; k < 32; ++k) {
-    const int at = FifthBitAt(k);
-    if constexpr (kPack) {
-      to |= ((from >> k) & 1u) << at;
-    } else {
-      to |= ((from >> at) & 1u) << k;
+//   the high bits where the type has a fifth bit (row i's at 4i; 32 bytes),
+//   then chunk c < 4 at 32c, row i's 4 bytes at 4i.
+// Byte e of chunk c relates elements 4c + e ("low", l) and 16 + 4c + e
+// ("high", h). 4-bit types keep the file's byte qs[4c + e]: l's nibble low,
+// h's high. 5-bit types hold the 5-bit codes q = nibble + 16 × fifth bit:
+// l's whole q in bits 0..4 and the low 3 bits of h's in bits 5..7; h's
+// bits 3 and 4 are bits 2c and 2c + 1 of the high bits' byte e. A kernel
+// then takes l's codes with one AND, h's with two shifts, two ANDs and an OR.
+template <bool kPack, typename Block>
+void MoveFiveBitCodes(const Mover<kPack>& move, int i) {
+  const size_t high = kLegacyQh<Block> + 4 * static_cast<size_t>(i);
+  const size_t codes = kLegacyCodes<Block> + 4 * static_cast<size_t>(i);
+  if constexpr (kPack) {
+    const uint8_t* qs = move.from + offsetof(Block, qs);
+    uint32_t qh = 0;
+    std::memcpy(&qh, move.from + offsetof(Block, qh), 4);
+    auto code = [&](int k) {
+      const int nibble = k < 16 ? qs[k] & 0x0F : qs[k - 16] >> 4;
+      return static_cast<uint8_t>(nibble | static_cast<int>((qh >> k) & 1u) << 4);
+    };
+    for (int e = 0; e < 4; ++e) {
+      uint8_t bits = 0;
+      for (int c = 0; c < 4; ++c) {
+        const uint8_t l = code(4 * c + e), h = code(16 + 4 * c + e);
+        move.to[codes + 32 * static_cast<size_t>(c) + static_cast<size_t>(e)] =
+            static_cast<uint8_t>(l | (h & 7) << 5);
+        bits = static_cast<uint8_t>(bits | (h >> 3) << (2 * c));
+      }
+      move.to[high + static_cast<size_t>(e)] = bits;
     }
+  } else {
+    uint8_t* qs = move.to + offsetof(Block, qs);
+    uint32_t qh = 0;
+    for (int e = 0; e < 4; ++e) {
+      const uint8_t bits = move.from[high + static_cast<size_t>(e)];
+      for (int c = 0; c < 4; ++c) {
+        const uint8_t byte =
+            move.from[codes + 32 * static_cast<size_t>(c) + static_cast<size_t>(e)];
+        const int l = byte & 0x1F;
+        const int h = byte >> 5 | ((bits >> (2 * c)) & 3) << 3;
+        const int k = 4 * c + e;
+        qs[k] = static_cast<uint8_t>((l & 0x0F) | (h & 0x0F) << 4);
+        qh |= static_cast<uint32_t>(l >> 4) << k | static_cast<uint32_t>(h >> 4) << (16 + k);
+      }
+    }
+    std::memcpy(move.to + offsetof(Block, qh), &qh, 4);
   }
-  std::memcpy(move.to + (kPack ? packed : plain), &to, 4);
 }
 
 template <typename Block, bool kPack>
 void MapLegacy32(const Mover<kPack>& move, int i) {
   move(2 * i, offsetof(Block, d), 2);
   if constexpr (Block::kHasMin) move(16 + 2 * i, offsetof(Block, m), 2);
-  if constexpr (Block::kBits == 5)
-    MoveFifthBits(move, kLegacyQh<Block> + 4 * i, offsetof(Block, qh));
-  for (int c = 0; c < 4; ++c)
-    move(kLegacyCodes<Block> + 32 * c + 4 * i, offsetof(Block, qs) + 4 * c, 4);
+  if constexpr (Block::kBits == 5) {
+    MoveFiveBitCodes<kPack, Block>(move, i);
+  } else {
+    for (int c = 0; c < 4; ++c)
+      move(kLegacyCodes<Block> + 32 * c + 4 * i, offsetof(Block, qs) + 4 * c, 4);
+  }
 }
 
 // Q5_K: one super-block of a group (1,440 bytes) is Q4_K's with the fifth
