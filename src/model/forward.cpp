@@ -36,6 +36,15 @@ uint64_t PackPieces(int64_t front, int64_t back) {
 int64_t PieceFront(uint64_t r) { return static_cast<int64_t>(r >> 32); }
 int64_t PieceBack(uint64_t r) { return static_cast<int64_t>(r & 0xFFFFFFFFu); }
 
+// A residual add of one piece's columns, as soon as its product has them:
+// x[t·stride + i] += y[t·stride + i] for t < n_tokens, i in [begin, end).
+void AddColumns(float* x, const float* y, int64_t n_tokens, int64_t stride, int64_t begin,
+                int64_t end) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t i = t * stride + begin; i < t * stride + end; ++i) x[i] += y[i];
+  }
+}
+
 // The feed-forward block runs over chunks of kFfnChunk tokens, so its widest
 // buffers (gate and up, n_ff floats per token) stay small however long the
 // batch; each chunk's product still uses whole token tiles.
@@ -302,11 +311,7 @@ void Forward::AttentionBlock(const Pass& p, int32_t layer) {
   // x_ += wo · att, each piece's columns as soon as they are computed.
   ShareRows({&span, 1}, T, [&](size_t, int64_t begin, int64_t end) {
     MatMulRows(L.wo, act, T, xn_.data(), D, begin, end);
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t i = t * D + begin; i < t * D + end; ++i) {
-        x_[static_cast<size_t>(i)] += xn_[static_cast<size_t>(i)];
-      }
-    }
+    AddColumns(x_.data(), xn_.data(), T, D, begin, end);
   });
 }
 
@@ -466,9 +471,7 @@ void Forward::SwiGluBlock(const Pass& p, int32_t layer) {
     float* xr = x_.data() + t0 * D;
     ShareRows({&down, 1}, n, [&](size_t, int64_t begin, int64_t end) {
       MatMulRows(L.w_down, down_act, n, xc, D, begin, end);
-      for (int64_t t = 0; t < n; ++t) {
-        for (int64_t i = t * D + begin; i < t * D + end; ++i) xr[i] += xc[i];
-      }
+      AddColumns(xr, xc, n, D, begin, end);
     });
   }
 }
