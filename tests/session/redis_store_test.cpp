@@ -65,6 +65,17 @@ bool LinkUp(const testing::RedisServer& replica) {
          std::string::npos;
 }
 
+// Whether `n` replicas acknowledge `primary`'s stream (a WAIT of 50 ms).
+// A replica that has just synced is counted by WAIT only from its first
+// periodic acknowledgement, up to a second after its link is up: a write in
+// that second waits past the store's default 1 s bound.
+bool Acknowledging(const testing::RedisServer& primary, int n) {
+  auto conn = net::RedisConn::Connect("127.0.0.1", primary.port(), seconds(5));
+  if (!conn.ok()) return false;
+  auto reply = (*conn)->Command({"WAIT", std::to_string(n), "50"});
+  return reply.ok() && reply->type == net::RedisReply::Type::kInteger && reply->integer >= n;
+}
+
 AppendRequest Turn(std::string session, std::string writer, std::string op = "") {
   return {.tenant = "acme",
           .session_id = std::move(session),
@@ -139,10 +150,12 @@ TEST(RedisStore, TheStoreFindsThePrimaryWhereverItIsListed) {
   auto replica = testing::RedisServer::Start(ReplicaOf(*primary));
   ASSERT_TRUE(replica);
   ASSERT_TRUE(WaitFor([&] { return LinkUp(*replica); }));
+  ASSERT_TRUE(WaitFor([&] { return Acknowledging(*primary, 1); }));
   auto store =
       OpenRedisStore({.nodes = {{"127.0.0.1", replica->port()}, {"127.0.0.1", primary->port()}}});
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  ASSERT_TRUE((*store)->Append(Turn("s", "w")).ok());
+  auto appended = (*store)->Append(Turn("s", "w"));
+  ASSERT_TRUE(appended.ok()) << appended.status().ToString();
   // The write is on the replica as well (WAIT confirmed it).
   auto conn = net::RedisConn::Connect("127.0.0.1", replica->port(), seconds(5));
   ASSERT_TRUE(conn.ok());
