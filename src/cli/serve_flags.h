@@ -4,9 +4,13 @@
 // and in the flag groups' own structs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "cache/eviction_policy.h"
 
 #include "cli/commands.h"
 #include "cli/serve_audit.h"
@@ -21,6 +25,7 @@
 #include "gateway/gateway.h"
 #include "gateway/rt_control.h"
 #include "gateway/rt_switcher.h"
+#include "text/chat_template.h"
 #include "util/clock.h"
 #include "util/status.h"
 
@@ -91,6 +96,20 @@ struct ServeFlags {
   AuditFlags audit;         // audit log and response watermark (cli/serve_audit.h)
   CanaryFlags canary;       // a canary rollout (cli/serve_canary.h)
 };
+
+// What the flags decide before anything starts (ValidateFlags).
+struct ServePlan {
+  gateway::RtControlOptions rt;  // used with --rt-switcher on
+  cache::PolicyKind l2_policy = cache::PolicyKind::kDualFactor;
+  std::optional<text::ChatFormat> chat_format;  // nullopt = the model's own template
+};
+
+// Checks every flag, in the order the user reads them; InvalidArgument with
+// the message `strata serve` prints as a usage error.
+util::StatusOr<ServePlan> ValidateFlags(const ServeFlags& flags);
+
+// --accept-any-model with `n_models` served: InvalidArgument unless one.
+util::Status CheckAcceptAnyModel(const ServeFlags& flags, size_t n_models);
 
 // The RT-Switcher's options from the flags; InvalidArgument naming the flag
 // at fault.
