@@ -9,7 +9,9 @@
 // turn acknowledged before the primary dies is on the replica promoted in
 // its place. When the replicas do not confirm in time, Append answers
 // kUnavailable: the turn may be on the primary, and a retry with the same
-// op id stores it once.
+// op id stores it once. A replica that has just synced counts only from
+// its first acknowledgement, up to a second after its link is up: with a
+// `wait_timeout` of 1 s or less, a write in that second can be answered so.
 //
 // Failover: the store is given every node's address. It finds the primary
 // (ROLE), and when a command fails on the transport or answers READONLY
